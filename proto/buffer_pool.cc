@@ -1,0 +1,124 @@
+#include "proto/buffer_pool.h"
+
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+namespace psrt {
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr int kNumClasses = 48;
+
+char* AllocateAligned(size_t bytes) {
+  void* p = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (p == nullptr) throw std::bad_alloc();
+  return static_cast<char*>(p);
+}
+
+struct SliceOwner {
+  BufferPool* pool;
+  char* data;
+  size_t capacity;
+};
+
+}  // namespace
+
+PooledBuffer::PooledBuffer(PooledBuffer&& other) noexcept
+    : pool_(std::exchange(other.pool_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      capacity_(std::exchange(other.capacity_, 0)) {}
+
+PooledBuffer& PooledBuffer::operator=(PooledBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = std::exchange(other.pool_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+  }
+  return *this;
+}
+
+PooledBuffer::~PooledBuffer() { Reset(); }
+
+void PooledBuffer::Reset() {
+  if (data_ != nullptr) pool_->Return(data_, capacity_);
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+}
+
+grpc::Slice PooledBuffer::ReleaseAsSlice() && {
+  auto* owner = new SliceOwner{pool_, data_, capacity_};
+  grpc::Slice slice(
+      data_, size_,
+      [](void* arg) {
+        auto* o = static_cast<SliceOwner*>(arg);
+        o->pool->Return(o->data, o->capacity);
+        delete o;
+      },
+      owner);
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+  return slice;
+}
+
+BufferPool::BufferPool(size_t max_cached_bytes)
+    : max_cached_bytes_(max_cached_bytes), free_(kNumClasses) {}
+
+BufferPool::~BufferPool() {
+  absl::MutexLock lock(&mu_);
+  for (auto& list : free_) {
+    for (char* p : list) std::free(p);
+  }
+}
+
+BufferPool& BufferPool::Default() {
+  static BufferPool* pool = new BufferPool(size_t{1} << 30);
+  return *pool;
+}
+
+size_t BufferPool::SizeClass(size_t bytes) {
+  size_t k = 0;
+  while ((size_t{1} << k) < bytes) ++k;
+  return k;
+}
+
+PooledBuffer BufferPool::Acquire(size_t bytes) {
+  if (bytes < kMinPooledBytes) {
+    return PooledBuffer(this, AllocateAligned(bytes == 0 ? 1 : bytes), bytes,
+                        bytes);
+  }
+  const size_t k = SizeClass(bytes);
+  const size_t capacity = size_t{1} << k;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!free_[k].empty()) {
+      char* p = free_[k].back();
+      free_[k].pop_back();
+      cached_bytes_ -= capacity;
+      return PooledBuffer(this, p, bytes, capacity);
+    }
+  }
+  return PooledBuffer(this, AllocateAligned(capacity), bytes, capacity);
+}
+
+void BufferPool::Return(char* data, size_t capacity) {
+  if (capacity >= kMinPooledBytes && (capacity & (capacity - 1)) == 0) {
+    absl::MutexLock lock(&mu_);
+    if (cached_bytes_ + capacity <= max_cached_bytes_) {
+      free_[SizeClass(capacity)].push_back(data);
+      cached_bytes_ += capacity;
+      return;
+    }
+  }
+  std::free(data);
+}
+
+size_t BufferPool::cached_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return cached_bytes_;
+}
+
+}  // namespace psrt
