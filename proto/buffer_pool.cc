@@ -11,7 +11,8 @@ constexpr size_t kAlignment = 64;
 constexpr int kNumClasses = 48;
 
 char* AllocateAligned(size_t bytes) {
-  void* p = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  void* p = std::aligned_alloc(
+      kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   if (p == nullptr) throw std::bad_alloc();
   return static_cast<char*>(p);
 }

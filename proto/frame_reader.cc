@@ -100,21 +100,21 @@ absl::Status FrameReader::Parse(const grpc::ByteBuffer& message) {
     const int field = static_cast<int>(tag >> 3);
     if ((tag & 7) != 2 ||
         (field != kFrameHeaderField && field != kFramePayloadField)) {
-      return Malformed(field_offset,
-                       absl::StrCat("unexpected field ", tag >> 3,
-                                    " (wire type ", tag & 7,
-                                    "); a Frame holds only header (1) and "
-                                    "payload (2) bytes"));
+      return Malformed(
+          field_offset,
+          absl::StrCat("unexpected field ", tag >> 3, " (wire type ", tag & 7,
+                       "); a Frame holds only header (1) and "
+                       "payload (2) bytes"));
     }
     uint64_t length;
     if (!cursor.ReadVarint(&length)) {
       return Malformed(field_offset, "truncated length");
     }
     if (length > total - cursor.offset()) {
-      return Malformed(field_offset,
-                       absl::StrCat("field ", field, " claims ", length,
-                                    " bytes but only ",
-                                    total - cursor.offset(), " remain"));
+      return Malformed(
+          field_offset,
+          absl::StrCat("field ", field, " claims ", length, " bytes but only ",
+                       total - cursor.offset(), " remain"));
     }
     if (field == kFrameHeaderField) {
       if (have_header || !payloads_.empty()) {

@@ -169,8 +169,7 @@ TEST(FrameTest, HeaderThatIsNotTheExpectedMessageIsRejected) {
   PushRequestHeader header;
   absl::Status s = frame.ParseHeader(&header);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("psrt.PushRequestHeader"), std::string::npos)
-      << s;
+  EXPECT_NE(s.message().find("psrt.PushRequestHeader"), std::string::npos) << s;
 }
 
 TEST(SliceLeaseTest, WaitsUntilGrpcReleasesEverySlice) {

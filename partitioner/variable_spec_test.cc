@@ -1,0 +1,96 @@
+#include "partitioner/variable_spec.h"
+
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+VariableSpec Valid() {
+  VariableSpec s;
+  s.set_name("emb");
+  s.set_kind(EMBEDDING);
+  s.add_shape(100);
+  s.add_shape(8);
+  s.mutable_optimizer()->set_kind(OptimizerSpec::ADAM);
+  s.mutable_optimizer()->set_learning_rate(0.01f);
+  return s;
+}
+
+TEST(VariableSpecTest, FillsTensorFlowDefaults) {
+  VariableSpec s = Valid();
+  ASSERT_TRUE(NormalizeVariableSpec(&s).ok());
+  EXPECT_FLOAT_EQ(s.optimizer().beta1(), 0.9f);
+  EXPECT_FLOAT_EQ(s.optimizer().beta2(), 0.999f);
+  EXPECT_FLOAT_EQ(s.optimizer().epsilon(), 1e-7f);
+  s.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  ASSERT_TRUE(NormalizeVariableSpec(&s).ok());
+  EXPECT_FLOAT_EQ(s.optimizer().initial_accumulator_value(), 0.1f);
+  EXPECT_EQ(NumRows(s), 100);
+  EXPECT_EQ(RowWidth(s), 8);
+}
+
+TEST(VariableSpecTest, RejectsBadSpecsNamingVariableAndField) {
+  struct Case {
+    std::function<void(VariableSpec*)> mutate;
+    const char* message;
+  } cases[] = {
+      {[](VariableSpec* s) { s->set_name(""); }, "name must not be empty"},
+      {[](VariableSpec* s) { s->set_name("a b"); }, "may hold only"},
+      {[](VariableSpec* s) { s->set_shape(1, 0); },
+       "shape[1] = 0 must be positive"},
+      {[](VariableSpec* s) { s->add_shape(3); }, "[vocab, dim]"},
+      {[](VariableSpec* s) { s->set_kind(KIND_UNSPECIFIED); }, "kind must be"},
+      {[](VariableSpec* s) {
+         s->mutable_partition()->set_routing(PartitionSpec::HASH);
+       },
+       "use HASH_EMBEDDING"},
+      {[](VariableSpec* s) {
+         s->mutable_partition()->set_num_shards(2);
+         s->mutable_partition()->set_max_shard_bytes(100);
+       },
+       "not both"},
+      {[](VariableSpec* s) { s->mutable_optimizer()->set_learning_rate(0); },
+       "learning_rate must be > 0"},
+      {[](VariableSpec* s) { s->mutable_optimizer()->set_beta1(1.5f); },
+       "adam needs"},
+      {[](VariableSpec* s) {
+         s->mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+         s->mutable_initializer()->set_min(1);
+         s->mutable_initializer()->set_max(1);
+       },
+       "min < max"},
+      {[](VariableSpec* s) {
+         s->mutable_initializer()->set_kind(InitializerSpec::NORMAL);
+       },
+       "stddev > 0"},
+      {[](VariableSpec* s) {
+         s->set_kind(HASH_EMBEDDING);
+         s->set_shape(0, 0);
+         s->mutable_partition()->set_max_shard_bytes(1000);
+       },
+       "bounded capacity"},
+  };
+  for (const auto& c : cases) {
+    VariableSpec s = Valid();
+    c.mutate(&s);
+    absl::Status status = NormalizeVariableSpec(&s);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(status.message().find(c.message), std::string::npos)
+        << c.message << " -> " << status;
+  }
+}
+
+TEST(VariableSpecTest, DescribesAndComparesSpecs) {
+  VariableSpec a = Valid();
+  ASSERT_TRUE(NormalizeVariableSpec(&a).ok());
+  VariableSpec b = a;
+  EXPECT_TRUE(SameSpec(a, b));
+  b.set_shape(1, 16);
+  EXPECT_FALSE(SameSpec(a, b));
+  EXPECT_NE(DescribeSpec(b).find("emb: EMBEDDING [100, 16]"), std::string::npos)
+      << DescribeSpec(b);
+  EXPECT_NE(DescribeSpec(b).find("ADAM(lr=0.01)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace psrt
