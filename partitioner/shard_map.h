@@ -72,6 +72,12 @@ struct VariableLayout {
     return routing() == PartitionSpec::DIV ? id - shards[shard].row_begin
                                            : id / num_shards();
   }
+
+  // Inverse of LocalRow: the global row of a shard's local row.
+  int64_t GlobalRow(int shard, int64_t local) const {
+    return routing() == PartitionSpec::DIV ? shards[shard].row_begin + local
+                                           : local * num_shards() + shard;
+  }
 };
 
 class ShardMap {

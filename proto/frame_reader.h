@@ -32,11 +32,24 @@ class PayloadView {
   PayloadView(const absl::string_view* chunks, size_t num_chunks, size_t size)
       : chunks_(chunks), num_chunks_(num_chunks), size_(size) {}
 
+  // A view of one contiguous buffer (for data that did not come off the
+  // wire, or was merged).
+  static PayloadView Contiguous(const void* data, size_t size) {
+    PayloadView view;
+    view.single_ = absl::string_view(static_cast<const char*>(data), size);
+    view.size_ = size;
+    return view;
+  }
+
   size_t size() const { return size_; }
 
   // Calls fn(const char* data, size_t n) for each contiguous piece, in order.
   template <typename Fn>
   void ForEachChunk(Fn&& fn) const {
+    if (chunks_ == nullptr) {
+      if (!single_.empty()) fn(single_.data(), single_.size());
+      return;
+    }
     for (size_t i = 0; i < num_chunks_; ++i) {
       if (!chunks_[i].empty()) fn(chunks_[i].data(), chunks_[i].size());
     }
@@ -46,8 +59,9 @@ class PayloadView {
   void CopyTo(void* dst) const;
 
  private:
-  const absl::string_view* chunks_ = nullptr;
+  const absl::string_view* chunks_ = nullptr;  // nullptr: single_ is the data
   size_t num_chunks_ = 0;
+  absl::string_view single_;
   size_t size_ = 0;
 };
 

@@ -17,15 +17,34 @@ def _pkg_config_repository_impl(ctx):
     pkg_config = ctx.which("pkg-config")
     if not pkg_config:
         fail("pkg-config is not installed; run tools/install_deps.sh")
-    copts = _flags(ctx, pkg_config, "--cflags", ctx.attr.modules)
+    cflags = _flags(ctx, pkg_config, "--cflags", ctx.attr.modules)
     linkopts = _flags(ctx, pkg_config, "--libs", ctx.attr.modules)
+
+    # cc_library copts do not reach dependents: non-system include dirs are
+    # linked into the repository and exported with `includes`, -D flags with
+    # `defines`.
+    includes, defines = [], []
+    for flag in cflags:
+        if flag.startswith("-I"):
+            link = "include%d" % len(includes)
+            ctx.symlink(flag[2:], link)
+            includes.append(link)
+        elif flag.startswith("-D"):
+            defines.append(flag[2:])
     ctx.file("BUILD", """cc_library(
     name = "lib",
-    copts = {copts},
+    hdrs = glob({hdrs}, allow_empty = True),
+    includes = {includes},
+    defines = {defines},
     linkopts = {linkopts},
     visibility = ["//visibility:public"],
 )
-""".format(copts = repr(copts), linkopts = repr(linkopts + ctx.attr.extra_linkopts)))
+""".format(
+        hdrs = repr([i + "/**" for i in includes]),
+        includes = repr(includes),
+        defines = repr(defines),
+        linkopts = repr(linkopts + ctx.attr.extra_linkopts),
+    ))
 
 pkg_config_repository = repository_rule(
     implementation = _pkg_config_repository_impl,

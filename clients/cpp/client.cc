@@ -1,0 +1,260 @@
+#include "clients/cpp/client.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "clients/cpp/ps_connection.h"
+#include "clients/cpp/step_plan.h"
+#include "clients/cpp/step_request.h"
+#include "grpcpp/client_context.h"
+#include "partitioner/variable_spec.h"
+
+namespace psrt {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
+                      const char* what) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, " on ", connection.Describe(), ": ",
+                                   s.error_message()));
+}
+
+// Retries a unary control RPC on UNAVAILABLE with the client's backoff.
+template <typename Call>
+grpc::Status CallWithRetry(const ClientOptions& options, Call&& call) {
+  absl::Duration backoff = options.initial_backoff;
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
+    grpc::Status s = call(&context);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE ||
+        attempt >= options.max_attempts) {
+      return s;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(options.max_backoff, backoff * 2);
+  }
+}
+
+}  // namespace
+
+PendingStep::PendingStep(std::unique_ptr<StepRequest> request)
+    : request_(std::move(request)) {}
+
+PendingStep::~PendingStep() {
+  if (!waited_) Wait().IgnoreError();
+}
+
+absl::Status PendingStep::Wait() {
+  if (!waited_) {
+    status_ = request_->Wait();
+    waited_ = true;
+  }
+  return status_;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.ps_addresses.empty()) {
+    return absl::InvalidArgumentError("ClientOptions.ps_addresses is empty");
+  }
+  if (options.message_bytes < 4096) {
+    return absl::InvalidArgumentError("ClientOptions.message_bytes < 4096");
+  }
+  if (options.max_attempts < 1) options.max_attempts = 1;
+  return std::unique_ptr<Client>(new Client(std::move(options)));
+}
+
+Client::Client(ClientOptions options)
+    : options_(std::move(options)),
+      client_id_(std::random_device{}() * uint64_t{0x100000000} ^
+                 std::random_device{}()),
+      catalog_(static_cast<int>(options_.ps_addresses.size())) {
+  for (size_t i = 0; i < options_.ps_addresses.size(); ++i) {
+    connections_.push_back(std::make_unique<PsConnection>(
+        static_cast<int>(i), options_.ps_addresses[i], options_));
+  }
+}
+
+Client::~Client() = default;
+
+absl::Status Client::WaitForServers(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (const auto& c : connections_) {
+    if (absl::Status s = c->WaitHealthy(deadline); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+const VariableLayout* Client::Find(absl::string_view name) const {
+  absl::ReaderMutexLock lock(&catalog_mu_);
+  return catalog_.Find(name);
+}
+
+absl::Status Client::RefreshCatalog() {
+  absl::MutexLock lock(&create_mu_);
+  return RefreshCatalogLocked();
+}
+
+absl::Status Client::RefreshCatalogLocked() {
+  ListVariablesResponse response;
+  const PsConnection& ps0 = *connections_[0];
+  grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* context) {
+    return ps0.stub()->ListVariables(context, ListVariablesRequest(), &response);
+  });
+  if (!s.ok()) return FromGrpc(s, ps0, "ListVariables");
+  if (response.num_ps() != num_ps()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ps0.Describe(), " is part of a ", response.num_ps(),
+        "-PS cluster but this client was given ", num_ps(), " PS addresses"));
+  }
+  absl::MutexLock catalog_lock(&catalog_mu_);
+  const auto& known = catalog_.variables();
+  for (int i = 0; i < response.variables_size(); ++i) {
+    const VariableSpec& spec = response.variables(i).spec();
+    if (i < static_cast<int>(known.size())) {
+      if (!SameSpec(known[i].spec, spec)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the cluster's catalog changed under this client: position ", i,
+            " was {", DescribeSpec(known[i].spec), "} and is now {",
+            DescribeSpec(spec), "} (servers restarted with another model?)"));
+      }
+      continue;
+    }
+    if (absl::Status added = catalog_.Add(spec); !added.ok()) return added;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
+  for (VariableSpec& spec : specs) {
+    if (absl::Status s = NormalizeVariableSpec(&spec); !s.ok()) return s;
+  }
+  absl::MutexLock lock(&create_mu_);
+  // Another process may be creating the same or other variables: learn the
+  // catalog, send what is new at its end, and start over if PS 0 says the
+  // catalog moved meanwhile.
+  for (int attempt = 0;; ++attempt) {
+    if (absl::Status s = RefreshCatalogLocked(); !s.ok()) return s;
+    CreateVariablesRequest request;
+    request.set_num_ps(num_ps());
+    {
+      absl::ReaderMutexLock catalog_lock(&catalog_mu_);
+      request.set_first_index(static_cast<int>(catalog_.variables().size()));
+      for (const VariableSpec& spec : specs) {
+        const VariableLayout* existing = catalog_.Find(spec.name());
+        if (existing == nullptr) {
+          *request.add_specs() = spec;
+        } else if (!SameSpec(existing->spec, spec)) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "variable '", spec.name(), "' already exists with a different "
+              "spec: existing {", DescribeSpec(existing->spec),
+              "}, requested {", DescribeSpec(spec), "}"));
+        }
+      }
+    }
+    // Even with nothing new, tell every PS (idempotent) so that a PS that
+    // restarted empty learns the catalog again.
+    if (request.specs_size() == 0) return absl::OkStatus();
+    bool moved = false;
+    for (const auto& c : connections_) {
+      CreateVariablesResponse response;
+      grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
+        return c->stub()->CreateVariables(ctx, request, &response);
+      });
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          c->ps_task() == 0 && attempt < 10) {
+        moved = true;  // lost a race at PS 0; nothing was created anywhere
+        break;
+      }
+      if (!s.ok()) return FromGrpc(s, *c, "CreateVariables");
+    }
+    if (!moved) break;
+  }
+  return RefreshCatalogLocked();
+}
+
+absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPull(
+    absl::Span<const PullOp> ops) {
+  absl::StatusOr<StepPlan> plan;
+  {
+    absl::ReaderMutexLock lock(&catalog_mu_);
+    plan = PlanPull(catalog_, ops);
+  }
+  if (!plan.ok()) return plan.status();
+  auto request = StepRequest::ForPull(
+      {&connections_, &options_, client_id_, &next_request_id_},
+      std::move(*plan));
+  request->Start();
+  return std::unique_ptr<PendingStep>(new PendingStep(std::move(request)));
+}
+
+absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPush(
+    absl::Span<const PushOp> ops) {
+  absl::StatusOr<StepPlan> plan;
+  {
+    absl::ReaderMutexLock lock(&catalog_mu_);
+    plan = PlanPush(catalog_, ops);
+  }
+  if (!plan.ok()) return plan.status();
+  auto request = StepRequest::ForPush(
+      {&connections_, &options_, client_id_, &next_request_id_},
+      std::move(*plan));
+  request->Start();
+  return std::unique_ptr<PendingStep>(new PendingStep(std::move(request)));
+}
+
+absl::Status Client::Pull(absl::Span<const PullOp> ops) {
+  auto pending = StartPull(ops);
+  if (!pending.ok()) return pending.status();
+  return (*pending)->Wait();
+}
+
+absl::Status Client::Push(absl::Span<const PushOp> ops) {
+  auto pending = StartPush(ops);
+  if (!pending.ok()) return pending.status();
+  return (*pending)->Wait();
+}
+
+absl::Status Client::PullDense(const std::string& variable, float* out) {
+  return Pull({PullOp::Dense(variable, out)});
+}
+
+absl::Status Client::PushDense(const std::string& variable, const float* grad) {
+  return Push({PushOp::Dense(variable, grad)});
+}
+
+absl::Status Client::PullRows(const std::string& variable,
+                              absl::Span<const int64_t> ids, float* out) {
+  return Pull({PullOp::Rows(variable, ids, out)});
+}
+
+absl::Status Client::PushRows(const std::string& variable,
+                              absl::Span<const int64_t> ids,
+                              const float* grads) {
+  return Push({PushOp::Rows(variable, ids, grads)});
+}
+
+absl::StatusOr<std::vector<ListVariablesResponse>> Client::ListVariables() {
+  std::vector<ListVariablesResponse> out(connections_.size());
+  for (size_t i = 0; i < connections_.size(); ++i) {
+    grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
+      return connections_[i]->stub()->ListVariables(ctx, ListVariablesRequest(),
+                                                    &out[i]);
+    });
+    if (!s.ok()) return FromGrpc(s, *connections_[i], "ListVariables");
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<StatsResponse>> Client::Stats() {
+  std::vector<StatsResponse> out(connections_.size());
+  for (size_t i = 0; i < connections_.size(); ++i) {
+    grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
+      return connections_[i]->stub()->GetStats(ctx, StatsRequest(), &out[i]);
+    });
+    if (!s.ok()) return FromGrpc(s, *connections_[i], "GetStats");
+  }
+  return out;
+}
+
+}  // namespace psrt

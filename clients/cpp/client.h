@@ -1,0 +1,181 @@
+// psrt::Client: the C++ client of a psrt cluster, used by ps_worker and by
+// users' own training code. Thread-safe.
+//
+//   psrt::ClientOptions options;
+//   options.ps_addresses = {"host1:2223", "host2:2223"};
+//   auto client = psrt::Client::Connect(options);
+//   (*client)->CreateVariables({embedding_spec, dense_spec});
+//
+//   // One training step: one Pull and one Push call per PS.
+//   std::vector<float> rows(ids.size() * 16), weights(64 * 32);
+//   (*client)->Pull({psrt::PullOp::Rows("emb", ids, rows.data()),
+//                    psrt::PullOp::Dense("w", weights.data())});
+//   ... compute gradients ...
+//   (*client)->Push({psrt::PushOp::Rows("emb", ids, row_grads.data()),
+//                    psrt::PushOp::Dense("w", weight_grads.data())});
+//
+// Embedding ids are de-duplicated, routed to their shards, and rows are put
+// back in request order; pushed rows of a repeated id are summed. Dense
+// variables are split into and joined from their shards. Every call has a
+// deadline; calls that fail with UNAVAILABLE are retried with exponential
+// backoff (pushes carry an id so a retried push is never applied twice).
+#ifndef PSRT_CLIENTS_CPP_CLIENT_H_
+#define PSRT_CLIENTS_CPP_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "partitioner/shard_map.h"
+#include "proto/ps.pb.h"
+
+namespace psrt {
+
+struct ClientOptions {
+  // host:port of every PS task, in task order.
+  std::vector<std::string> ps_addresses;
+  // Deadline of each attempt of a call.
+  absl::Duration call_timeout = absl::Seconds(60);
+  // Attempts per call for retryable failures (UNAVAILABLE).
+  int max_attempts = 6;
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+  // Largest message sent or asked for; tensors are split into messages of
+  // this size (one embedding row at least).
+  size_t message_bytes = 1 << 20;
+  // TCP connections per PS; calls are spread over them.
+  int channels_per_ps = 2;
+  // Identifies this worker in push headers (sync modes); -1 if none.
+  int worker_index = -1;
+};
+
+// One variable's part of a batched pull. `out` receives the whole dense
+// variable (row-major, its full shape) or ids.size() rows of `dim` floats.
+// REQUIRES: ids and out stay valid until the pull returns.
+struct PullOp {
+  std::string variable;
+  absl::Span<const int64_t> ids;  // empty for a dense variable
+  float* out = nullptr;
+  bool ids_unique = false;  // caller promises no repeats: skips de-dup
+
+  static PullOp Dense(std::string variable, float* out) {
+    return {std::move(variable), {}, out};
+  }
+  static PullOp Rows(std::string variable, absl::Span<const int64_t> ids,
+                     float* out) {
+    return {std::move(variable), ids, out};
+  }
+};
+
+// One variable's part of a batched push: a gradient with the layout of the
+// matching PullOp's `out`. learning_rate > 0 overrides the variable's.
+struct PushOp {
+  std::string variable;
+  absl::Span<const int64_t> ids;
+  const float* grad = nullptr;
+  float learning_rate = 0;
+  bool ids_unique = false;
+
+  static PushOp Dense(std::string variable, const float* grad) {
+    return {std::move(variable), {}, grad};
+  }
+  static PushOp Rows(std::string variable, absl::Span<const int64_t> ids,
+                     const float* grad) {
+    return {std::move(variable), ids, grad};
+  }
+};
+
+class PsConnection;
+class StepRequest;
+
+// A pull or push in flight (from Client::StartPull / StartPush).
+class PendingStep {
+ public:
+  ~PendingStep();  // waits
+  PendingStep(const PendingStep&) = delete;
+  PendingStep& operator=(const PendingStep&) = delete;
+  // Blocks until every PS has answered (retrying as needed).
+  absl::Status Wait();
+
+ private:
+  friend class Client;
+  explicit PendingStep(std::unique_ptr<StepRequest> request);
+  std::unique_ptr<StepRequest> request_;
+  bool waited_ = false;
+  absl::Status status_;
+};
+
+class Client {
+ public:
+  // Connects lazily: the first call (or WaitForServers) opens connections.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Waits until every PS answers its health check.
+  absl::Status WaitForServers(absl::Duration timeout);
+
+  // Creates variables (idempotent: specs that already exist identically are
+  // accepted), appending new ones to the cluster's catalog: PS 0 first, which
+  // orders concurrent creators, then the others. The client's catalog is
+  // refreshed first, so processes creating the same model agree.
+  absl::Status CreateVariables(std::vector<VariableSpec> specs);
+
+  // Reloads the catalog (specs and their order) from PS 0, for processes that
+  // use variables someone else created.
+  absl::Status RefreshCatalog();
+
+  // The layout of a variable in the client's catalog; nullptr if unknown.
+  const VariableLayout* Find(absl::string_view name) const;
+
+  // Batched pull and push: one call per PS, all PS in parallel.
+  absl::Status Pull(absl::Span<const PullOp> ops);
+  absl::Status Push(absl::Span<const PushOp> ops);
+  // The same, returning immediately (e.g. to prefetch the next step's rows
+  // while this one computes). The ops' buffers must stay valid until Wait.
+  absl::StatusOr<std::unique_ptr<PendingStep>> StartPull(
+      absl::Span<const PullOp> ops);
+  absl::StatusOr<std::unique_ptr<PendingStep>> StartPush(
+      absl::Span<const PushOp> ops);
+
+  // Single-variable conveniences.
+  absl::Status PullDense(const std::string& variable, float* out);
+  absl::Status PushDense(const std::string& variable, const float* grad);
+  absl::Status PullRows(const std::string& variable,
+                        absl::Span<const int64_t> ids, float* out);
+  absl::Status PushRows(const std::string& variable,
+                        absl::Span<const int64_t> ids, const float* grads);
+
+  // Per-PS views (index = PS task).
+  absl::StatusOr<std::vector<ListVariablesResponse>> ListVariables();
+  absl::StatusOr<std::vector<StatsResponse>> Stats();
+
+  int num_ps() const { return static_cast<int>(connections_.size()); }
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  explicit Client(ClientOptions options);
+  absl::Status RefreshCatalogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+
+  const ClientOptions options_;
+  const uint64_t client_id_;
+  std::atomic<uint64_t> next_request_id_{1};
+  std::vector<std::unique_ptr<PsConnection>> connections_;
+
+  absl::Mutex create_mu_;  // serializes CreateVariables/RefreshCatalog
+  // Grows only (variables are appended), so layouts found stay valid.
+  mutable absl::Mutex catalog_mu_;
+  ShardMap catalog_ ABSL_GUARDED_BY(catalog_mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_CLIENTS_CPP_CLIENT_H_

@@ -1,0 +1,102 @@
+#include "clients/cpp/ps_connection.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "absl/synchronization/notification.h"
+
+namespace psrt {
+namespace {
+
+// grpc.health.v1.HealthCheckRequest{service: ""} is the empty message; the
+// response is HealthCheckResponse{status = 1 (SERVING)}: bytes 08 01.
+constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+
+}  // namespace
+
+grpc::ChannelArguments ClientChannelArguments(const ClientOptions& options,
+                                              int channel_index) {
+  grpc::ChannelArguments args;
+  // Each channel gets its own TCP connection (gRPC would otherwise share one
+  // subchannel among identical channels).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("psrt.channel_index", channel_index);
+  const int limit = static_cast<int>(
+      std::max<size_t>(options.message_bytes, 16 << 20) + (1 << 20));
+  args.SetMaxReceiveMessageSize(limit);
+  args.SetMaxSendMessageSize(limit);
+  // A restarted PS is found again within seconds, not gRPC's default two
+  // minutes of reconnect backoff.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  return args;
+}
+
+PsConnection::PsConnection(int ps_task, std::string address,
+                           const ClientOptions& options)
+    : ps_task_(ps_task), address_(std::move(address)) {
+  const int n = std::max(1, options.channels_per_ps);
+  for (int i = 0; i < n; ++i) {
+    Channel c;
+    c.channel = grpc::CreateCustomChannel(
+        address_, grpc::InsecureChannelCredentials(),
+        ClientChannelArguments(options, i));
+    c.pull = std::make_unique<grpc::internal::RpcMethod>(
+        "/psrt.ParameterServer/Pull",
+        grpc::internal::RpcMethod::SERVER_STREAMING, c.channel);
+    c.push = std::make_unique<grpc::internal::RpcMethod>(
+        "/psrt.ParameterServer/Push",
+        grpc::internal::RpcMethod::CLIENT_STREAMING, c.channel);
+    channels_.push_back(std::move(c));
+  }
+  stub_ = ParameterServer::NewStub(channels_[0].channel);
+}
+
+std::string PsConnection::Describe() const {
+  return absl::StrCat("PS ", ps_task_, " (", address_, ")");
+}
+
+absl::Status PsConnection::WaitHealthy(absl::Time deadline) const {
+  grpc::GenericStub generic(channels_[0].channel);
+  std::string last_error = "no answer";
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(
+        std::min(deadline, absl::Now() + absl::Seconds(2))));
+    context.set_wait_for_ready(true);
+    grpc::Slice empty;
+    grpc::ByteBuffer request(&empty, 1), response;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, kHealthCheckMethod, grpc::StubOptions(),
+                      &request, &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    if (status.ok()) {
+      std::vector<grpc::Slice> slices;
+      std::string bytes;
+      if (response.Dump(&slices).ok()) {
+        for (const auto& s : slices) {
+          bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        }
+      }
+      if (bytes == std::string("\x08\x01", 2)) return absl::OkStatus();
+      last_error = "health check says NOT_SERVING";
+    } else {
+      last_error = status.error_message();
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          Describe(), " did not become healthy in time: ", last_error));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace psrt

@@ -1,0 +1,65 @@
+// The client's connections to one PS task: `channels_per_ps` gRPC channels
+// (separate TCP connections), the control-RPC stub and the raw Pull/Push
+// method handles.
+#ifndef PSRT_CLIENTS_CPP_PS_CONNECTION_H_
+#define PSRT_CLIENTS_CPP_PS_CONNECTION_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "clients/cpp/client.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "proto/ps.grpc.pb.h"
+
+namespace psrt {
+
+class PsConnection {
+ public:
+  PsConnection(int ps_task, std::string address, const ClientOptions& options);
+  PsConnection(const PsConnection&) = delete;
+  PsConnection& operator=(const PsConnection&) = delete;
+
+  int ps_task() const { return ps_task_; }
+  const std::string& address() const { return address_; }
+  // "PS 1 (host:2224)", for error messages.
+  std::string Describe() const;
+
+  // Channel for the next streaming call (round robin).
+  int NextChannel() { return next_.fetch_add(1) % channels_.size(); }
+  grpc::Channel* channel(int i) const { return channels_[i].channel.get(); }
+  const grpc::internal::RpcMethod& pull_method(int i) const {
+    return *channels_[i].pull;
+  }
+  const grpc::internal::RpcMethod& push_method(int i) const {
+    return *channels_[i].push;
+  }
+  ParameterServer::Stub* stub() const { return stub_.get(); }
+
+  // Polls the standard health service until SERVING or the deadline.
+  absl::Status WaitHealthy(absl::Time deadline) const;
+
+ private:
+  struct Channel {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<grpc::internal::RpcMethod> pull, push;
+  };
+  const int ps_task_;
+  const std::string address_;
+  std::vector<Channel> channels_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+  std::atomic<uint32_t> next_{0};
+};
+
+// Channel arguments shared by every psrt client channel.
+grpc::ChannelArguments ClientChannelArguments(const ClientOptions& options,
+                                              int channel_index);
+
+}  // namespace psrt
+
+#endif  // PSRT_CLIENTS_CPP_PS_CONNECTION_H_

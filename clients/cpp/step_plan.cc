@@ -1,0 +1,231 @@
+#include "clients/cpp/step_plan.h"
+
+#include <cstring>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace psrt {
+namespace {
+
+// An op's ids reduced to unique ids, each with its first row.
+struct UniqueIds {
+  std::vector<int64_t> ids;
+  std::vector<int32_t> first_row;
+  // For each request row, the index of its id in `ids`.
+  std::vector<int32_t> unique_index;
+  bool has_repeats = false;
+};
+
+UniqueIds Deduplicate(absl::Span<const int64_t> ids, bool promised_unique) {
+  UniqueIds u;
+  if (promised_unique) {
+    u.ids.assign(ids.begin(), ids.end());
+    u.first_row.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) u.first_row[i] = static_cast<int32_t>(i);
+    return u;
+  }
+  absl::flat_hash_map<int64_t, int32_t> index;
+  index.reserve(ids.size());
+  u.unique_index.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto [it, inserted] =
+        index.emplace(ids[i], static_cast<int32_t>(u.ids.size()));
+    if (inserted) {
+      u.ids.push_back(ids[i]);
+      u.first_row.push_back(static_cast<int32_t>(i));
+    } else {
+      u.has_repeats = true;
+    }
+    u.unique_index[i] = it->second;
+  }
+  return u;
+}
+
+absl::StatusOr<const VariableLayout*> Lookup(const ShardMap& catalog,
+                                             const std::string& name,
+                                             bool has_ids, const void* buffer,
+                                             const char* what) {
+  const VariableLayout* layout = catalog.Find(name);
+  if (layout == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "unknown variable '", name,
+        "' (not in this client's catalog; CreateVariables or RefreshCatalog "
+        "first)"));
+  }
+  if (buffer == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " of '", name, "': null buffer"));
+  }
+  if (layout->kind() == DENSE && has_ids) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " of '", name, "': a DENSE variable takes no ids"));
+  }
+  return layout;
+}
+
+absl::Status CheckIds(const VariableLayout& layout,
+                      absl::Span<const int64_t> ids, const char* what) {
+  if (ids.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " of '", layout.spec.name(), "': more than 2^31 ids in one op"));
+  }
+  if (layout.kind() != EMBEDDING) return absl::OkStatus();
+  for (int64_t id : ids) {
+    if (id < 0 || id >= layout.rows) {
+      return absl::OutOfRangeError(
+          absl::StrCat(what, " of '", layout.spec.name(), "': id ", id,
+                       " is outside the vocabulary [0, ", layout.rows, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Splits an op's unique ids by shard: shard_of_unique[u] and, per shard, the
+// unique indices it holds (in order).
+std::vector<std::vector<int32_t>> GroupByShard(const VariableLayout& layout,
+                                               const std::vector<int64_t>& ids) {
+  std::vector<std::vector<int32_t>> groups(layout.num_shards());
+  if (layout.num_shards() == 1) {
+    groups[0].resize(ids.size());
+    for (size_t u = 0; u < ids.size(); ++u) groups[0][u] = static_cast<int32_t>(u);
+    return groups;
+  }
+  std::vector<int32_t> shard(ids.size());
+  std::vector<size_t> counts(layout.num_shards());
+  for (size_t u = 0; u < ids.size(); ++u) {
+    shard[u] = layout.ShardOf(ids[u]);
+    ++counts[shard[u]];
+  }
+  for (int s = 0; s < layout.num_shards(); ++s) groups[s].reserve(counts[s]);
+  for (size_t u = 0; u < ids.size(); ++u) {
+    groups[shard[u]].push_back(static_cast<int32_t>(u));
+  }
+  return groups;
+}
+
+}  // namespace
+
+absl::StatusOr<StepPlan> PlanPull(const ShardMap& catalog,
+                                  absl::Span<const PullOp> ops) {
+  StepPlan plan;
+  plan.items_by_ps.resize(catalog.num_ps());
+  for (const PullOp& op : ops) {
+    auto layout = Lookup(catalog, op.variable, !op.ids.empty(), op.out, "pull");
+    if (!layout.ok()) return layout.status();
+    const VariableLayout& v = **layout;
+    if (v.kind() == DENSE) {
+      for (const ShardLayout& s : v.shards) {
+        PlannedItem item;
+        item.layout = &v;
+        item.shard = s.shard;
+        item.count = s.num_rows * v.row_width;
+        item.dense_out = op.out + s.row_begin * v.row_width;
+        plan.items_by_ps[s.ps_task].push_back(std::move(item));
+      }
+      continue;
+    }
+    if (absl::Status st = CheckIds(v, op.ids, "pull"); !st.ok()) return st;
+    UniqueIds u = Deduplicate(op.ids, op.ids_unique);
+    plan.rows += static_cast<int64_t>(op.ids.size());
+    std::vector<std::vector<int32_t>> groups = GroupByShard(v, u.ids);
+    for (int s = 0; s < v.num_shards(); ++s) {
+      if (groups[s].empty()) continue;
+      PlannedItem item;
+      item.layout = &v;
+      item.shard = s;
+      item.rows_out = op.out;
+      item.ids.reserve(groups[s].size());
+      item.out_rows.reserve(groups[s].size());
+      for (int32_t index : groups[s]) {
+        item.ids.push_back(u.ids[index]);
+        item.out_rows.push_back(u.first_row[index]);
+      }
+      plan.items_by_ps[v.shards[s].ps_task].push_back(std::move(item));
+    }
+    if (u.has_repeats) {
+      for (size_t i = 0; i < op.ids.size(); ++i) {
+        const int32_t first = u.first_row[u.unique_index[i]];
+        if (first != static_cast<int32_t>(i)) {
+          plan.repeated_rows.push_back({op.out + i * v.row_width,
+                                        op.out + first * v.row_width,
+                                        v.row_width});
+        }
+      }
+    }
+  }
+  return plan;
+}
+
+absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
+                                  absl::Span<const PushOp> ops) {
+  StepPlan plan;
+  plan.items_by_ps.resize(catalog.num_ps());
+  for (const PushOp& op : ops) {
+    auto layout =
+        Lookup(catalog, op.variable, !op.ids.empty(), op.grad, "push");
+    if (!layout.ok()) return layout.status();
+    const VariableLayout& v = **layout;
+    if (!(op.learning_rate >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push of '", op.variable, "': learning_rate must be >= 0"));
+    }
+    if (v.kind() == DENSE) {
+      for (const ShardLayout& s : v.shards) {
+        PlannedItem item;
+        item.layout = &v;
+        item.shard = s.shard;
+        item.learning_rate = op.learning_rate;
+        item.count = s.num_rows * v.row_width;
+        item.dense_grad = op.grad + s.row_begin * v.row_width;
+        plan.items_by_ps[s.ps_task].push_back(std::move(item));
+      }
+      continue;
+    }
+    if (absl::Status st = CheckIds(v, op.ids, "push"); !st.ok()) return st;
+    const int64_t width = v.row_width;
+    UniqueIds u = Deduplicate(op.ids, op.ids_unique);
+    plan.rows += static_cast<int64_t>(op.ids.size());
+    // Where each unique id's row lands: (item, row within the item).
+    std::vector<std::pair<int32_t, int32_t>> slot(u.ids.size());
+    std::vector<std::vector<int32_t>> groups = GroupByShard(v, u.ids);
+    // Per shard: (PS, index in that PS's item list); pointers would dangle as
+    // the lists grow.
+    std::vector<std::pair<int, size_t>> items(v.num_shards());
+    for (int s = 0; s < v.num_shards(); ++s) {
+      if (groups[s].empty()) continue;
+      auto& list = plan.items_by_ps[v.shards[s].ps_task];
+      list.emplace_back();
+      PlannedItem& item = list.back();
+      item.layout = &v;
+      item.shard = s;
+      item.learning_rate = op.learning_rate;
+      item.ids.reserve(groups[s].size());
+      item.grads.resize(groups[s].size() * width);
+      for (size_t j = 0; j < groups[s].size(); ++j) {
+        const int32_t index = groups[s][j];
+        item.ids.push_back(u.ids[index]);
+        std::memcpy(item.grads.data() + j * width,
+                    op.grad + static_cast<int64_t>(u.first_row[index]) * width,
+                    width * sizeof(float));
+        slot[index] = {s, static_cast<int32_t>(j)};
+      }
+      items[s] = {v.shards[s].ps_task, list.size() - 1};
+    }
+    if (u.has_repeats) {
+      for (size_t i = 0; i < op.ids.size(); ++i) {
+        const int32_t index = u.unique_index[i];
+        if (u.first_row[index] == static_cast<int32_t>(i)) continue;
+        const auto [ps, at] = items[slot[index].first];
+        float* sum = plan.items_by_ps[ps][at].grads.data() +
+                     static_cast<int64_t>(slot[index].second) * width;
+        const float* g = op.grad + i * width;
+        for (int64_t c = 0; c < width; ++c) sum[c] += g[c];
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace psrt

@@ -1,0 +1,249 @@
+#include "clients/cpp/step_request.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "proto/frame_packer.h"
+
+namespace psrt {
+namespace {
+
+// Ids per Pull request message at most; more go in further calls.
+size_t MaxIdsPerPullRequest(const ClientOptions& options) {
+  return std::max<size_t>(options.message_bytes * 4 / sizeof(int64_t), 1024);
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
+                      const char* what) {
+  return absl::Status(
+      static_cast<absl::StatusCode>(s.error_code()),
+      absl::StrCat(what, " to ", connection.Describe(), ": ", s.error_message()));
+}
+
+}  // namespace
+
+std::unique_ptr<StepRequest> StepRequest::ForPull(const Context& context,
+                                                  StepPlan plan) {
+  std::unique_ptr<StepRequest> r(new StepRequest(context, std::move(plan), false));
+  r->BuildPullCalls();
+  return r;
+}
+
+std::unique_ptr<StepRequest> StepRequest::ForPush(const Context& context,
+                                                  StepPlan plan) {
+  std::unique_ptr<StepRequest> r(new StepRequest(context, std::move(plan), true));
+  r->BuildPushCalls();
+  return r;
+}
+
+StepRequest::StepRequest(const Context& context, StepPlan plan, bool push)
+    : context_(context), push_(push), plan_(std::move(plan)) {}
+
+StepRequest::~StepRequest() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &outstanding_));
+}
+
+void StepRequest::BuildPullCalls() {
+  const size_t max_ids = MaxIdsPerPullRequest(*context_.options);
+  for (size_t ps = 0; ps < plan_.items_by_ps.size(); ++ps) {
+    const std::vector<PlannedItem>& items = plan_.items_by_ps[ps];
+    if (items.empty()) continue;
+    PullRequestHeader header;
+    std::vector<grpc::Slice> payloads;
+    std::vector<PullTarget> targets;
+    size_t ids_in_request = 0;
+    auto flush = [&] {
+      header.set_max_response_message_bytes(
+          static_cast<uint32_t>(context_.options->message_bytes));
+      FrameWriter writer(header);
+      for (auto& p : payloads) writer.AddPayload(std::move(p));
+      Call call;
+      call.connection = (*context_.connections)[ps].get();
+      call.pull_request = writer.Finish();
+      call.targets = std::move(targets);
+      calls_.push_back(std::move(call));
+      header.Clear();
+      payloads.clear();
+      targets.clear();
+      ids_in_request = 0;
+    };
+    for (const PlannedItem& item : items) {
+      if (item.layout->kind() == DENSE) {
+        TensorItem* t = header.add_items();
+        t->set_variable(item.layout->spec.name());
+        t->set_shard(item.shard);
+        t->set_offset(0);
+        t->set_count(item.count);
+        targets.push_back({&item, 0, item.count});
+        continue;
+      }
+      for (size_t begin = 0; begin < item.ids.size();) {
+        if (ids_in_request == max_ids) flush();
+        const size_t n = std::min(item.ids.size() - begin, max_ids - ids_in_request);
+        TensorItem* t = header.add_items();
+        t->set_variable(item.layout->spec.name());
+        t->set_shard(item.shard);
+        t->set_ids_payload(static_cast<int>(payloads.size()));
+        payloads.push_back(
+            lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t)));
+        targets.push_back({&item, static_cast<int64_t>(begin),
+                           static_cast<int64_t>(n) * item.width()});
+        ids_in_request += n;
+        begin += n;
+      }
+    }
+    if (!targets.empty()) flush();
+  }
+}
+
+void StepRequest::BuildPushCalls() {
+  const uint64_t request_id = context_.next_request_id->fetch_add(1);
+  const size_t limit = context_.options->message_bytes;
+  for (size_t ps = 0; ps < plan_.items_by_ps.size(); ++ps) {
+    const std::vector<PlannedItem>& items = plan_.items_by_ps[ps];
+    if (items.empty()) continue;
+    FramePacker<PushRequestHeader> packer(limit);
+    // Identity goes in the first message, the end marker in the last.
+    auto identify = [&](PushRequestHeader* header, size_t index) {
+      if (index != 0) return;
+      header->set_client_id(context_.client_id);
+      header->set_request_id(request_id);
+      header->set_worker_index(context_.options->worker_index);
+    };
+    for (const PlannedItem& item : items) {
+      const bool dense = item.layout->kind() == DENSE;
+      // Unit of splitting: one float for dense, one row for embeddings.
+      const int64_t unit_floats = dense ? 1 : item.width();
+      const int64_t unit_bytes =
+          unit_floats * sizeof(float) + (dense ? 0 : sizeof(int64_t));
+      const int64_t units =
+          dense ? item.count : static_cast<int64_t>(item.ids.size());
+      int64_t begin = 0;
+      do {
+        if (!packer.empty() && packer.room() < static_cast<size_t>(unit_bytes)) {
+          packer.Flush(identify);
+        }
+        const int64_t n = std::min<int64_t>(
+            units - begin,
+            std::max<int64_t>(1, packer.room() / unit_bytes));
+        TensorItem* t = packer.header()->add_items();
+        t->set_variable(item.layout->spec.name());
+        t->set_shard(item.shard);
+        t->set_learning_rate(item.learning_rate);
+        if (dense) {
+          t->set_offset(begin);
+          t->set_count(n);
+          t->set_grad_payload(packer.AddPayload(
+              lease_.Lend(item.dense_grad + begin, n * sizeof(float))));
+        } else {
+          t->set_ids_payload(packer.AddPayload(
+              lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t))));
+          t->set_grad_payload(packer.AddPayload(
+              lease_.Lend(item.grads.data() + begin * unit_floats,
+                          n * unit_floats * sizeof(float))));
+        }
+        begin += n;
+      } while (begin < units);
+    }
+    packer.Flush([&](PushRequestHeader* header, size_t index) {
+      identify(header, index);
+      header->set_last(true);
+    });
+    Call call;
+    call.connection = (*context_.connections)[ps].get();
+    call.push_messages = std::move(packer.messages());
+    calls_.push_back(std::move(call));
+  }
+}
+
+void StepRequest::Launch(Call* call) {
+  ++call->attempts;
+  const absl::Duration timeout = context_.options->call_timeout;
+  if (push_) {
+    call->rpc = std::make_unique<PushCall>(call->connection,
+                                           &call->push_messages, timeout);
+  } else {
+    call->rpc = std::make_unique<PullCall>(call->connection, call->pull_request,
+                                           &call->targets, timeout);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++outstanding_;
+  }
+  call->rpc->Start([this] {
+    absl::MutexLock lock(&mu_);
+    --outstanding_;
+  });
+}
+
+void StepRequest::Start() {
+  for (Call& call : calls_) Launch(&call);
+}
+
+bool StepRequest::Retryable(const grpc::Status& status) const {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) return true;
+  // The same push is still being applied by the PS (an earlier attempt that
+  // timed out on our side); asking again learns its outcome.
+  return push_ && status.error_code() == grpc::StatusCode::ABORTED &&
+         status.error_message().find("still being applied") != std::string::npos;
+}
+
+absl::Status StepRequest::Wait() {
+  const ClientOptions& options = *context_.options;
+  absl::Status result;
+  std::mt19937 jitter(std::random_device{}());
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](int* n) { return *n == 0; }, &outstanding_));
+    }
+    std::vector<Call*> retry;
+    for (Call& call : calls_) {
+      if (call.rpc == nullptr) continue;
+      const grpc::Status& s = call.rpc->status();
+      if (s.ok()) continue;
+      if (Retryable(s) && call.attempts < options.max_attempts) {
+        retry.push_back(&call);
+      } else if (result.ok()) {
+        result = FromGrpc(s, *call.connection, push_ ? "push" : "pull");
+      }
+    }
+    if (!result.ok() || retry.empty()) break;
+    int attempts = 0;
+    for (Call* call : retry) attempts = std::max(attempts, call->attempts);
+    absl::Duration backoff = std::min(
+        options.max_backoff, options.initial_backoff * (1 << std::min(attempts - 1, 20)));
+    backoff *= std::uniform_real_distribution<double>(0.8, 1.2)(jitter);
+    for (Call* call : retry) {
+      LOG(WARNING) << (push_ ? "push to " : "pull from ")
+                   << call->connection->Describe() << " failed ("
+                   << call->rpc->status().error_message() << "); retry "
+                   << call->attempts << " of " << options.max_attempts - 1
+                   << " in " << absl::FormatDuration(backoff);
+    }
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff));
+    for (Call* call : retry) Launch(call);
+  }
+  if (result.ok() && !push_) {
+    for (const RowCopy& copy : plan_.repeated_rows) {
+      std::memcpy(copy.dst, copy.src, copy.floats * sizeof(float));
+    }
+  }
+  // The caller may reuse its buffers once Wait returns.
+  for (Call& call : calls_) {
+    call.rpc.reset();
+    call.pull_request.Clear();
+    call.push_messages.clear();
+  }
+  lease_.WaitReturned();
+  return result;
+}
+
+}  // namespace psrt

@@ -1,0 +1,71 @@
+// A batched pull or push in flight: the plan, the messages built from it
+// (lending the plan's and the caller's buffers to gRPC without copying),
+// one or more calls per PS, and the retry loop.
+#ifndef PSRT_CLIENTS_CPP_STEP_REQUEST_H_
+#define PSRT_CLIENTS_CPP_STEP_REQUEST_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "clients/cpp/client.h"
+#include "clients/cpp/ps_connection.h"
+#include "clients/cpp/pull_call.h"
+#include "clients/cpp/push_call.h"
+#include "clients/cpp/step_plan.h"
+#include "proto/slice_lease.h"
+
+namespace psrt {
+
+class StepRequest {
+ public:
+  struct Context {
+    const std::vector<std::unique_ptr<PsConnection>>* connections;
+    const ClientOptions* options;
+    uint64_t client_id;
+    std::atomic<uint64_t>* next_request_id;
+  };
+
+  static std::unique_ptr<StepRequest> ForPull(const Context& context,
+                                              StepPlan plan);
+  static std::unique_ptr<StepRequest> ForPush(const Context& context,
+                                              StepPlan plan);
+  ~StepRequest();
+
+  void Start();
+  // Waits for every call, retrying retryable failures; then finishes the
+  // step (copies rows of repeated ids) and waits until gRPC has released
+  // every buffer lent to it.
+  absl::Status Wait();
+
+ private:
+  struct Call {
+    PsConnection* connection;
+    grpc::ByteBuffer pull_request;               // pull
+    std::vector<PullTarget> targets;              // pull
+    std::vector<grpc::ByteBuffer> push_messages;  // push
+    int attempts = 0;
+    std::unique_ptr<RpcCall> rpc;
+  };
+
+  StepRequest(const Context& context, StepPlan plan, bool push);
+  void BuildPullCalls();
+  void BuildPushCalls();
+  void Launch(Call* call);
+  bool Retryable(const grpc::Status& status) const;
+
+  const Context context_;
+  const bool push_;
+  // Destroyed last: owns the memory lent to gRPC.
+  StepPlan plan_;
+  SliceLease lease_;
+  std::vector<Call> calls_;
+
+  absl::Mutex mu_;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_CLIENTS_CPP_STEP_REQUEST_H_

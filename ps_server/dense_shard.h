@@ -1,0 +1,59 @@
+// One shard of a DENSE variable: a contiguous range of its rows, flattened,
+// with the optimizer's slots in parallel arrays.
+#ifndef PSRT_PS_SERVER_DENSE_SHARD_H_
+#define PSRT_PS_SERVER_DENSE_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "partitioner/shard_map.h"
+#include "proto/frame_reader.h"
+#include "ps_server/initializer.h"
+#include "ps_server/optimizer.h"
+
+namespace psrt {
+
+class DenseShard {
+ public:
+  // Allocates the shard and fills it from `init`. `optimizer` must outlive
+  // the shard.
+  DenseShard(const VariableLayout& layout, int shard,
+             const Optimizer* optimizer, const Initializer& init);
+  DenseShard(const DenseShard&) = delete;
+  DenseShard& operator=(const DenseShard&) = delete;
+
+  // Floats in the shard.
+  int64_t size() const { return size_; }
+  // Parameter and slot bytes.
+  int64_t bytes() const;
+  int64_t version() const;
+
+  // Copies elements [offset, offset + count) to out and returns the shard's
+  // version at that moment. REQUIRES: the range lies inside the shard.
+  int64_t Read(int64_t offset, int64_t count, float* out) const;
+
+  // Applies one update made of gradient pieces for disjoint ranges, under
+  // one lock acquisition; the version (Adam's t) advances once.
+  // REQUIRES: each range inside the shard, grad.size() == 4 * count, all
+  // values finite.
+  struct Piece {
+    int64_t offset;
+    int64_t count;
+    PayloadView grad;
+  };
+  void Apply(absl::Span<const Piece> pieces, float learning_rate);
+
+ private:
+  const Optimizer* const optimizer_;
+  const int64_t size_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<float[]> params_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<float[]> slots_[2] ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_DENSE_SHARD_H_

@@ -1,0 +1,46 @@
+// A shard of an EMBEDDING variable (known vocabulary): all its rows are
+// allocated up front. Each row keeps its parameters and optimizer slots
+// side by side -- [values | slot 0 | slot 1], width floats each -- so that
+// a sparse update touches one or two cache lines per row, not three
+// scattered arrays.
+#ifndef PSRT_PS_SERVER_EMBEDDING_SHARD_H_
+#define PSRT_PS_SERVER_EMBEDDING_SHARD_H_
+
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "partitioner/shard_map.h"
+#include "ps_server/initializer.h"
+#include "ps_server/optimizer.h"
+#include "ps_server/row_shard.h"
+
+namespace psrt {
+
+class EmbeddingShard final : public RowShard {
+ public:
+  // `layout` and `optimizer` must outlive the shard.
+  EmbeddingShard(const VariableLayout& layout, int shard,
+                 const Optimizer* optimizer, const Initializer& init);
+
+  int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
+  void Apply(absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
+             float learning_rate) override;
+  int64_t num_rows() const override { return rows_; }
+  int64_t bytes() const override;
+  int64_t version() const override;
+
+ private:
+  const VariableLayout& layout_;
+  const int shard_;
+  const Optimizer* const optimizer_;
+  const int64_t width_;
+  const int64_t stride_;  // floats per row: width * (1 + slots)
+  const int64_t rows_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<float[]> data_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_EMBEDDING_SHARD_H_

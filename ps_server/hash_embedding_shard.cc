@@ -1,0 +1,116 @@
+#include "ps_server/hash_embedding_shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace psrt {
+
+HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
+                                       const Optimizer* optimizer,
+                                       const Initializer& init)
+    : layout_(layout),
+      shard_(shard),
+      optimizer_(optimizer),
+      init_(init),
+      width_(layout.row_width),
+      stride_(layout.row_width * (1 + optimizer->num_slots())),
+      capacity_(layout.shards[shard].num_rows) {}
+
+float* HashEmbeddingShard::Row(uint32_t row) {
+  return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
+}
+
+const float* HashEmbeddingShard::Row(uint32_t row) const {
+  return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
+}
+
+uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
+  const uint32_t row = static_cast<uint32_t>(rows_++);
+  if (row / kRowsPerBlock == blocks_.size()) {
+    blocks_.emplace_back(new float[kRowsPerBlock * stride_]);
+  }
+  float* values = Row(row);
+  init_.FillRow(id, width_, values);
+  for (int k = 0; k < optimizer_->num_slots(); ++k) {
+    std::fill_n(values + width_ * (k + 1), width_,
+                optimizer_->initial_slot_value(k));
+  }
+  index_.emplace(id, row);
+  return row;
+}
+
+int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
+                                   float* out) const {
+  absl::ReaderMutexLock lock(&mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = index_.find(ids[i]);
+    if (it == index_.end()) {
+      init_.FillRow(ids[i], width_, out + i * width_);
+    } else {
+      std::memcpy(out + i * width_, Row(it->second), width_ * sizeof(float));
+    }
+  }
+  return version_;
+}
+
+absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
+  absl::MutexLock lock(&mu_);
+  int64_t missing = 0;
+  for (int64_t id : ids) missing += index_.contains(id) ? 0 : 1;
+  const int64_t limit =
+      capacity_ > 0 ? std::min<int64_t>(capacity_,
+                                        std::numeric_limits<uint32_t>::max())
+                    : std::numeric_limits<uint32_t>::max();
+  if (rows_ + missing > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "hash embedding '", layout_.spec.name(), "' shard ", shard_, " is full: ",
+        rows_, " rows + ", missing, " new would pass its capacity of ", limit,
+        " rows (shape[0] = ", layout_.rows, " over ", layout_.num_shards(),
+        " shards); raise shape[0] or the shard count"));
+  }
+  if (missing > 0) {
+    index_.reserve(rows_ + missing);
+    for (int64_t id : ids) {
+      if (!index_.contains(id)) CreateRow(id);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void HashEmbeddingShard::Apply(absl::Span<const int64_t> ids,
+                               absl::Span<const PayloadView> grads,
+                               float learning_rate) {
+  absl::MutexLock lock(&mu_);
+  const UpdateContext context{learning_rate, version_ + 1};
+  ForEachGradientRow(grads, width_, [&](size_t i, const float* g) {
+    auto it = index_.find(ids[i]);
+    const uint32_t r = it == index_.end() ? CreateRow(ids[i]) : it->second;
+    float* row = Row(r);
+    float* slots[2] = {row + width_, row + 2 * width_};
+    optimizer_->Apply(row, slots, g, width_, context);
+  });
+  ++version_;
+}
+
+int64_t HashEmbeddingShard::num_rows() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return rows_;
+}
+
+int64_t HashEmbeddingShard::bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  const int64_t block_bytes = kRowsPerBlock * stride_ * sizeof(float);
+  const int64_t index_bytes =
+      index_.capacity() * (sizeof(std::pair<int64_t, uint32_t>) + 1);
+  return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes;
+}
+
+int64_t HashEmbeddingShard::version() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return version_;
+}
+
+}  // namespace psrt

@@ -1,0 +1,66 @@
+// A shard of a HASH_EMBEDDING variable: rows keyed by any int64 id, created
+// on the first push that touches them. A pull of an id never pushed returns
+// the row's initial value -- a pure function of (seed, id) -- without storing
+// it, so serving or evaluating on unseen ids costs no memory.
+//
+// Rows live in fixed-size blocks (never moved once created) indexed by an
+// id -> row map; each row keeps [values | slot 0 | slot 1] side by side.
+// The row capacity (shape[0] split over the shards, 0 = unbounded) is a hard
+// limit: a push that would pass it fails with RESOURCE_EXHAUSTED and
+// creates nothing.
+#ifndef PSRT_PS_SERVER_HASH_EMBEDDING_SHARD_H_
+#define PSRT_PS_SERVER_HASH_EMBEDDING_SHARD_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "partitioner/shard_map.h"
+#include "ps_server/initializer.h"
+#include "ps_server/optimizer.h"
+#include "ps_server/row_shard.h"
+
+namespace psrt {
+
+class HashEmbeddingShard final : public RowShard {
+ public:
+  static constexpr int64_t kRowsPerBlock = 4096;
+
+  // `layout` and `optimizer` must outlive the shard.
+  HashEmbeddingShard(const VariableLayout& layout, int shard,
+                     const Optimizer* optimizer, const Initializer& init);
+
+  int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
+  absl::Status EnsureRows(absl::Span<const int64_t> ids) override;
+  void Apply(absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
+             float learning_rate) override;
+  int64_t num_rows() const override;
+  int64_t bytes() const override;
+  int64_t version() const override;
+
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  float* Row(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const float* Row(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Appends an initialized row for `id` and returns its index.
+  uint32_t CreateRow(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const VariableLayout& layout_;
+  const int shard_;
+  const Optimizer* const optimizer_;
+  const Initializer init_;
+  const int64_t width_;
+  const int64_t stride_;
+  const int64_t capacity_;  // 0 = unbounded
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<float[]>> blocks_ ABSL_GUARDED_BY(mu_);
+  int64_t rows_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_HASH_EMBEDDING_SHARD_H_

@@ -1,0 +1,55 @@
+// Server-side optimizers: update parameters in place from a gradient, with
+// their slots (accumulators, moments) stored beside the parameters.
+//
+// Each optimizer follows TensorFlow's training ops (ApplyGradientDescent,
+// ApplyMomentum, ApplyAdagrad, ApplyAdam, ApplyFtrlV2) so that a model moved
+// from TF's PS trains the same way. Updates are element-wise, so any span of
+// coordinates can be updated on its own: a dense shard in pieces as its
+// gradient arrives, an embedding one row at a time.
+#ifndef PSRT_PS_SERVER_OPTIMIZER_H_
+#define PSRT_PS_SERVER_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "proto/ps.pb.h"
+
+namespace psrt {
+
+struct UpdateContext {
+  float learning_rate = 0;
+  // 1-based number of updates applied to the shard, this one included
+  // (Adam's bias correction).
+  int64_t step = 1;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  int num_slots() const { return num_slots_; }
+  // The value every slot coordinate starts at.
+  float initial_slot_value(int slot) const { return initial_slot_values_[slot]; }
+
+  // Updates params[0, n) and slots[k][0, n) with grad[0, n).
+  // REQUIRES: the arrays do not overlap each other.
+  virtual void Apply(float* params, float* const* slots, const float* grad,
+                     size_t n, const UpdateContext& context) const = 0;
+
+ protected:
+  Optimizer(int num_slots, float slot0_initial, float slot1_initial)
+      : num_slots_(num_slots),
+        initial_slot_values_{slot0_initial, slot1_initial} {}
+
+ private:
+  int num_slots_;
+  float initial_slot_values_[2];
+};
+
+// REQUIRES: `spec` was normalized (NormalizeVariableSpec).
+std::unique_ptr<Optimizer> CreateOptimizer(const OptimizerSpec& spec);
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_OPTIMIZER_H_

@@ -1,0 +1,87 @@
+// The psrt.ParameterServer gRPC service (callback API). Control RPCs are
+// plain protobuf; Pull and Push are registered as raw methods so their
+// Frames are read and written by hand (proto/frame_*.h). Everything an RPC
+// does is in the handlers; this file translates statuses and keeps metrics.
+#ifndef PSRT_PS_SERVER_PS_SERVICE_H_
+#define PSRT_PS_SERVER_PS_SERVICE_H_
+
+#include <cstddef>
+
+#include "absl/time/time.h"
+#include "proto/ps.grpc.pb.h"
+#include "ps_server/metrics.h"
+#include "ps_server/push_dedup.h"
+#include "ps_server/shard_store.h"
+
+namespace psrt {
+
+struct ServiceLimits {
+  size_t max_message_bytes = 16 << 20;  // one Pull response message at most
+  size_t max_push_bytes = size_t{2} << 30;  // one Push call at most
+};
+
+// Metrics of one RPC method.
+struct MethodMetrics {
+  Counter* requests;
+  Counter* bytes_in;
+  Counter* bytes_out;
+  Counter* rows;
+  Histogram* latency;
+};
+
+using ParameterServerCallbackBase =
+    ParameterServer::WithCallbackMethod_CreateVariables<
+        ParameterServer::WithCallbackMethod_ListVariables<
+            ParameterServer::WithCallbackMethod_GetStats<
+                ParameterServer::WithRawCallbackMethod_Pull<
+                    ParameterServer::WithRawCallbackMethod_Push<
+                        ParameterServer::Service>>>>>;
+
+class ParameterServerService final : public ParameterServerCallbackBase {
+ public:
+  // `store` and `metrics` must outlive the service.
+  ParameterServerService(ShardStore* store, MetricsRegistry* metrics,
+                         ServiceLimits limits);
+
+  grpc::ServerUnaryReactor* CreateVariables(
+      grpc::CallbackServerContext* context,
+      const CreateVariablesRequest* request,
+      CreateVariablesResponse* response) override;
+  grpc::ServerUnaryReactor* ListVariables(grpc::CallbackServerContext* context,
+                                          const ListVariablesRequest* request,
+                                          ListVariablesResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const StatsRequest* request,
+                                     StatsResponse* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
+      grpc::CallbackServerContext* context,
+      grpc::ByteBuffer* response) override;
+
+  // Counts a failed RPC under psrt_errors_total{method, code} and returns it
+  // as a gRPC status.
+  grpc::Status Fail(const char* method, const absl::Status& status);
+
+  const MethodMetrics& pull_metrics() const { return pull_; }
+  const MethodMetrics& push_metrics() const { return push_; }
+  Counter* rejected_nonfinite() const { return rejected_nonfinite_; }
+
+ private:
+  class PullReactor;
+  class PushReactor;
+  MethodMetrics MakeMethodMetrics(const char* method);
+
+  ShardStore* const store_;
+  MetricsRegistry* const metrics_;
+  const ServiceLimits limits_;
+  PushDedup dedup_;
+  MethodMetrics pull_, push_, create_;
+  Counter* rejected_nonfinite_;
+  const absl::Time started_ = absl::Now();
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_PS_SERVICE_H_

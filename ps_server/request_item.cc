@@ -1,0 +1,165 @@
+#include "ps_server/request_item.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace psrt {
+namespace {
+
+std::string Where(RequestKind kind, const TensorItem& item) {
+  return absl::StrCat(kind == RequestKind::kPull ? "pull of '" : "push to '",
+                      item.variable(), "' shard ", item.shard(), ": ");
+}
+
+bool SpanFinite(const float* v, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    bad |= (bits & 0x7f800000u) + 0x00800000u;  // top bit set iff exponent 255
+  }
+  return (bad & 0x80000000u) == 0;
+}
+
+}  // namespace
+
+bool AllFinite(const PayloadView& values, size_t* first_bad, float* bad_value) {
+  bool finite = true;
+  ForEachFloatRun(values, [&](const float* v, size_t n, size_t first) {
+    if (!finite || SpanFinite(v, n)) return;
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(v[i])) {
+        *first_bad = first + i;
+        *bad_value = v[i];
+        finite = false;
+        return;
+      }
+    }
+  });
+  return finite;
+}
+
+absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
+                         const FrameReader& frame, RequestKind kind,
+                         ResolvedItem* out) {
+  const bool push = kind == RequestKind::kPush;
+  const LocalVariable* v = store.Find(item.variable());
+  if (v == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        push ? "push to" : "pull of", " unknown variable '", item.variable(),
+        "' (PS ", store.ps_task(), " knows ", store.Variables().size(),
+        " variables; create it first)"));
+  }
+  const VariableLayout& layout = *v->layout;
+  if (item.shard() < 0 || item.shard() >= layout.num_shards()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kind, item), "no such shard; the variable has ",
+                     layout.num_shards(), " shards"));
+  }
+  if (!v->Holds(item.shard())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(kind, item), "the shard lives on PS ",
+        layout.shards[item.shard()].ps_task, ", not on PS ", store.ps_task(),
+        "; the client's shard map disagrees with the cluster's"));
+  }
+  out->variable = v;
+  out->shard = item.shard();
+  const int64_t width = layout.row_width;
+  int64_t rows = 0;  // rows of values the item moves
+
+  if (v->is_dense()) {
+    if (item.has_ids_payload()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(kind, item), "a DENSE variable is addressed by offset/count, "
+                             "not ids"));
+    }
+    const int64_t size = v->dense[item.shard()]->size();
+    if (item.offset() < 0 || item.count() <= 0 ||
+        item.offset() > size - item.count()) {
+      return absl::OutOfRangeError(absl::StrCat(
+          Where(kind, item), "range [", item.offset(), ", ",
+          item.offset() + item.count(), ") is not inside the shard's ", size,
+          " floats"));
+    }
+    out->offset = item.offset();
+    out->count = item.count();
+  } else {
+    if (!item.has_ids_payload() || item.ids_payload() < 0 ||
+        item.ids_payload() >= frame.num_payloads()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(kind, item), "ids_payload ",
+          item.has_ids_payload() ? absl::StrCat(item.ids_payload())
+                                 : std::string("(unset)"),
+          " does not name one of the message's ", frame.num_payloads(),
+          " payloads"));
+    }
+    const PayloadView ids = frame.payload(item.ids_payload());
+    if (ids.size() % sizeof(int64_t) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(kind, item), "ids payload has ", ids.size(),
+                       " bytes, not a multiple of 8 (int64 ids)"));
+    }
+    out->ids.resize(ids.size() / sizeof(int64_t));
+    ids.CopyTo(out->ids.data());
+    const int n = layout.num_shards();
+    const int s = item.shard();
+    const bool hashed = layout.kind() == HASH_EMBEDDING;
+    for (int64_t id : out->ids) {
+      if (!hashed && (id < 0 || id >= layout.rows)) {
+        return absl::OutOfRangeError(
+            absl::StrCat(Where(kind, item), "id ", id,
+                         " is outside the vocabulary [0, ", layout.rows, ")"));
+      }
+      const int owner = layout.ShardOf(id);
+      if (owner != s) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Where(kind, item), "id ", id, " belongs to shard ", owner, " (",
+            PartitionSpec::Routing_Name(layout.routing()), " routing over ",
+            n, " shards), not ", s));
+      }
+    }
+    rows = static_cast<int64_t>(out->ids.size());
+  }
+
+  if (!push) return absl::OkStatus();
+
+  if (!item.has_grad_payload() || item.grad_payload() < 0 ||
+      item.grad_payload() >= frame.num_payloads()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item), "grad_payload does not name one of the message's ",
+        frame.num_payloads(), " payloads"));
+  }
+  out->grad = frame.payload(item.grad_payload());
+  const int64_t expected = v->is_dense() ? item.count() : rows * width;
+  if (out->grad.size() % sizeof(float) != 0 ||
+      static_cast<int64_t>(out->grad.size() / sizeof(float)) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item), "grad has ", out->grad.size() / sizeof(float),
+        " floats", out->grad.size() % sizeof(float) ? " (and a partial one)" : "",
+        ", expected ", expected,
+        v->is_dense() ? " (the range's size)"
+                      : absl::StrCat(" (", rows, " ids x ", width, " per row)")));
+  }
+  size_t bad_index;
+  float bad_value;
+  if (!AllFinite(out->grad, &bad_index, &bad_value)) {
+    absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item), "gradient element ", bad_index, " is ", bad_value,
+        "; the push was rejected and nothing was applied"));
+    s.SetPayload(kNonFiniteGradient, absl::Cord());
+    return s;
+  }
+  out->learning_rate = item.learning_rate() > 0
+                           ? item.learning_rate()
+                           : layout.spec.optimizer().learning_rate();
+  if (!std::isfinite(item.learning_rate()) || item.learning_rate() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item), "learning_rate override ", item.learning_rate(),
+        " must be finite and >= 0 (0 = the variable's own)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psrt

@@ -1,0 +1,59 @@
+// One shard of an embedding table: rows addressed by global id. Two kinds:
+// EmbeddingShard (known vocabulary, rows preallocated) and
+// HashEmbeddingShard (any int64 id, rows created on first push).
+#ifndef PSRT_PS_SERVER_ROW_SHARD_H_
+#define PSRT_PS_SERVER_ROW_SHARD_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "proto/frame_reader.h"
+
+namespace psrt {
+
+class RowShard {
+ public:
+  virtual ~RowShard() = default;
+
+  // Copies the rows of `ids` (duplicates allowed) to out, width floats each,
+  // all under one lock, and returns the shard's version.
+  // REQUIRES: every id routes to this shard.
+  virtual int64_t Gather(absl::Span<const int64_t> ids, float* out) const = 0;
+
+  // Makes sure rows exist for `ids` before an update (hash shards create
+  // them; RESOURCE_EXHAUSTED if that would pass the shard's capacity, with
+  // nothing created).
+  virtual absl::Status EnsureRows(absl::Span<const int64_t> ids) {
+    return absl::OkStatus();
+  }
+
+  // Applies one update: `grads` are payloads holding, in order, one row of
+  // gradient per id. The version advances once.
+  // REQUIRES: ids unique and routed here, rows ensured, values finite.
+  virtual void Apply(absl::Span<const int64_t> ids,
+                     absl::Span<const PayloadView> grads,
+                     float learning_rate) = 0;
+
+  virtual int64_t num_rows() const = 0;
+  // Bytes held: parameters, slots and index structures.
+  virtual int64_t bytes() const = 0;
+  virtual int64_t version() const = 0;
+};
+
+// Calls fn(i, row) for i over ids' positions with the gradient row of ids[i],
+// walking the pieces in order.
+template <typename Fn>
+void ForEachGradientRow(absl::Span<const PayloadView> grads, size_t width,
+                        Fn&& fn) {
+  size_t base = 0;
+  for (const PayloadView& piece : grads) {
+    ForEachRow(piece, width,
+               [&](size_t row, const float* g) { fn(base + row, g); });
+    base += piece.size() / (width * sizeof(float));
+  }
+}
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_ROW_SHARD_H_

@@ -1,0 +1,93 @@
+// Everything one PS task holds: the cluster's ordered variable catalog (the
+// same on every PS) and the shards of it placed on this task.
+//
+// Catalog rule: shard placement is a function of the ordered catalog, so
+// every PS must see the same variables in the same order. CreateVariables
+// therefore names the catalog position of its first spec; a taken position
+// must hold the identical spec, and new specs are only appended at the end.
+// Clients send creations to PS 0 first, which orders racing creators (the
+// loser gets FAILED_PRECONDITION before any other PS is touched).
+#ifndef PSRT_PS_SERVER_SHARD_STORE_H_
+#define PSRT_PS_SERVER_SHARD_STORE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "partitioner/shard_map.h"
+#include "ps_server/dense_shard.h"
+#include "ps_server/initializer.h"
+#include "ps_server/optimizer.h"
+#include "ps_server/row_shard.h"
+
+namespace psrt {
+
+// A catalog entry and whichever of its shards live on this PS.
+struct LocalVariable {
+  const VariableLayout* layout = nullptr;
+  std::unique_ptr<Optimizer> optimizer;
+  // Indexed by shard; null where the shard lives on another PS.
+  std::vector<std::unique_ptr<DenseShard>> dense;  // DENSE
+  std::vector<std::unique_ptr<RowShard>> rows;     // EMBEDDING, HASH_EMBEDDING
+
+  const std::string& name() const { return layout->spec.name(); }
+  bool is_dense() const { return layout->kind() == DENSE; }
+  bool Holds(int shard) const {
+    return shard >= 0 && shard < layout->num_shards() &&
+           (is_dense() ? dense[shard] != nullptr : rows[shard] != nullptr);
+  }
+  int64_t bytes() const;
+};
+
+class ShardStore {
+ public:
+  // `memory_limit_bytes` bounds the planned bytes of this PS's shards
+  // (0: 90% of the memory available when a variable is created).
+  ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes = 0);
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+
+  // Places `specs` at catalog positions first_index, first_index + 1, ...
+  // and allocates the shards that land on this PS. Returns the catalog size.
+  // Errors: INVALID_ARGUMENT (bad spec or num_ps), ALREADY_EXISTS (a name
+  // exists with another spec; both are described), FAILED_PRECONDITION
+  // (positions disagree with the catalog), RESOURCE_EXHAUSTED (memory).
+  absl::StatusOr<int> CreateVariables(int first_index,
+                                      std::vector<VariableSpec> specs,
+                                      int num_ps);
+
+  // nullptr if no such variable. The pointer stays valid for the store's
+  // lifetime. Thread-safe.
+  const LocalVariable* Find(absl::string_view name) const;
+
+  // The catalog in order.
+  std::vector<const LocalVariable*> Variables() const;
+
+  int ps_task() const { return ps_task_; }
+  int num_ps() const { return num_ps_; }
+  int64_t parameter_bytes() const;
+  int64_t num_local_shards() const;
+
+ private:
+  const int ps_task_;
+  const int num_ps_;
+  const int64_t memory_limit_bytes_;
+
+  // Serializes creations (held while shards are allocated).
+  absl::Mutex create_mu_;
+  ShardMap map_ ABSL_GUARDED_BY(create_mu_);
+
+  // Guards the published catalog read by every request.
+  mutable absl::Mutex catalog_mu_;
+  std::vector<std::unique_ptr<LocalVariable>> variables_
+      ABSL_GUARDED_BY(catalog_mu_);
+  absl::flat_hash_map<std::string, LocalVariable*> by_name_
+      ABSL_GUARDED_BY(catalog_mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_SHARD_STORE_H_

@@ -1,0 +1,336 @@
+// A 2-PS cluster of real ps_server processes driven by several concurrent
+// clients: results equal to a reference computation.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "partitioner/variable_spec.h"
+#include "ps_server/initializer.h"
+#include "ps_server/optimizer_reference.h"
+#include "tests/local_cluster.h"
+
+namespace psrt {
+namespace {
+
+VariableSpec Spec(const std::string& name, VariableKind kind,
+                  std::vector<int64_t> shape, int shards,
+                  OptimizerSpec::Kind optimizer, float lr,
+                  PartitionSpec::Routing routing = PartitionSpec::DIV) {
+  VariableSpec s;
+  s.set_name(name);
+  s.set_kind(kind);
+  for (int64_t d : shape) s.add_shape(d);
+  s.mutable_partition()->set_num_shards(shards);
+  s.mutable_partition()->set_routing(routing);
+  s.mutable_optimizer()->set_kind(optimizer);
+  s.mutable_optimizer()->set_learning_rate(lr);
+  return s;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = LocalCluster::Start({});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+  }
+  std::unique_ptr<Client> NewClient() {
+    auto client = Client::Connect(cluster_->MakeClientOptions());
+    EXPECT_TRUE(client.ok()) << client.status();
+    return std::move(*client);
+  }
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+// 4 clients x 500 SGD pushes of small-integer gradients with a power-of-two
+// learning rate: every partial sum is exact in float, so the result must
+// equal the reference exactly whatever order the pushes land in. Rows get
+// the same gradient in every column, so a pull that saw a row half-updated
+// (a torn row) would see unequal columns.
+TEST_F(ClusterTest, ConcurrentSgdPushesSumExactlyAndRowsNeverTear) {
+  constexpr float kLr = 0.0625f;
+  constexpr int kClients = 4, kSteps = 500, kIdsPerStep = 64;
+  auto setup = NewClient();
+  ASSERT_TRUE(setup
+                  ->CreateVariables(
+                      {Spec("w", DENSE, {1000, 8}, 3, OptimizerSpec::SGD, kLr),
+                       Spec("e", EMBEDDING, {5000, 4}, 4, OptimizerSpec::SGD,
+                            kLr, PartitionSpec::MOD)})
+                  .ok());
+
+  auto dense_grad = [](int client, int step, int row) {
+    return static_cast<float>((client * 7 + step * 3 + row) % 9 - 4);
+  };
+  auto step_ids = [](int client, int step) {
+    std::vector<int64_t> ids(kIdsPerStep);
+    for (int i = 0; i < kIdsPerStep; ++i) {
+      // Repeats within a step on purpose: the client must sum them.
+      ids[i] = (client * 977 + step * 131 + (i % 48) * 101) % 5000;
+    }
+    return ids;
+  };
+  auto row_grad = [](int client, int step, int i) {
+    return static_cast<float>((client + step + i) % 5 - 2);
+  };
+
+  std::atomic<int> torn{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = NewClient();
+      ASSERT_TRUE(client->RefreshCatalog().ok());
+      std::vector<float> w_grad(8000), w(8000), rows(kIdsPerStep * 4);
+      for (int step = 0; step < kSteps; ++step) {
+        for (int r = 0; r < 1000; ++r) {
+          std::fill_n(w_grad.begin() + r * 8, 8, dense_grad(c, step, r));
+        }
+        const std::vector<int64_t> ids = step_ids(c, step);
+        std::vector<float> e_grad(kIdsPerStep * 4);
+        for (int i = 0; i < kIdsPerStep; ++i) {
+          std::fill_n(e_grad.begin() + i * 4, 4, row_grad(c, step, i));
+        }
+        ASSERT_TRUE(client
+                        ->Push({PushOp::Dense("w", w_grad.data()),
+                                PushOp::Rows("e", ids, e_grad.data())})
+                        .ok());
+        if (step % 10 == 0) {
+          ASSERT_TRUE(client
+                          ->Pull({PullOp::Dense("w", w.data()),
+                                  PullOp::Rows("e", ids, rows.data())})
+                          .ok());
+          for (int r = 0; r < 1000; ++r) {
+            for (int k = 1; k < 8; ++k) torn += w[r * 8 + k] != w[r * 8];
+          }
+          for (int i = 0; i < kIdsPerStep; ++i) {
+            for (int k = 1; k < 4; ++k) torn += rows[i * 4 + k] != rows[i * 4];
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(torn.load(), 0);
+
+  std::vector<double> w_sum(1000, 0), e_sum(5000, 0);
+  for (int c = 0; c < kClients; ++c) {
+    for (int step = 0; step < kSteps; ++step) {
+      for (int r = 0; r < 1000; ++r) w_sum[r] += dense_grad(c, step, r);
+      const std::vector<int64_t> ids = step_ids(c, step);
+      for (int i = 0; i < kIdsPerStep; ++i) e_sum[ids[i]] += row_grad(c, step, i);
+    }
+  }
+  std::vector<float> w(8000);
+  std::vector<int64_t> all_ids(5000);
+  std::iota(all_ids.begin(), all_ids.end(), 0);
+  std::vector<float> e(5000 * 4);
+  ASSERT_TRUE(setup->PullDense("w", w.data()).ok());
+  ASSERT_TRUE(setup->PullRows("e", all_ids, e.data()).ok());
+  int nonzero = 0;
+  for (int r = 0; r < 1000; ++r) {
+    for (int k = 0; k < 8; ++k) {
+      ASSERT_EQ(w[r * 8 + k], static_cast<float>(-kLr * w_sum[r])) << r;
+    }
+    nonzero += w_sum[r] != 0;
+  }
+  for (int id = 0; id < 5000; ++id) {
+    for (int k = 0; k < 4; ++k) {
+      ASSERT_EQ(e[id * 4 + k], static_cast<float>(-kLr * e_sum[id])) << id;
+    }
+  }
+  EXPECT_GT(nonzero, 500);
+
+  // Every shard counted its updates: each push touches all 3 dense shards.
+  auto lists = setup->ListVariables();
+  ASSERT_TRUE(lists.ok());
+  int64_t w_versions = 0;
+  for (const auto& ps : *lists) {
+    for (const auto& v : ps.variables()) {
+      if (v.spec().name() != "w") continue;
+      for (const auto& shard : v.shards()) w_versions += shard.version();
+    }
+  }
+  EXPECT_EQ(w_versions, 3 * kClients * kSteps);
+}
+
+// Adagrad, Adam and FTRL embeddings over 4 DIV shards; client c owns shard
+// c (ids [250c, 250c + 250)), so each row's update sequence is known and
+// the cluster must match the scalar reference to 1e-6.
+TEST_F(ClusterTest, StatefulOptimizersMatchTheReference) {
+  constexpr int kClients = 4, kSteps = 200, kRows = 1000, kDim = 8;
+  struct Case {
+    std::string name;
+    OptimizerSpec::Kind kind;
+    float lr;
+  };
+  const std::vector<Case> cases = {{"adagrad", OptimizerSpec::ADAGRAD, 0.1f},
+                                   {"adam", OptimizerSpec::ADAM, 0.01f},
+                                   {"ftrl", OptimizerSpec::FTRL, 0.05f}};
+  std::vector<VariableSpec> specs;
+  for (const Case& c : cases) {
+    VariableSpec s =
+        Spec(c.name, EMBEDDING, {kRows, kDim}, 4, c.kind, c.lr);
+    s.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+    s.mutable_initializer()->set_min(-0.1f);
+    s.mutable_initializer()->set_max(0.1f);
+    s.mutable_initializer()->set_seed(5);
+    if (c.kind == OptimizerSpec::FTRL) {
+      s.mutable_optimizer()->set_l1(0.01f);
+      s.mutable_optimizer()->set_l2(0.001f);
+    }
+    ASSERT_TRUE(NormalizeVariableSpec(&s).ok());
+    specs.push_back(s);
+  }
+  auto setup = NewClient();
+  ASSERT_TRUE(setup->CreateVariables(specs).ok());
+
+  // The gradient client c pushes at `step`: ids drawn from its own shard
+  // (with repeats) and normal gradients.
+  auto make_step = [&](int c, int step, std::vector<int64_t>* ids,
+                       std::vector<float>* grads) {
+    std::mt19937 rng(c * 100003 + step);
+    std::uniform_int_distribution<int> pick(0, 249);
+    std::normal_distribution<float> normal(0, 1);
+    ids->resize(40);
+    for (auto& id : *ids) id = c * 250 + pick(rng);
+    grads->resize(40 * kDim);
+    for (auto& g : *grads) g = normal(rng);
+  };
+
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = NewClient();
+      ASSERT_TRUE(client->RefreshCatalog().ok());
+      std::vector<int64_t> ids;
+      std::vector<float> grads;
+      for (int step = 0; step < kSteps; ++step) {
+        make_step(c, step, &ids, &grads);
+        std::vector<PushOp> ops;
+        for (const Case& k : cases) ops.push_back(PushOp::Rows(k.name, ids, grads.data()));
+        ASSERT_TRUE(client->Push(ops).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  std::vector<int64_t> all(kRows);
+  std::iota(all.begin(), all.end(), 0);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    std::vector<float> got(kRows * kDim);
+    ASSERT_TRUE(setup->PullRows(cases[k].name, all, got.data()).ok());
+    const OptimizerSpec& opt = specs[k].optimizer();
+    Initializer init(specs[k].initializer());
+    double max_error = 0;
+    for (int row = 0; row < kRows; ++row) {
+      const int c = row / 250;
+      std::vector<float> initial(kDim);
+      init.FillRow(row, kDim, initial.data());
+      ReferenceState ref = ReferenceState::Start(opt, initial);
+      std::vector<int64_t> ids;
+      std::vector<float> grads;
+      for (int step = 0; step < kSteps; ++step) {
+        make_step(c, step, &ids, &grads);
+        std::vector<float> sum(kDim, 0);
+        bool touched = false;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (ids[i] != row) continue;
+          touched = true;
+          for (int d = 0; d < kDim; ++d) sum[d] += grads[i * kDim + d];
+        }
+        // The shard's update count is the client's step count.
+        if (touched) ReferenceUpdate(opt, step + 1, sum.data(), &ref);
+      }
+      for (int d = 0; d < kDim; ++d) {
+        max_error = std::max<double>(
+            max_error, std::fabs(got[row * kDim + d] - ref.params[d]));
+      }
+    }
+    EXPECT_LE(max_error, 1e-6) << cases[k].name;
+    std::cout << cases[k].name << ": max |cluster - reference| = " << max_error
+              << "\n";
+  }
+}
+
+TEST_F(ClusterTest, HashEmbeddingCreatesRowsOnPushAndEnforcesCapacity) {
+  VariableSpec s = Spec("h", HASH_EMBEDDING, {64, 4}, 2, OptimizerSpec::SGD,
+                        1.0f);
+  s.mutable_initializer()->set_kind(InitializerSpec::NORMAL);
+  s.mutable_initializer()->set_stddev(0.5f);
+  s.mutable_initializer()->set_seed(11);
+  auto client = NewClient();
+  ASSERT_TRUE(client->CreateVariables({s}).ok());
+  Initializer init(s.initializer());
+
+  // Unseen ids (any int64) pull their deterministic initial values.
+  const std::vector<int64_t> ids = {-5, 123456789012345LL, 7};
+  std::vector<float> rows(12);
+  ASSERT_TRUE(client->PullRows("h", ids, rows.data()).ok());
+  for (int i = 0; i < 3; ++i) {
+    for (int d = 0; d < 4; ++d) {
+      EXPECT_EQ(rows[i * 4 + d], init.Value(ids[i], d));
+    }
+  }
+  auto stats_rows = [&] {
+    int64_t n = 0;
+    auto lists = client->ListVariables();
+    EXPECT_TRUE(lists.ok()) << lists.status();
+    for (const auto& ps : *lists) {
+      for (const auto& v : ps.variables()) {
+        for (const auto& shard : v.shards()) n += shard.num_rows();
+      }
+    }
+    return n;
+  };
+  EXPECT_EQ(stats_rows(), 0);  // pulls store nothing
+
+  std::vector<float> grads(12, 1.0f);
+  ASSERT_TRUE(client->PushRows("h", ids, grads.data()).ok());
+  ASSERT_TRUE(client->PullRows("h", ids, rows.data()).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FLOAT_EQ(rows[i * 4], init.Value(ids[i], 0) - 1.0f);
+  }
+  EXPECT_EQ(stats_rows(), 3);
+
+  // Capacity 64 over 2 shards: 32 rows per shard. 200 new ids overflow.
+  std::vector<int64_t> many(200);
+  std::iota(many.begin(), many.end(), 1000);
+  std::vector<float> many_grads(800, 1.0f);
+  absl::Status full = client->PushRows("h", many, many_grads.data());
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_NE(full.message().find("is full"), std::string::npos) << full;
+  EXPECT_NE(full.message().find("capacity of 32 rows"), std::string::npos)
+      << full;
+  // The three rows pushed before kept their values.
+  ASSERT_TRUE(client->PullRows("h", ids, rows.data()).ok());
+  EXPECT_FLOAT_EQ(rows[0], init.Value(ids[0], 0) - 1.0f);
+}
+
+// A 64 MiB dense variable moves through 1 MiB messages both ways.
+TEST_F(ClusterTest, LargeTensorsTravelInBoundedMessages) {
+  constexpr int64_t kFloats = 16 << 20;  // 64 MiB
+  VariableSpec s = Spec("big", DENSE, {kFloats}, 1, OptimizerSpec::SGD, 0.5f);
+  s.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
+  s.mutable_initializer()->set_value(3.0f);
+  auto client = NewClient();
+  ASSERT_TRUE(client->CreateVariables({s}).ok());
+  std::vector<float> grad(kFloats), values(kFloats);
+  for (int64_t i = 0; i < kFloats; ++i) grad[i] = static_cast<float>(i % 1024);
+  ASSERT_TRUE(client->PushDense("big", grad.data()).ok());
+  ASSERT_TRUE(client->PullDense("big", values.data()).ok());
+  for (int64_t i = 0; i < kFloats; i += 4099) {
+    ASSERT_EQ(values[i], 3.0f - 0.5f * static_cast<float>(i % 1024)) << i;
+  }
+  ASSERT_EQ(values[kFloats - 1], 3.0f - 0.5f * 1023);
+  // The servers' message limit (16 MiB by default) was never raised.
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok());
+  int64_t in = 0;
+  for (const auto& s : *stats) in += s.bytes_in();
+  EXPECT_GT(in, kFloats * 4);
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,177 @@
+#include "tests/local_cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace psrt {
+
+int PickUnusedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    Options options) {
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  cluster->options_ = options;
+  for (int i = 0; i < options.num_ps; ++i) {
+    cluster->spec_.ps.push_back(absl::StrCat("127.0.0.1:", PickUnusedPort()));
+    cluster->metrics_ports_.push_back(PickUnusedPort());
+    const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+    cluster->logs_.push_back(absl::StrCat(dir ? dir : "/tmp", "/ps_", i, "_",
+                                          getpid(), ".log"));
+  }
+  cluster->spec_.workers.push_back(absl::StrCat("127.0.0.1:", PickUnusedPort()));
+  cluster->pids_.assign(options.num_ps, -1);
+  for (int i = 0; i < options.num_ps; ++i) {
+    if (absl::Status s = cluster->Launch(i); !s.ok()) return s;
+  }
+  auto client = Client::Connect(cluster->MakeClientOptions());
+  if (!client.ok()) return client.status();
+  if (absl::Status s = (*client)->WaitForServers(absl::Seconds(30)); !s.ok()) {
+    return s;
+  }
+  return cluster;
+}
+
+absl::Status LocalCluster::Launch(int ps) {
+  std::vector<std::string> args = {
+      options_.binary,
+      absl::StrCat("--cluster=", ClusterSpecToJson(spec_)),
+      absl::StrCat("--task_index=", ps),
+      "--bind_address=127.0.0.1",
+      absl::StrCat("--metrics_port=", metrics_ports_[ps]),
+      "--metrics_bind_address=127.0.0.1",
+      "--shutdown_grace_secs=2",
+  };
+  args.insert(args.end(), options_.extra_flags.begin(),
+              options_.extra_flags.end());
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    const int log = open(logs_[ps].c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (log >= 0) {
+      dup2(log, STDOUT_FILENO);
+      dup2(log, STDERR_FILENO);
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  pids_[ps] = pid;
+  return absl::OkStatus();
+}
+
+ClientOptions LocalCluster::MakeClientOptions() const {
+  ClientOptions options;
+  options.ps_addresses = spec_.ps;
+  options.call_timeout = absl::Seconds(30);
+  return options;
+}
+
+int LocalCluster::Kill(int ps, int signal) {
+  if (pids_[ps] <= 0) return -1;
+  kill(pids_[ps], signal);
+  int status = 0;
+  waitpid(pids_[ps], &status, 0);
+  pids_[ps] = -1;
+  return status;
+}
+
+absl::Status LocalCluster::Restart(int ps) {
+  if (absl::Status s = Launch(ps); !s.ok()) return s;
+  ClientOptions options = MakeClientOptions();
+  options.ps_addresses = {spec_.ps[ps]};
+  auto client = Client::Connect(options);
+  if (!client.ok()) return client.status();
+  return (*client)->WaitForServers(absl::Seconds(30));
+}
+
+LocalCluster::~LocalCluster() {
+  for (pid_t pid : pids_) {
+    if (pid > 0) kill(pid, SIGTERM);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  for (pid_t& pid : pids_) {
+    if (pid <= 0) continue;
+    int status;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid = -1;
+  }
+}
+
+absl::StatusOr<std::string> FetchMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("connect to metrics port ", port));
+  }
+  const std::string request =
+      "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return absl::UnavailableError("write to metrics port");
+  }
+  std::string response;
+  char buffer[65536];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || body == std::string::npos) {
+    return absl::InternalError("malformed HTTP response from /metrics");
+  }
+  return response.substr(body + 4);
+}
+
+double MetricValue(const std::string& text, const std::string& sample) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(sample + " ", 0) == 0) {
+      double v;
+      if (absl::SimpleAtod(line.substr(sample.size() + 1), &v)) return v;
+    }
+  }
+  return -1;
+}
+
+}  // namespace psrt

@@ -1,0 +1,70 @@
+// Starts real ps_server processes on loopback ports for multi-process tests
+// (the counterpart of TensorFlow's grpc_testlib). Each process gets the
+// TF_CONFIG-style cluster spec on its command line and logs to a file in
+// the test's output directory.
+#ifndef PSRT_TESTS_LOCAL_CLUSTER_H_
+#define PSRT_TESTS_LOCAL_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "clients/cpp/client.h"
+#include "partitioner/cluster_spec.h"
+
+namespace psrt {
+
+// A TCP port nobody listens on right now (bound and released).
+int PickUnusedPort();
+
+class LocalCluster {
+ public:
+  struct Options {
+    int num_ps = 2;
+    std::vector<std::string> extra_flags;  // for every ps_server
+    std::string binary = "ps_server/ps_server";  // relative to runfiles
+  };
+
+  // Starts the servers and waits until each answers its health check.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(Options options);
+  // SIGTERM to every server, SIGKILL after a grace period.
+  ~LocalCluster();
+
+  const ClusterSpec& spec() const { return spec_; }
+  std::vector<std::string> ps_addresses() const { return spec_.ps; }
+  int metrics_port(int ps) const { return metrics_ports_[ps]; }
+  const std::string& log_path(int ps) const { return logs_[ps]; }
+
+  ClientOptions MakeClientOptions() const;
+
+  // Kills PS `ps` with `signal` and waits for it to exit; returns its exit
+  // status as from waitpid.
+  int Kill(int ps, int signal);
+  // Starts PS `ps` again on its port and waits until it is healthy.
+  absl::Status Restart(int ps);
+  bool Running(int ps) const { return pids_[ps] > 0; }
+
+ private:
+  LocalCluster() = default;
+  absl::Status Launch(int ps);
+
+  Options options_;
+  ClusterSpec spec_;
+  std::vector<int> metrics_ports_;
+  std::vector<pid_t> pids_;
+  std::vector<std::string> logs_;
+};
+
+// Fetches http://127.0.0.1:port/metrics.
+absl::StatusOr<std::string> FetchMetrics(int port);
+
+// The value of one sample ("name{labels}") in Prometheus text, or -1.
+double MetricValue(const std::string& text, const std::string& sample);
+
+}  // namespace psrt
+
+#endif  // PSRT_TESTS_LOCAL_CLUSTER_H_
