@@ -40,8 +40,9 @@ int64_t EmbeddingShard::Gather(absl::Span<const int64_t> ids,
   const float* data = data_.get();
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i + kPrefetchDistance < ids.size()) {
-      __builtin_prefetch(
-          data + layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
+      __builtin_prefetch(data +
+                         layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) *
+                             stride_);
     }
     std::memcpy(out + i * width_,
                 data + layout_.LocalRow(shard_, ids[i]) * stride_,

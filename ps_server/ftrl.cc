@@ -13,8 +13,10 @@ void Ftrl::Apply(float* params, float* const* slots, const float* grad,
   // loop without temporaries (this runs once per embedding row).
   z += g - ((accum + g.square()).sqrt() - accum.sqrt()) / alpha * w;
   accum += g.square();
-  w = (z.abs() > l1_).select(
-      (z.sign() * l1_ - z) / ((beta_ + accum.sqrt()) / alpha + 2 * l2_), 0.0f);
+  w = (z.abs() > l1_)
+          .select(
+              (z.sign() * l1_ - z) / ((beta_ + accum.sqrt()) / alpha + 2 * l2_),
+              0.0f);
 }
 
 }  // namespace psrt

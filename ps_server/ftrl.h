@@ -16,7 +16,9 @@ namespace psrt {
 class Ftrl final : public Optimizer {
  public:
   Ftrl(float initial_accumulator_value, float l1, float l2, float beta)
-      : Optimizer(2, initial_accumulator_value, 0), l1_(l1), l2_(l2),
+      : Optimizer(2, initial_accumulator_value, 0),
+        l1_(l1),
+        l2_(l2),
         beta_(beta) {}
   void Apply(float* params, float* const* slots, const float* grad, size_t n,
              const UpdateContext& context) const override;

@@ -61,13 +61,14 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
   int64_t missing = 0;
   for (int64_t id : ids) missing += index_.contains(id) ? 0 : 1;
   const int64_t limit =
-      capacity_ > 0 ? std::min<int64_t>(capacity_,
-                                        std::numeric_limits<uint32_t>::max())
-                    : std::numeric_limits<uint32_t>::max();
+      capacity_ > 0
+          ? std::min<int64_t>(capacity_, std::numeric_limits<uint32_t>::max())
+          : std::numeric_limits<uint32_t>::max();
   if (rows_ + missing > limit) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "hash embedding '", layout_.spec.name(), "' shard ", shard_, " is full: ",
-        rows_, " rows + ", missing, " new would pass its capacity of ", limit,
+        "hash embedding '", layout_.spec.name(), "' shard ", shard_,
+        " is full: ", rows_, " rows + ", missing,
+        " new would pass its capacity of ", limit,
         " rows (shape[0] = ", layout_.rows, " over ", layout_.num_shards(),
         " shards); raise shape[0] or the shard count"));
   }

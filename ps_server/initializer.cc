@@ -13,7 +13,8 @@ namespace {
 uint64_t Bits(uint64_t seed, int64_t row, int64_t column, uint64_t draw) {
   uint64_t x = MixId(static_cast<int64_t>(seed ^ 0x9e3779b97f4a7c15ULL));
   x = MixId(static_cast<int64_t>(x ^ static_cast<uint64_t>(row)));
-  x = MixId(static_cast<int64_t>(x + static_cast<uint64_t>(column) * 0xd6e8feb86659fd93ULL));
+  x = MixId(static_cast<int64_t>(x + static_cast<uint64_t>(column) *
+                                         0xd6e8feb86659fd93ULL));
   return MixId(static_cast<int64_t>(x + draw));
 }
 
@@ -24,8 +25,10 @@ double Unit(uint64_t bits) {
 
 // A standard normal sample (Box-Muller on two 32-bit halves).
 double StandardNormal(uint64_t bits) {
-  const double u1 = (static_cast<double>(bits >> 32) + 0.5) * (1.0 / 4294967296.0);
-  const double u2 = static_cast<double>(bits & 0xffffffffULL) * (1.0 / 4294967296.0);
+  const double u1 =
+      (static_cast<double>(bits >> 32) + 0.5) * (1.0 / 4294967296.0);
+  const double u2 =
+      static_cast<double>(bits & 0xffffffffULL) * (1.0 / 4294967296.0);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
@@ -63,7 +66,8 @@ float Initializer::Value(int64_t row, int64_t column) const {
 void Initializer::FillRow(int64_t row, int64_t width, float* out) const {
   if (spec_.kind() == InitializerSpec::ZEROS ||
       spec_.kind() == InitializerSpec::CONSTANT) {
-    const float v = spec_.kind() == InitializerSpec::ZEROS ? 0.0f : spec_.value();
+    const float v =
+        spec_.kind() == InitializerSpec::ZEROS ? 0.0f : spec_.value();
     for (int64_t c = 0; c < width; ++c) out[c] = v;
     return;
   }

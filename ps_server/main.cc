@@ -2,7 +2,8 @@
 //
 //   ps_server                                 # one PS on :2223
 //   ps_server --cluster=cluster.json --task_index=1
-//   TF_CONFIG='{"cluster": {...}, "task": {"type": "ps", "index": 0}}' ps_server
+//   TF_CONFIG='{"cluster": {...}, "task": {"type": "ps", "index": 0}}'
+//   ps_server
 #include <csignal>
 #include <cstdlib>
 #include <thread>
@@ -49,7 +50,7 @@ int Run() {
   int task = FLAGS_task_index;
   if (task < 0) {
     task = cluster->has_task && cluster->task.type == "ps" ? cluster->task.index
-                                                          : 0;
+                                                           : 0;
   }
   if (task >= cluster->num_ps()) {
     LOG(ERROR) << "--task_index=" << task << " but the cluster lists "
@@ -59,7 +60,8 @@ int Run() {
   int port = FLAGS_port;
   if (port == 0) {
     std::string host;
-    if (auto s = psrt::SplitHostPort(cluster->ps[task], &host, &port); !s.ok()) {
+    if (auto s = psrt::SplitHostPort(cluster->ps[task], &host, &port);
+        !s.ok()) {
       LOG(ERROR) << s;
       return 2;
     }
@@ -74,7 +76,8 @@ int Run() {
     options.metrics_address =
         absl::StrCat(FLAGS_metrics_bind_address, ":", metrics_port);
   }
-  if (FLAGS_max_message_bytes < (64 << 10) || FLAGS_max_message_bytes > (1 << 30)) {
+  if (FLAGS_max_message_bytes < (64 << 10) ||
+      FLAGS_max_message_bytes > (1 << 30)) {
     LOG(ERROR) << "--max_message_bytes must be within [64 KiB, 1 GiB]";
     return 2;
   }
@@ -99,8 +102,7 @@ int Run() {
     sigwait(&signals, &sig);
     LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
               << "; shutting down (grace " << FLAGS_shutdown_grace_secs << "s)";
-    (*server)->Shutdown(absl::Now() +
-                        absl::Seconds(FLAGS_shutdown_grace_secs));
+    (*server)->Shutdown(absl::Now() + absl::Seconds(FLAGS_shutdown_grace_secs));
   });
   (*server)->Wait();
   waiter.join();

@@ -11,7 +11,8 @@ namespace psrt {
 namespace {
 
 std::string Escape(const std::string& value) {
-  return absl::StrReplaceAll(value, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+  return absl::StrReplaceAll(value,
+                             {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
 }
 
 // {a="1",b="2"} or "" without labels.
@@ -69,8 +70,8 @@ double Histogram::sum() const {
 }
 
 std::vector<double> LatencyBuckets() {
-  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
-          25e-3, 50e-3,  100e-3, 250e-3, 500e-3, 1.0,  2.5,   10.0};
+  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3, 5e-3, 10e-3,
+          25e-3, 50e-3,  100e-3, 250e-3, 500e-3, 1.0,    2.5,  10.0};
 }
 
 MetricsRegistry::Family& MetricsRegistry::GetFamily(const std::string& name,
@@ -125,12 +126,12 @@ std::string MetricsRegistry::Render() const {
     for (const auto& [labels, h] : f.histograms) {
       const std::vector<int64_t> counts = h->CumulativeCounts();
       for (size_t i = 0; i < counts.size(); ++i) {
-        const double le = i < h->upper_bounds().size()
-                              ? h->upper_bounds()[i]
-                              : INFINITY;
-        absl::StrAppend(&out, name, "_bucket",
-                        WithLabel(labels, absl::StrCat("le=\"", Number(le), "\"")),
-                        " ", counts[i], "\n");
+        const double le =
+            i < h->upper_bounds().size() ? h->upper_bounds()[i] : INFINITY;
+        absl::StrAppend(
+            &out, name, "_bucket",
+            WithLabel(labels, absl::StrCat("le=\"", Number(le), "\"")), " ",
+            counts[i], "\n");
       }
       absl::StrAppend(&out, name, "_sum", labels, " ", Number(h->sum()), "\n",
                       name, "_count", labels, " ", counts.back(), "\n");

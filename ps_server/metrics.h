@@ -74,8 +74,7 @@ class MetricsRegistry {
     std::map<std::string, std::function<double()>> gauges;
   };
   Family& GetFamily(const std::string& name, const std::string& help,
-                    const std::string& type)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                    const std::string& type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::map<std::string, Family> families_ ABSL_GUARDED_BY(mu_);

@@ -30,7 +30,9 @@ class Optimizer {
 
   int num_slots() const { return num_slots_; }
   // The value every slot coordinate starts at.
-  float initial_slot_value(int slot) const { return initial_slot_values_[slot]; }
+  float initial_slot_value(int slot) const {
+    return initial_slot_values_[slot];
+  }
 
   // Updates params[0, n) and slots[k][0, n) with grad[0, n).
   // REQUIRES: the arrays do not overlap each other.

@@ -22,8 +22,8 @@ struct ReferenceState {
 
 // One update with gradient `grad` (params.size() floats); `step` is the
 // 1-based update count (Adam). REQUIRES: spec normalized.
-void ReferenceUpdate(const OptimizerSpec& spec, int64_t step,
-                     const float* grad, ReferenceState* state);
+void ReferenceUpdate(const OptimizerSpec& spec, int64_t step, const float* grad,
+                     ReferenceState* state);
 
 }  // namespace psrt
 

@@ -77,28 +77,30 @@ OptimizerSpec Make(OptimizerSpec::Kind kind, float lr,
   return o;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllOptimizers, OptimizerTest,
-    ::testing::Values(
-        Make(OptimizerSpec::SGD, 0.01f),
-        Make(OptimizerSpec::MOMENTUM, 0.01f),
-        Make(OptimizerSpec::MOMENTUM, 0.01f,
-             [](OptimizerSpec* o) { o->set_nesterov(true); }),
-        Make(OptimizerSpec::ADAGRAD, 0.1f),
-        Make(OptimizerSpec::ADAM, 0.001f),
-        Make(OptimizerSpec::FTRL, 0.05f),
-        Make(OptimizerSpec::FTRL, 0.05f,
-             [](OptimizerSpec* o) {
-               o->set_l1(0.5f);
-               o->set_l2(0.1f);
-               o->set_beta(1.0f);
-             })),
-    [](const auto& info) {
-      return OptimizerSpec::Kind_Name(info.param.kind()) + std::to_string(info.index);
-    });
+INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerTest,
+                         ::testing::Values(Make(OptimizerSpec::SGD, 0.01f),
+                                           Make(OptimizerSpec::MOMENTUM, 0.01f),
+                                           Make(OptimizerSpec::MOMENTUM, 0.01f,
+                                                [](OptimizerSpec* o) {
+                                                  o->set_nesterov(true);
+                                                }),
+                                           Make(OptimizerSpec::ADAGRAD, 0.1f),
+                                           Make(OptimizerSpec::ADAM, 0.001f),
+                                           Make(OptimizerSpec::FTRL, 0.05f),
+                                           Make(OptimizerSpec::FTRL, 0.05f,
+                                                [](OptimizerSpec* o) {
+                                                  o->set_l1(0.5f);
+                                                  o->set_l2(0.1f);
+                                                  o->set_beta(1.0f);
+                                                })),
+                         [](const auto& info) {
+                           return OptimizerSpec::Kind_Name(info.param.kind()) +
+                                  std::to_string(info.index);
+                         });
 
 TEST(FtrlTest, StrongL1ProducesExactZeros) {
-  const OptimizerSpec spec = Normalized(Make(OptimizerSpec::FTRL, 0.1f, [](OptimizerSpec* o) { o->set_l1(10.0f); }));
+  const OptimizerSpec spec = Normalized(Make(
+      OptimizerSpec::FTRL, 0.1f, [](OptimizerSpec* o) { o->set_l1(10.0f); }));
   auto opt = CreateOptimizer(spec);
   std::vector<float> p(8, 0.3f), n(8, 0.1f), z(8, 0.0f), g(8, 0.5f);
   float* slots[] = {n.data(), z.data()};

@@ -25,9 +25,8 @@ void ParallelFor(int64_t n, int64_t min_range, Fn&& fn) {
   std::vector<std::thread> pool;
   const int64_t step = (n + threads - 1) / threads;
   for (int64_t begin = 0; begin < n; begin += step) {
-    pool.emplace_back([&fn, begin, end = std::min(n, begin + step)] {
-      fn(begin, end);
-    });
+    pool.emplace_back(
+        [&fn, begin, end = std::min(n, begin + step)] { fn(begin, end); });
   }
   for (auto& t : pool) t.join();
 }

@@ -143,13 +143,15 @@ ParameterServerService::ParameterServerService(ShardStore* store,
           "Pushes rejected because a gradient held NaN or Inf")) {
   metrics->AddGauge("psrt_parameter_bytes",
                     "Bytes of parameters and optimizer slots held by this PS",
-                    {{"ps_task", absl::StrCat(store->ps_task())}},
-                    [store] { return static_cast<double>(store->parameter_bytes()); });
+                    {{"ps_task", absl::StrCat(store->ps_task())}}, [store] {
+                      return static_cast<double>(store->parameter_bytes());
+                    });
   metrics->AddGauge("psrt_local_shards", "Shards held by this PS",
-                    {{"ps_task", absl::StrCat(store->ps_task())}},
-                    [store] { return static_cast<double>(store->num_local_shards()); });
-  metrics->AddGauge("psrt_uptime_seconds", "Seconds since the server started", {},
-                    [start = started_] { return SecondsSince(start); });
+                    {{"ps_task", absl::StrCat(store->ps_task())}}, [store] {
+                      return static_cast<double>(store->num_local_shards());
+                    });
+  metrics->AddGauge("psrt_uptime_seconds", "Seconds since the server started",
+                    {}, [start = started_] { return SecondsSince(start); });
 }
 
 MethodMetrics ParameterServerService::MakeMethodMetrics(const char* method) {

@@ -16,7 +16,7 @@
 namespace psrt {
 
 struct ServiceLimits {
-  size_t max_message_bytes = 16 << 20;  // one Pull response message at most
+  size_t max_message_bytes = 16 << 20;      // one Pull response message at most
   size_t max_push_bytes = size_t{2} << 30;  // one Push call at most
 };
 
@@ -47,9 +47,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
       grpc::CallbackServerContext* context,
       const CreateVariablesRequest* request,
       CreateVariablesResponse* response) override;
-  grpc::ServerUnaryReactor* ListVariables(grpc::CallbackServerContext* context,
-                                          const ListVariablesRequest* request,
-                                          ListVariablesResponse* response) override;
+  grpc::ServerUnaryReactor* ListVariables(
+      grpc::CallbackServerContext* context, const ListVariablesRequest* request,
+      ListVariablesResponse* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const StatsRequest* request,
                                      StatsResponse* response) override;

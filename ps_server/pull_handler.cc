@@ -72,8 +72,8 @@ absl::Status HandlePull(const ShardStore& store, const FrameReader& request,
     int64_t version;
     size_t row_bytes;
     if (item.variable->is_dense()) {
-      version = item.variable->dense[item.shard]->Read(item.offset, item.count,
-                                                       out);
+      version =
+          item.variable->dense[item.shard]->Read(item.offset, item.count, out);
       row_bytes = sizeof(float);
       result->rows += 1;
     } else {

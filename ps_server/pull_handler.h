@@ -15,7 +15,7 @@ namespace psrt {
 
 struct PullResult {
   std::vector<grpc::ByteBuffer> messages;
-  int64_t rows = 0;         // embedding rows, plus dense items
+  int64_t rows = 0;  // embedding rows, plus dense items
   int64_t value_bytes = 0;
 };
 

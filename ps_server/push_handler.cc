@@ -29,7 +29,8 @@ bool HasDuplicates(const LocalVariable& v, int shard,
   if (ids.size() < 2) return false;
   const VariableLayout& layout = *v.layout;
   const int64_t rows = layout.shards[shard].num_rows;
-  if (layout.kind() == EMBEDDING && rows <= 64 * static_cast<int64_t>(ids.size())) {
+  if (layout.kind() == EMBEDDING &&
+      rows <= 64 * static_cast<int64_t>(ids.size())) {
     std::vector<uint64_t> seen((rows + 63) / 64);
     for (int64_t id : ids) {
       const int64_t r = layout.LocalRow(shard, id);
@@ -144,8 +145,8 @@ absl::Status PushHandler::Apply() {
   std::vector<ShardUpdate> updates;
   absl::flat_hash_map<std::pair<const LocalVariable*, int>, size_t> index;
   for (ResolvedItem& item : items_) {
-    auto [it, inserted] =
-        index.emplace(std::make_pair(item.variable, item.shard), updates.size());
+    auto [it, inserted] = index.emplace(
+        std::make_pair(item.variable, item.shard), updates.size());
     if (inserted) {
       updates.emplace_back();
       updates.back().variable = item.variable;
@@ -170,7 +171,8 @@ absl::Status PushHandler::Apply() {
   // absent ids return anyway).
   for (ShardUpdate& u : updates) {
     if (u.variable->is_dense()) continue;
-    if (absl::Status s = u.variable->rows[u.shard]->EnsureRows(u.ids); !s.ok()) {
+    if (absl::Status s = u.variable->rows[u.shard]->EnsureRows(u.ids);
+        !s.ok()) {
       return s;
     }
   }

@@ -47,10 +47,10 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
   const bool push = kind == RequestKind::kPush;
   const LocalVariable* v = store.Find(item.variable());
   if (v == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        push ? "push to" : "pull of", " unknown variable '", item.variable(),
-        "' (PS ", store.ps_task(), " knows ", store.Variables().size(),
-        " variables; create it first)"));
+    return absl::NotFoundError(
+        absl::StrCat(push ? "push to" : "pull of", " unknown variable '",
+                     item.variable(), "' (PS ", store.ps_task(), " knows ",
+                     store.Variables().size(), " variables; create it first)"));
   }
   const VariableLayout& layout = *v->layout;
   if (item.shard() < 0 || item.shard() >= layout.num_shards()) {
@@ -71,29 +71,30 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
 
   if (v->is_dense()) {
     if (item.has_ids_payload()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Where(kind, item), "a DENSE variable is addressed by offset/count, "
-                             "not ids"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(kind, item),
+                       "a DENSE variable is addressed by offset/count, "
+                       "not ids"));
     }
     const int64_t size = v->dense[item.shard()]->size();
     if (item.offset() < 0 || item.count() <= 0 ||
         item.offset() > size - item.count()) {
-      return absl::OutOfRangeError(absl::StrCat(
-          Where(kind, item), "range [", item.offset(), ", ",
-          item.offset() + item.count(), ") is not inside the shard's ", size,
-          " floats"));
+      return absl::OutOfRangeError(
+          absl::StrCat(Where(kind, item), "range [", item.offset(), ", ",
+                       item.offset() + item.count(),
+                       ") is not inside the shard's ", size, " floats"));
     }
     out->offset = item.offset();
     out->count = item.count();
   } else {
     if (!item.has_ids_payload() || item.ids_payload() < 0 ||
         item.ids_payload() >= frame.num_payloads()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Where(kind, item), "ids_payload ",
-          item.has_ids_payload() ? absl::StrCat(item.ids_payload())
-                                 : std::string("(unset)"),
-          " does not name one of the message's ", frame.num_payloads(),
-          " payloads"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(kind, item), "ids_payload ",
+                       item.has_ids_payload() ? absl::StrCat(item.ids_payload())
+                                              : std::string("(unset)"),
+                       " does not name one of the message's ",
+                       frame.num_payloads(), " payloads"));
     }
     const PayloadView ids = frame.payload(item.ids_payload());
     if (ids.size() % sizeof(int64_t) != 0) {
@@ -116,8 +117,8 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
       if (owner != s) {
         return absl::InvalidArgumentError(absl::StrCat(
             Where(kind, item), "id ", id, " belongs to shard ", owner, " (",
-            PartitionSpec::Routing_Name(layout.routing()), " routing over ",
-            n, " shards), not ", s));
+            PartitionSpec::Routing_Name(layout.routing()), " routing over ", n,
+            " shards), not ", s));
       }
     }
     rows = static_cast<int64_t>(out->ids.size());
@@ -137,10 +138,12 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
       static_cast<int64_t>(out->grad.size() / sizeof(float)) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(kind, item), "grad has ", out->grad.size() / sizeof(float),
-        " floats", out->grad.size() % sizeof(float) ? " (and a partial one)" : "",
+        " floats",
+        out->grad.size() % sizeof(float) ? " (and a partial one)" : "",
         ", expected ", expected,
-        v->is_dense() ? " (the range's size)"
-                      : absl::StrCat(" (", rows, " ids x ", width, " per row)")));
+        v->is_dense()
+            ? " (the range's size)"
+            : absl::StrCat(" (", rows, " ids x ", width, " per row)")));
   }
   size_t bad_index;
   float bad_value;

@@ -24,16 +24,16 @@ inline constexpr char kNonFiniteGradient[] = "psrt/nonfinite-gradient";
 struct ResolvedItem {
   const LocalVariable* variable = nullptr;
   int shard = 0;
-  int64_t offset = 0;         // DENSE
-  int64_t count = 0;          // DENSE: floats
-  std::vector<int64_t> ids;   // embeddings, copied out of the payload
-  PayloadView grad;           // push only
-  float learning_rate = 0;    // push only: effective rate
+  int64_t offset = 0;        // DENSE
+  int64_t count = 0;         // DENSE: floats
+  std::vector<int64_t> ids;  // embeddings, copied out of the payload
+  PayloadView grad;          // push only
+  float learning_rate = 0;   // push only: effective rate
 
   int64_t value_floats() const {
-    return variable->is_dense() ? count
-                                : static_cast<int64_t>(ids.size()) *
-                                      variable->layout->row_width;
+    return variable->is_dense()
+               ? count
+               : static_cast<int64_t>(ids.size()) * variable->layout->row_width;
   }
 };
 

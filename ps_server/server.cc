@@ -9,9 +9,9 @@ namespace psrt {
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (options.ps_task < 0 || options.ps_task >= options.cluster.num_ps()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--task_index=", options.ps_task, " but the cluster has ",
-        options.cluster.num_ps(), " PS tasks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--task_index=", options.ps_task, " but the cluster has ",
+                     options.cluster.num_ps(), " PS tasks"));
   }
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
@@ -33,21 +33,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       static_cast<int>(options.limits.max_message_bytes + (1 << 20)));
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.listen_address,
-        " (port in use? another ps_server running?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen_address,
+                     " (port in use? another ps_server running?)"));
   }
   if (!options.metrics_address.empty()) {
-    auto metrics = MetricsHttpServer::Start(options.metrics_address,
-                                            &server->registry_);
+    auto metrics =
+        MetricsHttpServer::Start(options.metrics_address, &server->registry_);
     if (!metrics.ok()) return metrics.status();
     server->metrics_ = std::move(*metrics);
   }
   LOG(INFO) << "ps_server task " << options.ps_task << " of "
             << options.cluster.num_ps() << " serving on port " << server->port_
-            << (server->metrics_
-                    ? absl::StrCat(", metrics on port ", server->metrics_->port())
-                    : std::string(", metrics disabled"));
+            << (server->metrics_ ? absl::StrCat(", metrics on port ",
+                                                server->metrics_->port())
+                                 : std::string(", metrics disabled"));
   return server;
 }
 

@@ -65,24 +65,27 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
     const int position = first_index + static_cast<int>(i);
     const VariableLayout* existing = map_.Find(spec.name());
     if (existing != nullptr && !SameSpec(existing->spec, spec)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "variable '", spec.name(), "' already exists with a different spec: "
-          "existing {", DescribeSpec(existing->spec), "}, requested {",
-          DescribeSpec(spec), "}"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("variable '", spec.name(),
+                       "' already exists with a different spec: "
+                       "existing {",
+                       DescribeSpec(existing->spec), "}, requested {",
+                       DescribeSpec(spec), "}"));
     }
     if (position < size) {
       const VariableSpec& there = map_.variables()[position].spec;
       if (!SameSpec(there, spec)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "catalog position ", position, " holds '", there.name(),
-            "' but the request puts '", spec.name(), "' there; create "
+            "' but the request puts '", spec.name(),
+            "' there; create "
             "variables in the same order everywhere (or from the chief only)"));
       }
     } else {
       if (existing != nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "variable '", spec.name(), "' is at catalog position ",
-            existing->index, ", not ", position));
+        return absl::FailedPreconditionError(
+            absl::StrCat("variable '", spec.name(), "' is at catalog position ",
+                         existing->index, ", not ", position));
       }
       for (const VariableSpec* other : to_add) {
         if (other->name() == spec.name()) {

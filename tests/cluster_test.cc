@@ -119,7 +119,8 @@ TEST_F(ClusterTest, ConcurrentSgdPushesSumExactlyAndRowsNeverTear) {
     for (int step = 0; step < kSteps; ++step) {
       for (int r = 0; r < 1000; ++r) w_sum[r] += dense_grad(c, step, r);
       const std::vector<int64_t> ids = step_ids(c, step);
-      for (int i = 0; i < kIdsPerStep; ++i) e_sum[ids[i]] += row_grad(c, step, i);
+      for (int i = 0; i < kIdsPerStep; ++i)
+        e_sum[ids[i]] += row_grad(c, step, i);
     }
   }
   std::vector<float> w(8000);
@@ -170,8 +171,7 @@ TEST_F(ClusterTest, StatefulOptimizersMatchTheReference) {
                                    {"ftrl", OptimizerSpec::FTRL, 0.05f}};
   std::vector<VariableSpec> specs;
   for (const Case& c : cases) {
-    VariableSpec s =
-        Spec(c.name, EMBEDDING, {kRows, kDim}, 4, c.kind, c.lr);
+    VariableSpec s = Spec(c.name, EMBEDDING, {kRows, kDim}, 4, c.kind, c.lr);
     s.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
     s.mutable_initializer()->set_min(-0.1f);
     s.mutable_initializer()->set_max(0.1f);
@@ -209,7 +209,8 @@ TEST_F(ClusterTest, StatefulOptimizersMatchTheReference) {
       for (int step = 0; step < kSteps; ++step) {
         make_step(c, step, &ids, &grads);
         std::vector<PushOp> ops;
-        for (const Case& k : cases) ops.push_back(PushOp::Rows(k.name, ids, grads.data()));
+        for (const Case& k : cases)
+          ops.push_back(PushOp::Rows(k.name, ids, grads.data()));
         ASSERT_TRUE(client->Push(ops).ok());
       }
     });
@@ -255,8 +256,8 @@ TEST_F(ClusterTest, StatefulOptimizersMatchTheReference) {
 }
 
 TEST_F(ClusterTest, HashEmbeddingCreatesRowsOnPushAndEnforcesCapacity) {
-  VariableSpec s = Spec("h", HASH_EMBEDDING, {64, 4}, 2, OptimizerSpec::SGD,
-                        1.0f);
+  VariableSpec s =
+      Spec("h", HASH_EMBEDDING, {64, 4}, 2, OptimizerSpec::SGD, 1.0f);
   s.mutable_initializer()->set_kind(InitializerSpec::NORMAL);
   s.mutable_initializer()->set_stddev(0.5f);
   s.mutable_initializer()->set_seed(11);

@@ -42,10 +42,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     cluster->spec_.ps.push_back(absl::StrCat("127.0.0.1:", PickUnusedPort()));
     cluster->metrics_ports_.push_back(PickUnusedPort());
     const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-    cluster->logs_.push_back(absl::StrCat(dir ? dir : "/tmp", "/ps_", i, "_",
-                                          getpid(), ".log"));
+    cluster->logs_.push_back(
+        absl::StrCat(dir ? dir : "/tmp", "/ps_", i, "_", getpid(), ".log"));
   }
-  cluster->spec_.workers.push_back(absl::StrCat("127.0.0.1:", PickUnusedPort()));
+  cluster->spec_.workers.push_back(
+      absl::StrCat("127.0.0.1:", PickUnusedPort()));
   cluster->pids_.assign(options.num_ps, -1);
   for (int i = 0; i < options.num_ps; ++i) {
     if (absl::Status s = cluster->Launch(i); !s.ok()) return s;
@@ -73,7 +74,8 @@ absl::Status LocalCluster::Launch(int ps) {
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
-    const int log = open(logs_[ps].c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int log =
+        open(logs_[ps].c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (log >= 0) {
       dup2(log, STDOUT_FILENO);
       dup2(log, STDERR_FILENO);
@@ -141,7 +143,8 @@ absl::StatusOr<std::string> FetchMetrics(int port) {
   addr.sin_port = htons(port);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return absl::UnavailableError(absl::StrCat("connect to metrics port ", port));
+    return absl::UnavailableError(
+        absl::StrCat("connect to metrics port ", port));
   }
   const std::string request =
       "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";

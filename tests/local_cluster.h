@@ -25,7 +25,7 @@ class LocalCluster {
  public:
   struct Options {
     int num_ps = 2;
-    std::vector<std::string> extra_flags;  // for every ps_server
+    std::vector<std::string> extra_flags;        // for every ps_server
     std::string binary = "ps_server/ps_server";  // relative to runfiles
   };
 

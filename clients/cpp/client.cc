@@ -25,7 +25,8 @@ grpc::Status CallWithRetry(const ClientOptions& options, Call&& call) {
   absl::Duration backoff = options.initial_backoff;
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options.call_timeout));
     grpc::Status s = call(&context);
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE ||
         attempt >= options.max_attempts) {
@@ -99,7 +100,8 @@ absl::Status Client::RefreshCatalogLocked() {
   ListVariablesResponse response;
   const PsConnection& ps0 = *connections_[0];
   grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* context) {
-    return ps0.stub()->ListVariables(context, ListVariablesRequest(), &response);
+    return ps0.stub()->ListVariables(context, ListVariablesRequest(),
+                                     &response);
   });
   if (!s.ok()) return FromGrpc(s, ps0, "ListVariables");
   if (response.num_ps() != num_ps()) {
@@ -145,10 +147,12 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
         if (existing == nullptr) {
           *request.add_specs() = spec;
         } else if (!SameSpec(existing->spec, spec)) {
-          return absl::AlreadyExistsError(absl::StrCat(
-              "variable '", spec.name(), "' already exists with a different "
-              "spec: existing {", DescribeSpec(existing->spec),
-              "}, requested {", DescribeSpec(spec), "}"));
+          return absl::AlreadyExistsError(
+              absl::StrCat("variable '", spec.name(),
+                           "' already exists with a different "
+                           "spec: existing {",
+                           DescribeSpec(existing->spec), "}, requested {",
+                           DescribeSpec(spec), "}"));
         }
       }
     }

@@ -3,10 +3,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "absl/synchronization/notification.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
 
 namespace psrt {
 namespace {
@@ -42,9 +42,9 @@ PsConnection::PsConnection(int ps_task, std::string address,
   const int n = std::max(1, options.channels_per_ps);
   for (int i = 0; i < n; ++i) {
     Channel c;
-    c.channel = grpc::CreateCustomChannel(
-        address_, grpc::InsecureChannelCredentials(),
-        ClientChannelArguments(options, i));
+    c.channel =
+        grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
+                                  ClientChannelArguments(options, i));
     c.pull = std::make_unique<grpc::internal::RpcMethod>(
         "/psrt.ParameterServer/Pull",
         grpc::internal::RpcMethod::SERVER_STREAMING, c.channel);
@@ -65,8 +65,8 @@ absl::Status PsConnection::WaitHealthy(absl::Time deadline) const {
   std::string last_error = "no answer";
   while (true) {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(
-        std::min(deadline, absl::Now() + absl::Seconds(2))));
+    context.set_deadline(
+        absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(2))));
     context.set_wait_for_ready(true);
     grpc::Slice empty;
     grpc::ByteBuffer request(&empty, 1), response;

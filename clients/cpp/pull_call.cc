@@ -47,7 +47,8 @@ bool PullCall::Scatter() {
     return false;
   }
   for (const auto& piece : header.pieces()) {
-    if (piece.item() < 0 || piece.item() >= static_cast<int>(targets_->size()) ||
+    if (piece.item() < 0 ||
+        piece.item() >= static_cast<int>(targets_->size()) ||
         piece.values_payload() < 0 ||
         piece.values_payload() >= frame.num_payloads()) {
       error_ = grpc::Status(grpc::StatusCode::INTERNAL,
@@ -71,8 +72,8 @@ bool PullCall::Scatter() {
       return false;
     }
     if (dense) {
-      char* out = reinterpret_cast<char*>(item.dense_out +
-                                          t.first + piece.first_float());
+      char* out = reinterpret_cast<char*>(item.dense_out + t.first +
+                                          piece.first_float());
       values.ForEachChunk([&](const char* p, size_t n) {
         std::memcpy(out, p, n);
         out += n;
@@ -80,10 +81,10 @@ bool PullCall::Scatter() {
     } else {
       const int64_t first_id = t.first + piece.first_float() / width;
       ForEachRow(values, width, [&](size_t row, const float* v) {
-        std::memcpy(item.rows_out +
-                        static_cast<int64_t>(item.out_rows[first_id + row]) *
-                            width,
-                    v, width * sizeof(float));
+        std::memcpy(
+            item.rows_out +
+                static_cast<int64_t>(item.out_rows[first_id + row]) * width,
+            v, width * sizeof(float));
       });
     }
     received_[piece.item()] += floats;

@@ -43,8 +43,8 @@ void PushCall::OnDone(const grpc::Status& status) {
       }
     }
     if (!parsed_.ParseFromString(bytes)) {
-      status_ = grpc::Status(grpc::StatusCode::INTERNAL,
-                             "unreadable PushResponse");
+      status_ =
+          grpc::Status(grpc::StatusCode::INTERNAL, "unreadable PushResponse");
     }
   }
   auto done = std::move(on_done_);

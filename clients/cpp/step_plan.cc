@@ -23,7 +23,8 @@ UniqueIds Deduplicate(absl::Span<const int64_t> ids, bool promised_unique) {
   if (promised_unique) {
     u.ids.assign(ids.begin(), ids.end());
     u.first_row.resize(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) u.first_row[i] = static_cast<int32_t>(i);
+    for (size_t i = 0; i < ids.size(); ++i)
+      u.first_row[i] = static_cast<int32_t>(i);
     return u;
   }
   absl::flat_hash_map<int64_t, int32_t> index;
@@ -59,8 +60,8 @@ absl::StatusOr<const VariableLayout*> Lookup(const ShardMap& catalog,
         absl::StrCat(what, " of '", name, "': null buffer"));
   }
   if (layout->kind() == DENSE && has_ids) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " of '", name, "': a DENSE variable takes no ids"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " of '", name, "': a DENSE variable takes no ids"));
   }
   return layout;
 }
@@ -84,12 +85,13 @@ absl::Status CheckIds(const VariableLayout& layout,
 
 // Splits an op's unique ids by shard: shard_of_unique[u] and, per shard, the
 // unique indices it holds (in order).
-std::vector<std::vector<int32_t>> GroupByShard(const VariableLayout& layout,
-                                               const std::vector<int64_t>& ids) {
+std::vector<std::vector<int32_t>> GroupByShard(
+    const VariableLayout& layout, const std::vector<int64_t>& ids) {
   std::vector<std::vector<int32_t>> groups(layout.num_shards());
   if (layout.num_shards() == 1) {
     groups[0].resize(ids.size());
-    for (size_t u = 0; u < ids.size(); ++u) groups[0][u] = static_cast<int32_t>(u);
+    for (size_t u = 0; u < ids.size(); ++u)
+      groups[0][u] = static_cast<int32_t>(u);
     return groups;
   }
   std::vector<int32_t> shard(ids.size());

@@ -19,23 +19,25 @@ size_t MaxIdsPerPullRequest(const ClientOptions& options) {
 
 absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
                       const char* what) {
-  return absl::Status(
-      static_cast<absl::StatusCode>(s.error_code()),
-      absl::StrCat(what, " to ", connection.Describe(), ": ", s.error_message()));
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, " to ", connection.Describe(), ": ",
+                                   s.error_message()));
 }
 
 }  // namespace
 
 std::unique_ptr<StepRequest> StepRequest::ForPull(const Context& context,
                                                   StepPlan plan) {
-  std::unique_ptr<StepRequest> r(new StepRequest(context, std::move(plan), false));
+  std::unique_ptr<StepRequest> r(
+      new StepRequest(context, std::move(plan), false));
   r->BuildPullCalls();
   return r;
 }
 
 std::unique_ptr<StepRequest> StepRequest::ForPush(const Context& context,
                                                   StepPlan plan) {
-  std::unique_ptr<StepRequest> r(new StepRequest(context, std::move(plan), true));
+  std::unique_ptr<StepRequest> r(
+      new StepRequest(context, std::move(plan), true));
   r->BuildPushCalls();
   return r;
 }
@@ -85,7 +87,8 @@ void StepRequest::BuildPullCalls() {
       }
       for (size_t begin = 0; begin < item.ids.size();) {
         if (ids_in_request == max_ids) flush();
-        const size_t n = std::min(item.ids.size() - begin, max_ids - ids_in_request);
+        const size_t n =
+            std::min(item.ids.size() - begin, max_ids - ids_in_request);
         TensorItem* t = header.add_items();
         t->set_variable(item.layout->spec.name());
         t->set_shard(item.shard);
@@ -126,12 +129,12 @@ void StepRequest::BuildPushCalls() {
           dense ? item.count : static_cast<int64_t>(item.ids.size());
       int64_t begin = 0;
       do {
-        if (!packer.empty() && packer.room() < static_cast<size_t>(unit_bytes)) {
+        if (!packer.empty() &&
+            packer.room() < static_cast<size_t>(unit_bytes)) {
           packer.Flush(identify);
         }
         const int64_t n = std::min<int64_t>(
-            units - begin,
-            std::max<int64_t>(1, packer.room() / unit_bytes));
+            units - begin, std::max<int64_t>(1, packer.room() / unit_bytes));
         TensorItem* t = packer.header()->add_items();
         t->set_variable(item.layout->spec.name());
         t->set_shard(item.shard);
@@ -191,7 +194,8 @@ bool StepRequest::Retryable(const grpc::Status& status) const {
   // The same push is still being applied by the PS (an earlier attempt that
   // timed out on our side); asking again learns its outcome.
   return push_ && status.error_code() == grpc::StatusCode::ABORTED &&
-         status.error_message().find("still being applied") != std::string::npos;
+         status.error_message().find("still being applied") !=
+             std::string::npos;
 }
 
 absl::Status StepRequest::Wait() {
@@ -218,8 +222,9 @@ absl::Status StepRequest::Wait() {
     if (!result.ok() || retry.empty()) break;
     int attempts = 0;
     for (Call* call : retry) attempts = std::max(attempts, call->attempts);
-    absl::Duration backoff = std::min(
-        options.max_backoff, options.initial_backoff * (1 << std::min(attempts - 1, 20)));
+    absl::Duration backoff =
+        std::min(options.max_backoff,
+                 options.initial_backoff * (1 << std::min(attempts - 1, 20)));
     backoff *= std::uniform_real_distribution<double>(0.8, 1.2)(jitter);
     for (Call* call : retry) {
       LOG(WARNING) << (push_ ? "push to " : "pull from ")

@@ -42,7 +42,7 @@ class StepRequest {
  private:
   struct Call {
     PsConnection* connection;
-    grpc::ByteBuffer pull_request;               // pull
+    grpc::ByteBuffer pull_request;                // pull
     std::vector<PullTarget> targets;              // pull
     std::vector<grpc::ByteBuffer> push_messages;  // push
     int attempts = 0;

@@ -1,0 +1,89 @@
+#include "clients/cpp/step_plan.h"
+
+#include <numeric>
+
+#include "gtest/gtest.h"
+#include "partitioner/variable_spec.h"
+
+namespace psrt {
+namespace {
+
+ShardMap Catalog() {
+  ShardMap map(2);
+  VariableSpec e;
+  e.set_name("e");
+  e.set_kind(EMBEDDING);
+  e.add_shape(10);
+  e.add_shape(2);
+  e.mutable_partition()->set_num_shards(2);
+  e.mutable_partition()->set_routing(PartitionSpec::MOD);
+  e.mutable_optimizer()->set_learning_rate(1);
+  EXPECT_TRUE(NormalizeVariableSpec(&e).ok());
+  EXPECT_TRUE(map.Add(e).ok());
+  VariableSpec w;
+  w.set_name("w");
+  w.set_kind(DENSE);
+  w.add_shape(5);
+  w.add_shape(2);
+  w.mutable_partition()->set_num_shards(2);
+  w.mutable_optimizer()->set_learning_rate(1);
+  EXPECT_TRUE(NormalizeVariableSpec(&w).ok());
+  EXPECT_TRUE(map.Add(w).ok());
+  return map;
+}
+
+TEST(StepPlanTest, PullDeduplicatesRoutesAndCopiesRepeats) {
+  ShardMap catalog = Catalog();
+  std::vector<int64_t> ids = {4, 3, 4, 8};
+  std::vector<float> out(8), w(10);
+  auto plan = PlanPull(catalog, {PullOp::Rows("e", ids, out.data()),
+                                 PullOp::Dense("w", w.data())});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // e: shard 0 (even ids) on PS 0, shard 1 on PS 1; w: shards on PS 0, 1.
+  ASSERT_EQ(plan->items_by_ps[0].size(), 2u);
+  const PlannedItem& even = plan->items_by_ps[0][0];
+  EXPECT_EQ(even.ids, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(even.out_rows, (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(plan->items_by_ps[1][0].ids, std::vector<int64_t>{3});
+  const PlannedItem& w1 = plan->items_by_ps[1][1];
+  EXPECT_EQ(w1.count, 4);  // rows 3..4 of [5, 2]
+  EXPECT_EQ(w1.dense_out, w.data() + 6);
+  ASSERT_EQ(plan->repeated_rows.size(), 1u);
+  EXPECT_EQ(plan->repeated_rows[0].dst, out.data() + 4);
+  EXPECT_EQ(plan->repeated_rows[0].src, out.data());
+}
+
+TEST(StepPlanTest, PushSumsRepeatsAndGathersRowsPerShard) {
+  ShardMap catalog = Catalog();
+  std::vector<int64_t> ids = {3, 4, 3, 6};
+  std::vector<float> grads = {1, 1, 2, 2, 10, 10, 3, 3};
+  auto plan = PlanPush(catalog, {PushOp::Rows("e", ids, grads.data())});
+  ASSERT_TRUE(plan.ok());
+  const PlannedItem& even = plan->items_by_ps[0][0];
+  EXPECT_EQ(even.ids, (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(even.grads, (std::vector<float>{2, 2, 3, 3}));
+  const PlannedItem& odd = plan->items_by_ps[1][0];
+  EXPECT_EQ(odd.ids, std::vector<int64_t>{3});
+  EXPECT_EQ(odd.grads, (std::vector<float>{11, 11}));
+}
+
+TEST(StepPlanTest, BadOpsAreCaughtBeforeSending) {
+  ShardMap catalog = Catalog();
+  std::vector<float> out(100);
+  std::vector<int64_t> bad = {10};
+  EXPECT_EQ(
+      PlanPull(catalog, {PullOp::Rows("e", bad, out.data())}).status().code(),
+      absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      PlanPull(catalog, {PullOp::Dense("zzz", out.data())}).status().code(),
+      absl::StatusCode::kNotFound);
+  std::vector<int64_t> ok = {1};
+  EXPECT_EQ(
+      PlanPull(catalog, {PullOp::Rows("w", ok, out.data())}).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanPush(catalog, {PushOp::Dense("w", nullptr)}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,81 @@
+#include "ps_server/metrics.h"
+
+#include <curl/curl.h>
+
+#include "gtest/gtest.h"
+#include "ps_server/metrics_http_server.h"
+
+namespace psrt {
+namespace {
+
+TEST(MetricsTest, RendersPrometheusText) {
+  MetricsRegistry registry;
+  registry.GetCounter("psrt_requests_total", "RPCs", {{"method", "Pull"}})
+      ->Add(3);
+  registry.GetCounter("psrt_requests_total", "RPCs", {{"method", "Push"}})
+      ->Add();
+  registry.AddGauge("psrt_parameter_bytes", "bytes", {}, [] { return 1024.0; });
+  Histogram* h = registry.GetHistogram("psrt_request_seconds", "latency",
+                                       {{"method", "Pull"}}, {0.001, 0.01});
+  h->Observe(0.0005);
+  h->Observe(0.005);
+  h->Observe(5);
+  const std::string text = registry.Render();
+  EXPECT_NE(text.find("# TYPE psrt_requests_total counter\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("psrt_requests_total{method=\"Pull\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("psrt_parameter_bytes 1024\n"), std::string::npos);
+  EXPECT_NE(
+      text.find(
+          "psrt_request_seconds_bucket{method=\"Pull\",le=\"0.001\"} 1\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("psrt_request_seconds_bucket{method=\"Pull\",le=\"0.01\"} 2\n"),
+      std::string::npos);
+  EXPECT_NE(
+      text.find("psrt_request_seconds_bucket{method=\"Pull\",le=\"+Inf\"} 3\n"),
+      std::string::npos);
+  EXPECT_NE(text.find("psrt_request_seconds_count{method=\"Pull\"} 3\n"),
+            std::string::npos);
+  // Same name and labels: the same counter.
+  EXPECT_EQ(
+      registry.GetCounter("psrt_requests_total", "RPCs", {{"method", "Pull"}})
+          ->value(),
+      3);
+}
+
+size_t Append(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+TEST(MetricsHttpServerTest, ServesTheRegistryOverHttp) {
+  MetricsRegistry registry;
+  registry.GetCounter("psrt_up", "test")->Add(7);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  CURL* curl = curl_easy_init();
+  std::string body;
+  const std::string url =
+      "http://127.0.0.1:" + std::to_string((*server)->port()) + "/metrics";
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Append);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  ASSERT_EQ(curl_easy_perform(curl), CURLE_OK);
+  long code = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+  curl_easy_cleanup(curl);
+  EXPECT_EQ(code, 200);
+  EXPECT_NE(body.find("psrt_up 7"), std::string::npos) << body;
+
+  // A port already taken is a clear error.
+  auto clash = MetricsHttpServer::Start(
+      "127.0.0.1:" + std::to_string((*server)->port()), &registry);
+  EXPECT_EQ(clash.status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,257 @@
+// Bad input against a real ps_server process: every request gets a clear
+// status, no parameter changes, and the server keeps serving.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/support/sync_stream.h"
+#include "gtest/gtest.h"
+#include "proto/ps.grpc.pb.h"
+#include "tests/local_cluster.h"
+
+namespace psrt {
+namespace {
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = LocalCluster::Start({.num_ps = 1});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    auto client = Client::Connect(cluster_->MakeClientOptions());
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+    VariableSpec w, e;
+    w.set_name("w");
+    w.set_kind(DENSE);
+    w.add_shape(8);
+    w.mutable_optimizer()->set_learning_rate(1);
+    w.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
+    w.mutable_initializer()->set_value(2.0f);
+    e.set_name("emb");
+    e.set_kind(EMBEDDING);
+    e.add_shape(100);
+    e.add_shape(16);
+    e.mutable_partition()->set_num_shards(4);
+    e.mutable_optimizer()->set_learning_rate(1);
+    ASSERT_TRUE(client_->CreateVariables({w, e}).ok());
+    channel_ = grpc::CreateChannel(cluster_->ps_addresses()[0],
+                                   grpc::InsecureChannelCredentials());
+    stub_ = ParameterServer::NewStub(channel_);
+  }
+
+  // Sends one Push call of the given Frames through the generated protobuf
+  // stub: the bytes a hostile or buggy client could send.
+  grpc::Status PushFrames(const std::vector<Frame>& frames) {
+    grpc::ClientContext context;
+    PushResponse response;
+    auto writer = stub_->Push(&context, &response);
+    for (const Frame& f : frames) {
+      if (!writer->Write(f)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  // Raw bytes as one message of a method.
+  grpc::Status RawPush(const std::string& bytes) {
+    grpc::ClientContext context;
+    grpc::ByteBuffer response;
+    grpc::internal::RpcMethod method(
+        "/psrt.ParameterServer/Push",
+        grpc::internal::RpcMethod::CLIENT_STREAMING);
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), method, &context, &response));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer message(&slice, 1);
+    writer->Write(message);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  grpc::Status RawPull(const std::string& bytes) {
+    grpc::ClientContext context;
+    grpc::internal::RpcMethod method(
+        "/psrt.ParameterServer/Pull",
+        grpc::internal::RpcMethod::SERVER_STREAMING);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), method, &context, request));
+    while (reader->Read(&response)) {
+    }
+    return reader->Finish();
+  }
+
+  static Frame PushFrame(const std::string& variable, int shard,
+                         std::vector<int64_t> ids, std::vector<float> grad,
+                         int64_t count = 0) {
+    PushRequestHeader header;
+    header.set_last(true);
+    TensorItem* t = header.add_items();
+    t->set_variable(variable);
+    t->set_shard(shard);
+    Frame f;
+    if (!ids.empty()) {
+      t->set_ids_payload(f.payload_size());
+      f.add_payload(
+          std::string(reinterpret_cast<char*>(ids.data()), ids.size() * 8));
+    } else {
+      t->set_count(count > 0 ? count : static_cast<int64_t>(grad.size()));
+    }
+    t->set_grad_payload(f.payload_size());
+    f.add_payload(
+        std::string(reinterpret_cast<char*>(grad.data()), grad.size() * 4));
+    f.set_header(header.SerializeAsString());
+    return f;
+  }
+
+  // The parameters are untouched and the server still answers correctly.
+  void ExpectUnchangedAndServing() {
+    std::vector<float> w(8);
+    ASSERT_TRUE(client_->PullDense("w", w.data()).ok());
+    EXPECT_EQ(w, std::vector<float>(8, 2.0f));
+    std::vector<int64_t> ids = {0, 99};
+    std::vector<float> rows(32, -1);
+    ASSERT_TRUE(client_->PullRows("emb", ids, rows.data()).ok());
+    EXPECT_EQ(rows, std::vector<float>(32, 0.0f));
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<Client> client_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
+void ExpectStatus(const grpc::Status& s, grpc::StatusCode code,
+                  const std::string& text) {
+  EXPECT_EQ(s.error_code(), code) << s.error_message();
+  EXPECT_NE(s.error_message().find(text), std::string::npos)
+      << "'" << text << "' not in: " << s.error_message();
+}
+
+TEST_F(BadInputTest, MalformedItemsAreRejectedWithActionableMessages) {
+  ExpectStatus(PushFrames({PushFrame("nope", 0, {}, {1})}),
+               grpc::StatusCode::NOT_FOUND, "push to unknown variable 'nope'");
+  ExpectStatus(PushFrames({PushFrame("emb", 0, {3}, std::vector<float>(17))}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "push to 'emb' shard 0: grad has 17 floats, expected 16 (1 ids "
+               "x 16 per row)");
+  ExpectStatus(PushFrames({PushFrame("emb", 0, {-1}, std::vector<float>(16))}),
+               grpc::StatusCode::OUT_OF_RANGE,
+               "id -1 is outside the vocabulary [0, 100)");
+  ExpectStatus(PushFrames({PushFrame("emb", 0, {60}, std::vector<float>(16))}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "id 60 belongs to shard 2 (DIV routing over 4 shards), not 0");
+  ExpectStatus(PushFrames({PushFrame("w", 0, {}, {1, 1, 1}, 8)}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "grad has 3 floats, expected 8");
+  ExpectStatus(PushFrames({PushFrame("emb", 7, {3}, std::vector<float>(16))}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "push to 'emb' shard 7: no such shard; the variable has 4");
+  // A push whose stream ends without its final message is not applied.
+  Frame unfinished = PushFrame("w", 0, {}, std::vector<float>(8, 1));
+  PushRequestHeader h;
+  h.ParseFromString(unfinished.header());
+  h.set_last(false);
+  unfinished.set_header(h.SerializeAsString());
+  ExpectStatus(PushFrames({unfinished}), grpc::StatusCode::ABORTED,
+               "nothing was applied");
+  // Pulls are checked the same way.
+  PullRequestHeader pull;
+  TensorItem* t = pull.add_items();
+  t->set_variable("emb");
+  t->set_shard(1);
+  ExpectStatus(RawPull(Frame().SerializeAsString() +
+                       [&] {
+                         Frame f;
+                         f.set_header(pull.SerializeAsString());
+                         return f.SerializeAsString();
+                       }()),
+               grpc::StatusCode::INVALID_ARGUMENT, "ids_payload (unset)");
+  ExpectUnchangedAndServing();
+}
+
+TEST_F(BadInputTest, NonFiniteGradientsAreRejectedAndCounted) {
+  std::vector<float> grad(8, 0.5f);
+  grad[5] = NAN;
+  absl::Status s = client_->PushDense("w", grad.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("push to 'w' shard 0: gradient element 5 is nan"),
+            std::string::npos)
+      << s;
+  std::vector<int64_t> ids = {1, 2};
+  std::vector<float> rows(32, 1.0f);
+  rows[31] = -INFINITY;
+  // An embedding push carrying a dense gradient too: all or nothing.
+  std::vector<float> fine(8, 1.0f);
+  s = client_->Push(
+      {PushOp::Dense("w", fine.data()), PushOp::Rows("emb", ids, rows.data())});
+  EXPECT_NE(s.message().find("is -inf"), std::string::npos) << s;
+  ExpectUnchangedAndServing();
+
+  auto metrics = FetchMetrics(cluster_->metrics_port(0));
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(MetricValue(*metrics, "psrt_rejected_nonfinite_pushes_total"), 2)
+      << *metrics;
+  EXPECT_EQ(MetricValue(
+                *metrics,
+                "psrt_errors_total{method=\"Push\",code=\"INVALID_ARGUMENT\"}"),
+            2);
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].rejected_nonfinite_pushes(), 2);
+}
+
+TEST_F(BadInputTest, OversizedAndGarbageMessagesLeaveTheServerServing) {
+  // 40 MiB in one message: far over the server's 16 MiB message limit.
+  std::vector<float> huge(10 << 20, 1.0f);
+  grpc::Status s = PushFrames({PushFrame("w", 0, {}, huge, 8)});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+
+  // Random bytes as Pull and Push messages.
+  std::mt19937 rng(3);
+  int rejected = 0;
+  for (int i = 0; i < 50; ++i) {
+    std::string junk(1 + rng() % 300, '\0');
+    for (char& c : junk) c = static_cast<char>(rng());
+    const grpc::Status pull = RawPull(junk);
+    const grpc::Status push = RawPush(junk);
+    rejected += pull.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+    rejected += push.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+    EXPECT_NE(push.error_code(), grpc::StatusCode::OK);
+  }
+  EXPECT_GT(rejected, 90);
+  ExpectStatus(RawPush("\x1a\x03xyz"), grpc::StatusCode::INVALID_ARGUMENT,
+               "malformed psrt frame at byte 0: unexpected field 3");
+
+  // Garbage that is not even HTTP/2, straight onto the TCP port.
+  std::string host;
+  int port;
+  ASSERT_TRUE(SplitHostPort(cluster_->ps_addresses()[0], &host, &port).ok());
+  for (int i = 0; i < 5; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    std::string junk(4096, '\0');
+    for (char& c : junk) c = static_cast<char>(rng());
+    (void)!write(fd, junk.data(), junk.size());
+    char buffer[256];
+    (void)!read(fd, buffer, sizeof(buffer));
+    close(fd);
+  }
+  ExpectUnchangedAndServing();
+}
+
+}  // namespace
+}  // namespace psrt
