@@ -1,6 +1,9 @@
 #include "proto/buffer_pool.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <utility>
 
@@ -120,6 +123,16 @@ void BufferPool::Return(char* data, size_t capacity) {
 size_t BufferPool::cached_bytes() const {
   absl::MutexLock lock(&mu_);
   return cached_bytes_;
+}
+
+void TuneAllocatorForLargeMessages() {
+  const char* keep = std::getenv("PSRT_KEEP_MALLOC_DEFAULTS");
+  if (keep != nullptr && std::strcmp(keep, "1") == 0) return;
+  // Allocations below 32 MiB (glibc's ceiling) come from the heap; freed
+  // memory is trimmed only beyond 1 GiB; the heap grows in 64 MiB steps.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
 }
 
 }  // namespace psrt

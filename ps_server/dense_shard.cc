@@ -4,8 +4,14 @@
 #include <cstring>
 
 #include "ps_server/parallel_for.h"
+#include "ps_server/thread_pool.h"
 
 namespace psrt {
+namespace {
+// Updates and reads of at least this many floats use several threads: they
+// sit on the critical path of the worker waiting for them.
+constexpr int64_t kParallelFloats = int64_t{1} << 18;  // 1 MiB
+}  // namespace
 
 DenseShard::DenseShard(const VariableLayout& layout, int shard,
                        const Optimizer* optimizer, const Initializer& init)
@@ -13,7 +19,7 @@ DenseShard::DenseShard(const VariableLayout& layout, int shard,
       size_(layout.shards[shard].num_rows * layout.row_width) {
   const int64_t width = layout.row_width;
   const int64_t first_row = layout.shards[shard].row_begin;
-  params_.reset(new float[size_]);
+  params_ = AllocateFloats(size_);
   float* params = params_.get();
   ParallelFor(layout.shards[shard].num_rows, 1 << 16,
               [&](int64_t begin, int64_t end) {
@@ -21,7 +27,7 @@ DenseShard::DenseShard(const VariableLayout& layout, int shard,
                               params + begin * width);
               });
   for (int k = 0; k < optimizer_->num_slots(); ++k) {
-    slots_[k].reset(new float[size_]);
+    slots_[k] = AllocateFloats(size_);
     std::fill_n(slots_[k].get(), size_, optimizer_->initial_slot_value(k));
   }
 }
@@ -37,20 +43,42 @@ int64_t DenseShard::version() const {
 
 int64_t DenseShard::Read(int64_t offset, int64_t count, float* out) const {
   absl::ReaderMutexLock lock(&mu_);
-  std::memcpy(out, params_.get() + offset, count * sizeof(float));
+  const float* from = params_.get() + offset;
+  if (count < kParallelFloats) {
+    std::memcpy(out, from, count * sizeof(float));
+  } else {
+    PoolParallelFor(
+        count, kParallelFloats / 2, [&](int64_t begin, int64_t end) {
+          std::memcpy(out + begin, from + begin, (end - begin) * sizeof(float));
+        });
+  }
   return version_;
 }
 
 void DenseShard::Apply(absl::Span<const Piece> pieces, float learning_rate) {
   absl::MutexLock lock(&mu_);
-  const UpdateContext context{learning_rate, version_ + 1};
-  for (const Piece& piece : pieces) {
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  auto apply = [&](const Piece& piece) {
     ForEachFloatRun(piece.grad, [&](const float* g, size_t n, size_t first) {
       const int64_t at = piece.offset + static_cast<int64_t>(first);
       float* slots[2] = {slots_[0] ? slots_[0].get() + at : nullptr,
                          slots_[1] ? slots_[1].get() + at : nullptr};
       optimizer_->Apply(params_.get() + at, slots, g, n, context);
     });
+  };
+  int64_t floats = 0;
+  for (const Piece& piece : pieces) floats += piece.count;
+  if (floats < kParallelFloats || pieces.size() < 2) {
+    for (const Piece& piece : pieces) apply(piece);
+  } else {
+    // Pieces are disjoint ranges: split them over the cores. A big update
+    // is applied after its whole push has arrived, so it is on the critical
+    // path of the pushing worker.
+    PoolParallelFor(static_cast<int64_t>(pieces.size()), 1,
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) apply(pieces[i]);
+                    });
   }
   ++version_;
 }

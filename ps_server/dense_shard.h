@@ -10,6 +10,7 @@
 #include "absl/types/span.h"
 #include "partitioner/shard_map.h"
 #include "proto/frame_reader.h"
+#include "ps_server/float_array.h"
 #include "ps_server/initializer.h"
 #include "ps_server/optimizer.h"
 
@@ -49,8 +50,8 @@ class DenseShard {
   const Optimizer* const optimizer_;
   const int64_t size_;
   mutable absl::Mutex mu_;
-  std::unique_ptr<float[]> params_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<float[]> slots_[2] ABSL_GUARDED_BY(mu_);
+  FloatArray params_ ABSL_GUARDED_BY(mu_);
+  FloatArray slots_[2] ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -8,7 +8,7 @@
 namespace psrt {
 namespace {
 // Rows ahead of the one being updated whose memory is prefetched.
-constexpr size_t kPrefetchDistance = 8;
+constexpr size_t kPrefetchDistance = 16;
 }  // namespace
 
 EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
@@ -20,7 +20,7 @@ EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
       width_(layout.row_width),
       stride_(layout.row_width * (1 + optimizer->num_slots())),
       rows_(layout.shards[shard].num_rows) {
-  data_.reset(new float[rows_ * stride_]);
+  data_ = AllocateFloats(rows_ * stride_);
   float* data = data_.get();
   ParallelFor(rows_, 1 << 14, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -56,13 +56,16 @@ void EmbeddingShard::Apply(absl::Span<const int64_t> ids,
                            float learning_rate) {
   absl::MutexLock lock(&mu_);
   float* data = data_.get();
-  const UpdateContext context{learning_rate, version_ + 1};
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
   ForEachGradientRow(grads, width_, [&](size_t i, const float* g) {
     if (i + kPrefetchDistance < ids.size()) {
-      float* ahead =
-          data + layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_;
-      __builtin_prefetch(ahead, 1);
-      __builtin_prefetch(ahead + stride_ - 1, 1);
+      const char* ahead = reinterpret_cast<const char*>(
+          data +
+          layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
+      for (int64_t line = 0; line < stride_ * 4; line += 64) {
+        __builtin_prefetch(ahead + line, 1);
+      }
     }
     float* row = data + layout_.LocalRow(shard_, ids[i]) * stride_;
     float* slots[2] = {row + width_, row + 2 * width_};

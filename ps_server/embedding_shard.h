@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "partitioner/shard_map.h"
+#include "ps_server/float_array.h"
 #include "ps_server/initializer.h"
 #include "ps_server/optimizer.h"
 #include "ps_server/row_shard.h"
@@ -37,7 +38,7 @@ class EmbeddingShard final : public RowShard {
   const int64_t stride_;  // floats per row: width * (1 + slots)
   const int64_t rows_;
   mutable absl::Mutex mu_;
-  std::unique_ptr<float[]> data_ ABSL_GUARDED_BY(mu_);
+  FloatArray data_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

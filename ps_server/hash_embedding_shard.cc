@@ -30,7 +30,7 @@ const float* HashEmbeddingShard::Row(uint32_t row) const {
 uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   const uint32_t row = static_cast<uint32_t>(rows_++);
   if (row / kRowsPerBlock == blocks_.size()) {
-    blocks_.emplace_back(new float[kRowsPerBlock * stride_]);
+    blocks_.push_back(AllocateFloats(kRowsPerBlock * stride_));
   }
   float* values = Row(row);
   init_.FillRow(id, width_, values);
@@ -85,7 +85,8 @@ void HashEmbeddingShard::Apply(absl::Span<const int64_t> ids,
                                absl::Span<const PayloadView> grads,
                                float learning_rate) {
   absl::MutexLock lock(&mu_);
-  const UpdateContext context{learning_rate, version_ + 1};
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
   ForEachGradientRow(grads, width_, [&](size_t i, const float* g) {
     auto it = index_.find(ids[i]);
     const uint32_t r = it == index_.end() ? CreateRow(ids[i]) : it->second;

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "partitioner/shard_map.h"
+#include "ps_server/float_array.h"
 #include "ps_server/initializer.h"
 #include "ps_server/optimizer.h"
 #include "ps_server/row_shard.h"
@@ -56,7 +57,7 @@ class HashEmbeddingShard final : public RowShard {
   const int64_t capacity_;  // 0 = unbounded
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<float[]>> blocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);
   int64_t rows_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 };

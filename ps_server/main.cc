@@ -12,6 +12,7 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "partitioner/cluster_spec.h"
+#include "proto/buffer_pool.h"
 #include "ps_server/server.h"
 
 DEFINE_string(cluster, "",
@@ -121,5 +122,6 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
+  psrt::TuneAllocatorForLargeMessages();
   return Run();
 }

@@ -22,6 +22,9 @@ struct UpdateContext {
   // 1-based number of updates applied to the shard, this one included
   // (Adam's bias correction).
   int64_t step = 1;
+  // Per-update constants an optimizer derives once (Optimizer::Prepare)
+  // rather than for every row it updates.
+  float derived[2] = {0, 0};
 };
 
 class Optimizer {
@@ -34,8 +37,12 @@ class Optimizer {
     return initial_slot_values_[slot];
   }
 
+  // Fills context->derived for one update; call once before the Apply calls
+  // that make up the update.
+  virtual void Prepare(UpdateContext* context) const {}
+
   // Updates params[0, n) and slots[k][0, n) with grad[0, n).
-  // REQUIRES: the arrays do not overlap each other.
+  // REQUIRES: Prepare(&context) was called; the arrays do not overlap.
   virtual void Apply(float* params, float* const* slots, const float* grad,
                      size_t n, const UpdateContext& context) const = 0;
 
@@ -51,6 +58,16 @@ class Optimizer {
 
 // REQUIRES: `spec` was normalized (NormalizeVariableSpec).
 std::unique_ptr<Optimizer> CreateOptimizer(const OptimizerSpec& spec);
+
+// The context for one update: learning rate, step, derived constants.
+inline UpdateContext MakeUpdateContext(const Optimizer& optimizer,
+                                       float learning_rate, int64_t step) {
+  UpdateContext context;
+  context.learning_rate = learning_rate;
+  context.step = step;
+  optimizer.Prepare(&context);
+  return context;
+}
 
 }  // namespace psrt
 

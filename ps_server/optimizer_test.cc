@@ -48,7 +48,7 @@ TEST_P(OptimizerTest, MatchesReferenceOverManySteps) {
     for (size_t piece : {1, 16, 7, 79}) {
       float* piece_slots[] = {slots[0] + begin, slots[1] + begin};
       opt->Apply(ours.params.data() + begin, piece_slots, g.data() + begin,
-                 piece, {spec.learning_rate(), step});
+                 piece, MakeUpdateContext(*opt, spec.learning_rate(), step));
       begin += piece;
     }
     ASSERT_EQ(begin, kN);
@@ -104,7 +104,7 @@ TEST(FtrlTest, StrongL1ProducesExactZeros) {
   auto opt = CreateOptimizer(spec);
   std::vector<float> p(8, 0.3f), n(8, 0.1f), z(8, 0.0f), g(8, 0.5f);
   float* slots[] = {n.data(), z.data()};
-  opt->Apply(p.data(), slots, g.data(), 8, {0.1f, 1});
+  opt->Apply(p.data(), slots, g.data(), 8, MakeUpdateContext(*opt, 0.1f, 1));
   for (float v : p) EXPECT_EQ(v, 0.0f);
 }
 

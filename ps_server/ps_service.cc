@@ -105,7 +105,9 @@ class ParameterServerService::PushReactor final
     // End of the stream: the client finished writing (or went away; then
     // the final message is missing and Finish refuses to apply).
     service_->push_.bytes_in->Add(static_cast<int64_t>(handler_.bytes()));
+    const absl::Time apply_start = absl::Now();
     absl::StatusOr<PushResponse> result = handler_.Finish();
+    service_->push_apply_seconds_->Observe(SecondsSince(apply_start));
     if (!result.ok()) {
       Finish(service_->Fail("Push", result.status()));
       return;
@@ -140,7 +142,10 @@ ParameterServerService::ParameterServerService(ShardStore* store,
       create_(MakeMethodMetrics("CreateVariables")),
       rejected_nonfinite_(metrics->GetCounter(
           "psrt_rejected_nonfinite_pushes_total",
-          "Pushes rejected because a gradient held NaN or Inf")) {
+          "Pushes rejected because a gradient held NaN or Inf")),
+      push_apply_seconds_(metrics->GetHistogram(
+          "psrt_push_apply_seconds",
+          "Time from a push's last message to its update being applied")) {
   metrics->AddGauge("psrt_parameter_bytes",
                     "Bytes of parameters and optimizer slots held by this PS",
                     {{"ps_task", absl::StrCat(store->ps_task())}}, [store] {

@@ -79,6 +79,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   PushDedup dedup_;
   MethodMetrics pull_, push_, create_;
   Counter* rejected_nonfinite_;
+  Histogram* push_apply_seconds_;
   const absl::Time started_ = absl::Now();
 };
 

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <limits>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "clients/cpp/id_index.h"
 
 namespace psrt {
 namespace {
@@ -27,19 +27,19 @@ UniqueIds Deduplicate(absl::Span<const int64_t> ids, bool promised_unique) {
       u.first_row[i] = static_cast<int32_t>(i);
     return u;
   }
-  absl::flat_hash_map<int64_t, int32_t> index;
-  index.reserve(ids.size());
+  IdIndex index(ids.size());
   u.unique_index.resize(ids.size());
+  u.ids.reserve(ids.size());
+  u.first_row.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto [it, inserted] =
-        index.emplace(ids[i], static_cast<int32_t>(u.ids.size()));
+    bool inserted;
+    u.unique_index[i] = index.Insert(ids[i], &inserted);
     if (inserted) {
       u.ids.push_back(ids[i]);
       u.first_row.push_back(static_cast<int32_t>(i));
     } else {
       u.has_repeats = true;
     }
-    u.unique_index[i] = it->second;
   }
   return u;
 }
@@ -204,11 +204,12 @@ absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
       item.shard = s;
       item.learning_rate = op.learning_rate;
       item.ids.reserve(groups[s].size());
-      item.grads.resize(groups[s].size() * width);
+      item.grads = BufferPool::Default().Acquire(groups[s].size() * width *
+                                                 sizeof(float));
       for (size_t j = 0; j < groups[s].size(); ++j) {
         const int32_t index = groups[s][j];
         item.ids.push_back(u.ids[index]);
-        std::memcpy(item.grads.data() + j * width,
+        std::memcpy(item.grad_rows() + j * width,
                     op.grad + static_cast<int64_t>(u.first_row[index]) * width,
                     width * sizeof(float));
         slot[index] = {s, static_cast<int32_t>(j)};
@@ -220,7 +221,7 @@ absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
         const int32_t index = u.unique_index[i];
         if (u.first_row[index] == static_cast<int32_t>(i)) continue;
         const auto [ps, at] = items[slot[index].first];
-        float* sum = plan.items_by_ps[ps][at].grads.data() +
+        float* sum = plan.items_by_ps[ps][at].grad_rows() +
                      static_cast<int64_t>(slot[index].second) * width;
         const float* g = op.grad + i * width;
         for (int64_t c = 0; c < width; ++c) sum[c] += g[c];

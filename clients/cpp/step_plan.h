@@ -12,6 +12,7 @@
 #include "absl/types/span.h"
 #include "clients/cpp/client.h"
 #include "partitioner/shard_map.h"
+#include "proto/buffer_pool.h"
 
 namespace psrt {
 
@@ -31,8 +32,10 @@ struct PlannedItem {
   // Pull: the op's output row receiving each id (its first occurrence).
   std::vector<int32_t> out_rows;
   float* rows_out = nullptr;
-  // Push: one gradient row per id (repeats summed).
-  std::vector<float> grads;
+  // Push: one gradient row per id (repeats summed), in a pooled buffer (no
+  // zero-fill, no fresh pages per step).
+  PooledBuffer grads;
+  float* grad_rows() const { return reinterpret_cast<float*>(grads.data()); }
 
   int64_t width() const { return layout->row_width; }
   int64_t value_floats() const {

@@ -61,10 +61,12 @@ TEST(StepPlanTest, PushSumsRepeatsAndGathersRowsPerShard) {
   ASSERT_TRUE(plan.ok());
   const PlannedItem& even = plan->items_by_ps[0][0];
   EXPECT_EQ(even.ids, (std::vector<int64_t>{4, 6}));
-  EXPECT_EQ(even.grads, (std::vector<float>{2, 2, 3, 3}));
+  EXPECT_EQ(std::vector<float>(even.grad_rows(), even.grad_rows() + 4),
+            (std::vector<float>{2, 2, 3, 3}));
   const PlannedItem& odd = plan->items_by_ps[1][0];
   EXPECT_EQ(odd.ids, std::vector<int64_t>{3});
-  EXPECT_EQ(odd.grads, (std::vector<float>{11, 11}));
+  EXPECT_EQ(std::vector<float>(odd.grad_rows(), odd.grad_rows() + 2),
+            (std::vector<float>{11, 11}));
 }
 
 TEST(StepPlanTest, BadOpsAreCaughtBeforeSending) {

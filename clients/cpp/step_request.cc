@@ -148,7 +148,7 @@ void StepRequest::BuildPushCalls() {
           t->set_ids_payload(packer.AddPayload(
               lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t))));
           t->set_grad_payload(packer.AddPayload(
-              lease_.Lend(item.grads.data() + begin * unit_floats,
+              lease_.Lend(item.grad_rows() + begin * unit_floats,
                           n * unit_floats * sizeof(float))));
         }
         begin += n;
@@ -201,7 +201,6 @@ bool StepRequest::Retryable(const grpc::Status& status) const {
 absl::Status StepRequest::Wait() {
   const ClientOptions& options = *context_.options;
   absl::Status result;
-  std::mt19937 jitter(std::random_device{}());
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -225,6 +224,7 @@ absl::Status StepRequest::Wait() {
     absl::Duration backoff =
         std::min(options.max_backoff,
                  options.initial_backoff * (1 << std::min(attempts - 1, 20)));
+    static thread_local std::mt19937 jitter(std::random_device{}());
     backoff *= std::uniform_real_distribution<double>(0.8, 1.2)(jitter);
     for (Call* call : retry) {
       LOG(WARNING) << (push_ ? "push to " : "pull from ")

@@ -1,0 +1,48 @@
+#include "ps_server/thread_pool.h"
+
+namespace psrt {
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    threads_.emplace_back([this] { Loop(); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (auto& t : threads_) t.join();
+}
+
+ThreadPool& ThreadPool::Default() {
+  static ThreadPool* pool = new ThreadPool(
+      static_cast<int>(std::max(2u, std::thread::hardware_concurrency())) - 1);
+  return *pool;
+}
+
+void ThreadPool::Schedule(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  tasks_.push_back(std::move(task));
+}
+
+void ThreadPool::Loop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](ThreadPool* p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return p->stopping_ || !p->tasks_.empty();
+          },
+          this));
+      if (tasks_.empty()) return;  // stopping
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace psrt

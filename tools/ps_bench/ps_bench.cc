@@ -1,0 +1,297 @@
+// ps_bench: drives a running psrt cluster and reports throughput, with a raw
+// loopback TCP stream moving the same bytes per operation as the baseline.
+//
+//   ps_bench --cluster='{"cluster": {"ps": ["localhost:2223"]}}'
+//   ps_bench --cases=dense_4MiB --seconds=10 --json
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "clients/cpp/client.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "partitioner/cluster_spec.h"
+#include "proto/buffer_pool.h"
+#include "tools/ps_bench/tcp_baseline.h"
+
+DEFINE_string(cluster, "",
+              "Cluster spec (TF_CONFIG-style JSON or file); empty: TF_CONFIG, "
+              "else one PS on localhost:2223.");
+DEFINE_string(
+    cases, "dense_4MiB,dense_64MiB,embedding_100k",
+    "Comma-separated cases: dense_4MiB, dense_64MiB, embedding_100k.");
+DEFINE_string(ops, "push,pull", "Operations to measure: push, pull or both.");
+DEFINE_double(seconds, 2, "Seconds per measurement.");
+DEFINE_int32(repeat, 3,
+             "Measurements per case and operation, each paired with its own "
+             "TCP baseline measurement; medians are reported (the machine "
+             "may be shared and noisy).");
+DEFINE_bool(json, false, "Also print one JSON object per line per result.");
+DEFINE_bool(tcp_baseline, true,
+            "Measure the raw loopback TCP baseline for each case.");
+DEFINE_int64(message_bytes, 1 << 20, "Client message size (chunking).");
+DEFINE_int32(channels_per_ps, 2, "TCP connections per PS.");
+DEFINE_int64(vocab, 1000000, "Rows of the embedding table.");
+DEFINE_int32(embedding_dim, 16, "Floats per embedding row.");
+DEFINE_int32(embedding_ids, 100000, "Unique ids per embedding operation.");
+DEFINE_int32(inflight, 1,
+             "Operations kept in flight (client threads sharing one Client), "
+             "as a worker that pushes step k while computing step k+1.");
+DEFINE_bool(ids_unique, false,
+            "Tell the client the ids are unique (skips its de-duplication, as "
+            "a worker that already computed unique ids would).");
+
+namespace psrt {
+namespace {
+
+struct Result {
+  std::string name;
+  std::string op;
+  double bytes_per_op = 0;  // bytes that cross the wire
+  double ops_per_s = 0;
+  double rows_per_op = 0;
+};
+
+bool Wanted(absl::string_view op) {
+  for (absl::string_view o : absl::StrSplit(FLAGS_ops, ',')) {
+    if (o == op) return true;
+  }
+  return false;
+}
+
+// Runs op(thread) repeatedly on --inflight threads for --seconds (after a
+// warm-up) and returns the total ops/s.
+template <typename Op>
+absl::StatusOr<double> Measure(Op&& op) {
+  const int threads = std::max(1, FLAGS_inflight);
+  for (int t = 0; t < threads; ++t) {
+    if (absl::Status s = op(t); !s.ok()) return s;
+  }
+  const absl::Duration duration = absl::Seconds(FLAGS_seconds);
+  std::atomic<int64_t> ops{0};
+  absl::Mutex mu;
+  absl::Status first_error;
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      int64_t mine = 0;
+      while (absl::Now() - start < duration || mine < 3) {
+        if (absl::Status s = op(t); !s.ok()) {
+          absl::MutexLock lock(&mu);
+          first_error.Update(s);
+          return;
+        }
+        ++mine;
+        ++ops;
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  if (!first_error.ok()) return first_error;
+  return ops.load() / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+void Report(const Result& r, double tcp_gbytes_per_s, double ratio) {
+  const double gbps = r.ops_per_s * r.bytes_per_op / 1e9;
+  std::string line = absl::StrFormat("%-16s %-5s %9.1f ops/s %7.3f GB/s",
+                                     r.name, r.op, r.ops_per_s, gbps);
+  if (r.rows_per_op > 0) {
+    absl::StrAppendFormat(&line, " %7.2fM rows/s",
+                          r.ops_per_s * r.rows_per_op / 1e6);
+  }
+  if (tcp_gbytes_per_s > 0) {
+    absl::StrAppendFormat(&line, "  %.2fx raw TCP (%.3f GB/s)", ratio,
+                          tcp_gbytes_per_s);
+  }
+  std::cout << line << std::endl;
+  if (FLAGS_json) {
+    std::cout
+        << absl::StrFormat(
+               "{\"case\": \"%s\", \"op\": \"%s\", \"bytes_per_op\": %.0f, "
+               "\"ops_per_s\": %.3f, \"gbytes_per_s\": %.4f, "
+               "\"rows_per_s\": %.0f, \"ratio_to_tcp\": %.3f, "
+               "\"tcp_gbytes_per_s\": %.4f, \"inflight\": %d}",
+               r.name, r.op, r.bytes_per_op, r.ops_per_s, gbps,
+               r.ops_per_s * r.rows_per_op, ratio, tcp_gbytes_per_s,
+               FLAGS_inflight)
+        << std::endl;
+  }
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Measures `op` --repeat times, each right after a TCP baseline of the same
+// bytes per operation, and reports the medians.
+template <typename Op>
+absl::Status MeasureAndReport(Result r, Op&& op) {
+  std::vector<double> ops, tcps, ratios;
+  for (int i = 0; i < std::max(1, FLAGS_repeat); ++i) {
+    double tcp = 0;
+    if (FLAGS_tcp_baseline) {
+      auto baseline = MeasureTcpBaseline(static_cast<size_t>(r.bytes_per_op),
+                                         absl::Seconds(FLAGS_seconds));
+      if (!baseline.ok()) return baseline.status();
+      tcp = baseline->gbytes_per_s;
+    }
+    auto rate = Measure(op);
+    if (!rate.ok()) return rate.status();
+    ops.push_back(*rate);
+    tcps.push_back(tcp);
+    if (tcp > 0) ratios.push_back(*rate * r.bytes_per_op / 1e9 / tcp);
+  }
+  r.ops_per_s = Median(ops);
+  Report(r, Median(tcps), Median(ratios));
+  return absl::OkStatus();
+}
+
+absl::Status RunDense(Client* client, const std::string& name, int64_t floats) {
+  VariableSpec spec;
+  spec.set_name("ps_bench/" + name);
+  spec.set_kind(DENSE);
+  spec.add_shape(floats);
+  spec.mutable_partition()->set_num_shards(client->num_ps());
+  spec.mutable_optimizer()->set_learning_rate(1e-6f);
+  if (absl::Status s = client->CreateVariables({spec}); !s.ok()) return s;
+  std::vector<float> grad(floats, 0.001f);
+  std::vector<std::vector<float>> values(std::max(1, FLAGS_inflight),
+                                         std::vector<float>(floats));
+  const double bytes = floats * 4.0;
+  if (Wanted("push")) {
+    absl::Status s = MeasureAndReport({name, "push", bytes}, [&](int) {
+      return client->PushDense(spec.name(), grad.data());
+    });
+    if (!s.ok()) return s;
+  }
+  if (Wanted("pull")) {
+    absl::Status s = MeasureAndReport({name, "pull", bytes}, [&](int t) {
+      return client->PullDense(spec.name(), values[t].data());
+    });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunEmbedding(Client* client, const std::string& name) {
+  const int64_t dim = FLAGS_embedding_dim, n = FLAGS_embedding_ids;
+  VariableSpec spec;
+  spec.set_name(absl::StrCat("ps_bench/embedding_", FLAGS_vocab, "x", dim));
+  spec.set_kind(EMBEDDING);
+  spec.add_shape(FLAGS_vocab);
+  spec.add_shape(dim);
+  spec.mutable_partition()->set_num_shards(client->num_ps());
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  spec.mutable_optimizer()->set_learning_rate(0.01f);
+  if (absl::Status s = client->CreateVariables({spec}); !s.ok()) return s;
+  if (n > FLAGS_vocab)
+    return absl::InvalidArgumentError("--embedding_ids > --vocab");
+  // A few batches of unique random ids, cycled.
+  std::mt19937_64 rng(1);
+  std::vector<int64_t> all(FLAGS_vocab);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<std::vector<int64_t>> batches(4);
+  for (auto& batch : batches) {
+    std::shuffle(all.begin(), all.end(), rng);
+    batch.assign(all.begin(), all.begin() + n);
+  }
+  std::vector<float> grads(n * dim, 0.01f);
+  std::vector<std::vector<float>> rows(std::max(1, FLAGS_inflight),
+                                       std::vector<float>(n * dim));
+  std::atomic<size_t> next{0};
+  // Bytes on the wire either way: ids plus rows.
+  const double bytes = n * (8.0 + 4.0 * dim);
+  if (Wanted("push")) {
+    absl::Status s = MeasureAndReport(
+        {name, "push", bytes, 0, static_cast<double>(n)}, [&](int) {
+          PushOp op =
+              PushOp::Rows(spec.name(), batches[next++ % 4], grads.data());
+          op.ids_unique = FLAGS_ids_unique;
+          return client->Push({op});
+        });
+    if (!s.ok()) return s;
+  }
+  if (Wanted("pull")) {
+    absl::Status s = MeasureAndReport(
+        {name, "pull", bytes, 0, static_cast<double>(n)}, [&](int t) {
+          PullOp op =
+              PullOp::Rows(spec.name(), batches[next++ % 4], rows[t].data());
+          op.ids_unique = FLAGS_ids_unique;
+          return client->Pull({op});
+        });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+int Run() {
+  auto cluster = LoadClusterSpec(FLAGS_cluster, 2223);
+  if (!cluster.ok()) {
+    LOG(ERROR) << cluster.status();
+    return 2;
+  }
+  ClientOptions options;
+  options.ps_addresses = cluster->ps;
+  options.message_bytes = FLAGS_message_bytes;
+  options.channels_per_ps = FLAGS_channels_per_ps;
+  auto client = Client::Connect(options);
+  if (!client.ok()) {
+    LOG(ERROR) << client.status();
+    return 2;
+  }
+  if (absl::Status s = (*client)->WaitForServers(absl::Seconds(30)); !s.ok()) {
+    LOG(ERROR) << s;
+    return 1;
+  }
+  std::cout << "ps_bench: " << cluster->num_ps() << " PS, " << FLAGS_inflight
+            << " op(s) in flight, median of " << FLAGS_repeat << " x "
+            << FLAGS_seconds << " s, messages of " << FLAGS_message_bytes
+            << " bytes, " << FLAGS_channels_per_ps << " channels per PS"
+            << std::endl;
+  for (const std::string& name :
+       std::vector<std::string>(absl::StrSplit(FLAGS_cases, ','))) {
+    absl::Status s;
+    if (name == "dense_4MiB") {
+      s = RunDense(client->get(), name, 1 << 20);
+    } else if (name == "dense_64MiB") {
+      s = RunDense(client->get(), name, 16 << 20);
+    } else if (name == "embedding_100k") {
+      s = RunEmbedding(client->get(), name);
+    } else {
+      s = absl::InvalidArgumentError(absl::StrCat("unknown case '", name, "'"));
+    }
+    if (!s.ok()) {
+      LOG(ERROR) << name << ": " << s;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace psrt
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "Load generator for a running psrt cluster: dense and embedding push/"
+      "pull throughput against a raw loopback TCP baseline.\n"
+      "  ps_bench [--cluster=JSON|FILE] [--cases=...] [--json]");
+  FLAGS_logtostderr = true;
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  psrt::TuneAllocatorForLargeMessages();
+  return psrt::Run();
+}
