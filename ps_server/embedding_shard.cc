@@ -4,11 +4,14 @@
 #include <cstring>
 
 #include "ps_server/parallel_for.h"
+#include "ps_server/thread_pool.h"
 
 namespace psrt {
 namespace {
 // Rows ahead of the one being updated whose memory is prefetched.
 constexpr size_t kPrefetchDistance = 16;
+// Gathers and updates of at least this many rows are split over the cores.
+constexpr int64_t kParallelRows = 16384;
 }  // namespace
 
 EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
@@ -38,16 +41,19 @@ int64_t EmbeddingShard::Gather(absl::Span<const int64_t> ids,
                                float* out) const {
   absl::ReaderMutexLock lock(&mu_);
   const float* data = data_.get();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kPrefetchDistance < ids.size()) {
-      __builtin_prefetch(data +
-                         layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) *
-                             stride_);
+  auto gather = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + static_cast<int64_t>(kPrefetchDistance) < end) {
+        __builtin_prefetch(
+            data +
+            layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
+      }
+      std::memcpy(out + i * width_,
+                  data + layout_.LocalRow(shard_, ids[i]) * stride_,
+                  width_ * sizeof(float));
     }
-    std::memcpy(out + i * width_,
-                data + layout_.LocalRow(shard_, ids[i]) * stride_,
-                width_ * sizeof(float));
-  }
+  };
+  PoolParallelFor(static_cast<int64_t>(ids.size()), kParallelRows, gather);
   return version_;
 }
 
@@ -58,19 +64,44 @@ void EmbeddingShard::Apply(absl::Span<const int64_t> ids,
   float* data = data_.get();
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
-  ForEachGradientRow(grads, width_, [&](size_t i, const float* g) {
-    if (i + kPrefetchDistance < ids.size()) {
-      const char* ahead = reinterpret_cast<const char*>(
-          data +
-          layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
-      for (int64_t line = 0; line < stride_ * 4; line += 64) {
-        __builtin_prefetch(ahead + line, 1);
-      }
+  // Rows of pieces [first, last) of the gradient; `row` is the id index of
+  // the first of them.
+  auto apply = [&](size_t first, size_t last, size_t row) {
+    for (size_t p = first; p < last; ++p) {
+      const size_t rows = grads[p].size() / (width_ * sizeof(float));
+      const size_t end = row + rows;
+      ForEachRow(grads[p], width_, [&](size_t r, const float* g) {
+        const size_t i = row + r;
+        if (i + kPrefetchDistance < end) {
+          const char* ahead = reinterpret_cast<const char*>(
+              data +
+              layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
+          for (int64_t line = 0; line < stride_ * 4; line += 64) {
+            __builtin_prefetch(ahead + line, 1);
+          }
+        }
+        float* values = data + layout_.LocalRow(shard_, ids[i]) * stride_;
+        float* slots[2] = {values + width_, values + 2 * width_};
+        optimizer_->Apply(values, slots, g, width_, context);
+      });
+      row = end;
     }
-    float* row = data + layout_.LocalRow(shard_, ids[i]) * stride_;
-    float* slots[2] = {row + width_, row + 2 * width_};
-    optimizer_->Apply(row, slots, g, width_, context);
-  });
+  };
+  if (ids.size() < static_cast<size_t>(kParallelRows) || grads.size() < 2) {
+    apply(0, grads.size(), 0);
+  } else {
+    // Ids are unique, so pieces update disjoint rows: split the pieces over
+    // the cores (this runs while the pushing worker waits).
+    std::vector<size_t> first_row(grads.size() + 1, 0);
+    for (size_t p = 0; p < grads.size(); ++p) {
+      first_row[p + 1] =
+          first_row[p] + grads[p].size() / (width_ * sizeof(float));
+    }
+    PoolParallelFor(static_cast<int64_t>(grads.size()), 1,
+                    [&](int64_t begin, int64_t end) {
+                      apply(begin, end, first_row[begin]);
+                    });
+  }
   ++version_;
 }
 

@@ -215,14 +215,19 @@ TEST_F(HandlersTest, PullResponsesAreCutAtRowsWithinTheLimit) {
   writer.AddPayload(grpc::Slice(ids.data(), ids.size() * 8));
   FrameReader request;
   ASSERT_TRUE(request.Parse(writer.Finish()).ok());
-  PullResult result;
-  ASSERT_TRUE(HandlePull(store_, request, 1 << 20, &result).ok());
-  EXPECT_EQ(result.rows, 101);
-  EXPECT_EQ(result.value_bytes, 100 * 64 + 16);
+  auto responder = PullResponder::Create(store_, request, 1 << 20);
+  ASSERT_TRUE(responder.ok()) << responder.status();
+  EXPECT_EQ((*responder)->rows(), 101);
+  EXPECT_EQ((*responder)->value_bytes(), 100 * 64 + 16);
+  std::vector<grpc::ByteBuffer> messages;
+  while (!(*responder)->done()) {
+    messages.emplace_back();
+    (*responder)->Next(&messages.back());
+  }
   // 6400 + 16 bytes at 4096 per message, rows never split: 2 messages.
-  ASSERT_EQ(result.messages.size(), 2u);
+  ASSERT_EQ(messages.size(), 2u);
   int64_t floats = 0;
-  for (const auto& m : result.messages) {
+  for (const auto& m : messages) {
     EXPECT_LE(m.Length(), 4096u + 200);
     FrameReader response;
     ASSERT_TRUE(response.Parse(m).ok());

@@ -24,7 +24,8 @@ double SecondsSince(absl::Time start) {
 
 }  // namespace
 
-// Streams a pull's response messages, one write at a time.
+// Streams a pull's response: while one message is being written, the next
+// is prepared (its rows gathered).
 class ParameterServerService::PullReactor final
     : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
@@ -34,27 +35,31 @@ class ParameterServerService::PullReactor final
     m.requests->Add();
     m.bytes_in->Add(static_cast<int64_t>(request->Length()));
     FrameReader frame;
-    absl::Status s = frame.Parse(*request);
-    if (s.ok()) {
-      s = HandlePull(*service_->store_, frame,
-                     service_->limits_.max_message_bytes, &result_);
-    }
-    if (!s.ok()) {
-      Finish(service_->Fail("Pull", s));
+    const absl::Status parsed = frame.Parse(*request);
+    absl::StatusOr<std::unique_ptr<PullResponder>> responder =
+        parsed.ok() ? PullResponder::Create(*service_->store_, frame,
+                                            service_->limits_.max_message_bytes)
+                    : parsed;
+    if (!responder.ok()) {
+      Finish(service_->Fail("Pull", responder.status()));
       return;
     }
-    m.rows->Add(result_.rows);
-    m.bytes_out->Add(result_.value_bytes);
-    WriteNext();
+    responder_ = std::move(*responder);
+    m.rows->Add(responder_->rows());
+    m.bytes_out->Add(responder_->value_bytes());
+    absl::MutexLock lock(&mu_);
+    responder_->Next(&prepared_);
+    WritePrepared();
   }
 
   void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
     if (!ok) {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                           "pull response write failed (client gone?)"));
       return;
     }
-    WriteNext();
+    WritePrepared();
   }
 
   void OnDone() override {
@@ -63,19 +68,24 @@ class ParameterServerService::PullReactor final
   }
 
  private:
-  void WriteNext() {
-    if (next_ + 1 == result_.messages.size()) {
-      StartWriteAndFinish(&result_.messages[next_++], grpc::WriteOptions(),
-                          grpc::Status::OK);
-    } else {
-      StartWrite(&result_.messages[next_++]);
+  // Writes the prepared message and prepares the next while it is in
+  // flight. The lock keeps OnWriteDone from racing the preparation.
+  void WritePrepared() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (responder_->done()) {
+      StartWriteAndFinish(&prepared_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
     }
+    std::swap(writing_, prepared_);
+    StartWrite(&writing_);
+    responder_->Next(&prepared_);
   }
 
   ParameterServerService* const service_;
   const absl::Time start_ = absl::Now();
-  PullResult result_;
-  size_t next_ = 0;
+  std::unique_ptr<PullResponder> responder_;
+  absl::Mutex mu_;
+  grpc::ByteBuffer writing_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer prepared_ ABSL_GUARDED_BY(mu_);
 };
 
 // Collects a push's stream; validates each message as it arrives and applies

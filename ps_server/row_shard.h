@@ -29,7 +29,7 @@ class RowShard {
   }
 
   // Applies one update: `grads` are payloads holding, in order, one row of
-  // gradient per id. The version advances once.
+  // gradient per id (each payload whole rows). The version advances once.
   // REQUIRES: ids unique and routed here, rows ensured, values finite.
   virtual void Apply(absl::Span<const int64_t> ids,
                      absl::Span<const PayloadView> grads,

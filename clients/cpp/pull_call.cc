@@ -1,11 +1,55 @@
 #include "clients/cpp/pull_call.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "proto/frame_reader.h"
 
 namespace psrt {
+namespace {
+
+// Copies the payload's rows (`width` floats each) to out + rows[i] * width.
+// Rows whose destinations are consecutive -- all of them when the ids were
+// unique and went to one shard -- are copied as one block.
+void ScatterRows(const PayloadView& values, int64_t width, const int32_t* rows,
+                 float* out) {
+  const size_t row_bytes = width * sizeof(float);
+  std::vector<char> partial(row_bytes);
+  size_t filled = 0;
+  size_t r = 0;
+  char* base = reinterpret_cast<char*>(out);
+  values.ForEachChunk([&](const char* p, size_t n) {
+    if (filled > 0) {
+      const size_t take = std::min(row_bytes - filled, n);
+      std::memcpy(partial.data() + filled, p, take);
+      filled += take;
+      p += take;
+      n -= take;
+      if (filled < row_bytes) return;
+      std::memcpy(base + static_cast<size_t>(rows[r++]) * row_bytes,
+                  partial.data(), row_bytes);
+      filled = 0;
+    }
+    const size_t whole = n / row_bytes;
+    for (size_t i = 0; i < whole;) {
+      size_t run = 1;
+      while (i + run < whole &&
+             rows[r + run] == rows[r] + static_cast<int32_t>(run)) {
+        ++run;
+      }
+      std::memcpy(base + static_cast<size_t>(rows[r]) * row_bytes,
+                  p + i * row_bytes, run * row_bytes);
+      i += run;
+      r += run;
+    }
+    filled = n - whole * row_bytes;
+    std::memcpy(partial.data(), p + whole * row_bytes, filled);
+  });
+}
+
+}  // namespace
 
 PullCall::PullCall(PsConnection* connection, grpc::ByteBuffer request,
                    const std::vector<PullTarget>* targets,
@@ -80,12 +124,8 @@ bool PullCall::Scatter() {
       });
     } else {
       const int64_t first_id = t.first + piece.first_float() / width;
-      ForEachRow(values, width, [&](size_t row, const float* v) {
-        std::memcpy(
-            item.rows_out +
-                static_cast<int64_t>(item.out_rows[first_id + row]) * width,
-            v, width * sizeof(float));
-      });
+      ScatterRows(values, width, item.out_rows.data() + first_id,
+                  item.rows_out);
     }
     received_[piece.item()] += floats;
   }

@@ -1,5 +1,6 @@
 #include "clients/cpp/step_plan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -29,18 +30,17 @@ UniqueIds Deduplicate(absl::Span<const int64_t> ids, bool promised_unique) {
   }
   IdIndex index(ids.size());
   u.unique_index.resize(ids.size());
-  u.ids.reserve(ids.size());
   u.first_row.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     bool inserted;
     u.unique_index[i] = index.Insert(ids[i], &inserted);
     if (inserted) {
-      u.ids.push_back(ids[i]);
       u.first_row.push_back(static_cast<int32_t>(i));
     } else {
       u.has_repeats = true;
     }
   }
+  u.ids = index.TakeIds();
   return u;
 }
 

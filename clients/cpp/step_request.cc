@@ -17,6 +17,12 @@ size_t MaxIdsPerPullRequest(const ClientOptions& options) {
   return std::max<size_t>(options.message_bytes * 4 / sizeof(int64_t), 1024);
 }
 
+// A PS's embedding ids beyond this many are spread over one call per
+// channel, so that big pulls move over all the PS's connections at once
+// (rows are independent: each stays consistent). Dense shards are never
+// split: a dense shard is always read at one version.
+constexpr size_t kIdsWorthSplitting = 32768;
+
 absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
                       const char* what) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
@@ -52,10 +58,16 @@ StepRequest::~StepRequest() {
 }
 
 void StepRequest::BuildPullCalls() {
-  const size_t max_ids = MaxIdsPerPullRequest(*context_.options);
+  const size_t channels = std::max(1, context_.options->channels_per_ps);
   for (size_t ps = 0; ps < plan_.items_by_ps.size(); ++ps) {
     const std::vector<PlannedItem>& items = plan_.items_by_ps[ps];
     if (items.empty()) continue;
+    size_t total_ids = 0;
+    for (const PlannedItem& item : items) total_ids += item.ids.size();
+    size_t max_ids = MaxIdsPerPullRequest(*context_.options);
+    if (total_ids >= kIdsWorthSplitting && channels > 1) {
+      max_ids = std::min(max_ids, (total_ids + channels - 1) / channels);
+    }
     PullRequestHeader header;
     std::vector<grpc::Slice> payloads;
     std::vector<PullTarget> targets;
