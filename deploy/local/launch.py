@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""Starts a psrt cluster on one machine: N "hosts", each with one ps_server
+and (optionally) one worker process, as SageMaker's parameter_server layout
+puts them; every process gets its own ports and TF_CONFIG.
+
+    deploy/local/launch.py --hosts=2 -- bazel-bin/tools/ps_bench/ps_bench
+    deploy/local/launch.py --hosts=2 --workers=0          # servers only
+
+The worker command runs once per worker with TF_CONFIG set ({"task":
+{"type": "worker", "index": i}}) and "{index}" in its arguments replaced by
+i. Logs go to --logs/<role>_<index>.log; worker output is also echoed with a
+prefix. When every worker has exited the servers get SIGTERM. Ctrl-C or
+SIGTERM stops everything cleanly. Exit status: 0 if every process succeeded,
+1 if any failed (its log tail is printed), 2 on bad usage.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def port_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def pick_ports(base, count):
+    ports, port = [], base
+    while len(ports) < count:
+        if port_free(port):
+            ports.append(port)
+        port += 1
+    return ports
+
+
+def tail(path, lines=20):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class Process:
+    def __init__(self, role, index, argv, env, log_dir, echo):
+        self.role, self.index = role, index
+        self.name = f"{role}{index}"
+        self.log = os.path.join(log_dir, f"{role}_{index}.log")
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.thread = threading.Thread(target=self._pump, args=(echo,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, echo):
+        with open(self.log, "w") as log:
+            for raw in self.proc.stdout:
+                line = raw.decode(errors="replace")
+                log.write(line)
+                log.flush()
+                if echo:
+                    sys.stdout.write(f"[{self.name}] {line}")
+                    sys.stdout.flush()
+
+    def signal(self, sig):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--hosts", type=int, default=2, help="ps_server count")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker count (default: one per host)")
+    parser.add_argument("--base_port", type=int, default=2223)
+    parser.add_argument("--logs", default=os.path.join(ROOT, "out", "logs"))
+    parser.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
+    parser.add_argument("--ps_flag", action="append", default=[],
+                        help="extra ps_server flag (repeatable)")
+    parser.add_argument("--stop_grace_secs", type=float, default=30)
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- worker command and arguments")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    workers = args.hosts if args.workers is None else args.workers
+    if args.hosts < 1 or workers < 0 or (workers > 0 and not command):
+        parser.error("need --hosts >= 1 and a worker command after -- "
+                     "(or --workers=0)")
+    server = os.path.join(args.bin_dir, "ps_server", "ps_server")
+    if not os.access(server, os.X_OK):
+        parser.error(f"{server} not found; build it: bazel build //ps_server")
+    os.makedirs(args.logs, exist_ok=True)
+
+    ports = pick_ports(args.base_port, 2 * args.hosts + max(workers, 1))
+    ps_ports = ports[:args.hosts]
+    metrics_ports = ports[args.hosts:2 * args.hosts]
+    worker_ports = ports[2 * args.hosts:2 * args.hosts + workers]
+    cluster = {"ps": [f"localhost:{p}" for p in ps_ports],
+               "worker": [f"localhost:{p}" for p in worker_ports]}
+    print(f"launch: {args.hosts} ps_server(s) on ports {ps_ports} "
+          f"(metrics {metrics_ports}), {workers} worker(s); logs in {args.logs}",
+          flush=True)
+
+    stopping = threading.Event()
+
+    def on_signal(signum, frame):
+        print(f"launch: {signal.Signals(signum).name}: stopping everything",
+              flush=True)
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    def tf_config(role, index):
+        return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+
+    servers = []
+    for i in range(args.hosts):
+        env = dict(os.environ, TF_CONFIG=tf_config("ps", i))
+        servers.append(Process("ps", i, [server, f"--metrics_port={metrics_ports[i]}"]
+                               + args.ps_flag, env, args.logs, echo=False))
+    workers_procs = []
+    for i in range(workers):
+        env = dict(os.environ, TF_CONFIG=tf_config("worker", i),
+                   PSRT_WORKER_INDEX=str(i))
+        argv = [a.replace("{index}", str(i)) for a in command]
+        workers_procs.append(Process("worker", i, argv, env, args.logs, echo=True))
+
+    failed = []
+    while not stopping.is_set():
+        for p in servers:
+            if p.proc.poll() is not None:
+                failed.append(p)
+        for p in workers_procs:
+            code = p.proc.poll()
+            if code not in (None, 0) and p not in failed:
+                failed.append(p)
+        if failed:
+            break
+        if workers_procs and all(p.proc.poll() is not None for p in workers_procs):
+            break
+        time.sleep(0.2)
+
+    for p in workers_procs + servers:
+        p.signal(signal.SIGTERM)
+    deadline = time.time() + args.stop_grace_secs
+    for p in workers_procs + servers:
+        while p.proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        if p.proc.poll() is None:
+            print(f"launch: {p.name} ignored SIGTERM; killing it", flush=True)
+            p.signal(signal.SIGKILL)
+            p.proc.wait()
+        p.thread.join(timeout=5)
+    for p in servers:
+        if p.proc.returncode not in (0, -signal.SIGTERM) and p not in failed:
+            failed.append(p)
+
+    for p in failed:
+        print(f"launch: {p.name} failed (exit status {p.proc.returncode}); "
+              f"last lines of {p.log}:\n{tail(p.log)}", flush=True)
+    if failed:
+        return 1
+    if stopping.is_set():
+        return 130
+    print("launch: all processes finished successfully", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
