@@ -9,11 +9,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "cli/help.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "partitioner/cluster_spec.h"
 #include "proto/buffer_pool.h"
 #include "ps_server/server.h"
+#include "ps_server/thread_pool.h"
 
 DEFINE_string(cluster, "",
               "Cluster spec: TF_CONFIG-style JSON inline (starting with '{') "
@@ -37,6 +39,9 @@ DEFINE_int64(max_push_bytes, int64_t{2} << 30,
 DEFINE_int64(memory_limit_bytes, 0,
              "Refuse to create variables whose shards on this PS would pass "
              "this many bytes. 0: 90% of the memory available at creation.");
+DEFINE_int32(apply_threads, 0,
+             "Helper threads that split large updates and reads (dense >= 1 "
+             "MiB, >= 16k embedding rows) over the cores. 0: cores - 1.");
 DEFINE_double(shutdown_grace_secs, 5,
               "On SIGTERM/SIGINT, how long calls in flight may finish.");
 
@@ -86,6 +91,12 @@ int Run() {
   options.limits.max_push_bytes = FLAGS_max_push_bytes;
   options.memory_limit_bytes = FLAGS_memory_limit_bytes;
 
+  if (FLAGS_apply_threads < 0) {
+    LOG(ERROR) << "--apply_threads must be >= 0";
+    return 2;
+  }
+  psrt::ThreadPool::SetDefaultSize(FLAGS_apply_threads);
+
   // Signals are taken by one thread with sigwait, not by async handlers.
   sigset_t signals;
   sigemptyset(&signals);
@@ -120,6 +131,7 @@ int main(int argc, char** argv) {
       "  ps_server [--cluster=JSON|FILE] [--task_index=N] [--port=P]");
   gflags::SetVersionString("0.1.0");
   FLAGS_logtostderr = true;
+  psrt::HandleHelpFlag(argc, argv, "ps_server/");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   psrt::TuneAllocatorForLargeMessages();

@@ -16,9 +16,18 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
+namespace {
+int default_size = 0;
+}  // namespace
+
+void ThreadPool::SetDefaultSize(int threads) { default_size = threads; }
+
 ThreadPool& ThreadPool::Default() {
   static ThreadPool* pool = new ThreadPool(
-      static_cast<int>(std::max(2u, std::thread::hardware_concurrency())) - 1);
+      default_size > 0 ? default_size
+                       : static_cast<int>(std::max(
+                             2u, std::thread::hardware_concurrency())) -
+                             1);
   return *pool;
 }
 

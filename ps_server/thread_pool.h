@@ -27,8 +27,11 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  // hardware_concurrency() - 1 helpers (at least one); never destroyed.
+  // hardware_concurrency() - 1 helpers (at least one) unless
+  // SetDefaultSize chose otherwise; never destroyed.
   static ThreadPool& Default();
+  // Sets the default pool's size (0: the default). Only before its first use.
+  static void SetDefaultSize(int threads);
 
   void Schedule(std::function<void()> task);
   int size() const { return static_cast<int>(threads_.size()); }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "cli/help.h"
 #include "clients/cpp/client.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -290,6 +291,7 @@ int main(int argc, char** argv) {
       "pull throughput against a raw loopback TCP baseline.\n"
       "  ps_bench [--cluster=JSON|FILE] [--cases=...] [--json]");
   FLAGS_logtostderr = true;
+  psrt::HandleHelpFlag(argc, argv, "tools/ps_bench/");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   psrt::TuneAllocatorForLargeMessages();

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "cli/help.h"
 #include "clients/cpp/client.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -43,11 +44,11 @@ int Status(Client* client, const ClusterSpec& cluster) {
                                "address", "shards", "parameters", "pulls",
                                "pushes", "rejected", "uptime");
   for (const StatsResponse& s : *stats) {
-    std::cout << absl::StrFormat(
-        "%-4d %-22s %7d %12s %10d %10d %9d %8.0fs\n", s.ps_task(),
-        cluster.ps[s.ps_task()], s.num_shards(), Bytes(s.parameter_bytes()),
-        s.pull_requests(), s.push_requests(), s.rejected_pushes(),
-        s.uptime_seconds());
+    std::cout << absl::StrFormat("%-4d %-22s %7d %12s %10d %10d %9d %8.0fs\n",
+                                 s.ps_task(), cluster.ps[s.ps_task()],
+                                 s.num_shards(), Bytes(s.parameter_bytes()),
+                                 s.pull_requests(), s.push_requests(),
+                                 s.rejected_pushes(), s.uptime_seconds());
   }
   return 0;
 }
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
       "Inspects a running psrt cluster.\n"
       "  psctl [--cluster=JSON|FILE] status|variables|balance");
   FLAGS_logtostderr = true;
+  psrt::HandleHelpFlag(argc, argv, "tools/psctl/");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc != 2) {
