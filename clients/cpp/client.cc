@@ -184,12 +184,7 @@ absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPull(
     absl::ReaderMutexLock lock(&catalog_mu_);
     plan = PlanPull(catalog_, ops);
   }
-  if (!plan.ok()) return plan.status();
-  auto request = StepRequest::ForPull(
-      {&connections_, &options_, client_id_, &next_request_id_},
-      std::move(*plan));
-  request->Start();
-  return std::unique_ptr<PendingStep>(new PendingStep(std::move(request)));
+  return Start(std::move(plan), /*push=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPush(
@@ -199,10 +194,17 @@ absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPush(
     absl::ReaderMutexLock lock(&catalog_mu_);
     plan = PlanPush(catalog_, ops);
   }
+  return Start(std::move(plan), /*push=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<PendingStep>> Client::Start(
+    absl::StatusOr<StepPlan> plan, bool push) {
   if (!plan.ok()) return plan.status();
-  auto request = StepRequest::ForPush(
-      {&connections_, &options_, client_id_, &next_request_id_},
-      std::move(*plan));
+  const StepRequest::Context context{&connections_, &options_, client_id_,
+                                     &next_request_id_};
+  std::unique_ptr<StepRequest> request =
+      push ? StepRequest::ForPush(context, std::move(*plan))
+           : StepRequest::ForPull(context, std::move(*plan));
   request->Start();
   return std::unique_ptr<PendingStep>(new PendingStep(std::move(request)));
 }

@@ -93,6 +93,7 @@ struct PushOp {
 };
 
 class PsConnection;
+struct StepPlan;
 class StepRequest;
 
 // A pull or push in flight (from Client::StartPull / StartPush).
@@ -163,6 +164,8 @@ class Client {
 
  private:
   explicit Client(ClientOptions options);
+  absl::StatusOr<std::unique_ptr<PendingStep>> Start(
+      absl::StatusOr<StepPlan> plan, bool push);
   absl::Status RefreshCatalogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
 
   const ClientOptions options_;

@@ -107,6 +107,23 @@ std::vector<std::vector<int32_t>> GroupByShard(
   return groups;
 }
 
+// One item per shard of a dense variable: the shard's slice of `out` (pull)
+// or of `grad` (push).
+void AddDenseShards(const VariableLayout& v, float* out, const float* grad,
+                    float learning_rate, StepPlan* plan) {
+  for (const ShardLayout& s : v.shards) {
+    PlannedItem item;
+    item.layout = &v;
+    item.shard = s.shard;
+    item.learning_rate = learning_rate;
+    item.count = s.num_rows * v.row_width;
+    const int64_t first = s.row_begin * v.row_width;
+    if (out != nullptr) item.dense_out = out + first;
+    if (grad != nullptr) item.dense_grad = grad + first;
+    plan->items_by_ps[s.ps_task].push_back(std::move(item));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<StepPlan> PlanPull(const ShardMap& catalog,
@@ -118,14 +135,7 @@ absl::StatusOr<StepPlan> PlanPull(const ShardMap& catalog,
     if (!layout.ok()) return layout.status();
     const VariableLayout& v = **layout;
     if (v.kind() == DENSE) {
-      for (const ShardLayout& s : v.shards) {
-        PlannedItem item;
-        item.layout = &v;
-        item.shard = s.shard;
-        item.count = s.num_rows * v.row_width;
-        item.dense_out = op.out + s.row_begin * v.row_width;
-        plan.items_by_ps[s.ps_task].push_back(std::move(item));
-      }
+      AddDenseShards(v, op.out, nullptr, 0, &plan);
       continue;
     }
     if (absl::Status st = CheckIds(v, op.ids, "pull"); !st.ok()) return st;
@@ -174,15 +184,7 @@ absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
           "push of '", op.variable, "': learning_rate must be >= 0"));
     }
     if (v.kind() == DENSE) {
-      for (const ShardLayout& s : v.shards) {
-        PlannedItem item;
-        item.layout = &v;
-        item.shard = s.shard;
-        item.learning_rate = op.learning_rate;
-        item.count = s.num_rows * v.row_width;
-        item.dense_grad = op.grad + s.row_begin * v.row_width;
-        plan.items_by_ps[s.ps_task].push_back(std::move(item));
-      }
+      AddDenseShards(v, nullptr, op.grad, op.learning_rate, &plan);
       continue;
     }
     if (absl::Status st = CheckIds(v, op.ids, "push"); !st.ok()) return st;
