@@ -12,6 +12,7 @@ packages=(
   libcivetweb-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
+  zlib1g-dev dataset-fashion-mnist
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

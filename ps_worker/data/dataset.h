@@ -1,0 +1,92 @@
+// The input pipeline of one worker: files -> records -> this worker's shard
+// -> shuffle buffer -> batches, produced by a background thread a few
+// batches ahead so the trainer never waits on parsing when it could compute.
+//
+//   DatasetOptions options;
+//   options.patterns = {"/data/train-*.tfrecords"};
+//   options.reader.format = "tfrecord";
+//   options.num_shards = num_workers;   // as tf.data's dataset.shard(n, i)
+//   options.shard_index = worker_index;
+//   auto dataset = Dataset::Create(options);
+//   Batch batch;
+//   while (*(*dataset)->Next(&batch)) { ... }
+#ifndef PSRT_PS_WORKER_DATA_DATASET_H_
+#define PSRT_PS_WORKER_DATA_DATASET_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "ps_worker/data/example.h"
+#include "ps_worker/data/record_reader.h"
+
+namespace psrt {
+
+struct DatasetOptions {
+  // Files or glob patterns, read in order. "{epoch}" in a pattern is replaced
+  // by the epoch number, for SageMaker Pipe mode's per-epoch FIFOs
+  // (/opt/ml/input/data/train_{epoch}).
+  std::vector<std::string> patterns;
+  ReaderOptions reader;
+  // Record i (counted from 0 in every epoch) belongs to shard i % num_shards.
+  int num_shards = 1;
+  int shard_index = 0;
+  // Batches do not span epochs: each epoch ends with its remainder (unless
+  // drop_remainder), so an epoch is always exactly its records.
+  int batch_size = 256;
+  bool drop_remainder = false;
+  // Examples held for shuffling (0: file order). Files are shuffled too.
+  int shuffle_buffer = 0;
+  uint64_t seed = 1;
+  int epochs = 1;  // 0: repeat forever
+  int prefetch_batches = 4;
+};
+
+class Dataset {
+ public:
+  static absl::StatusOr<std::unique_ptr<Dataset>> Create(DatasetOptions options);
+  ~Dataset();
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+
+  // The next batch; false once the data is exhausted. A reader error is
+  // returned here (naming file and record) and ends the dataset.
+  absl::StatusOr<bool> Next(Batch* batch);
+
+  struct Stats {
+    int64_t records = 0;      // records of this shard read
+    int64_t bad_records = 0;  // skipped with skip_bad_records
+    int epoch = 0;
+  };
+  Stats stats() const;
+
+  // The files matching `patterns` for `epoch`, in order.
+  static absl::StatusOr<std::vector<std::string>> ExpandPatterns(
+      const std::vector<std::string>& patterns, int epoch);
+
+ private:
+  explicit Dataset(DatasetOptions options) : options_(std::move(options)) {}
+  void Produce();
+  absl::Status ProduceEpoch(int epoch);
+  // Queues a batch; false if the consumer went away.
+  bool Emit(Batch batch);
+
+  const DatasetOptions options_;
+  std::thread producer_;
+  mutable absl::Mutex mu_;
+  std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_WORKER_DATA_DATASET_H_

@@ -1,0 +1,150 @@
+#include "ps_worker/data/tfrecord_reader.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "proto/tf_example.pb.h"
+#include "ps_worker/data/crc32c.h"
+
+namespace psrt {
+namespace {
+
+// Records larger than this are taken for corrupt framing.
+constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 30;
+
+uint32_t LoadU32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+class TfRecordReader final : public RecordReader {
+ public:
+  TfRecordReader(std::unique_ptr<InputFile> file, const ReaderOptions& options)
+      : RecordReader(options.skip_bad_records),
+        file_(std::move(file)),
+        options_(options) {}
+
+  absl::StatusOr<bool> Skip() override { return ReadFrame(); }
+
+  std::string Position() const override {
+    return absl::StrCat(file_->path(), ": record ", record_);
+  }
+
+ protected:
+  absl::StatusOr<bool> ReadRecord(Example* e) override {
+    absl::StatusOr<bool> more = ReadFrame();
+    if (!more.ok() || !*more) return more;
+    e->Clear();
+    if (!example_.ParseFromString(data_)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Position(), ": data (", data_.size(), " bytes) is not a tf.Example"));
+    }
+    const auto& features = example_.features().feature();
+    auto get = [&](const std::string& name) -> const tf::Feature* {
+      auto it = features.find(name);
+      return it == features.end() ? nullptr : &it->second;
+    };
+    const tf::Feature* label = get(options_.label_field);
+    if (label == nullptr) return Missing(options_.label_field);
+    if (label->has_float_list() && label->float_list().value_size() == 1) {
+      e->label = label->float_list().value(0);
+    } else if (label->has_int64_list() && label->int64_list().value_size() == 1) {
+      e->label = static_cast<float>(label->int64_list().value(0));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Position(), ": feature '", options_.label_field,
+          "' must hold exactly one float or int64"));
+    }
+    if (!options_.ids_field.empty()) {
+      const tf::Feature* ids = get(options_.ids_field);
+      if (ids == nullptr) return Missing(options_.ids_field);
+      if (!ids->has_int64_list()) return WrongType(options_.ids_field, "int64");
+      e->ids.assign(ids->int64_list().value().begin(),
+                    ids->int64_list().value().end());
+      const tf::Feature* values =
+          options_.values_field.empty() ? nullptr : get(options_.values_field);
+      if (values == nullptr) {
+        e->values.assign(e->ids.size(), 1.0f);
+      } else {
+        if (!values->has_float_list()) {
+          return WrongType(options_.values_field, "float");
+        }
+        if (values->float_list().value_size() != static_cast<int>(e->ids.size())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Position(), ": '", options_.ids_field, "' has ", e->ids.size(),
+              " ids but '", options_.values_field, "' has ",
+              values->float_list().value_size(), " values"));
+        }
+        e->values.assign(values->float_list().value().begin(),
+                         values->float_list().value().end());
+      }
+    }
+    if (!options_.dense_field.empty()) {
+      const tf::Feature* dense = get(options_.dense_field);
+      if (dense == nullptr) return Missing(options_.dense_field);
+      if (!dense->has_float_list()) return WrongType(options_.dense_field, "float");
+      e->dense.assign(dense->float_list().value().begin(),
+                      dense->float_list().value().end());
+    }
+    return true;
+  }
+
+ private:
+  absl::Status Missing(const std::string& name) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Position(), ": no feature '", name, "'"));
+  }
+  absl::Status WrongType(const std::string& name, const char* type) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Position(), ": feature '", name, "' is not a ", type, " list"));
+  }
+
+  // Reads and checks the next frame into data_.
+  absl::StatusOr<bool> ReadFrame() {
+    char header[12];
+    absl::StatusOr<bool> got = file_->ReadExactly(header, sizeof(header));
+    if (!got.ok()) return Damaged(got.status().message());
+    if (!*got) return false;
+    ++record_;
+    uint64_t length;
+    std::memcpy(&length, header, 8);
+    if (MaskCrc(Crc32c(header, 8)) != LoadU32(header + 8)) {
+      return Damaged("length CRC mismatch (corrupt file?)");
+    }
+    if (length > kMaxRecordBytes) {
+      return Damaged(absl::StrCat("record length ", length, " is implausible"));
+    }
+    data_.resize(length);
+    char footer[4];
+    got = file_->ReadExactly(data_.data(), length);
+    if (got.ok() && *got) got = file_->ReadExactly(footer, 4);
+    if (!got.ok() || !*got) {
+      return Damaged(absl::StrCat("truncated: the record's ", length,
+                                  " bytes and CRC are not all there"));
+    }
+    if (MaskCrc(Crc32c(data_.data(), length)) != LoadU32(footer)) {
+      return Damaged("data CRC mismatch (corrupt record)");
+    }
+    return true;
+  }
+
+  absl::Status Damaged(absl::string_view what) const {
+    return absl::DataLossError(absl::StrCat(Position(), ": ", what));
+  }
+
+  std::unique_ptr<InputFile> file_;
+  const ReaderOptions options_;
+  std::string data_;
+  tf::Example example_;
+  int64_t record_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RecordReader> NewTfRecordReader(std::unique_ptr<InputFile> file,
+                                                const ReaderOptions& options) {
+  return std::make_unique<TfRecordReader>(std::move(file), options);
+}
+
+}  // namespace psrt
