@@ -34,8 +34,10 @@ uint32_t Crc32c(const void* data, size_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   uint32_t c = 0xffffffffu;
   while (n >= 8) {
-    const uint32_t lo = (p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24) ^ c;
-    const uint32_t hi = p[4] | p[5] << 8 | p[6] << 16 | static_cast<uint32_t>(p[7]) << 24;
+    const uint32_t lo =
+        (p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24) ^ c;
+    const uint32_t hi =
+        p[4] | p[5] << 8 | p[6] << 16 | static_cast<uint32_t>(p[7]) << 24;
     c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^
         t[4][lo >> 24] ^ t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^
         t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];

@@ -20,24 +20,25 @@ class CriteoTsvReader final : public LineReader {
  protected:
   absl::Status ParseLine(const std::string& line, Example* e) override {
     std::vector<absl::string_view> cols = absl::StrSplit(line, '\t');
-    constexpr size_t kColumns = 1 + kCriteoIntegerFields + kCriteoCategoricalFields;
+    constexpr size_t kColumns =
+        1 + kCriteoIntegerFields + kCriteoCategoricalFields;
     if (cols.size() != kColumns) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "has ", cols.size(), " TAB-separated columns, want ", kColumns,
-          " (label, I1..I13, C1..C26)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("has ", cols.size(), " TAB-separated columns, want ",
+                       kColumns, " (label, I1..I13, C1..C26)"));
     }
     int label;
     if (!absl::SimpleAtoi(cols[0], &label) || (label != 0 && label != 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "label '", cols[0], "' is not 0 or 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("label '", cols[0], "' is not 0 or 1"));
     }
     e->label = static_cast<float>(label);
     for (int f = 0; f < kCriteoIntegerFields; ++f) {
       double x = 0;
       const absl::string_view c = cols[1 + f];
       if (!c.empty() && !absl::SimpleAtod(c, &x)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "I", f + 1, " = '", c, "' is not a number"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("I", f + 1, " = '", c, "' is not a number"));
       }
       e->ids.push_back(f + 1);
       e->values.push_back(static_cast<float>(std::log1p(std::max(x, 0.0))));

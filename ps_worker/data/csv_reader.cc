@@ -27,9 +27,9 @@ namespace {
 struct Column {
   enum Kind { kLabel, kCat, kNum, kSkip } kind = kSkip;
   std::string name;
-  std::string positive;  // kLabel
-  float scale = 1;       // kNum
-  bool log = false;      // kNum
+  std::string positive;         // kLabel
+  float scale = 1;              // kNum
+  bool log = false;             // kNum
   std::vector<double> buckets;  // kNum: bucket boundaries
 };
 
@@ -46,7 +46,8 @@ absl::StatusOr<Schema> ParseSchema(std::string text) {
   int labels = 0;
   for (absl::string_view spec : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     spec = absl::StripAsciiWhitespace(spec);
-    std::vector<std::string> parts = absl::StrSplit(spec, absl::MaxSplits(':', 1));
+    std::vector<std::string> parts =
+        absl::StrSplit(spec, absl::MaxSplits(':', 1));
     if (parts.size() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("csv schema: '", spec, "' is not name:kind"));
@@ -98,21 +99,22 @@ absl::StatusOr<Schema> ParseSchema(std::string text) {
           std::sort(c.buckets.begin(), c.buckets.end());
           ++schema.sparse;
         } else if (!absl::SimpleAtof(opts[i], &c.scale)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "csv schema: option '", opts[i], "' of ", c.name,
-              " is not a scale, 'log' or buckets=a|b"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("csv schema: option '", opts[i], "' of ", c.name,
+                           " is not a scale, 'log' or buckets=a|b"));
         }
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "csv schema: kind '", kind, "' of ", c.name,
-          " is not label=<token>, cat, num or skip"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("csv schema: kind '", kind, "' of ", c.name,
+                       " is not label=<token>, cat, num or skip"));
     }
     schema.columns.push_back(std::move(c));
   }
   if (labels != 1) {
     return absl::InvalidArgumentError(
-        "csv schema: exactly one column must be the label (name:label=<token>)");
+        "csv schema: exactly one column must be the label "
+        "(name:label=<token>)");
   }
   return schema;
 }
@@ -128,9 +130,9 @@ class CsvReader final : public LineReader {
   absl::Status ParseLine(const std::string& line, Example* e) override {
     std::vector<absl::string_view> cells = absl::StrSplit(line, ',');
     if (cells.size() != schema_.columns.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "has ", cells.size(), " columns, the schema has ",
-          schema_.columns.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("has ", cells.size(), " columns, the schema has ",
+                       schema_.columns.size()));
     }
     tokens_.assign(cells.size(), std::string());
     for (size_t i = 0; i < cells.size(); ++i) {
@@ -149,15 +151,15 @@ class CsvReader final : public LineReader {
         case Column::kNum: {
           double x = 0;
           if (cell != "?" && !absl::SimpleAtod(cell, &x)) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                c.name, " = '", cell, "' is not a number"));
+            return absl::InvalidArgumentError(
+                absl::StrCat(c.name, " = '", cell, "' is not a number"));
           }
           e->dense.push_back(static_cast<float>(
               c.log ? std::log1p(std::max(x, 0.0)) : x * c.scale));
           if (!c.buckets.empty()) {
-            const size_t bucket = std::upper_bound(c.buckets.begin(),
-                                                   c.buckets.end(), x) -
-                                  c.buckets.begin();
+            const size_t bucket =
+                std::upper_bound(c.buckets.begin(), c.buckets.end(), x) -
+                c.buckets.begin();
             tokens_[i] = absl::StrCat("b", bucket);
             e->ids.push_back(HashFeature(static_cast<int64_t>(i), tokens_[i]));
             e->values.push_back(1.0f);
@@ -170,8 +172,9 @@ class CsvReader final : public LineReader {
     }
     for (size_t k = 0; k < schema_.crosses.size(); ++k) {
       const auto [a, b] = schema_.crosses[k];
-      e->ids.push_back(HashFeature(
-          1000 + static_cast<int64_t>(k), absl::StrCat(tokens_[a], "\x1f", tokens_[b])));
+      e->ids.push_back(
+          HashFeature(1000 + static_cast<int64_t>(k),
+                      absl::StrCat(tokens_[a], "\x1f", tokens_[b])));
       e->values.push_back(1.0f);
     }
     return absl::OkStatus();

@@ -33,17 +33,19 @@ absl::StatusOr<std::vector<std::string>> Dataset::ExpandPatterns(
   return files;
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Create(DatasetOptions options) {
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Create(
+    DatasetOptions options) {
   if (options.batch_size < 1) {
     return absl::InvalidArgumentError("batch size must be >= 1");
   }
   if (options.num_shards < 1 || options.shard_index < 0 ||
       options.shard_index >= options.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard ", options.shard_index, " of ", options.num_shards,
-        " is not a valid shard"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options.shard_index, " of ", options.num_shards,
+                     " is not a valid shard"));
   }
-  if (options.epochs < 0) return absl::InvalidArgumentError("epochs must be >= 0");
+  if (options.epochs < 0)
+    return absl::InvalidArgumentError("epochs must be >= 0");
   // Fail now, not in the background, if the first epoch's files are missing.
   if (auto files = ExpandPatterns(options.patterns, 0); !files.ok()) {
     return files.status();
@@ -65,8 +67,8 @@ bool Dataset::Emit(Batch batch) {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](Dataset* d) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return d->stopping_ ||
-               static_cast<int>(d->queue_.size()) < d->options_.prefetch_batches;
+        return d->stopping_ || static_cast<int>(d->queue_.size()) <
+                                   d->options_.prefetch_batches;
       },
       this));
   if (stopping_) return false;
@@ -76,7 +78,8 @@ bool Dataset::Emit(Batch batch) {
 
 void Dataset::Produce() {
   absl::Status status;
-  for (int epoch = 0; options_.epochs == 0 || epoch < options_.epochs; ++epoch) {
+  for (int epoch = 0; options_.epochs == 0 || epoch < options_.epochs;
+       ++epoch) {
     {
       absl::MutexLock lock(&mu_);
       stats_.epoch = epoch;
@@ -95,7 +98,8 @@ absl::Status Dataset::ProduceEpoch(int epoch) {
       ExpandPatterns(options_.patterns, epoch);
   if (!files.ok()) return files.status();
   std::mt19937_64 rng(options_.seed * 1000003 + epoch);
-  if (options_.shuffle_buffer > 0) std::shuffle(files->begin(), files->end(), rng);
+  if (options_.shuffle_buffer > 0)
+    std::shuffle(files->begin(), files->end(), rng);
 
   std::vector<Example> buffer;
   Batch batch;

@@ -50,7 +50,8 @@ struct DatasetOptions {
 
 class Dataset {
  public:
-  static absl::StatusOr<std::unique_ptr<Dataset>> Create(DatasetOptions options);
+  static absl::StatusOr<std::unique_ptr<Dataset>> Create(
+      DatasetOptions options);
   ~Dataset();
   Dataset(const Dataset&) = delete;
   Dataset& operator=(const Dataset&) = delete;

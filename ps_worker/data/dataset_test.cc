@@ -84,7 +84,8 @@ TEST(DatasetTest, ShufflesWithinEpochsAndRepeats) {
 TEST(DatasetTest, EpochPlaceholderReadsOneFilePerEpoch) {
   const std::string dir = ::testing::TempDir();
   for (int epoch = 0; epoch < 2; ++epoch) {
-    std::ofstream(absl::StrCat(dir, "/train_", epoch)) << epoch * 100 << " 1:1\n";
+    std::ofstream(absl::StrCat(dir, "/train_", epoch))
+        << epoch * 100 << " 1:1\n";
   }
   DatasetOptions o;
   o.patterns = {dir + "/train_{epoch}"};

@@ -20,18 +20,23 @@ absl::StatusOr<std::vector<uint32_t>> ReadHeader(InputFile* f, uint32_t magic,
     x = (uint32_t{b[0]} << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
   }
   if (v[0] != magic) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f->path(), ": IDX magic 0x", absl::Hex(v[0]), ", want 0x", absl::Hex(magic)));
+    return absl::InvalidArgumentError(absl::StrCat(f->path(), ": IDX magic 0x",
+                                                   absl::Hex(v[0]), ", want 0x",
+                                                   absl::Hex(magic)));
   }
   return v;
 }
 
 class IdxReader final : public RecordReader {
  public:
-  IdxReader(std::unique_ptr<InputFile> images, std::unique_ptr<InputFile> labels,
-            uint32_t count, uint32_t pixels, bool skip_bad_records)
-      : RecordReader(skip_bad_records), images_(std::move(images)),
-        labels_(std::move(labels)), count_(count), pixels_(pixels),
+  IdxReader(std::unique_ptr<InputFile> images,
+            std::unique_ptr<InputFile> labels, uint32_t count, uint32_t pixels,
+            bool skip_bad_records)
+      : RecordReader(skip_bad_records),
+        images_(std::move(images)),
+        labels_(std::move(labels)),
+        count_(count),
+        pixels_(pixels),
         buffer_(pixels) {}
 
   absl::StatusOr<bool> Skip() override {
@@ -87,9 +92,9 @@ absl::StatusOr<std::unique_ptr<RecordReader>> NewIdxReader(
   auto lh = ReadHeader(labels->get(), 0x801, 1);
   if (!lh.ok()) return lh.status();
   if ((*ih)[1] != (*lh)[1]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        images_path, " holds ", (*ih)[1], " images but ", labels_path,
-        " holds ", (*lh)[1], " labels"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(images_path, " holds ", (*ih)[1], " images but ",
+                     labels_path, " holds ", (*lh)[1], " labels"));
   }
   return std::unique_ptr<RecordReader>(
       new IdxReader(std::move(*images), std::move(*labels), (*ih)[1],

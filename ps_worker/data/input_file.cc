@@ -36,9 +36,8 @@ absl::Status InputFile::Fill() {
     int code;
     const char* message = gzerror(static_cast<gzFile>(file_), &code);
     buffer_.resize(had);
-    return absl::DataLossError(
-        absl::StrCat("reading '", path_, "': ", message,
-                     " (corrupt or truncated gzip?)"));
+    return absl::DataLossError(absl::StrCat("reading '", path_, "': ", message,
+                                            " (corrupt or truncated gzip?)"));
   }
   buffer_.resize(had + static_cast<size_t>(n));
   if (n == 0) eof_ = true;

@@ -13,7 +13,8 @@ namespace psrt {
 
 class InputFile {
  public:
-  static absl::StatusOr<std::unique_ptr<InputFile>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<InputFile>> Open(
+      const std::string& path);
   ~InputFile();
   InputFile(const InputFile&) = delete;
   InputFile& operator=(const InputFile&) = delete;
@@ -31,7 +32,8 @@ class InputFile {
   const std::string& path() const { return path_; }
 
  private:
-  InputFile(std::string path, void* file) : path_(std::move(path)), file_(file) {}
+  InputFile(std::string path, void* file)
+      : path_(std::move(path)), file_(file) {}
   absl::Status Fill();
 
   const std::string path_;

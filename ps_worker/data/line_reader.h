@@ -16,12 +16,11 @@ class LineReader : public RecordReader {
  public:
   LineReader(std::unique_ptr<InputFile> file, bool skip_bad_records,
              char comment = '\0')
-      : RecordReader(skip_bad_records), file_(std::move(file)),
+      : RecordReader(skip_bad_records),
+        file_(std::move(file)),
         comment_(comment) {}
 
-  absl::StatusOr<bool> Skip() override {
-    return NextLine();
-  }
+  absl::StatusOr<bool> Skip() override { return NextLine(); }
   std::string Position() const override {
     return absl::StrCat(file_->path(), ":", line_number_);
   }
@@ -37,7 +36,8 @@ class LineReader : public RecordReader {
     example->Clear();
     absl::Status s = ParseLine(line_, example);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(Position(), ": ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat(Position(), ": ", s.message()));
     }
     return true;
   }
@@ -47,7 +47,8 @@ class LineReader : public RecordReader {
     while (true) {
       absl::StatusOr<bool> got = file_->ReadLine(&line_);
       if (!got.ok()) {
-        return absl::DataLossError(absl::StrCat(Position(), ": ", got.status().message()));
+        return absl::DataLossError(
+            absl::StrCat(Position(), ": ", got.status().message()));
       }
       if (!*got) return false;
       ++line_number_;

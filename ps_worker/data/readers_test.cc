@@ -106,9 +106,11 @@ TEST(TfRecordReaderTest, ReadsGzipTfRecordsWrittenByTfx) {
   options.label_field = "species";
   options.ids_field = "";
   std::vector<Example> examples;
-  ASSERT_TRUE(ReadAll("testdata/penguin_tfx/Split-train/data_tfrecord-00000-of-00001.gz",
-                      options, &examples)
-                  .ok());
+  ASSERT_TRUE(
+      ReadAll(
+          "testdata/penguin_tfx/Split-train/data_tfrecord-00000-of-00001.gz",
+          options, &examples)
+          .ok());
   ASSERT_EQ(examples.size(), 234u);
   std::map<float, int> species;
   for (const Example& e : examples) ++species[e.label];
@@ -119,7 +121,8 @@ TEST(TfRecordReaderTest, ReadsGzipTfRecordsWrittenByTfx) {
 
 TEST(TfRecordWriterTest, RoundTripsPlainAndGzip) {
   for (bool gzip : {false, true}) {
-    const std::string path = TempPath(gzip ? "rt.tfrecords.gz" : "rt.tfrecords");
+    const std::string path =
+        TempPath(gzip ? "rt.tfrecords.gz" : "rt.tfrecords");
     ReaderOptions names;
     names.format = "tfrecord";
     names.dense_field = "dense";
@@ -176,7 +179,8 @@ TEST(LibsvmReaderTest, ParsesLibsvmAndLibffmAndReportsBadLines) {
 
 TEST(CriteoTsvReaderTest, ReadsTheCriteoLayout) {
   std::string good = "1";
-  for (int i = 0; i < 13; ++i) good += i == 2 ? "\t" : "\t" + std::to_string(i * 10);
+  for (int i = 0; i < 13; ++i)
+    good += i == 2 ? "\t" : "\t" + std::to_string(i * 10);
   for (int i = 0; i < 26; ++i) good += i == 5 ? "\t" : "\t05db9164";
   const std::string path = TempPath("criteo.tsv");
   WriteFile(path, good + "\n" + good + "\n0\t1\t2\n");
@@ -231,11 +235,13 @@ TEST(CsvReaderTest, ReadsTheUciAdultFiles) {
 
 TEST(CsvReaderTest, SchemaAndFieldCountErrorsAreClear) {
   int dense, sparse;
-  EXPECT_NE(DescribeCsvSchema("a:cat", &dense, &sparse).message().find(
-                "exactly one column must be the label"),
+  EXPECT_NE(DescribeCsvSchema("a:cat", &dense, &sparse)
+                .message()
+                .find("exactly one column must be the label"),
             std::string::npos);
-  EXPECT_NE(DescribeCsvSchema("a:label=1,b:bogus", &dense, &sparse).message().find(
-                "kind 'bogus' of b"),
+  EXPECT_NE(DescribeCsvSchema("a:label=1,b:bogus", &dense, &sparse)
+                .message()
+                .find("kind 'bogus' of b"),
             std::string::npos);
   const std::string path = TempPath("few.csv");
   WriteFile(path, "1, x\n1, x, y\n");
@@ -272,13 +278,16 @@ TEST(IdxReaderTest, ReadsFashionMnist) {
 TEST(RecordReaderTest, UnknownFormatAndMissingFileAreClear) {
   ReaderOptions options;
   options.format = "parquet";
-  EXPECT_NE(OpenRecordReader(kValTfRecords, options).status().message().find(
-                "unknown data format 'parquet'"),
+  EXPECT_NE(OpenRecordReader(kValTfRecords, options)
+                .status()
+                .message()
+                .find("unknown data format 'parquet'"),
             std::string::npos);
   options.format = "libsvm";
   auto missing = OpenRecordReader("/no/such/file", options);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("/no/such/file"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("/no/such/file"),
+            std::string::npos);
 }
 
 }  // namespace

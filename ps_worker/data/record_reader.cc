@@ -16,7 +16,8 @@ absl::StatusOr<bool> RecordReader::Next(Example* example) {
     absl::StatusOr<bool> got = ReadRecord(example);
     if (got.ok()) return got;
     // Damaged framing or I/O ends the file; a bad record may be skipped.
-    if (!skip_bad_records_ || got.status().code() == absl::StatusCode::kDataLoss) {
+    if (!skip_bad_records_ ||
+        got.status().code() == absl::StatusCode::kDataLoss) {
       return got.status();
     }
     ++bad_records_;
@@ -37,13 +38,14 @@ absl::StatusOr<std::unique_ptr<RecordReader>> OpenRecordReader(
     }
   } else if (options.format != "libsvm" && options.format != "tfrecord" &&
              options.format != "criteo_tsv") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown data format '", options.format,
-        "' (libsvm, tfrecord, criteo_tsv, csv, idx)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown data format '", options.format,
+                     "' (libsvm, tfrecord, criteo_tsv, csv, idx)"));
   }
   auto file = InputFile::Open(path);
   if (!file.ok()) return file.status();
-  if (options.format == "libsvm") return NewLibsvmReader(std::move(*file), options);
+  if (options.format == "libsvm")
+    return NewLibsvmReader(std::move(*file), options);
   if (options.format == "tfrecord") {
     return NewTfRecordReader(std::move(*file), options);
   }

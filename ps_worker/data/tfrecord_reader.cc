@@ -49,12 +49,13 @@ class TfRecordReader final : public RecordReader {
     if (label == nullptr) return Missing(options_.label_field);
     if (label->has_float_list() && label->float_list().value_size() == 1) {
       e->label = label->float_list().value(0);
-    } else if (label->has_int64_list() && label->int64_list().value_size() == 1) {
+    } else if (label->has_int64_list() &&
+               label->int64_list().value_size() == 1) {
       e->label = static_cast<float>(label->int64_list().value(0));
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Position(), ": feature '", options_.label_field,
-          "' must hold exactly one float or int64"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(Position(), ": feature '", options_.label_field,
+                       "' must hold exactly one float or int64"));
     }
     if (!options_.ids_field.empty()) {
       const tf::Feature* ids = get(options_.ids_field);
@@ -70,7 +71,8 @@ class TfRecordReader final : public RecordReader {
         if (!values->has_float_list()) {
           return WrongType(options_.values_field, "float");
         }
-        if (values->float_list().value_size() != static_cast<int>(e->ids.size())) {
+        if (values->float_list().value_size() !=
+            static_cast<int>(e->ids.size())) {
           return absl::InvalidArgumentError(absl::StrCat(
               Position(), ": '", options_.ids_field, "' has ", e->ids.size(),
               " ids but '", options_.values_field, "' has ",
@@ -83,7 +85,8 @@ class TfRecordReader final : public RecordReader {
     if (!options_.dense_field.empty()) {
       const tf::Feature* dense = get(options_.dense_field);
       if (dense == nullptr) return Missing(options_.dense_field);
-      if (!dense->has_float_list()) return WrongType(options_.dense_field, "float");
+      if (!dense->has_float_list())
+        return WrongType(options_.dense_field, "float");
       e->dense.assign(dense->float_list().value().begin(),
                       dense->float_list().value().end());
     }

@@ -28,7 +28,8 @@ class TfRecordWriter {
   absl::Status Close();
 
  private:
-  TfRecordWriter(std::string path, void* file) : path_(std::move(path)), file_(file) {}
+  TfRecordWriter(std::string path, void* file)
+      : path_(std::move(path)), file_(file) {}
   const std::string path_;
   void* file_;  // gzFile
 };
