@@ -46,6 +46,8 @@ PendingStep::~PendingStep() {
   if (!waited_) Wait().IgnoreError();
 }
 
+int64_t PendingStep::sync_step() const { return request_->sync_step(); }
+
 absl::Status PendingStep::Wait() {
   if (!waited_) {
     status_ = request_->Wait();
@@ -178,30 +180,30 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
 }
 
 absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPull(
-    absl::Span<const PullOp> ops) {
+    absl::Span<const PullOp> ops, const StepOptions& step) {
   absl::StatusOr<StepPlan> plan;
   {
     absl::ReaderMutexLock lock(&catalog_mu_);
     plan = PlanPull(catalog_, ops);
   }
-  return Start(std::move(plan), /*push=*/false);
+  return Start(std::move(plan), /*push=*/false, step);
 }
 
 absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPush(
-    absl::Span<const PushOp> ops) {
+    absl::Span<const PushOp> ops, const StepOptions& step) {
   absl::StatusOr<StepPlan> plan;
   {
     absl::ReaderMutexLock lock(&catalog_mu_);
     plan = PlanPush(catalog_, ops);
   }
-  return Start(std::move(plan), /*push=*/true);
+  return Start(std::move(plan), /*push=*/true, step);
 }
 
 absl::StatusOr<std::unique_ptr<PendingStep>> Client::Start(
-    absl::StatusOr<StepPlan> plan, bool push) {
+    absl::StatusOr<StepPlan> plan, bool push, const StepOptions& step) {
   if (!plan.ok()) return plan.status();
   const StepRequest::Context context{&connections_, &options_, client_id_,
-                                     &next_request_id_};
+                                     &next_request_id_, step};
   std::unique_ptr<StepRequest> request =
       push ? StepRequest::ForPush(context, std::move(*plan))
            : StepRequest::ForPull(context, std::move(*plan));
@@ -209,14 +211,16 @@ absl::StatusOr<std::unique_ptr<PendingStep>> Client::Start(
   return std::unique_ptr<PendingStep>(new PendingStep(std::move(request)));
 }
 
-absl::Status Client::Pull(absl::Span<const PullOp> ops) {
-  auto pending = StartPull(ops);
+absl::Status Client::Pull(absl::Span<const PullOp> ops,
+                          const StepOptions& step) {
+  auto pending = StartPull(ops, step);
   if (!pending.ok()) return pending.status();
   return (*pending)->Wait();
 }
 
-absl::Status Client::Push(absl::Span<const PushOp> ops) {
-  auto pending = StartPush(ops);
+absl::Status Client::Push(absl::Span<const PushOp> ops,
+                          const StepOptions& step) {
+  auto pending = StartPush(ops, step);
   if (!pending.ok()) return pending.status();
   return (*pending)->Wait();
 }

@@ -94,6 +94,13 @@ struct PushOp {
 
 class PsConnection;
 struct StepPlan;
+
+// How a batched pull or push takes part in a training step (see
+// Consistency in proto/ps.proto). Default: asynchronous, no step.
+struct StepOptions {
+  Consistency consistency;
+  int64_t step = 0;
+};
 class StepRequest;
 
 // A pull or push in flight (from Client::StartPull / StartPush).
@@ -104,6 +111,8 @@ class PendingStep {
   PendingStep& operator=(const PendingStep&) = delete;
   // Blocks until every PS has answered (retrying as needed).
   absl::Status Wait();
+  // After a SYNC pull: the lowest step not yet applied on the shards read.
+  int64_t sync_step() const;
 
  private:
   friend class Client;
@@ -138,14 +147,16 @@ class Client {
   const VariableLayout* Find(absl::string_view name) const;
 
   // Batched pull and push: one call per PS, all PS in parallel.
-  absl::Status Pull(absl::Span<const PullOp> ops);
-  absl::Status Push(absl::Span<const PushOp> ops);
+  absl::Status Pull(absl::Span<const PullOp> ops,
+                    const StepOptions& step = StepOptions());
+  absl::Status Push(absl::Span<const PushOp> ops,
+                    const StepOptions& step = StepOptions());
   // The same, returning immediately (e.g. to prefetch the next step's rows
   // while this one computes). The ops' buffers must stay valid until Wait.
   absl::StatusOr<std::unique_ptr<PendingStep>> StartPull(
-      absl::Span<const PullOp> ops);
+      absl::Span<const PullOp> ops, const StepOptions& step = StepOptions());
   absl::StatusOr<std::unique_ptr<PendingStep>> StartPush(
-      absl::Span<const PushOp> ops);
+      absl::Span<const PushOp> ops, const StepOptions& step = StepOptions());
 
   // Single-variable conveniences.
   absl::Status PullDense(const std::string& variable, float* out);
@@ -165,7 +176,7 @@ class Client {
  private:
   explicit Client(ClientOptions options);
   absl::StatusOr<std::unique_ptr<PendingStep>> Start(
-      absl::StatusOr<StepPlan> plan, bool push);
+      absl::StatusOr<StepPlan> plan, bool push, const StepOptions& step);
   absl::Status RefreshCatalogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
 
   const ClientOptions options_;

@@ -90,6 +90,7 @@ bool PullCall::Scatter() {
                           absl::StrCat("bad pull response: ", s.message()));
     return false;
   }
+  sync_step_ = std::min(sync_step_, header.sync_step());
   for (const auto& piece : header.pieces()) {
     if (piece.item() < 0 ||
         piece.item() >= static_cast<int>(targets_->size()) ||

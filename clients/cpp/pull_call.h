@@ -32,6 +32,8 @@ class PullCall final : public RpcCall,
 
   void Start(std::function<void()> on_done) override;
   const grpc::Status& status() const override { return status_; }
+  // The lowest sync_step of the response messages (SYNC pulls).
+  int64_t sync_step() const { return sync_step_; }
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
@@ -51,6 +53,7 @@ class PullCall final : public RpcCall,
   grpc::Status status_;
   grpc::Status error_;  // a malformed response, reported instead of status
   std::function<void()> on_done_;
+  int64_t sync_step_ = INT64_MAX;
 };
 
 }  // namespace psrt

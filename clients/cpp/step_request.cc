@@ -75,6 +75,9 @@ void StepRequest::BuildPullCalls() {
     auto flush = [&] {
       header.set_max_response_message_bytes(
           static_cast<uint32_t>(context_.options->message_bytes));
+      *header.mutable_consistency() = context_.step.consistency;
+      header.set_worker_index(context_.options->worker_index);
+      header.set_step(context_.step.step);
       FrameWriter writer(header);
       for (auto& p : payloads) writer.AddPayload(std::move(p));
       Call call;
@@ -130,6 +133,8 @@ void StepRequest::BuildPushCalls() {
       header->set_client_id(context_.client_id);
       header->set_request_id(request_id);
       header->set_worker_index(context_.options->worker_index);
+      header->set_step(context_.step.step);
+      *header->mutable_consistency() = context_.step.consistency;
     };
     for (const PlannedItem& item : items) {
       const bool dense = item.layout->kind() == DENSE;
@@ -249,6 +254,14 @@ absl::Status StepRequest::Wait() {
     for (Call* call : retry) Launch(call);
   }
   if (result.ok() && !push_) {
+    bool first = true;
+    for (const Call& call : calls_) {
+      const auto* pull = static_cast<const PullCall*>(call.rpc.get());
+      if (pull == nullptr) continue;
+      sync_step_ =
+          first ? pull->sync_step() : std::min(sync_step_, pull->sync_step());
+      first = false;
+    }
     for (const RowCopy& copy : plan_.repeated_rows) {
       std::memcpy(copy.dst, copy.src, copy.floats * sizeof(float));
     }

@@ -25,6 +25,7 @@ class StepRequest {
     const ClientOptions* options;
     uint64_t client_id;
     std::atomic<uint64_t>* next_request_id;
+    StepOptions step;
   };
 
   static std::unique_ptr<StepRequest> ForPull(const Context& context,
@@ -38,6 +39,8 @@ class StepRequest {
   // step (copies rows of repeated ids) and waits until gRPC has released
   // every buffer lent to it.
   absl::Status Wait();
+  // SYNC pulls: the lowest sync step the servers reported (after Wait).
+  int64_t sync_step() const { return sync_step_; }
 
  private:
   struct Call {
@@ -64,6 +67,7 @@ class StepRequest {
 
   absl::Mutex mu_;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t sync_step_ = 0;
 };
 
 }  // namespace psrt

@@ -29,6 +29,10 @@ DEFINE_int32(train_files, 2, "Training files (shards).");
 DEFINE_uint64(seed, 1, "Seed of the planted model.");
 DEFINE_uint64(data_seed, 2, "Seed of the example draws.");
 DEFINE_double(target_ctr, 0.25, "Mean click rate the model is calibrated to.");
+DEFINE_double(head_rank, 100,
+              "Ids of rank r weigh (head_rank / (head_rank + r))^damping of "
+              "the most frequent ids: where the signal sits.");
+DEFINE_double(damping, 2, "See --head_rank.");
 
 namespace psrt {
 namespace {
@@ -103,7 +107,8 @@ int Run() {
   }
   std::error_code ignored;
   std::filesystem::create_directories(FLAGS_output_dir, ignored);
-  const PlantedCtrModel model(FLAGS_seed, FLAGS_target_ctr);
+  const PlantedCtrModel model(FLAGS_seed, FLAGS_target_ctr, FLAGS_head_rank,
+                              FLAGS_damping);
   std::mt19937_64 rng(FLAGS_data_seed);
   Example e;
   std::vector<int64_t> counts;

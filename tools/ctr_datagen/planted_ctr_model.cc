@@ -7,8 +7,6 @@
 namespace psrt {
 namespace {
 
-constexpr double kHeadRank = 1000;
-
 // A standard normal draw that is a pure function of (seed, id, k).
 double HashedNormal(uint64_t seed, int64_t id, int k) {
   const uint64_t a = MixId(static_cast<int64_t>(seed ^ MixId(id * 8 + k)));
@@ -20,8 +18,9 @@ double HashedNormal(uint64_t seed, int64_t id, int k) {
 
 }  // namespace
 
-PlantedCtrModel::PlantedCtrModel(uint64_t seed, double target_ctr)
-    : seed_(seed) {
+PlantedCtrModel::PlantedCtrModel(uint64_t seed, double target_ctr,
+                                 double head_rank, double damping)
+    : seed_(seed), head_rank_(head_rank), damping_(damping) {
   // Vocabulary sizes from tiny to millions, as in Criteo's 26 fields.
   vocab_ = {4,       10,      30,     100,    300,     1000,    3000,
             10000,   30000,   100000, 300000, 1000000, 3000000, 5000000,
@@ -61,9 +60,12 @@ PlantedCtrModel::PlantedCtrModel(uint64_t seed, double target_ctr)
   bias_ = (lo + hi) / 2;
 }
 
+double PlantedCtrModel::Damp(int64_t rank) const {
+  return std::pow(head_rank_ / (head_rank_ + rank), damping_);
+}
+
 double PlantedCtrModel::Weight(int64_t id, int64_t rank, int field) const {
-  return field_sigma_[field] * kHeadRank / (kHeadRank + rank) *
-         HashedNormal(seed_, id, 0);
+  return field_sigma_[field] * Damp(rank) * HashedNormal(seed_, id, 0);
 }
 
 double PlantedCtrModel::Logit(const Example& e) const {
@@ -74,7 +76,7 @@ double PlantedCtrModel::Logit(const Example& e) const {
     const int64_t id = e.ids[kDenseFields + c];
     const int64_t rank = id - offsets_[c];
     z += Weight(id, rank, c);
-    const double damp = kHeadRank / (kHeadRank + rank);
+    const double damp = Damp(rank);
     for (int k = 0; k < kFactors; ++k) {
       const double v = 0.12 * damp * HashedNormal(seed_, id, 1 + k);
       sum[k] += v;

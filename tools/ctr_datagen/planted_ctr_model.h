@@ -27,8 +27,10 @@ class PlantedCtrModel {
   static constexpr int kCategoricalFields = 26;
   static constexpr int kFactors = 4;
 
-  // `seed` fixes the model; bias is calibrated to `target_ctr`.
-  PlantedCtrModel(uint64_t seed, double target_ctr);
+  // `seed` fixes the model; bias is calibrated to `target_ctr`. An id of
+  // rank r weighs (head / (head + r))^damping of a head id.
+  PlantedCtrModel(uint64_t seed, double target_ctr, double head_rank = 1000,
+                  double damping = 1);
 
   // Draws one example (39 fields: ids 1..13 with log(1 + count) values,
   // then 26 categorical ids with value 1) and its true click probability.
@@ -42,6 +44,7 @@ class PlantedCtrModel {
  private:
   double Logit(const Example& e) const;
   double Weight(int64_t id, int64_t rank, int field) const;
+  double Damp(int64_t rank) const;
 
   std::vector<int64_t> vocab_;
   std::vector<double> zipf_exponent_;
@@ -50,6 +53,7 @@ class PlantedCtrModel {
   std::vector<double> dense_mu_, dense_w_, field_sigma_;
   double bias_ = 0;
   uint64_t seed_;
+  double head_rank_, damping_;
 };
 
 template <typename Rng>

@@ -1,0 +1,226 @@
+// ps_worker: trains a model against a psrt cluster. Run one per host next to
+// a ps_server (SageMaker's parameter_server layout); the cluster spec and
+// this worker's index come from --cluster / TF_CONFIG.
+//
+//   ps_worker --model=deepfm --train_files='data/train-*'
+//   --eval_files=data/test.tfrecords
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/help.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "partitioner/cluster_spec.h"
+#include "proto/buffer_pool.h"
+#include "ps_worker/trainer.h"
+
+DEFINE_string(cluster, "",
+              "Cluster spec: TF_CONFIG-style JSON or a file; empty: TF_CONFIG, "
+              "else one PS on localhost:2223.");
+DEFINE_int32(
+    task_index, -1,
+    "This worker's index in cluster.worker (chief = 0). -1: "
+    "TF_CONFIG's task.index when its type is worker or chief, else 0.");
+// Model.
+DEFINE_string(model, "deepfm", "lr, fm, deepfm, wide_deep or mlp.");
+DEFINE_int32(fields, 0, "Sparse features per example (0: from the data).");
+DEFINE_int32(dense_dim, 0, "Dense features per example (0: from the data).");
+DEFINE_int32(classes, 2, "Classes (> 2: softmax, mlp only).");
+DEFINE_int32(embedding_dim, 8, "Embedding (factor) size.");
+DEFINE_string(hidden, "200,200", "Hidden layer sizes of the deep part.");
+DEFINE_int64(vocab, 0,
+             "Embedding vocabulary: ids in [0, vocab). 0: any int64 id "
+             "(hash embedding, rows created on first update).");
+DEFINE_int64(hash_capacity, 0, "Hash-embedding row capacity (0: unbounded).");
+DEFINE_int32(embedding_shards, 0,
+             "Shards per embedding table (0: one per PS).");
+DEFINE_string(optimizer, "adagrad",
+              "Embedding optimizer: sgd, momentum, adagrad, adam, ftrl.");
+DEFINE_double(learning_rate, 0.05, "Embedding learning rate.");
+DEFINE_string(dense_optimizer, "adam", "Optimizer of dense variables.");
+DEFINE_double(dense_learning_rate, 0.001, "Dense learning rate.");
+DEFINE_uint64(seed, 1, "Seed of the initializers and the shuffling.");
+// Data.
+DEFINE_string(train_files, "",
+              "Comma-separated files or globs; '{epoch}' is replaced by the "
+              "epoch (SageMaker Pipe mode FIFOs).");
+DEFINE_string(eval_files, "", "Validation files (empty: no evaluation).");
+DEFINE_string(format, "tfrecord", "libsvm, tfrecord, criteo_tsv, csv or idx.");
+DEFINE_string(label_field, "label", "tfrecord: label feature.");
+DEFINE_string(ids_field, "ids", "tfrecord: int64 id list feature ('' = none).");
+DEFINE_string(values_field, "values", "tfrecord: float value list ('' = 1.0).");
+DEFINE_string(dense_field, "", "tfrecord: float list of dense features.");
+DEFINE_string(csv_schema, "adult", "csv: column schema or preset.");
+DEFINE_int64(criteo_buckets, 0,
+             "criteo_tsv: categorical id buckets (0: hash).");
+DEFINE_bool(skip_bad_records, false, "Skip and count malformed records.");
+DEFINE_int32(batch_size, 512, "Examples per step (split over the towers).");
+DEFINE_int32(shuffle_buffer, 10000, "Examples held for shuffling (0: none).");
+DEFINE_int32(epochs, 1, "Passes over the training data (0: forever).");
+DEFINE_int64(max_steps, 0, "Stop after this many steps (0: when data ends).");
+// Execution.
+DEFINE_int32(towers, 1, "Towers (threads) computing each batch's slices.");
+DEFINE_string(device, "cpu", "cpu (gpu: see the GPU issue).");
+DEFINE_string(mode, "async", "async, sync or ssp.");
+DEFINE_int32(staleness, 2, "ssp: steps a worker may run ahead of the slowest.");
+DEFINE_double(sync_timeout_secs, 60,
+              "sync/ssp: how long to wait for other workers before failing "
+              "with their names.");
+DEFINE_int32(log_every_steps, 100, "Progress line interval.");
+DEFINE_int64(eval_every_steps, 0, "Evaluate every N steps (0: at the end).");
+DEFINE_bool(eval_on_all_workers, false,
+            "Evaluate on every worker, not only the chief.");
+
+namespace psrt {
+namespace {
+
+absl::StatusOr<OptimizerSpec> Optimizer(const std::string& name, double lr) {
+  OptimizerSpec o;
+  o.set_learning_rate(static_cast<float>(lr));
+  if (name == "sgd")
+    o.set_kind(OptimizerSpec::SGD);
+  else if (name == "momentum")
+    o.set_kind(OptimizerSpec::MOMENTUM);
+  else if (name == "adagrad")
+    o.set_kind(OptimizerSpec::ADAGRAD);
+  else if (name == "adam")
+    o.set_kind(OptimizerSpec::ADAM);
+  else if (name == "ftrl")
+    o.set_kind(OptimizerSpec::FTRL);
+  else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer '", name, "' is not sgd, momentum, adagrad, adam or ftrl"));
+  }
+  return o;
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  return absl::StrSplit(s, ',', absl::SkipEmpty());
+}
+
+int Run() {
+  auto cluster = LoadClusterSpec(FLAGS_cluster, 2223);
+  if (!cluster.ok()) {
+    LOG(ERROR) << cluster.status();
+    return 2;
+  }
+  TrainerOptions o;
+  o.worker_index = FLAGS_task_index >= 0 ? FLAGS_task_index
+                   : cluster->has_task && cluster->task.type == "worker"
+                       ? cluster->task.index
+                       : 0;
+  o.num_workers = std::max(1, cluster->num_workers());
+  if (o.worker_index >= o.num_workers) {
+    LOG(ERROR) << "--task_index=" << o.worker_index << " but the cluster lists "
+               << o.num_workers << " workers";
+    return 2;
+  }
+  if (FLAGS_device != "cpu") {
+    LOG(ERROR) << "--device=" << FLAGS_device
+               << ": this build trains on the CPU only (--device=cpu)";
+    return 2;
+  }
+  o.client.ps_addresses = cluster->ps;
+  o.client.call_timeout =
+      absl::Seconds(std::max(60.0, FLAGS_sync_timeout_secs * 2));
+  o.model.name = FLAGS_model;
+  o.model.fields = FLAGS_fields;
+  o.model.dense_dim = FLAGS_dense_dim;
+  o.model.classes = FLAGS_classes;
+  o.model.embedding_dim = FLAGS_embedding_dim;
+  o.model.hidden.clear();
+  for (const std::string& h : SplitList(FLAGS_hidden)) {
+    int size;
+    if (!absl::SimpleAtoi(h, &size)) {
+      LOG(ERROR) << "--hidden: '" << h << "' is not a layer size";
+      return 2;
+    }
+    o.model.hidden.push_back(size);
+  }
+  o.model.vocab = FLAGS_vocab;
+  o.model.hash_capacity = FLAGS_hash_capacity;
+  o.model.embedding_shards = FLAGS_embedding_shards;
+  o.model.seed = FLAGS_seed;
+  auto emb = Optimizer(FLAGS_optimizer, FLAGS_learning_rate);
+  auto dense = Optimizer(FLAGS_dense_optimizer, FLAGS_dense_learning_rate);
+  if (!emb.ok() || !dense.ok()) {
+    LOG(ERROR) << (emb.ok() ? dense.status() : emb.status());
+    return 2;
+  }
+  o.model.embedding_optimizer = *emb;
+  o.model.dense_optimizer = *dense;
+
+  ReaderOptions reader;
+  reader.format = FLAGS_format;
+  reader.label_field = FLAGS_label_field;
+  reader.ids_field = FLAGS_ids_field;
+  reader.values_field = FLAGS_values_field;
+  reader.dense_field = FLAGS_dense_field;
+  reader.csv_schema = FLAGS_csv_schema;
+  reader.criteo_buckets = FLAGS_criteo_buckets;
+  reader.skip_bad_records = FLAGS_skip_bad_records;
+  o.train.patterns = SplitList(FLAGS_train_files);
+  if (o.train.patterns.empty()) {
+    LOG(ERROR) << "--train_files is required";
+    return 2;
+  }
+  o.train.reader = reader;
+  o.train.batch_size = FLAGS_batch_size;
+  o.train.shuffle_buffer = FLAGS_shuffle_buffer;
+  o.train.seed = FLAGS_seed + o.worker_index;
+  o.train.epochs = FLAGS_epochs;
+  o.eval.patterns = SplitList(FLAGS_eval_files);
+  o.eval.reader = reader;
+  o.eval.batch_size = 4096;
+  o.towers = FLAGS_towers;
+  o.max_steps = FLAGS_max_steps;
+  o.log_every_steps = std::max(1, FLAGS_log_every_steps);
+  o.eval_every_steps = FLAGS_eval_every_steps;
+  o.evaluate = o.worker_index == 0 || FLAGS_eval_on_all_workers;
+  if (FLAGS_mode == "sync") {
+    o.consistency.set_mode(Consistency::SYNC);
+  } else if (FLAGS_mode == "ssp") {
+    o.consistency.set_mode(Consistency::SSP);
+    o.consistency.set_staleness(FLAGS_staleness);
+  } else if (FLAGS_mode != "async") {
+    LOG(ERROR) << "--mode=" << FLAGS_mode << " is not async, sync or ssp";
+    return 2;
+  }
+  o.consistency.set_workers(o.num_workers);
+  o.consistency.set_timeout_seconds(
+      static_cast<float>(FLAGS_sync_timeout_secs));
+
+  Trainer trainer(o);
+  absl::StatusOr<TrainingResult> result = trainer.Run();
+  if (!result.ok()) {
+    LOG(ERROR) << "training failed: " << result.status();
+    return 1;
+  }
+  if (result->eval.examples > 0) {
+    std::cout << "[worker " << o.worker_index << "] final "
+              << (result->eval.binary
+                      ? absl::StrCat("eval_auc=", result->eval.auc,
+                                     " eval_logloss=", result->eval.log_loss)
+                      : absl::StrCat("eval_accuracy=", result->eval.accuracy))
+              << " steps=" << result->steps << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace psrt
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "psrt worker: trains LR, FM, DeepFM, Wide & Deep or an MLP against a "
+      "psrt cluster.\n  ps_worker --model=deepfm --train_files=... "
+      "[--eval_files=...]");
+  psrt::HandleHelpFlag(argc, argv, "ps_worker/");
+  FLAGS_logtostderr = true;
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  psrt::TuneAllocatorForLargeMessages();
+  return psrt::Run();
+}

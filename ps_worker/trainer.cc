@@ -1,0 +1,314 @@
+#include "ps_worker/trainer.h"
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "clients/cpp/id_index.h"
+#include "ps_worker/evaluation.h"
+#include "ps_worker/towers.h"
+
+namespace psrt {
+namespace {
+
+double MillisSince(absl::Time start) {
+  return absl::ToDoubleMilliseconds(absl::Now() - start);
+}
+
+// Time spent per phase over a logging interval.
+struct Breakdown {
+  double data = 0, pull = 0, compute = 0, push = 0;
+  int64_t steps = 0;
+};
+
+}  // namespace
+
+// One step's batch, its parameters (and their pull in flight), and its
+// gradients (and their push in flight). Buffers stay put while the calls
+// that reference them run.
+struct Trainer::Step {
+  int64_t index = 0;
+  Batch batch;
+  StepParameters params;
+  Gradients grads;
+  std::vector<PullOp> pull_ops;
+  std::vector<PushOp> push_ops;
+  std::unique_ptr<PendingStep> pull;
+  std::unique_ptr<PendingStep> push;
+};
+
+Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
+  options_.client.worker_index = options_.worker_index;
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::Log(const std::string& line) const {
+  std::cout << "[worker " << options_.worker_index << "] " << line << std::endl;
+}
+
+absl::Status Trainer::Prepare(Step* step) {
+  const Batch& b = step->batch;
+  IdIndex index(b.ids.size());
+  step->params.slots.resize(b.ids.size());
+  for (size_t j = 0; j < b.ids.size(); ++j) {
+    bool inserted;
+    step->params.slots[j] = index.Insert(b.ids[j], &inserted);
+  }
+  step->params.unique_ids = index.TakeIds();
+  const size_t unique = step->params.unique_ids.size();
+  step->params.tables.resize(model_->tables().size());
+  step->params.dense.resize(model_->dense_variables().size());
+  step->pull_ops.clear();
+  for (size_t t = 0; t < model_->tables().size(); ++t) {
+    step->params.tables[t].resize(unique * model_->tables()[t].dim);
+    PullOp op = PullOp::Rows(model_->tables()[t].name, step->params.unique_ids,
+                             step->params.tables[t].data());
+    op.ids_unique = true;
+    step->pull_ops.push_back(op);
+  }
+  for (size_t d = 0; d < model_->dense_variables().size(); ++d) {
+    step->params.dense[d].resize(model_->dense_variables()[d].size);
+    step->pull_ops.push_back(PullOp::Dense(model_->dense_variables()[d].name,
+                                           step->params.dense[d].data()));
+  }
+  StepOptions options{options_.consistency, step->index};
+  auto pull = client_->StartPull(step->pull_ops, options);
+  if (!pull.ok()) return pull.status();
+  step->pull = std::move(*pull);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingResult> Trainer::Run() {
+  const bool sync = options_.consistency.mode() == Consistency::SYNC;
+  if (sync && options_.num_workers > 1 && options_.max_steps <= 0) {
+    return absl::InvalidArgumentError(
+        "sync training needs --max_steps: every worker must run the same "
+        "number of steps");
+  }
+  auto client = Client::Connect(options_.client);
+  if (!client.ok()) return client.status();
+  client_ = std::move(*client);
+  if (absl::Status s = client_->WaitForServers(options_.wait_for_servers);
+      !s.ok()) {
+    return s;
+  }
+
+  DatasetOptions train = options_.train;
+  train.num_shards = options_.num_workers;
+  train.shard_index = options_.worker_index;
+  if (options_.max_steps > 0) train.epochs = 0;  // the step budget decides
+  auto dataset = Dataset::Create(train);
+  if (!dataset.ok()) return dataset.status();
+
+  auto cur = std::make_unique<Step>();
+  absl::StatusOr<bool> got = (*dataset)->Next(&cur->batch);
+  if (!got.ok()) return got.status();
+  if (!*got) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", options_.worker_index, " of ", options_.num_workers,
+        " has no training data (its shard of the files is empty)"));
+  }
+  ModelConfig config = options_.model;
+  if (config.fields == 0 && cur->batch.fields() > 0)
+    config.fields = cur->batch.fields();
+  if (config.dense_dim == 0) config.dense_dim = cur->batch.dense_dim;
+  config.num_ps = client_->num_ps();
+  auto model = CreateModel(config);
+  if (!model.ok()) return model.status();
+  model_ = std::move(*model);
+  if (absl::Status s = client_->CreateVariables(model_->variables()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = model_->Check(cur->batch); !s.ok()) return s;
+  Log(absl::StrFormat(
+      "training %s (%d fields, %d dense features, %d variables) on %d PS, "
+      "%d tower(s), %s, batch %d",
+      config.name, config.fields, config.dense_dim, model_->variables().size(),
+      client_->num_ps(), options_.towers,
+      Consistency::Mode_Name(options_.consistency.mode()), train.batch_size));
+
+  Towers towers(model_.get(), options_.towers);
+  TrainingResult result;
+  const absl::Time start = absl::Now();
+  absl::Time interval_start = start;
+  int64_t interval_examples = 0;
+  double interval_loss = 0;
+  Evaluator interval_eval;
+  Breakdown breakdown;
+  std::vector<float> predictions;
+  std::unique_ptr<Step> pushing;
+
+  if (absl::Status s = Prepare(cur.get()); !s.ok()) return s;
+  while (true) {
+    absl::Time t = absl::Now();
+    if (absl::Status s = cur->pull->Wait(); !s.ok()) return s;
+    breakdown.pull += MillisSince(t);
+    if (sync && cur->pull->sync_step() > cur->index) {
+      // The cluster is ahead (this worker restarted): join at its step.
+      Log(absl::StrCat("joining at step ", cur->pull->sync_step()));
+      cur->index = cur->pull->sync_step();
+    }
+
+    // Start the next step's pull now, so it overlaps this step's compute.
+    t = absl::Now();
+    auto next = std::make_unique<Step>();
+    next->index = cur->index + 1;
+    bool have_next =
+        options_.max_steps <= 0 || next->index < options_.max_steps;
+    if (have_next) {
+      got = (*dataset)->Next(&next->batch);
+      if (!got.ok()) return got.status();
+      have_next = *got;
+    }
+    breakdown.data += MillisSince(t);
+    if (have_next) {
+      if (absl::Status s = model_->Check(next->batch); !s.ok()) return s;
+      if (absl::Status s = Prepare(next.get()); !s.ok()) return s;
+    }
+
+    t = absl::Now();
+    predictions.resize(cur->batch.size);
+    const double loss =
+        towers.Run(cur->batch, cur->params, &cur->grads, predictions.data());
+    breakdown.compute += MillisSince(t);
+
+    // One push in flight at a time: wait for the previous one, then send.
+    t = absl::Now();
+    if (pushing != nullptr) {
+      if (absl::Status s = pushing->push->Wait(); !s.ok()) return s;
+    }
+    breakdown.push += MillisSince(t);
+    cur->push_ops.clear();
+    for (size_t i = 0; i < model_->tables().size(); ++i) {
+      PushOp op = PushOp::Rows(model_->tables()[i].name, cur->params.unique_ids,
+                               cur->grads.tables[i].data());
+      op.ids_unique = true;
+      cur->push_ops.push_back(op);
+    }
+    for (size_t i = 0; i < model_->dense_variables().size(); ++i) {
+      cur->push_ops.push_back(PushOp::Dense(model_->dense_variables()[i].name,
+                                            cur->grads.dense[i].data()));
+    }
+    auto push = client_->StartPush(
+        cur->push_ops, StepOptions{options_.consistency, cur->index});
+    if (!push.ok()) return push.status();
+    cur->push = std::move(*push);
+
+    result.steps = cur->index + 1;
+    result.examples += cur->batch.size;
+    interval_examples += cur->batch.size;
+    interval_loss += loss;
+    if (model_->classes() == 2) {
+      interval_eval.AddBinary(predictions.data(), cur->batch.labels.data(),
+                              cur->batch.size);
+    } else {
+      std::vector<int> classes(predictions.begin(), predictions.end());
+      interval_eval.AddClasses(classes.data(), cur->batch.labels.data(),
+                               cur->batch.size);
+    }
+    ++breakdown.steps;
+    const bool last = !have_next;
+    if (result.steps % options_.log_every_steps == 0 || last) {
+      const double seconds =
+          absl::ToDoubleSeconds(absl::Now() - interval_start);
+      result.last_loss = interval_loss / interval_examples;
+      const double n = static_cast<double>(breakdown.steps);
+      Log(absl::StrFormat(
+          "step=%d epoch=%d examples=%d examples/s=%.1f loss=%.5f %s "
+          "data_ms=%.2f pull_ms=%.2f compute_ms=%.2f push_ms=%.2f",
+          result.steps, (*dataset)->stats().epoch, result.examples,
+          interval_examples / seconds, result.last_loss,
+          model_->classes() == 2
+              ? absl::StrFormat("auc=%.5f", interval_eval.auc())
+              : absl::StrFormat("accuracy=%.5f", interval_eval.accuracy()),
+          breakdown.data / n, breakdown.pull / n, breakdown.compute / n,
+          breakdown.push / n));
+      interval_start = absl::Now();
+      interval_examples = 0;
+      interval_loss = 0;
+      interval_eval = Evaluator();
+      breakdown = Breakdown();
+    }
+    pushing = std::move(cur);
+    if (options_.evaluate && options_.eval_every_steps > 0 && !last &&
+        result.steps % options_.eval_every_steps == 0 &&
+        !options_.eval.patterns.empty()) {
+      if (absl::Status s = pushing->push->Wait(); !s.ok()) return s;
+      auto eval = Evaluate();
+      if (!eval.ok()) return eval.status();
+    }
+    if (last) break;
+    cur = std::move(next);
+  }
+  if (pushing != nullptr) {
+    if (absl::Status s = pushing->push->Wait(); !s.ok()) return s;
+  }
+  result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (options_.evaluate && !options_.eval.patterns.empty()) {
+    auto eval = Evaluate();
+    if (!eval.ok()) return eval.status();
+    result.eval = *eval;
+  }
+  Log(absl::StrFormat("done: steps=%d examples=%d seconds=%.1f examples/s=%.1f",
+                      result.steps, result.examples, result.seconds,
+                      result.examples / std::max(result.seconds, 1e-9)));
+  return result;
+}
+
+absl::StatusOr<EvalResult> Trainer::Evaluate() {
+  DatasetOptions eval = options_.eval;
+  eval.num_shards = 1;
+  eval.shard_index = 0;
+  eval.epochs = 1;
+  eval.shuffle_buffer = 0;
+  auto dataset = Dataset::Create(eval);
+  if (!dataset.ok()) return dataset.status();
+  Evaluator evaluator;
+  Step step;
+  std::vector<float> predictions;
+  const absl::Time start = absl::Now();
+  while (true) {
+    absl::StatusOr<bool> got = (*dataset)->Next(&step.batch);
+    if (!got.ok()) return got.status();
+    if (!*got) break;
+    if (absl::Status s = model_->Check(step.batch); !s.ok()) return s;
+    // Evaluation reads the current parameters without taking part in steps.
+    const Consistency consistency = options_.consistency;
+    options_.consistency = Consistency();
+    absl::Status prepared = Prepare(&step);
+    options_.consistency = consistency;
+    if (!prepared.ok()) return prepared;
+    if (absl::Status s = step.pull->Wait(); !s.ok()) return s;
+    predictions.resize(step.batch.size);
+    model_->Compute(step.batch, 0, step.batch.size, 1.0f, step.params, nullptr,
+                    predictions.data());
+    if (model_->classes() == 2) {
+      evaluator.AddBinary(predictions.data(), step.batch.labels.data(),
+                          step.batch.size);
+    } else {
+      std::vector<int> classes(predictions.begin(), predictions.end());
+      evaluator.AddClasses(classes.data(), step.batch.labels.data(),
+                           step.batch.size);
+    }
+  }
+  EvalResult r;
+  r.binary = model_->classes() == 2;
+  r.examples = evaluator.examples();
+  if (r.binary) {
+    r.auc = evaluator.auc();
+    r.log_loss = evaluator.log_loss();
+    Log(absl::StrFormat("eval examples=%d auc=%.5f logloss=%.5f (%.1f s)",
+                        r.examples, r.auc, r.log_loss,
+                        absl::ToDoubleSeconds(absl::Now() - start)));
+  } else {
+    r.accuracy = evaluator.accuracy();
+    Log(absl::StrFormat("eval examples=%d accuracy=%.5f (%.1f s)", r.examples,
+                        r.accuracy,
+                        absl::ToDoubleSeconds(absl::Now() - start)));
+  }
+  return r;
+}
+
+}  // namespace psrt

@@ -1,0 +1,86 @@
+// The training loop of one worker.
+//
+// Per step: the batch's feature ids are de-duplicated once; one batched
+// pull per PS fetches every embedding row and dense variable the step needs;
+// the towers compute gradients; one batched push per PS sends them. The
+// next batch's pull is started before the current batch is computed, so the
+// network works while the towers do (in async mode the step therefore sees
+// parameters one update old, as with TF's prefetching input pipelines).
+//
+// Consistency: ASYNC applies pushes on arrival; SYNC (TF's
+// SyncReplicasOptimizer) makes the PS apply step k once every worker pushed
+// it and makes pulls for step k wait for that; SSP lets a worker run at most
+// `staleness` steps ahead of the slowest. Waits have deadlines: a missing
+// worker is named in the error, the job never hangs.
+#ifndef PSRT_PS_WORKER_TRAINER_H_
+#define PSRT_PS_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "clients/cpp/client.h"
+#include "ps_worker/data/dataset.h"
+#include "ps_worker/model/model.h"
+
+namespace psrt {
+
+struct TrainerOptions {
+  ClientOptions client;  // PS addresses; worker_index is set from below
+  int worker_index = 0;
+  int num_workers = 1;
+  ModelConfig model;     // fields / dense_dim 0: taken from the data
+  DatasetOptions train;  // sharded by the trainer over the workers
+  DatasetOptions eval;   // no patterns: no evaluation
+  int towers = 1;
+  Consistency consistency;
+  int64_t max_steps = 0;  // 0: until the training data is exhausted
+  int log_every_steps = 100;
+  int64_t eval_every_steps = 0;  // 0: only at the end
+  bool evaluate = true;          // (the chief evaluates; others need not)
+  absl::Duration wait_for_servers = absl::Seconds(120);
+};
+
+struct EvalResult {
+  int64_t examples = 0;
+  double auc = 0, log_loss = 0, accuracy = 0;
+  bool binary = true;
+};
+
+struct TrainingResult {
+  int64_t steps = 0;
+  int64_t examples = 0;
+  double seconds = 0;
+  double last_loss = 0;  // mean loss of the last logging interval
+  EvalResult eval;       // final evaluation (examples = 0 if none)
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerOptions options);
+  ~Trainer();
+
+  absl::StatusOr<TrainingResult> Run();
+
+  // After Run: the model and a client connected to the cluster (tests read
+  // the trained parameters through them).
+  const Model* model() const { return model_.get(); }
+  Client* client() const { return client_.get(); }
+
+  // Evaluates the current parameters on options.eval.
+  absl::StatusOr<EvalResult> Evaluate();
+
+ private:
+  struct Step;
+  absl::Status Prepare(Step* step);
+  void Log(const std::string& line) const;
+
+  TrainerOptions options_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_WORKER_TRAINER_H_
