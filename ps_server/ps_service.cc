@@ -26,40 +26,60 @@ double SecondsSince(absl::Time start) {
 
 // Streams a pull's response: while one message is being written, the next
 // is prepared (its rows gathered).
+//
+// Threading: reactions (and the coordinator's "ready" callback, which runs
+// on the thread of the push that released the pull) may run concurrently.
+// Finish and StartWriteAndFinish end the call, after which gRPC may delete
+// the reactor on another thread at once: they are never called with mu_
+// held, and nothing of the reactor is touched after them.
 class ParameterServerService::PullReactor final
     : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   PullReactor(ParameterServerService* service, const grpc::ByteBuffer* request)
       : service_(service) {
-    const MethodMetrics& m = service_->pull_;
-    m.requests->Add();
-    m.bytes_in->Add(static_cast<int64_t>(request->Length()));
-    FrameReader frame;
-    const absl::Status parsed = frame.Parse(*request);
-    absl::StatusOr<std::unique_ptr<PullResponder>> responder =
-        parsed.ok() ? PullResponder::Create(*service_->store_, frame,
-                                            service_->limits_.max_message_bytes)
-                    : parsed;
-    if (!responder.ok()) {
-      Finish(service_->Fail("Pull", responder.status()));
+    service_->pull_.requests->Add();
+    service_->pull_.bytes_in->Add(static_cast<int64_t>(request->Length()));
+    PullRequestHeader header;
+    absl::Status s = frame_.Parse(*request);
+    if (s.ok()) s = frame_.ParseHeader(&header);
+    if (!s.ok()) {
+      Finish(service_->Fail("Pull", s));
       return;
     }
-    responder_ = std::move(*responder);
-    m.rows->Add(responder_->rows());
-    m.bytes_out->Add(responder_->value_bytes());
-    absl::MutexLock lock(&mu_);
-    responder_->Next(&prepared_);
-    WritePrepared();
+    // SYNC and SSP pulls may have to wait for other workers' pushes.
+    uint64_t token;
+    {
+      absl::MutexLock lock(&mu_);
+      token = token_ = service_->coordinator_.WaitForPull(
+          header, [this](absl::Status ready) { Proceed(ready, true); });
+    }
+    if (token == 0) Proceed(absl::OkStatus(), false);
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      if (preparing_) {  // Pump continues when it is done
+        (ok ? write_done_ : failed_) = true;
+        return;
+      }
+    }
     if (!ok) {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                           "pull response write failed (client gone?)"));
       return;
     }
-    WritePrepared();
+    Pump();
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (token_ == 0 || !service_->coordinator_.Cancel(token_)) return;
+      token_ = 0;
+    }
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                        "pull cancelled while waiting for other workers"));
   }
 
   void OnDone() override {
@@ -68,24 +88,73 @@ class ParameterServerService::PullReactor final
   }
 
  private:
-  // Writes the prepared message and prepares the next while it is in
-  // flight. The lock keeps OnWriteDone from racing the preparation.
-  void WritePrepared() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (responder_->done()) {
-      StartWriteAndFinish(&prepared_, grpc::WriteOptions(), grpc::Status::OK);
+  void Proceed(absl::Status ready, bool waited) {
+    if (waited) {
+      absl::MutexLock lock(&mu_);
+      token_ = 0;
+    }
+    absl::StatusOr<std::unique_ptr<PullResponder>> responder =
+        ready.ok() ? PullResponder::Create(*service_->store_, frame_,
+                                           service_->limits_.max_message_bytes)
+                   : ready;
+    if (!responder.ok()) {
+      Finish(service_->Fail("Pull", responder.status()));
       return;
     }
-    std::swap(writing_, prepared_);
-    StartWrite(&writing_);
+    responder_ = std::move(*responder);
+    responder_->set_sync_step(service_->coordinator_.sync_step());
+    service_->pull_.rows->Add(responder_->rows());
+    service_->pull_.bytes_out->Add(responder_->value_bytes());
     responder_->Next(&prepared_);
+    Pump();
+  }
+
+  // Writes the prepared message and, while it is in flight, prepares the
+  // next. REQUIRES: no write in flight.
+  void Pump() {
+    while (true) {
+      bool last;
+      {
+        absl::MutexLock lock(&mu_);
+        last = responder_->done();
+        if (!last) {
+          std::swap(writing_, prepared_);
+          preparing_ = true;
+        }
+      }
+      if (last) {
+        StartWriteAndFinish(&prepared_, grpc::WriteOptions(), grpc::Status::OK);
+        return;
+      }
+      StartWrite(&writing_);
+      bool again, failed;
+      {
+        absl::MutexLock lock(&mu_);
+        responder_->Next(&prepared_);
+        preparing_ = false;
+        again = write_done_;
+        failed = failed_;
+        write_done_ = failed_ = false;
+      }
+      if (failed) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                            "pull response write failed (client gone?)"));
+        return;
+      }
+      if (!again) return;  // OnWriteDone continues
+    }
   }
 
   ParameterServerService* const service_;
   const absl::Time start_ = absl::Now();
+  FrameReader frame_;
   std::unique_ptr<PullResponder> responder_;
+  grpc::ByteBuffer writing_, prepared_;
   absl::Mutex mu_;
-  grpc::ByteBuffer writing_ ABSL_GUARDED_BY(mu_);
-  grpc::ByteBuffer prepared_ ABSL_GUARDED_BY(mu_);
+  uint64_t token_ ABSL_GUARDED_BY(mu_) = 0;      // waiting in the coordinator
+  bool preparing_ ABSL_GUARDED_BY(mu_) = false;  // Pump is between writes
+  bool write_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Collects a push's stream; validates each message as it arrives and applies
@@ -96,15 +165,16 @@ class ParameterServerService::PushReactor final
   PushReactor(ParameterServerService* service, grpc::ByteBuffer* response)
       : service_(service),
         response_(response),
-        handler_(service->store_, &service->dedup_,
-                 service->limits_.max_push_bytes) {
+        handler_(
+            std::make_unique<PushHandler>(service->store_, &service->dedup_,
+                                          service->limits_.max_push_bytes)) {
     service_->push_.requests->Add();
     StartRead(&message_);
   }
 
   void OnReadDone(bool ok) override {
     if (ok) {
-      absl::Status s = handler_.AddMessage(message_);
+      absl::Status s = handler_->AddMessage(message_);
       if (!s.ok()) {
         Finish(service_->Fail("Push", s));
         return;
@@ -114,10 +184,19 @@ class ParameterServerService::PushReactor final
     }
     // End of the stream: the client finished writing (or went away; then
     // the final message is missing and Finish refuses to apply).
-    service_->push_.bytes_in->Add(static_cast<int64_t>(handler_.bytes()));
-    const absl::Time apply_start = absl::Now();
-    absl::StatusOr<PushResponse> result = handler_.Finish();
-    service_->push_apply_seconds_->Observe(SecondsSince(apply_start));
+    service_->push_.bytes_in->Add(static_cast<int64_t>(handler_->bytes()));
+    const Consistency consistency = handler_->first_header().consistency();
+    absl::StatusOr<PushResponse> result;
+    if (consistency.mode() == Consistency::SYNC && handler_->complete()) {
+      // Held for the step's barrier; applied with the other workers'.
+      result = service_->coordinator_.SyncPush(std::move(handler_));
+    } else {
+      result = handler_->Finish();
+      service_->push_apply_seconds_->Observe(handler_->apply_seconds());
+      if (result.ok() && consistency.mode() == Consistency::SSP) {
+        service_->coordinator_.AdvanceClock(handler_->first_header());
+      }
+    }
     if (!result.ok()) {
       Finish(service_->Fail("Push", result.status()));
       return;
@@ -137,7 +216,7 @@ class ParameterServerService::PushReactor final
   ParameterServerService* const service_;
   grpc::ByteBuffer* const response_;
   const absl::Time start_ = absl::Now();
-  PushHandler handler_;
+  std::unique_ptr<PushHandler> handler_;
   grpc::ByteBuffer message_;
 };
 
@@ -147,6 +226,7 @@ ParameterServerService::ParameterServerService(ShardStore* store,
     : store_(store),
       metrics_(metrics),
       limits_(limits),
+      coordinator_(store->ps_task(), &dedup_),
       pull_(MakeMethodMetrics("Pull")),
       push_(MakeMethodMetrics("Push")),
       create_(MakeMethodMetrics("CreateVariables")),

@@ -12,6 +12,7 @@
 #include "ps_server/metrics.h"
 #include "ps_server/push_dedup.h"
 #include "ps_server/shard_store.h"
+#include "ps_server/step_coordinator.h"
 
 namespace psrt {
 
@@ -77,6 +78,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   MetricsRegistry* const metrics_;
   const ServiceLimits limits_;
   PushDedup dedup_;
+  StepCoordinator coordinator_;
   MethodMetrics pull_, push_, create_;
   Counter* rejected_nonfinite_;
   Histogram* push_apply_seconds_;

@@ -82,7 +82,9 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
       dense_values_[item_ - 1] = grpc::Slice();  // sent; let the pool have it
     }
   }
-  packer.Flush();
+  packer.Flush([this](PullResponseHeader* header, size_t) {
+    header->set_sync_step(sync_step_);
+  });
   *message = std::move(packer.messages().back());
 }
 

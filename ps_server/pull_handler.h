@@ -32,6 +32,9 @@ class PullResponder {
   void Next(grpc::ByteBuffer* message);
   bool done() const { return item_ == items_.size(); }
 
+  // SYNC: written into every response header (PullResponseHeader.sync_step).
+  void set_sync_step(int64_t step) { sync_step_ = step; }
+
   int64_t rows() const { return rows_; }  // embedding rows + dense items
   int64_t value_bytes() const { return value_bytes_; }
 
@@ -46,6 +49,7 @@ class PullResponder {
   size_t offset_ = 0;  // bytes of it already sent
   int64_t rows_ = 0;
   int64_t value_bytes_ = 0;
+  int64_t sync_step_ = 0;
 };
 
 }  // namespace psrt

@@ -1,11 +1,13 @@
 #include "ps_server/push_handler.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "ps_server/dense_shard.h"
 
 namespace psrt {
@@ -46,6 +48,27 @@ bool HasDuplicates(const LocalVariable& v, int shard,
     if (!seen.insert(id).second) return true;
   }
   return false;
+}
+
+// Sums the dense pieces (which may overlap: several workers' gradients for
+// one synchronous step) into one contiguous piece, scaled.
+void MergeDense(ShardUpdate* u, float scale) {
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const DenseShard::Piece& p : u->dense) {
+    lo = std::min(lo, p.offset);
+    hi = std::max(hi, p.offset + p.count);
+  }
+  u->merged.assign(hi - lo, 0.0f);
+  for (const DenseShard::Piece& p : u->dense) {
+    float* out = u->merged.data() + (p.offset - lo);
+    ForEachFloatRun(p.grad, [&](const float* g, size_t n, size_t first) {
+      for (size_t i = 0; i < n; ++i) out[first + i] += g[i];
+    });
+  }
+  for (float& x : u->merged) x *= scale;
+  u->dense = {{lo, hi - lo,
+               PayloadView::Contiguous(u->merged.data(),
+                                       u->merged.size() * sizeof(float))}};
 }
 
 // Replaces repeated ids by one row holding the sum of their gradients.
@@ -132,14 +155,27 @@ absl::StatusOr<PushResponse> PushHandler::Finish() {
         break;
     }
   }
-  absl::Status status = Apply();
+  const absl::Time start = absl::Now();
+  absl::Status status = Apply(1.0f);
+  apply_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
   if (request != 0) dedup_->Finish(client, request, status.ok());
   if (!status.ok()) return status;
   response.set_rows_applied(rows_);
   return response;
 }
 
-absl::Status PushHandler::Apply() {
+absl::Status PushHandler::ApplyMerged(float scale) { return Apply(scale); }
+
+void PushHandler::Absorb(PushHandler* other) {
+  for (auto& f : other->frames_) frames_.push_back(std::move(f));
+  for (auto& item : other->items_) items_.push_back(std::move(item));
+  bytes_ += other->bytes_;
+  rows_ += other->rows_;
+  other->frames_.clear();
+  other->items_.clear();
+}
+
+absl::Status PushHandler::Apply(float scale) {
   // Group by shard, keeping first-seen order so locks are taken in a
   // deterministic order per request.
   std::vector<ShardUpdate> updates;
@@ -162,8 +198,11 @@ absl::Status PushHandler::Apply() {
     }
   }
   for (ShardUpdate& u : updates) {
-    if (!u.variable->is_dense() && HasDuplicates(*u.variable, u.shard, u.ids)) {
+    if (u.variable->is_dense()) {
+      if (scale != 1.0f) MergeDense(&u, scale);
+    } else if (scale != 1.0f || HasDuplicates(*u.variable, u.shard, u.ids)) {
       MergeDuplicates(&u);
+      for (float& x : u.merged) x *= scale;
     }
   }
   // Hash rows are created first: if one shard is full nothing is updated

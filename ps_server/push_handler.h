@@ -30,12 +30,24 @@ class PushHandler {
 
   // Applies the push (or recognizes a retried one) after the last message.
   absl::StatusOr<PushResponse> Finish();
+  // How long the update itself took in Finish (0 before).
+  double apply_seconds() const { return apply_seconds_; }
 
   size_t bytes() const { return bytes_; }
   const PushRequestHeader& first_header() const { return first_header_; }
+  // The stream ended with its message marked last.
+  bool complete() const { return saw_last_; }
+  int64_t items() const { return static_cast<int64_t>(items_.size()); }
+
+  // Takes over another validated push (a synchronous step's contribution of
+  // another worker), so that one ApplyMerged applies them together.
+  void Absorb(PushHandler* other);
+  // Applies everything held as one update with gradients multiplied by
+  // `scale` (1 / workers: their mean), without request de-duplication.
+  absl::Status ApplyMerged(float scale);
 
  private:
-  absl::Status Apply();
+  absl::Status Apply(float scale);
 
   ShardStore* const store_;
   PushDedup* const dedup_;
@@ -46,6 +58,7 @@ class PushHandler {
   size_t bytes_ = 0;
   int64_t rows_ = 0;
   bool saw_last_ = false;
+  double apply_seconds_ = 0;
 };
 
 }  // namespace psrt

@@ -123,9 +123,12 @@ void StepRequest::BuildPullCalls() {
 void StepRequest::BuildPushCalls() {
   const uint64_t request_id = context_.next_request_id->fetch_add(1);
   const size_t limit = context_.options->message_bytes;
+  // SYNC and SSP count every worker's step at every PS: PS with nothing to
+  // update still get an (empty) push.
+  const bool every_ps = context_.step.consistency.mode() != Consistency::ASYNC;
   for (size_t ps = 0; ps < plan_.items_by_ps.size(); ++ps) {
     const std::vector<PlannedItem>& items = plan_.items_by_ps[ps];
-    if (items.empty()) continue;
+    if (items.empty() && !every_ps) continue;
     FramePacker<PushRequestHeader> packer(limit);
     // Identity goes in the first message, the end marker in the last.
     auto identify = [&](PushRequestHeader* header, size_t index) {
