@@ -49,6 +49,16 @@ void Evaluator::AddBinary(const float* probabilities, const float* labels,
   labels_.insert(labels_.end(), labels, labels + n);
 }
 
+double Evaluator::accuracy() const {
+  if (total_ > 0) return static_cast<double>(correct_) / total_;
+  if (labels_.empty()) return 0;
+  long right = 0;
+  for (size_t i = 0; i < labels_.size(); ++i) {
+    right += (scores_[i] >= 0.5f) == (labels_[i] > 0.5f);
+  }
+  return static_cast<double>(right) / labels_.size();
+}
+
 void Evaluator::AddClasses(const int* predicted, const float* labels, int n) {
   for (int i = 0; i < n; ++i)
     correct_ += predicted[i] == static_cast<int>(labels[i]);

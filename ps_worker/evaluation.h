@@ -25,9 +25,9 @@ class Evaluator {
 
   double auc() const { return RocAuc(scores_, labels_); }
   double log_loss() const { return LogLoss(scores_, labels_); }
-  double accuracy() const {
-    return total_ ? static_cast<double>(correct_) / total_ : 0;
-  }
+  // Multiclass: share of correct classes; binary: share of probabilities on
+  // the right side of 0.5.
+  double accuracy() const;
   long examples() const {
     return total_ > 0 ? total_ : static_cast<long>(labels_.size());
   }

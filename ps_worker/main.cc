@@ -41,6 +41,8 @@ DEFINE_string(optimizer, "adagrad",
 DEFINE_double(learning_rate, 0.05, "Embedding learning rate.");
 DEFINE_string(dense_optimizer, "adam", "Optimizer of dense variables.");
 DEFINE_double(dense_learning_rate, 0.001, "Dense learning rate.");
+DEFINE_double(learning_rate_decay, 1.0,
+              "Both learning rates are multiplied by this once per epoch.");
 DEFINE_uint64(seed, 1, "Seed of the initializers and the shuffling.");
 // Data.
 DEFINE_string(train_files, "",
@@ -176,6 +178,11 @@ int Run() {
   o.eval.batch_size = 4096;
   o.towers = FLAGS_towers;
   o.max_steps = FLAGS_max_steps;
+  if (!(FLAGS_learning_rate_decay > 0 && FLAGS_learning_rate_decay <= 1)) {
+    LOG(ERROR) << "--learning_rate_decay must be in (0, 1]";
+    return 2;
+  }
+  o.learning_rate_decay = static_cast<float>(FLAGS_learning_rate_decay);
   o.log_every_steps = std::max(1, FLAGS_log_every_steps);
   o.eval_every_steps = FLAGS_eval_every_steps;
   o.evaluate = o.worker_index == 0 || FLAGS_eval_on_all_workers;
@@ -202,7 +209,8 @@ int Run() {
     std::cout << "[worker " << o.worker_index << "] final "
               << (result->eval.binary
                       ? absl::StrCat("eval_auc=", result->eval.auc,
-                                     " eval_logloss=", result->eval.log_loss)
+                                     " eval_logloss=", result->eval.log_loss,
+                                     " eval_accuracy=", result->eval.accuracy)
                       : absl::StrCat("eval_accuracy=", result->eval.accuracy))
               << " steps=" << result->steps << std::endl;
   }

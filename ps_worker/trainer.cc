@@ -1,5 +1,6 @@
 #include "ps_worker/trainer.h"
 
+#include <cmath>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -181,15 +182,24 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     }
     breakdown.push += MillisSince(t);
     cur->push_ops.clear();
+    const float decay = std::pow(options_.learning_rate_decay,
+                                 static_cast<float>((*dataset)->stats().epoch));
     for (size_t i = 0; i < model_->tables().size(); ++i) {
       PushOp op = PushOp::Rows(model_->tables()[i].name, cur->params.unique_ids,
                                cur->grads.tables[i].data());
       op.ids_unique = true;
+      if (decay != 1.0f) {
+        op.learning_rate = decay * config.embedding_optimizer.learning_rate();
+      }
       cur->push_ops.push_back(op);
     }
     for (size_t i = 0; i < model_->dense_variables().size(); ++i) {
-      cur->push_ops.push_back(PushOp::Dense(model_->dense_variables()[i].name,
-                                            cur->grads.dense[i].data()));
+      PushOp op = PushOp::Dense(model_->dense_variables()[i].name,
+                                cur->grads.dense[i].data());
+      if (decay != 1.0f) {
+        op.learning_rate = decay * config.dense_optimizer.learning_rate();
+      }
+      cur->push_ops.push_back(op);
     }
     auto push = client_->StartPush(
         cur->push_ops, StepOptions{options_.consistency, cur->index});
@@ -251,9 +261,11 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     if (!eval.ok()) return eval.status();
     result.eval = *eval;
   }
-  Log(absl::StrFormat("done: steps=%d examples=%d seconds=%.1f examples/s=%.1f",
-                      result.steps, result.examples, result.seconds,
-                      result.examples / std::max(result.seconds, 1e-9)));
+  result.bad_records = (*dataset)->stats().bad_records;
+  Log(absl::StrFormat(
+      "done: steps=%d examples=%d seconds=%.1f examples/s=%.1f bad_records=%d",
+      result.steps, result.examples, result.seconds,
+      result.examples / std::max(result.seconds, 1e-9), result.bad_records));
   return result;
 }
 
@@ -296,14 +308,15 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
   EvalResult r;
   r.binary = model_->classes() == 2;
   r.examples = evaluator.examples();
+  r.accuracy = evaluator.accuracy();
   if (r.binary) {
     r.auc = evaluator.auc();
     r.log_loss = evaluator.log_loss();
-    Log(absl::StrFormat("eval examples=%d auc=%.5f logloss=%.5f (%.1f s)",
-                        r.examples, r.auc, r.log_loss,
-                        absl::ToDoubleSeconds(absl::Now() - start)));
+    Log(absl::StrFormat(
+        "eval examples=%d auc=%.5f logloss=%.5f accuracy=%.5f (%.1f s)",
+        r.examples, r.auc, r.log_loss, r.accuracy,
+        absl::ToDoubleSeconds(absl::Now() - start)));
   } else {
-    r.accuracy = evaluator.accuracy();
     Log(absl::StrFormat("eval examples=%d accuracy=%.5f (%.1f s)", r.examples,
                         r.accuracy,
                         absl::ToDoubleSeconds(absl::Now() - start)));

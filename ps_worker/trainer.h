@@ -36,6 +36,9 @@ struct TrainerOptions {
   int towers = 1;
   Consistency consistency;
   int64_t max_steps = 0;  // 0: until the training data is exhausted
+  // Learning rates are multiplied by this once per epoch (1: constant),
+  // through the pushes' learning-rate override.
+  float learning_rate_decay = 1.0f;
   int log_every_steps = 100;
   int64_t eval_every_steps = 0;  // 0: only at the end
   bool evaluate = true;          // (the chief evaluates; others need not)
@@ -53,6 +56,7 @@ struct TrainingResult {
   int64_t examples = 0;
   double seconds = 0;
   double last_loss = 0;  // mean loss of the last logging interval
+  int64_t bad_records = 0;  // skipped (--skip_bad_records)
   EvalResult eval;       // final evaluation (examples = 0 if none)
 };
 

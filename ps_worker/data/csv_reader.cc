@@ -17,10 +17,13 @@ const char kAdultCsvSchema[] =
     "age:num/0.01/buckets=18|25|30|35|40|45|50|55|60|65,"
     "workclass:cat,fnlwgt:skip,education:cat,education_num:num/0.0625,"
     "marital_status:cat,occupation:cat,relationship:cat,race:cat,sex:cat,"
-    "capital_gain:num/log,capital_loss:num/log,hours_per_week:num/0.01,"
+    "capital_gain:num/log/buckets=1|3000|5000|7000|10000|15000,"
+    "capital_loss:num/log/buckets=1|1500|2000|2500,"
+    "hours_per_week:num/0.01/buckets=20|30|35|40|45|50|60,"
     "native_country:cat,income:label=>50K,"
     "cross:education+occupation,cross:native_country+occupation,"
-    "cross:age+workclass,cross:sex+occupation";
+    "cross:age+workclass,cross:sex+occupation,cross:age+education,"
+    "cross:marital_status+relationship";
 
 namespace {
 

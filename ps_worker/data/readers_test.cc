@@ -227,9 +227,9 @@ TEST(CsvReaderTest, ReadsTheUciAdultFiles) {
   int dense, sparse;
   ASSERT_TRUE(DescribeCsvSchema("adult", &dense, &sparse).ok());
   EXPECT_EQ(dense, 5);
-  EXPECT_EQ(sparse, 13);
+  EXPECT_EQ(sparse, 18);  // 8 categorical, 4 bucketized, 6 crosses
   EXPECT_EQ(train[0].dense.size(), 5u);
-  EXPECT_EQ(train[0].ids.size(), 13u);
+  EXPECT_EQ(train[0].ids.size(), 18u);
   EXPECT_FLOAT_EQ(train[0].dense[0], 0.39f);  // age 39 * 0.01
 }
 
