@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -45,8 +46,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     cluster->logs_.push_back(
         absl::StrCat(dir ? dir : "/tmp", "/ps_", i, "_", getpid(), ".log"));
   }
-  cluster->spec_.workers.push_back(
-      absl::StrCat("127.0.0.1:", PickUnusedPort()));
+  for (int i = 0; i < std::max(1, options.num_workers); ++i) {
+    cluster->spec_.workers.push_back(
+        absl::StrCat("127.0.0.1:", PickUnusedPort()));
+  }
   cluster->pids_.assign(options.num_ps, -1);
   for (int i = 0; i < options.num_ps; ++i) {
     if (absl::Status s = cluster->Launch(i); !s.ok()) return s;
@@ -133,6 +136,60 @@ LocalCluster::~LocalCluster() {
     }
     pid = -1;
   }
+}
+
+std::vector<LocalCluster::WorkerRun> LocalCluster::RunWorkers(
+    const std::string& binary, const std::vector<std::string>& args,
+    const std::vector<int>& indices, absl::Duration timeout) {
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  for (int index : indices) {
+    ClusterSpec spec = spec_;
+    spec.has_task = true;
+    spec.task = {"worker", index};
+    const std::string tf_config = ClusterSpecToJson(spec);
+    logs.push_back(absl::StrCat(dir ? dir : "/tmp", "/worker_", index, "_",
+                                getpid(), "_", absl::ToUnixMicros(absl::Now()),
+                                ".log"));
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int log = open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(log, STDOUT_FILENO);
+      dup2(log, STDERR_FILENO);
+      setenv("TF_CONFIG", tf_config.c_str(), 1);
+      std::vector<std::string> argv_storage = {binary};
+      argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : argv_storage) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<WorkerRun> runs(pids.size());
+  const absl::Time deadline = absl::Now() + timeout;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    while (waitpid(pids[i], &status, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], &status, 0);
+        status = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    runs[i].exit_code = status == -1 ? -1
+                        : WIFEXITED(status) ? WEXITSTATUS(status)
+                                            : 128 + WTERMSIG(status);
+    std::ifstream in(logs[i]);
+    std::stringstream text;
+    text << in.rdbuf();
+    runs[i].output = text.str();
+  }
+  return runs;
 }
 
 absl::StatusOr<std::string> FetchMetrics(int port) {

@@ -25,8 +25,14 @@ class LocalCluster {
  public:
   struct Options {
     int num_ps = 2;
+    int num_workers = 1;  // worker entries in the cluster spec
     std::vector<std::string> extra_flags;        // for every ps_server
     std::string binary = "ps_server/ps_server";  // relative to runfiles
+  };
+
+  struct WorkerRun {
+    int exit_code = -1;  // -1: killed (timeout)
+    std::string output;  // stdout and stderr
   };
 
   // Starts the servers and waits until each answers its health check.
@@ -47,6 +53,14 @@ class LocalCluster {
   // Starts PS `ps` again on its port and waits until it is healthy.
   absl::Status Restart(int ps);
   bool Running(int ps) const { return pids_[ps] > 0; }
+
+  // Runs `binary` (relative to runfiles) as each worker in `indices`, all
+  // at once, with TF_CONFIG naming that worker, and waits for them (killing
+  // them after `timeout`).
+  std::vector<WorkerRun> RunWorkers(const std::string& binary,
+                                    const std::vector<std::string>& args,
+                                    const std::vector<int>& indices,
+                                    absl::Duration timeout);
 
  private:
   LocalCluster() = default;
