@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "clients/cpp/id_index.h"
@@ -50,6 +51,27 @@ TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
   ASSERT_GE(loss.size(), 4u) << out;
   EXPECT_LT(loss.back(), loss.front() - 0.05) << out;
   EXPECT_GT(LastMetric(out, "eval_auc"), 0.78) << out;
+
+  // The SageMaker metric_definitions regexes of docs/operations.md find
+  // the same numbers (the first capture group of each matching line).
+  auto captures = [&](const std::string& pattern) {
+    std::vector<double> values;
+    const std::regex re(pattern);
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), re);
+         it != std::sregex_iterator(); ++it) {
+      values.push_back(std::stod((*it)[1]));
+    }
+    return values;
+  };
+  EXPECT_EQ(captures(R"( loss=([0-9.eE+-]+))"), loss);
+  EXPECT_EQ(captures(R"(step=\d+ .* auc=([0-9.]+))").size(), loss.size());
+  EXPECT_EQ(captures(R"(step=\d+ .* examples/s=([0-9.]+))").size(),
+            loss.size());
+  const std::vector<double> eval_auc =
+      captures(R"(eval examples=\d+ auc=([0-9.]+))");
+  ASSERT_EQ(eval_auc.size(), 1u) << out;
+  EXPECT_NEAR(eval_auc[0], LastMetric(out, "eval_auc"), 1e-5);
+  EXPECT_EQ(captures(R"(eval examples=.* logloss=([0-9.]+))").size(), 1u);
 }
 
 TEST(TrainDeepFmTest, BadInputIsReportedWithFileAndRecord) {

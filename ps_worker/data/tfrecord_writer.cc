@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/tf_example.pb.h"
-#include "ps_worker/data/crc32c.h"
+#include "util/crc32c.h"
 
 namespace psrt {
 

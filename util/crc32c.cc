@@ -1,6 +1,7 @@
-#include "ps_worker/data/crc32c.h"
+#include "util/crc32c.h"
 
 #include <array>
+#include <cstring>
 
 namespace psrt {
 namespace {
@@ -27,12 +28,9 @@ const Tables& GetTables() {
   return tables;
 }
 
-}  // namespace
-
-uint32_t Crc32c(const void* data, size_t n) {
+// Works on the inverted register c (as both paths do).
+uint32_t TableExtend(uint32_t c, const uint8_t* p, size_t n) {
   const auto& t = GetTables().t;
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  uint32_t c = 0xffffffffu;
   while (n >= 8) {
     const uint32_t lo =
         (p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24) ^ c;
@@ -45,7 +43,41 @@ uint32_t Crc32c(const void* data, size_t n) {
     n -= 8;
   }
   while (n-- > 0) c = (c >> 8) ^ t[0][(c ^ *p++) & 0xff];
-  return c ^ 0xffffffffu;
+  return c;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t HardwareExtend(uint32_t c,
+                                                          const uint8_t* p,
+                                                          size_t n) {
+  uint64_t c64 = c;
+  while (n >= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c64 = __builtin_ia32_crc32di(c64, word);
+    p += 8;
+    n -= 8;
+  }
+  c = static_cast<uint32_t>(c64);
+  while (n-- > 0) c = __builtin_ia32_crc32qi(c, *p++);
+  return c;
+}
+
+bool HasSse42() {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
+}  // namespace
+
+uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint32_t c = crc ^ 0xffffffffu;
+#if defined(__x86_64__)
+  if (HasSse42()) return HardwareExtend(c, p, n) ^ 0xffffffffu;
+#endif
+  return TableExtend(c, p, n) ^ 0xffffffffu;
 }
 
 }  // namespace psrt

@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""DeepFM training throughput: psrt with 1 and 2 hosts against a
+single-process PyTorch DeepFM, on the same generated data, in one run.
+
+    bazel build //ps_server //ps_worker //tools/ctr_datagen
+    /usr/bin/python3 tools/bench/deepfm_throughput.py --steps=300
+
+Each psrt run is a local cluster (deploy/local/launch.py): one ps_server and
+one ps_worker per host, async, batch 1024 per worker. Throughput is the sum
+of the workers' examples/s (from each worker's "done:" line, which covers
+the whole run including its first pulls). The per-step breakdown is the mean
+of the workers' last progress lines. PyTorch trains the same architecture
+with the same optimizers and batch on the same examples (tools/bench/
+torch_deepfm.py; its data loading is not timed, psrt's is). Runs are
+repeated --rounds times, interleaved, and the median is reported.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(ROOT, "bazel-bin")
+DONE = re.compile(r"done: steps=(\d+) examples=(\d+) seconds=([\d.]+) examples/s=([\d.]+)")
+PROGRESS = re.compile(r"data_ms=([\d.]+) pull_ms=([\d.]+) compute_ms=([\d.]+) push_ms=([\d.]+)")
+
+
+def ensure_data(data_dir, examples):
+    if os.path.exists(os.path.join(data_dir, "planted.json")):
+        return
+    subprocess.check_call([
+        os.path.join(BIN, "tools/ctr_datagen/ctr_datagen"), f"--output_dir={data_dir}",
+        f"--train_examples={examples}", "--test_examples=10000", "--format=tfrecord"])
+
+
+def run_psrt(hosts, data_dir, steps, batch, towers):
+    logs = tempfile.mkdtemp(prefix=f"psrt_bench_{hosts}h_")
+    cmd = [sys.executable, os.path.join(ROOT, "deploy/local/launch.py"), f"--hosts={hosts}",
+           f"--logs={logs}", "--base_port=24000", "--",
+           os.path.join(BIN, "ps_worker/ps_worker"), "--model=deepfm",
+           f"--train_files={data_dir}/train-*", "--epochs=0", f"--max_steps={steps}",
+           f"--batch_size={batch}", f"--towers={towers}", "--log_every_steps=50"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    total, breakdowns = 0.0, []
+    for w in range(hosts):
+        with open(os.path.join(logs, f"worker_{w}.log")) as f:
+            text = f.read()
+        done = DONE.findall(text)
+        if not done:
+            raise RuntimeError(f"worker {w} printed no done line; see {logs}")
+        total += float(done[-1][3])
+        breakdowns.append([float(x) for x in PROGRESS.findall(text)[-1]])
+    mean = [statistics.mean(col) for col in zip(*breakdowns)]
+    return total, dict(zip(["data_ms", "pull_ms", "compute_ms", "push_ms"], mean))
+
+
+def run_torch(data_dir, examples, batch):
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools/bench/torch_deepfm.py"),
+         f"--train={data_dir}/train-*", "--epochs=100", f"--max_examples={examples}",
+         f"--batch_size={batch}", "--json"],
+        check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["examples_per_s"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data_dir", default=os.path.join(ROOT, "out", "bench_ctr_data"))
+    p.add_argument("--data_examples", type=int, default=500000)
+    p.add_argument("--steps", type=int, default=300, help="steps per psrt worker")
+    p.add_argument("--batch_size", type=int, default=1024)
+    p.add_argument("--towers", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    ensure_data(args.data_dir, args.data_examples)
+    results = {"psrt_1_host": [], "psrt_2_hosts": [], "pytorch": []}
+    steps_of = {}
+    for r in range(args.rounds):
+        rate, steps_of[1] = run_psrt(1, args.data_dir, args.steps, args.batch_size, args.towers)
+        results["psrt_1_host"].append(rate)
+        rate, steps_of[2] = run_psrt(2, args.data_dir, args.steps, args.batch_size, args.towers)
+        results["psrt_2_hosts"].append(rate)
+        results["pytorch"].append(
+            run_torch(args.data_dir, args.steps * args.batch_size, args.batch_size))
+        print(f"round {r + 1}/{args.rounds}: " +
+              " ".join(f"{k}={v[-1]:.0f}" for k, v in results.items()), flush=True)
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"\nDeepFM, batch {args.batch_size}, {args.steps} steps per worker, "
+          f"median of {args.rounds} rounds (examples/s):")
+    for k, v in med.items():
+        print(f"  {k:14s} {v:10.0f}   {v / med['pytorch']:.2f}x pytorch")
+    print(f"  2 hosts / 1 host: {med['psrt_2_hosts'] / med['psrt_1_host']:.2f}x")
+    for hosts, b in sorted(steps_of.items()):
+        print(f"  per-step ms, {hosts} host(s) (last interval): " +
+              " ".join(f"{k}={v:.2f}" for k, v in b.items()))
+    print(json.dumps({"median_examples_per_s": med, "rounds": results,
+                      "breakdown_ms": {str(h): b for h, b in steps_of.items()}}))
+
+
+if __name__ == "__main__":
+    main()
