@@ -72,6 +72,18 @@ absl::Status ShardMap::Add(const VariableSpec& spec) {
   return absl::OkStatus();
 }
 
+void ShardMap::PopBack() {
+  const VariableLayout& v = variables_.back();
+  for (const ShardLayout& shard : v.shards) {
+    load_[shard.ps_task] -= shard.bytes;
+    if (v.spec.partition().placement() != PartitionSpec::GREEDY_BYTES) {
+      --next_round_robin_;
+    }
+  }
+  by_name_.erase(v.spec.name());
+  variables_.pop_back();
+}
+
 const VariableLayout* ShardMap::Find(absl::string_view name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &variables_[it->second];

@@ -88,6 +88,11 @@ class ShardMap {
   // be normalized (NormalizeVariableSpec) and its name new.
   absl::Status Add(const VariableSpec& spec);
 
+  // Removes the variable added last, undoing its placement (an Add whose
+  // shards could not be filled). Other variables' pointers stay valid.
+  // REQUIRES: the map is not empty.
+  void PopBack();
+
   // nullptr if absent. Pointers stay valid as variables are added.
   const VariableLayout* Find(absl::string_view name) const;
 

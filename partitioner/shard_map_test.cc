@@ -49,6 +49,32 @@ TEST(ShardMapTest, FixedSizeSplitsRowsLikeTensorFlow) {
   EXPECT_EQ(map.Find("tiny")->shards[0].ps_task, 0);
 }
 
+TEST(ShardMapTest, PopBackUndoesPlacement) {
+  for (auto placement :
+       {PartitionSpec::ROUND_ROBIN, PartitionSpec::GREEDY_BYTES}) {
+    ShardMap map(3), reference(3);
+    const VariableSpec a =
+        Spec("a", DENSE, {10, 3}, 2, PartitionSpec::DIV, placement);
+    const VariableSpec b =
+        Spec("b", EMBEDDING, {100, 4}, 5, PartitionSpec::MOD, placement);
+    ASSERT_TRUE(map.Add(a).ok());
+    ASSERT_TRUE(reference.Add(a).ok());
+    const VariableLayout* a_layout = map.Find("a");
+    ASSERT_TRUE(map.Add(b).ok());
+    map.PopBack();
+    EXPECT_EQ(map.Find("b"), nullptr);
+    EXPECT_EQ(map.Find("a"), a_layout);
+    EXPECT_EQ(map.bytes_per_ps(), reference.bytes_per_ps());
+    // Adding again places exactly as if the first attempt never happened.
+    ASSERT_TRUE(map.Add(b).ok());
+    ASSERT_TRUE(reference.Add(b).ok());
+    for (int s = 0; s < 5; ++s) {
+      EXPECT_EQ(map.Find("b")->shards[s].ps_task,
+                reference.Find("b")->shards[s].ps_task);
+    }
+  }
+}
+
 TEST(ShardMapTest, MaxShardBytesBoundsEveryShard) {
   VariableSpec s = Spec("e", EMBEDDING, {1000, 16}, 0);
   s.mutable_partition()->set_max_shard_bytes(10000);

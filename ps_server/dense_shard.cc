@@ -16,6 +16,7 @@ constexpr int64_t kParallelFloats = int64_t{1} << 18;  // 1 MiB
 DenseShard::DenseShard(const VariableLayout& layout, int shard,
                        const Optimizer* optimizer, const Initializer& init)
     : optimizer_(optimizer),
+      width_(layout.row_width),
       size_(layout.shards[shard].num_rows * layout.row_width) {
   const int64_t width = layout.row_width;
   const int64_t first_row = layout.shards[shard].row_begin;
@@ -53,6 +54,43 @@ int64_t DenseShard::Read(int64_t offset, int64_t count, float* out) const {
         });
   }
   return version_;
+}
+
+int64_t DenseShard::ExportRows(int64_t first, int64_t count, float* out) const {
+  const int slots = optimizer_->num_slots();
+  const int64_t stride = width_ * (1 + slots);
+  absl::ReaderMutexLock lock(&mu_);
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t at = (first + r) * width_;
+    float* row = out + r * stride;
+    std::memcpy(row, params_.get() + at, width_ * sizeof(float));
+    for (int k = 0; k < slots; ++k) {
+      std::memcpy(row + (k + 1) * width_, slots_[k].get() + at,
+                  width_ * sizeof(float));
+    }
+  }
+  return version_;
+}
+
+void DenseShard::ImportRows(absl::Span<const int64_t> local_rows,
+                            const float* rows) {
+  const int slots = optimizer_->num_slots();
+  const int64_t stride = width_ * (1 + slots);
+  absl::MutexLock lock(&mu_);
+  for (size_t r = 0; r < local_rows.size(); ++r) {
+    const int64_t at = local_rows[r] * width_;
+    const float* row = rows + r * stride;
+    std::memcpy(params_.get() + at, row, width_ * sizeof(float));
+    for (int k = 0; k < slots; ++k) {
+      std::memcpy(slots_[k].get() + at, row + (k + 1) * width_,
+                  width_ * sizeof(float));
+    }
+  }
+}
+
+void DenseShard::RestoreVersion(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  version_ = version;
 }
 
 void DenseShard::Apply(absl::Span<const Piece> pieces, float learning_rate) {

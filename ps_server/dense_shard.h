@@ -46,8 +46,20 @@ class DenseShard {
   };
   void Apply(absl::Span<const Piece> pieces, float learning_rate);
 
+  // Checkpointing, in rows of the variable's dim 0: a checkpoint row is
+  // [values | slot 0 | slot 1], row_width floats each (row_stride()).
+  // Copies local rows [first, first + count) to out under one lock and
+  // returns the version. REQUIRES: the rows lie inside the shard.
+  int64_t ExportRows(int64_t first, int64_t count, float* out) const;
+  // Overwrites local rows local_rows[i] from rows[i * row_stride()...].
+  void ImportRows(absl::Span<const int64_t> local_rows, const float* rows);
+  void RestoreVersion(int64_t version);
+  int64_t num_rows() const { return size_ / width_; }
+  int64_t row_stride() const { return width_ * (1 + optimizer_->num_slots()); }
+
  private:
   const Optimizer* const optimizer_;
+  const int64_t width_;  // floats per row (the variable's row width)
   const int64_t size_;
   mutable absl::Mutex mu_;
   FloatArray params_ ABSL_GUARDED_BY(mu_);

@@ -105,6 +105,36 @@ void EmbeddingShard::Apply(absl::Span<const int64_t> ids,
   ++version_;
 }
 
+int64_t EmbeddingShard::ExportRows(int64_t first, int64_t count, int64_t* ids,
+                                   float* out, int64_t* version) const {
+  count = std::max<int64_t>(0, std::min(count, rows_ - first));
+  absl::ReaderMutexLock lock(&mu_);
+  std::memcpy(out, data_.get() + first * stride_,
+              count * stride_ * sizeof(float));
+  if (ids != nullptr) {
+    for (int64_t i = 0; i < count; ++i) {
+      ids[i] = layout_.GlobalRow(shard_, first + i);
+    }
+  }
+  *version = version_;
+  return count;
+}
+
+absl::Status EmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
+                                        const float* rows) {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(data_.get() + layout_.LocalRow(shard_, ids[i]) * stride_,
+                rows + i * stride_, stride_ * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingShard::RestoreVersion(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  version_ = version;
+}
+
 int64_t EmbeddingShard::bytes() const {
   return rows_ * stride_ * static_cast<int64_t>(sizeof(float));
 }

@@ -26,6 +26,12 @@ class EmbeddingShard final : public RowShard {
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
   void Apply(absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
              float learning_rate) override;
+  int64_t ExportRows(int64_t first, int64_t count, int64_t* ids, float* out,
+                     int64_t* version) const override;
+  absl::Status ImportRows(absl::Span<const int64_t> ids,
+                          const float* rows) override;
+  void RestoreVersion(int64_t version) override;
+  int64_t row_stride() const override { return stride_; }
   int64_t num_rows() const override { return rows_; }
   int64_t bytes() const override;
   int64_t version() const override;

@@ -39,6 +39,7 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
                 optimizer_->initial_slot_value(k));
   }
   index_.emplace(id, row);
+  row_ids_.push_back(id);
   return row;
 }
 
@@ -97,6 +98,36 @@ void HashEmbeddingShard::Apply(absl::Span<const int64_t> ids,
   ++version_;
 }
 
+int64_t HashEmbeddingShard::ExportRows(int64_t first, int64_t count,
+                                       int64_t* ids, float* out,
+                                       int64_t* version) const {
+  absl::ReaderMutexLock lock(&mu_);
+  count = std::max<int64_t>(0, std::min(count, rows_ - first));
+  for (int64_t i = 0; i < count; ++i) {
+    const uint32_t row = static_cast<uint32_t>(first + i);
+    std::memcpy(out + i * stride_, Row(row), stride_ * sizeof(float));
+    if (ids != nullptr) ids[i] = row_ids_[row];
+  }
+  *version = version_;
+  return count;
+}
+
+absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
+                                            const float* rows) {
+  if (absl::Status s = EnsureRows(ids); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(Row(index_.find(ids[i])->second), rows + i * stride_,
+                stride_ * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+void HashEmbeddingShard::RestoreVersion(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  version_ = version;
+}
+
 int64_t HashEmbeddingShard::num_rows() const {
   absl::ReaderMutexLock lock(&mu_);
   return rows_;
@@ -107,7 +138,8 @@ int64_t HashEmbeddingShard::bytes() const {
   const int64_t block_bytes = kRowsPerBlock * stride_ * sizeof(float);
   const int64_t index_bytes =
       index_.capacity() * (sizeof(std::pair<int64_t, uint32_t>) + 1);
-  return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes;
+  return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes +
+         static_cast<int64_t>(row_ids_.capacity() * sizeof(int64_t));
 }
 
 int64_t HashEmbeddingShard::version() const {

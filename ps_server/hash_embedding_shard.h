@@ -36,6 +36,12 @@ class HashEmbeddingShard final : public RowShard {
   absl::Status EnsureRows(absl::Span<const int64_t> ids) override;
   void Apply(absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
              float learning_rate) override;
+  int64_t ExportRows(int64_t first, int64_t count, int64_t* ids, float* out,
+                     int64_t* version) const override;
+  absl::Status ImportRows(absl::Span<const int64_t> ids,
+                          const float* rows) override;
+  void RestoreVersion(int64_t version) override;
+  int64_t row_stride() const override { return stride_; }
   int64_t num_rows() const override;
   int64_t bytes() const override;
   int64_t version() const override;
@@ -58,6 +64,7 @@ class HashEmbeddingShard final : public RowShard {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> row_ids_ ABSL_GUARDED_BY(mu_);  // row -> id
   int64_t rows_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -4,16 +4,21 @@
 //   ps_server --cluster=cluster.json --task_index=1
 //   TF_CONFIG='{"cluster": {...}, "task": {"type": "ps", "index": 0}}'
 //   ps_server
+//   ps_server --checkpoint_uri=s3://bucket/run1 --checkpoint_every_secs=600 \
+//             --restore=auto
 #include <csignal>
 #include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "cli/help.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "grpcpp/create_channel.h"
 #include "partitioner/cluster_spec.h"
 #include "proto/buffer_pool.h"
+#include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "ps_server/server.h"
 #include "ps_server/thread_pool.h"
 
@@ -45,7 +50,127 @@ DEFINE_int32(apply_threads, 0,
 DEFINE_double(shutdown_grace_secs, 5,
               "On SIGTERM/SIGINT, how long calls in flight may finish.");
 
+DEFINE_string(checkpoint_uri, "",
+              "Where checkpoints go: a directory (local disk, EFS/NFS), "
+              "file:///dir or s3://bucket/prefix. Empty: no checkpoints "
+              "unless a request names a location.");
+DEFINE_double(checkpoint_every_secs, 0,
+              "PS 0: checkpoint every N seconds while training progresses "
+              "(0: off).");
+DEFINE_int64(checkpoint_every_steps, 0,
+             "PS 0: checkpoint every N global steps (0: off).");
+DEFINE_int32(keep_checkpoints, 5,
+             "Complete checkpoints kept under --checkpoint_uri (0: all).");
+DEFINE_int32(checkpoint_threads, 2,
+             "Shard files this PS writes at once during a checkpoint.");
+DEFINE_bool(checkpoint_on_shutdown, true,
+            "On SIGTERM/SIGINT with --checkpoint_uri: PS 0 takes a final "
+            "checkpoint of every PS before exiting; the other PS keep "
+            "serving until it has saved their shards.");
+DEFINE_double(final_checkpoint_wait_secs, 600,
+              "PS other than 0: how long to wait on SIGTERM for PS 0's "
+              "final checkpoint (they stop early if PS 0 is unreachable).");
+DEFINE_string(restore, "",
+              "Restore at start-up: 'latest' (the newest checkpoint under "
+              "--checkpoint_uri; an error if none), 'auto' (latest if any, "
+              "else start empty), or one checkpoint's URI. Empty: start "
+              "empty.");
+DEFINE_string(s3_endpoint, "",
+              "http(s)://host:port of an S3-compatible store (path-style); "
+              "empty: AWS S3.");
+DEFINE_string(s3_region, "",
+              "Region to sign for (empty: $AWS_REGION, "
+              "$AWS_DEFAULT_REGION, us-east-1).");
+DEFINE_int32(s3_part_mib, 16, "Multipart upload part size in MiB (>= 5).");
+DEFINE_int32(s3_upload_threads, 8, "Parts of one object uploaded at once.");
+DEFINE_int32(s3_max_attempts, 6,
+             "Attempts per S3 request on 5xx, throttling or network errors.");
+
 namespace {
+
+psrt::S3Options S3OptionsFromFlags() {
+  psrt::S3Options s3;
+  s3.endpoint = FLAGS_s3_endpoint;
+  s3.region = FLAGS_s3_region;
+  s3.part_bytes = int64_t{FLAGS_s3_part_mib} << 20;
+  s3.upload_threads = FLAGS_s3_upload_threads;
+  s3.max_attempts = FLAGS_s3_max_attempts;
+  return s3;
+}
+
+// PS 0: takes a checkpoint when --checkpoint_every_secs/steps says so and
+// training has progressed since the last one.
+void RunCheckpointTriggers(psrt::Server* server, absl::Notification* stop) {
+  psrt::CheckpointCoordinator* c = server->checkpoints();
+  while (!stop->WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    const int64_t step = server->store()->global_step();
+    if (step <= c->last_step() || server->store()->Variables().empty()) {
+      continue;
+    }
+    const bool by_time = FLAGS_checkpoint_every_secs > 0 &&
+                         absl::Now() - c->last_time() >=
+                             absl::Seconds(FLAGS_checkpoint_every_secs);
+    const bool by_steps = FLAGS_checkpoint_every_steps > 0 &&
+                          step - c->last_step() >= FLAGS_checkpoint_every_steps;
+    if (!by_time && !by_steps) continue;
+    auto result = c->Checkpoint("");
+    if (!result.ok()) {
+      LOG(ERROR) << "periodic checkpoint failed (training continues; next "
+                    "try at the next interval): "
+                 << result.status();
+      c->set_last(absl::Now(), c->last_step());
+    }
+  }
+}
+
+// What a PS does on SIGTERM before it stops serving. Returns false if the
+// final checkpoint failed.
+bool FinalCheckpoint(psrt::Server* server, int task,
+                     const psrt::ClusterSpec& cluster) {
+  if (FLAGS_checkpoint_uri.empty() || !FLAGS_checkpoint_on_shutdown) {
+    return true;
+  }
+  if (task == 0) {
+    if (server->store()->Variables().empty()) return true;
+    LOG(INFO) << "final checkpoint before shutdown";
+    auto result = server->checkpoints()->Checkpoint("", /*final=*/true);
+    if (!result.ok()) {
+      LOG(ERROR) << "final checkpoint failed: " << result.status();
+      return false;
+    }
+    return true;
+  }
+  // Keep serving until PS 0 has saved this PS's shards, PS 0 is gone, or
+  // the wait runs out.
+  LOG(INFO) << "waiting up to " << FLAGS_final_checkpoint_wait_secs
+            << " s for PS 0's final checkpoint";
+  auto stub = psrt::ParameterServer::NewStub(
+      grpc::CreateChannel(cluster.ps[0], grpc::InsecureChannelCredentials()));
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(FLAGS_final_checkpoint_wait_secs);
+  int unreachable = 0;
+  while (!server->service()->final_checkpoint_saved()) {
+    if (absl::Now() > deadline) {
+      LOG(WARNING) << "no final checkpoint from PS 0 within "
+                   << FLAGS_final_checkpoint_wait_secs << " s; stopping";
+      return true;
+    }
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    psrt::StatsRequest request;
+    psrt::StatsResponse response;
+    unreachable =
+        stub->GetStats(&context, request, &response).ok() ? 0 : unreachable + 1;
+    if (unreachable >= 3) {
+      LOG(WARNING) << "PS 0 (" << cluster.ps[0]
+                   << ") is unreachable; stopping without a final checkpoint";
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  LOG(INFO) << "PS 0 saved this PS's shards in its final checkpoint";
+  return true;
+}
 
 int Run() {
   auto cluster = psrt::LoadClusterSpec(FLAGS_cluster, 2223);
@@ -97,6 +222,29 @@ int Run() {
   }
   psrt::ThreadPool::SetDefaultSize(FLAGS_apply_threads);
 
+  options.checkpoint.uri = FLAGS_checkpoint_uri;
+  options.checkpoint.keep = FLAGS_keep_checkpoints;
+  options.checkpoint.threads = FLAGS_checkpoint_threads;
+  options.checkpoint.s3 = S3OptionsFromFlags();
+  if (FLAGS_s3_part_mib < 5) {
+    LOG(ERROR) << "--s3_part_mib must be at least 5 (S3's minimum part size)";
+    return 2;
+  }
+  if (!FLAGS_checkpoint_uri.empty()) {
+    if (auto s = psrt::OpenStorage(FLAGS_checkpoint_uri, options.checkpoint.s3);
+        !s.ok()) {
+      LOG(ERROR) << "--checkpoint_uri: " << s.status();
+      return 2;
+    }
+  }
+  auto restore = psrt::ResolveRestore(FLAGS_restore, FLAGS_checkpoint_uri,
+                                      options.checkpoint.s3);
+  if (!restore.ok()) {
+    LOG(ERROR) << "--restore=" << FLAGS_restore << ": " << restore.status();
+    return 1;
+  }
+  options.restore_uri = *restore;
+
   // Signals are taken by one thread with sigwait, not by async handlers.
   sigset_t signals;
   sigemptyset(&signals);
@@ -109,17 +257,28 @@ int Run() {
     LOG(ERROR) << server.status();
     return 1;
   }
+  absl::Notification stop_triggers;
+  std::thread triggers;
+  if (task == 0 && !FLAGS_checkpoint_uri.empty() &&
+      (FLAGS_checkpoint_every_secs > 0 || FLAGS_checkpoint_every_steps > 0)) {
+    triggers =
+        std::thread(RunCheckpointTriggers, server->get(), &stop_triggers);
+  }
+  bool final_ok = true;
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
-    LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
-              << "; shutting down (grace " << FLAGS_shutdown_grace_secs << "s)";
+    LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    stop_triggers.Notify();
+    if (triggers.joinable()) triggers.join();
+    final_ok = FinalCheckpoint(server->get(), task, *cluster);
+    LOG(INFO) << "shutting down (grace " << FLAGS_shutdown_grace_secs << "s)";
     (*server)->Shutdown(absl::Now() + absl::Seconds(FLAGS_shutdown_grace_secs));
   });
   (*server)->Wait();
   waiter.join();
   LOG(INFO) << "ps_server stopped";
-  return 0;
+  return final_ok ? 0 : 1;
 }
 
 }  // namespace

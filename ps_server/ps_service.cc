@@ -1,5 +1,6 @@
 #include "ps_server/ps_service.h"
 
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -220,11 +221,13 @@ class ParameterServerService::PushReactor final
   grpc::ByteBuffer message_;
 };
 
-ParameterServerService::ParameterServerService(ShardStore* store,
-                                               MetricsRegistry* metrics,
-                                               ServiceLimits limits)
+ParameterServerService::ParameterServerService(
+    ShardStore* store, MetricsRegistry* metrics, ServiceLimits limits,
+    CheckpointCoordinator* checkpoints, std::string restored_from)
     : store_(store),
       metrics_(metrics),
+      checkpoints_(checkpoints),
+      restored_from_(std::move(restored_from)),
       limits_(limits),
       coordinator_(store->ps_task(), &dedup_),
       pull_(MakeMethodMetrics("Pull")),
@@ -295,6 +298,51 @@ grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
   return reactor;
 }
 
+// Checkpoints take seconds to minutes: they run on their own thread, not on
+// gRPC's callback threads.
+grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
+    grpc::CallbackServerContext* context, const CheckpointRequest* request,
+    CheckpointResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (checkpoints_ == nullptr) {
+    reactor->Finish(Fail("Checkpoint", absl::UnimplementedError(
+                                           "checkpoints are not configured")));
+    return reactor;
+  }
+  std::thread([this, reactor, request, response] {
+    auto result = checkpoints_->Checkpoint(request->checkpoint_uri());
+    if (result.ok()) {
+      *response = *std::move(result);
+      reactor->Finish(grpc::Status::OK);
+    } else {
+      reactor->Finish(Fail("Checkpoint", result.status()));
+    }
+  }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
+    grpc::CallbackServerContext* context, const SaveShardsRequest* request,
+    SaveShardsResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  if (checkpoints_ == nullptr) {
+    reactor->Finish(Fail("SaveShards", absl::UnimplementedError(
+                                           "checkpoints are not configured")));
+    return reactor;
+  }
+  std::thread([this, reactor, request, response] {
+    auto result = checkpoints_->SaveShards(*request);
+    if (result.ok()) {
+      *response = *std::move(result);
+      if (request->final()) final_saved_.store(true);
+      reactor->Finish(grpc::Status::OK);
+    } else {
+      reactor->Finish(Fail("SaveShards", result.status()));
+    }
+  }).detach();
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
     grpc::CallbackServerContext* context, const ListVariablesRequest*,
     ListVariablesResponse* response) {
@@ -345,6 +393,8 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStats(
   response->set_rows_pulled(pull_.rows->value());
   response->set_rows_pushed(push_.rows->value());
   response->set_uptime_seconds(SecondsSince(started_));
+  response->set_global_step(store_->global_step());
+  response->set_restored_from(restored_from_);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

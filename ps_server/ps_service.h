@@ -5,10 +5,13 @@
 #ifndef PSRT_PS_SERVER_PS_SERVICE_H_
 #define PSRT_PS_SERVER_PS_SERVICE_H_
 
+#include <atomic>
 #include <cstddef>
+#include <string>
 
 #include "absl/time/time.h"
 #include "proto/ps.grpc.pb.h"
+#include "ps_server/checkpoint/checkpoint_coordinator.h"
 #include "ps_server/metrics.h"
 #include "ps_server/push_dedup.h"
 #include "ps_server/shard_store.h"
@@ -31,18 +34,30 @@ struct MethodMetrics {
 };
 
 using ParameterServerCallbackBase =
-    ParameterServer::WithCallbackMethod_CreateVariables<
-        ParameterServer::WithCallbackMethod_ListVariables<
-            ParameterServer::WithCallbackMethod_GetStats<
-                ParameterServer::WithRawCallbackMethod_Pull<
-                    ParameterServer::WithRawCallbackMethod_Push<
-                        ParameterServer::Service>>>>>;
+    ParameterServer::WithCallbackMethod_Checkpoint<
+        ParameterServer::WithCallbackMethod_SaveShards<
+            ParameterServer::WithCallbackMethod_CreateVariables<
+                ParameterServer::WithCallbackMethod_ListVariables<
+                    ParameterServer::WithCallbackMethod_GetStats<
+                        ParameterServer::WithRawCallbackMethod_Pull<
+                            ParameterServer::WithRawCallbackMethod_Push<
+                                ParameterServer::Service>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
   // `store` and `metrics` must outlive the service.
+  // `checkpoints` may be null (Checkpoint and SaveShards then fail).
   ParameterServerService(ShardStore* store, MetricsRegistry* metrics,
-                         ServiceLimits limits);
+                         ServiceLimits limits,
+                         CheckpointCoordinator* checkpoints = nullptr,
+                         std::string restored_from = "");
+
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
+                                       const CheckpointRequest* request,
+                                       CheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* SaveShards(grpc::CallbackServerContext* context,
+                                       const SaveShardsRequest* request,
+                                       SaveShardsResponse* response) override;
 
   grpc::ServerUnaryReactor* CreateVariables(
       grpc::CallbackServerContext* context,
@@ -65,6 +80,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // as a gRPC status.
   grpc::Status Fail(const char* method, const absl::Status& status);
 
+  // A SaveShards marked final (PS 0's shutdown checkpoint) has completed.
+  bool final_checkpoint_saved() const { return final_saved_.load(); }
+
   const MethodMetrics& pull_metrics() const { return pull_; }
   const MethodMetrics& push_metrics() const { return push_; }
   Counter* rejected_nonfinite() const { return rejected_nonfinite_; }
@@ -76,6 +94,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
 
   ShardStore* const store_;
   MetricsRegistry* const metrics_;
+  CheckpointCoordinator* const checkpoints_;
+  const std::string restored_from_;
+  std::atomic<bool> final_saved_{false};
   const ServiceLimits limits_;
   PushDedup dedup_;
   StepCoordinator coordinator_;

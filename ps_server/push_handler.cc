@@ -222,6 +222,7 @@ absl::Status PushHandler::Apply(float scale) {
       u.variable->rows[u.shard]->Apply(u.ids, u.grads, u.learning_rate);
     }
   }
+  store_->ObserveStep(first_header_.step());
   return absl::OkStatus();
 }
 

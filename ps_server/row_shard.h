@@ -35,6 +35,23 @@ class RowShard {
                      absl::Span<const PayloadView> grads,
                      float learning_rate) = 0;
 
+  // Checkpointing. A checkpoint row is [values | slot 0 | slot 1], the
+  // row width each (row_stride() floats).
+  //
+  // Copies rows [first, first + count) of the shard's row order (local row
+  // order; creation order for hash shards) under one lock: their global
+  // ids to ids (may be null) and their floats to out. Returns the number
+  // copied (fewer at the end of a hash shard) and sets *version.
+  virtual int64_t ExportRows(int64_t first, int64_t count, int64_t* ids,
+                             float* out, int64_t* version) const = 0;
+  // Overwrites (hash: creates where needed) the rows of global `ids` from
+  // rows[i * row_stride()...]. Hash shards: RESOURCE_EXHAUSTED past the
+  // capacity. REQUIRES: every id routes to this shard.
+  virtual absl::Status ImportRows(absl::Span<const int64_t> ids,
+                                  const float* rows) = 0;
+  virtual void RestoreVersion(int64_t version) = 0;
+  virtual int64_t row_stride() const = 0;
+
   virtual int64_t num_rows() const = 0;
   // Bytes held: parameters, slots and index structures.
   virtual int64_t bytes() const = 0;

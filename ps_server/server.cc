@@ -17,8 +17,31 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   server->options_ = options;
   server->store_ = std::make_unique<ShardStore>(
       options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes);
+  if (!options.restore_uri.empty()) {
+    auto restorer =
+        CheckpointRestorer::Open(options.restore_uri, options.checkpoint.s3);
+    if (!restorer.ok()) {
+      return absl::Status(
+          restorer.status().code(),
+          absl::StrCat("cannot restore: ", restorer.status().message()));
+    }
+    server->restorer_ = std::move(*restorer);
+    const CheckpointManifest& m = server->restorer_->manifest();
+    server->store_->set_global_step(m.global_step());
+    CheckpointRestorer* r = server->restorer_.get();
+    server->store_->set_fill_hook(
+        [r](const LocalVariable& v) { return r->Fill(v); });
+    LOG(INFO) << "restoring from " << options.restore_uri << " (step "
+              << m.global_step() << ", " << m.variables_size()
+              << " variables saved by " << m.num_ps()
+              << " PS): each variable is filled when it is created";
+  }
+  server->checkpoints_ = std::make_unique<CheckpointCoordinator>(
+      server->store_.get(), options.cluster.ps, options.checkpoint);
+  server->checkpoints_->set_last(absl::Now(), server->store_->global_step());
   server->service_ = std::make_unique<ParameterServerService>(
-      server->store_.get(), &server->registry_, options.limits);
+      server->store_.get(), &server->registry_, options.limits,
+      server->checkpoints_.get(), options.restore_uri);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;

@@ -14,6 +14,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "partitioner/cluster_spec.h"
+#include "ps_server/checkpoint/checkpoint_coordinator.h"
+#include "ps_server/checkpoint/checkpoint_restorer.h"
 #include "ps_server/metrics.h"
 #include "ps_server/metrics_http_server.h"
 #include "ps_server/ps_service.h"
@@ -30,6 +32,10 @@ struct ServerOptions {
   std::string metrics_address;
   ServiceLimits limits;
   int64_t memory_limit_bytes = 0;
+  CheckpointOptions checkpoint;
+  // One checkpoint's URI to restore from ("" = start empty); see
+  // ResolveRestore for --restore=latest|auto.
+  std::string restore_uri;
 };
 
 class Server {
@@ -42,6 +48,8 @@ class Server {
   int port() const { return port_; }
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   ShardStore* store() { return store_.get(); }
+  CheckpointCoordinator* checkpoints() { return checkpoints_.get(); }
+  ParameterServerService* service() { return service_.get(); }
 
   // Stops serving; calls in flight get until `deadline` to finish.
   void Shutdown(absl::Time deadline);
@@ -54,6 +62,8 @@ class Server {
   ServerOptions options_;
   MetricsRegistry registry_;
   std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<CheckpointRestorer> restorer_;
+  std::unique_ptr<CheckpointCoordinator> checkpoints_;
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;

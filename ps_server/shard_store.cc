@@ -152,6 +152,12 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
       }
     }
     created.push_back(std::move(v));
+    if (fill_hook_) {
+      if (absl::Status s = fill_hook_(*created.back()); !s.ok()) {
+        for (size_t i = 0; i < created.size(); ++i) map_.PopBack();
+        return s;
+      }
+    }
   }
   absl::MutexLock lock(&catalog_mu_);
   for (auto& v : created) {
@@ -159,6 +165,11 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
     variables_.push_back(std::move(v));
   }
   return static_cast<int>(variables_.size());
+}
+
+void ShardStore::set_fill_hook(FillHook hook) {
+  absl::MutexLock lock(&create_mu_);
+  fill_hook_ = std::move(hook);
 }
 
 const LocalVariable* ShardStore::Find(absl::string_view name) const {

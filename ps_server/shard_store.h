@@ -10,6 +10,8 @@
 #ifndef PSRT_PS_SERVER_SHARD_STORE_H_
 #define PSRT_PS_SERVER_SHARD_STORE_H_
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +68,23 @@ class ShardStore {
   // The catalog in order.
   std::vector<const LocalVariable*> Variables() const;
 
+  // Called for each variable CreateVariables creates, after its local
+  // shards are allocated and before anyone can see it (a checkpoint
+  // restore fills them here). An error undoes the whole creation.
+  using FillHook = std::function<absl::Status(const LocalVariable&)>;
+  void set_fill_hook(FillHook hook) ABSL_LOCKS_EXCLUDED(create_mu_);
+
+  // The training progress this PS has seen: the highest step + 1 of any
+  // applied push (steps count from 0), or what a restore set.
+  void ObserveStep(int64_t step) {
+    int64_t seen = global_step_.load(std::memory_order_relaxed);
+    while (step + 1 > seen &&
+           !global_step_.compare_exchange_weak(seen, step + 1)) {
+    }
+  }
+  int64_t global_step() const { return global_step_.load(); }
+  void set_global_step(int64_t step) { global_step_.store(step); }
+
   int ps_task() const { return ps_task_; }
   int num_ps() const { return num_ps_; }
   int64_t parameter_bytes() const;
@@ -76,8 +95,11 @@ class ShardStore {
   const int num_ps_;
   const int64_t memory_limit_bytes_;
 
+  std::atomic<int64_t> global_step_{0};
+
   // Serializes creations (held while shards are allocated).
   absl::Mutex create_mu_;
+  FillHook fill_hook_ ABSL_GUARDED_BY(create_mu_);
   ShardMap map_ ABSL_GUARDED_BY(create_mu_);
 
   // Guards the published catalog read by every request.

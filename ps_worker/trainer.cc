@@ -1,5 +1,6 @@
 #include "ps_worker/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 
@@ -123,6 +124,29 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     return s;
   }
   if (absl::Status s = model_->Check(cur->batch); !s.ok()) return s;
+  if (options_.consistency.mode() == Consistency::ASYNC) {
+    // Servers restored from a checkpoint know the step it was taken at:
+    // continue from there (the --max_steps budget counts from 0).
+    auto stats = client_->Stats();
+    if (!stats.ok()) return stats.status();
+    int64_t global_step = 0;
+    for (const StatsResponse& s : *stats) {
+      if (!s.restored_from().empty()) {
+        global_step = std::max(global_step, s.global_step());
+      }
+    }
+    if (global_step > 0) {
+      Log(absl::StrCat("servers were restored at global step ", global_step,
+                       "; continuing from there"));
+      cur->index = global_step;
+      if (options_.max_steps > 0 && global_step >= options_.max_steps) {
+        Log(absl::StrCat("--max_steps=", options_.max_steps,
+                         " already reached; nothing to train"));
+        TrainingResult done;
+        return done;
+      }
+    }
+  }
   Log(absl::StrFormat(
       "training %s (%d fields, %d dense features, %d variables) on %d PS, "
       "%d tower(s), %s, batch %d",

@@ -140,9 +140,8 @@ TEST(TrainDeepFmTest, MissingSyncWorkerIsNamedNotAwaitedForever) {
   const absl::Time start = absl::Now();
   auto runs = cluster->RunWorkers(
       kWorker,
-      {"--model=deepfm", absl::StrCat("--train_files=", kVal),
-       "--vocab=117581", "--mode=sync", "--max_steps=20",
-       "--sync_timeout_secs=3"},
+      {"--model=deepfm", absl::StrCat("--train_files=", kVal), "--vocab=117581",
+       "--mode=sync", "--max_steps=20", "--sync_timeout_secs=3"},
       {0}, absl::Minutes(2));  // worker 1 never starts
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
   EXPECT_NE(runs[0].exit_code, 0);
@@ -199,8 +198,9 @@ TEST(TrainDeepFmTest, SyncTrainingEqualsAnInProcessReference) {
     v.values.resize(rows * v.width);
     Initializer(spec.initializer()).FillRows(0, rows, v.width, v.values.data());
     v.optimizer = CreateOptimizer(spec.optimizer());
-    v.slot0.assign(v.values.size(),
-                   v.optimizer->num_slots() > 0 ? v.optimizer->initial_slot_value(0) : 0);
+    v.slot0.assign(v.values.size(), v.optimizer->num_slots() > 0
+                                        ? v.optimizer->initial_slot_value(0)
+                                        : 0);
     v.slot1.assign(v.values.size(), 0.0f);
   }
   DatasetOptions data = o.train;
@@ -226,7 +226,8 @@ TEST(TrainDeepFmTest, SyncTrainingEqualsAnInProcessReference) {
       }
       p.tables.push_back(rows);
     }
-    for (const auto& d : model.dense_variables()) p.dense.push_back(vars[d.name].values);
+    for (const auto& d : model.dense_variables())
+      p.dense.push_back(vars[d.name].values);
     Gradients g = model.NewGradients(p.unique_ids.size());
     std::vector<float> predictions(batch.size);
     model.Compute(batch, 0, batch.size, 1.0f / batch.size, p, &g,
@@ -260,7 +261,8 @@ TEST(TrainDeepFmTest, SyncTrainingEqualsAnInProcessReference) {
     std::vector<float> got(d.size);
     ASSERT_TRUE(trainer.client()->PullDense(d.name, got.data()).ok());
     for (int64_t i = 0; i < d.size; ++i) {
-      max_error = std::max<double>(max_error, std::fabs(got[i] - vars[d.name].values[i]));
+      max_error = std::max<double>(max_error,
+                                   std::fabs(got[i] - vars[d.name].values[i]));
     }
   }
   std::vector<int64_t> ids(2000);
@@ -269,10 +271,12 @@ TEST(TrainDeepFmTest, SyncTrainingEqualsAnInProcessReference) {
     std::vector<float> got(ids.size() * t.dim);
     ASSERT_TRUE(trainer.client()->PullRows(t.name, ids, got.data()).ok());
     for (size_t i = 0; i < got.size(); ++i) {
-      max_error = std::max<double>(max_error, std::fabs(got[i] - vars[t.name].values[i]));
+      max_error = std::max<double>(max_error,
+                                   std::fabs(got[i] - vars[t.name].values[i]));
     }
   }
-  std::cout << "max |cluster - reference| after 30 sync steps: " << max_error << "\n";
+  std::cout << "max |cluster - reference| after 30 sync steps: " << max_error
+            << "\n";
   EXPECT_LE(max_error, 1e-5);
 }
 

@@ -256,6 +256,19 @@ absl::StatusOr<std::vector<ListVariablesResponse>> Client::ListVariables() {
   return out;
 }
 
+absl::StatusOr<CheckpointResponse> Client::Checkpoint(const std::string& uri,
+                                                      absl::Duration timeout) {
+  CheckpointRequest request;
+  request.set_checkpoint_uri(uri);
+  CheckpointResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  const grpc::Status s =
+      connections_[0]->stub()->Checkpoint(&context, request, &response);
+  if (!s.ok()) return FromGrpc(s, *connections_[0], "Checkpoint");
+  return response;
+}
+
 absl::StatusOr<std::vector<StatsResponse>> Client::Stats() {
   std::vector<StatsResponse> out(connections_.size());
   for (size_t i = 0; i < connections_.size(); ++i) {

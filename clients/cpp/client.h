@@ -170,6 +170,11 @@ class Client {
   absl::StatusOr<std::vector<ListVariablesResponse>> ListVariables();
   absl::StatusOr<std::vector<StatsResponse>> Stats();
 
+  // Asks PS 0 for a checkpoint of every PS under `uri` (empty: the
+  // servers' --checkpoint_uri) and waits up to `timeout` for it.
+  absl::StatusOr<CheckpointResponse> Checkpoint(
+      const std::string& uri = "", absl::Duration timeout = absl::Hours(1));
+
   int num_ps() const { return static_cast<int>(connections_.size()); }
   const ClientOptions& options() const { return options_; }
 

@@ -3,6 +3,9 @@
 //   psctl status      one line per PS: shards, bytes, requests, errors
 //   psctl variables   every variable with its shards: where, rows, bytes
 //   psctl balance     parameter bytes per PS and the max/min ratio
+//   psctl checkpoint  take a checkpoint of every PS now
+//   psctl checkpoints --checkpoint_uri=URI
+//                     every checkpoint: step, bytes, bytes per PS
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -14,11 +17,21 @@
 #include "glog/logging.h"
 #include "partitioner/cluster_spec.h"
 #include "partitioner/variable_spec.h"
+#include "ps_server/checkpoint/checkpoint_catalog.h"
+#include "ps_server/storage/storage.h"
 
 DEFINE_string(cluster, "",
               "Cluster spec (TF_CONFIG-style JSON or file); empty: TF_CONFIG, "
               "else one PS on localhost:2223.");
 DEFINE_double(timeout_secs, 10, "How long to wait for every PS to answer.");
+DEFINE_string(checkpoint_uri, "",
+              "checkpoint: where to save (empty: the servers' "
+              "--checkpoint_uri); checkpoints: where to list (required).");
+DEFINE_double(checkpoint_timeout_secs, 3600,
+              "checkpoint: how long to wait for the save.");
+DEFINE_string(s3_endpoint, "", "checkpoints: S3-compatible endpoint.");
+DEFINE_string(s3_region, "", "checkpoints: region to sign for.");
+DEFINE_bool(shards, false, "checkpoints: also list every shard file.");
 
 namespace psrt {
 namespace {
@@ -97,20 +110,103 @@ int Balance(Client* client) {
   return 0;
 }
 
+int TakeCheckpoint(Client* client) {
+  auto r = client->Checkpoint(FLAGS_checkpoint_uri,
+                              absl::Seconds(FLAGS_checkpoint_timeout_secs));
+  if (!r.ok()) {
+    std::cerr << "psctl: " << r.status() << "\n";
+    return 1;
+  }
+  std::cout << absl::StrFormat(
+      "checkpoint %s: step %d, %d files, %s in %.2f s (%.0f MB/s)\n", r->uri(),
+      r->global_step(), r->files(), Bytes(r->bytes()), r->seconds(),
+      r->bytes() / 1e6 / std::max(r->seconds(), 1e-9));
+  return 0;
+}
+
+// Every checkpoint under --checkpoint_uri with its step, size, and the
+// bytes each PS wrote (the balance report otherwise made from S3 listings).
+int ListCheckpointsCommand() {
+  if (FLAGS_checkpoint_uri.empty()) {
+    std::cerr << "psctl checkpoints: --checkpoint_uri is required\n";
+    return 2;
+  }
+  S3Options s3;
+  s3.endpoint = FLAGS_s3_endpoint;
+  s3.region = FLAGS_s3_region;
+  auto root = OpenStorage(FLAGS_checkpoint_uri, s3);
+  if (!root.ok()) {
+    std::cerr << "psctl: " << root.status() << "\n";
+    return 2;
+  }
+  auto listing = ListCheckpoints(**root);
+  if (!listing.ok()) {
+    std::cerr << "psctl: " << listing.status() << "\n";
+    return 1;
+  }
+  auto latest = ReadLatest(**root);
+  std::cout << absl::StrFormat("%-32s %-10s %12s %10s %7s %6s  %s\n", "name",
+                               "state", "step", "bytes", "files", "PS",
+                               "bytes per PS (max/min)");
+  for (const CheckpointListing& l : *listing) {
+    const bool is_latest = latest.ok() && *latest == l.name;
+    if (!l.complete) {
+      std::cout << absl::StrFormat("%-32s %-10s %12s %10s %7d\n", l.name,
+                                   "partial", "-", Bytes(l.bytes), l.objects);
+      continue;
+    }
+    auto m = ReadManifest(**root, l.name);
+    if (!m.ok()) {
+      std::cout << absl::StrFormat("%-32s %-10s %s\n", l.name, "CORRUPT",
+                                   m.status().ToString());
+      continue;
+    }
+    std::vector<int64_t> per_ps(m->num_ps(), 0);
+    for (const CheckpointFile& f : m->files()) {
+      if (f.ps_task() >= 0 && f.ps_task() < m->num_ps()) {
+        per_ps[f.ps_task()] += f.bytes();
+      }
+    }
+    std::string ps_bytes;
+    for (size_t i = 0; i < per_ps.size(); ++i) {
+      absl::StrAppend(&ps_bytes, i ? ", " : "", Bytes(per_ps[i]));
+    }
+    const auto [lo, hi] = std::minmax_element(per_ps.begin(), per_ps.end());
+    std::cout << absl::StrFormat(
+        "%-32s %-10s %12d %10s %7d %6d  %s (%.2f)\n", l.name,
+        is_latest ? "latest" : "complete", m->global_step(),
+        Bytes(m->total_bytes()), m->files_size(), m->num_ps(), ps_bytes,
+        *lo > 0 ? static_cast<double>(*hi) / *lo : 0.0);
+    if (FLAGS_shards) {
+      for (const CheckpointFile& f : m->files()) {
+        std::cout << absl::StrFormat("    %-48s PS %-3d %10s %10d rows\n",
+                                     f.path(), f.ps_task(), Bytes(f.bytes()),
+                                     f.num_rows());
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace psrt
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "Inspects a running psrt cluster.\n"
-      "  psctl [--cluster=JSON|FILE] status|variables|balance");
+      "  psctl [--cluster=JSON|FILE] status|variables|balance|checkpoint\n"
+      "  psctl --checkpoint_uri=URI checkpoints");
   FLAGS_logtostderr = true;
   psrt::HandleHelpFlag(argc, argv, "tools/psctl/");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc != 2) {
-    std::cerr << "usage: psctl [--cluster=...] status|variables|balance\n";
+    std::cerr << "usage: psctl [--cluster=...] "
+                 "status|variables|balance|checkpoint|checkpoints\n";
     return 2;
+  }
+  if (std::string(argv[1]) == "checkpoints") {
+    return psrt::ListCheckpointsCommand();
   }
   auto cluster = psrt::LoadClusterSpec(FLAGS_cluster, 2223);
   if (!cluster.ok()) {
@@ -135,7 +231,8 @@ int main(int argc, char** argv) {
   if (command == "status") return psrt::Status(client->get(), *cluster);
   if (command == "variables") return psrt::Variables(client->get());
   if (command == "balance") return psrt::Balance(client->get());
+  if (command == "checkpoint") return psrt::TakeCheckpoint(client->get());
   std::cerr << "psctl: unknown command '" << command
-            << "' (status, variables, balance)\n";
+            << "' (status, variables, balance, checkpoint, checkpoints)\n";
   return 2;
 }

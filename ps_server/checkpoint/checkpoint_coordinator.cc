@@ -1,0 +1,215 @@
+#include "ps_server/checkpoint/checkpoint_coordinator.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "grpcpp/create_channel.h"
+#include "ps_server/checkpoint/checkpoint_catalog.h"
+#include "ps_server/checkpoint/checkpoint_saver.h"
+
+namespace psrt {
+
+CheckpointCoordinator::CheckpointCoordinator(
+    ShardStore* store, std::vector<std::string> ps_addresses,
+    CheckpointOptions options)
+    : store_(store),
+      ps_addresses_(std::move(ps_addresses)),
+      options_(std::move(options)) {
+  for (size_t i = 0; i < ps_addresses_.size(); ++i) {
+    if (static_cast<int>(i) == store_->ps_task()) {
+      stubs_.push_back(nullptr);
+      continue;
+    }
+    stubs_.push_back(ParameterServer::NewStub(grpc::CreateChannel(
+        ps_addresses_[i], grpc::InsecureChannelCredentials())));
+  }
+}
+
+absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
+    const SaveShardsRequest& request) {
+  if (request.checkpoint_uri().empty()) {
+    return absl::InvalidArgumentError("SaveShards needs a checkpoint_uri");
+  }
+  absl::MutexLock lock(&save_mu_);
+  return SaveLocalShards(*store_, request.checkpoint_uri(), options_.s3,
+                         options_.threads);
+}
+
+absl::Time CheckpointCoordinator::last_time() const {
+  absl::MutexLock lock(&mu_);
+  return last_time_;
+}
+
+int64_t CheckpointCoordinator::last_step() const {
+  absl::MutexLock lock(&mu_);
+  return last_step_;
+}
+
+void CheckpointCoordinator::set_last(absl::Time time, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  last_time_ = time;
+  last_step_ = step;
+}
+
+absl::Status CheckpointCoordinator::DeleteCheckpoint(Storage& root,
+                                                     const std::string& name) {
+  auto objects = root.List(name + "/");
+  if (!objects.ok()) return objects.status();
+  // The manifest first: from then on the checkpoint does not exist.
+  for (const StorageObject& o : *objects) {
+    if (o.key == absl::StrCat(name, "/", kManifestName)) {
+      if (absl::Status s = root.Delete(o.key); !s.ok()) return s;
+    }
+  }
+  for (const StorageObject& o : *objects) {
+    if (absl::Status s = root.Delete(o.key); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void CheckpointCoordinator::Retain(Storage& root) {
+  auto listing = ListCheckpoints(root);
+  if (!listing.ok()) {
+    LOG(WARNING) << "checkpoint retention: cannot list " << root.Describe()
+                 << ": " << listing.status();
+    return;
+  }
+  int complete = 0;
+  for (const CheckpointListing& l : *listing) complete += l.complete;
+  int seen_complete = 0;
+  for (const CheckpointListing& l : *listing) {
+    // Older than the newest complete one: incomplete leftovers of failed
+    // saves, and complete ones beyond `keep`.
+    const bool drop = l.complete ? options_.keep > 0 &&
+                                       complete - seen_complete > options_.keep
+                                 : seen_complete < complete;
+    if (l.complete) ++seen_complete;
+    if (!drop) continue;
+    if (absl::Status s = DeleteCheckpoint(root, l.name); !s.ok()) {
+      LOG(WARNING) << "checkpoint retention: cannot delete " << l.name << ": "
+                   << s;
+    } else {
+      LOG(INFO) << "checkpoint retention: deleted " << root.Describe(l.name);
+    }
+  }
+}
+
+absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
+    absl::string_view uri_arg, bool final) {
+  const std::string root_uri(uri_arg.empty() ? options_.uri : uri_arg);
+  if (root_uri.empty()) {
+    return absl::FailedPreconditionError(
+        "no checkpoint location: start ps_server with --checkpoint_uri or "
+        "name one in the request (psctl checkpoint --checkpoint_uri=...)");
+  }
+  if (store_->ps_task() != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this is PS ", store_->ps_task(),
+        "; checkpoints are coordinated by PS 0 (", ps_addresses_[0], ")"));
+  }
+  absl::MutexLock run_lock(&run_mu_);
+  const absl::Time start = absl::Now();
+  auto root = OpenStorage(root_uri, options_.s3);
+  if (!root.ok()) return root.status();
+  const int64_t step = store_->global_step();
+  const std::string name = CheckpointName(step, start);
+  const std::string uri = JoinUri(root_uri, name);
+  LOG(INFO) << "checkpoint " << uri << ": saving on " << ps_addresses_.size()
+            << " PS";
+
+  // Every PS at once; this one on its own thread too.
+  const int n = static_cast<int>(ps_addresses_.size());
+  std::vector<absl::StatusOr<SaveShardsResponse>> results(
+      n, absl::UnknownError("not run"));
+  SaveShardsRequest request;
+  request.set_checkpoint_uri(uri);
+  request.set_final(final);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      if (stubs_[t] == nullptr) {
+        results[t] = SaveShards(request);
+        return;
+      }
+      grpc::ClientContext context;
+      context.set_deadline(
+          absl::ToChronoTime(absl::Now() + options_.save_timeout));
+      context.set_wait_for_ready(false);
+      SaveShardsResponse response;
+      const grpc::Status s =
+          stubs_[t]->SaveShards(&context, request, &response);
+      if (s.ok()) {
+        results[t] = std::move(response);
+      } else {
+        results[t] = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                                  s.error_message());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  CheckpointManifest manifest;
+  absl::Status failure;
+  for (int t = 0; t < n && failure.ok(); ++t) {
+    if (!results[t].ok()) {
+      failure = absl::Status(
+          results[t].status().code(),
+          absl::StrCat("checkpoint ", uri, " failed: PS ", t, " (",
+                       ps_addresses_[t], "): ", results[t].status().message()));
+      break;
+    }
+    manifest.set_global_step(
+        std::max(manifest.global_step(), results[t]->global_step()));
+    for (const CheckpointFile& f : results[t]->files()) {
+      *manifest.add_files() = f;
+      manifest.set_total_bytes(manifest.total_bytes() + f.bytes());
+    }
+  }
+  if (!failure.ok()) {
+    LOG(ERROR) << failure << "; deleting what was written";
+    if (absl::Status s = DeleteCheckpoint(**root, name); !s.ok()) {
+      LOG(WARNING) << "cannot delete the partial checkpoint " << uri << ": "
+                   << s << " (it has no manifest, so it is never restored)";
+    }
+    return failure;
+  }
+  manifest.set_format_version(1);
+  manifest.set_name(name);
+  manifest.set_created(
+      absl::FormatTime(absl::RFC3339_sec, start, absl::UTCTimeZone()));
+  manifest.set_num_ps(n);
+  for (const LocalVariable* v : store_->Variables()) {
+    *manifest.add_variables() = v->layout->spec;
+  }
+  manifest.set_save_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  if (absl::Status s = (*root)->Write(absl::StrCat(name, "/", kManifestName),
+                                      ManifestJson(manifest));
+      !s.ok()) {
+    (void)DeleteCheckpoint(**root, name);
+    return absl::Status(s.code(),
+                        absl::StrCat("checkpoint ", uri,
+                                     ": writing the manifest: ", s.message()));
+  }
+  if (absl::Status s = (*root)->Write(kLatestName, name + "\n"); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("checkpoint ", uri, " is complete but updating ",
+                               kLatestName, " failed: ", s.message()));
+  }
+  Retain(**root);
+  set_last(start, manifest.global_step());
+  CheckpointResponse response;
+  response.set_uri(uri);
+  response.set_name(name);
+  response.set_global_step(manifest.global_step());
+  response.set_bytes(manifest.total_bytes());
+  response.set_files(manifest.files_size());
+  response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  LOG(INFO) << "checkpoint " << uri << ": " << response.files() << " files, "
+            << response.bytes() << " bytes, step " << response.global_step()
+            << ", " << response.seconds() << " s";
+  return response;
+}
+
+}  // namespace psrt

@@ -1,0 +1,71 @@
+// PS 0's side of a checkpoint: picks a name, has every PS write its shards
+// in parallel (SaveShards; its own directly), then writes the manifest and
+// the `latest` pointer, and keeps the newest `keep` checkpoints. If any PS
+// fails, what was written is deleted and the previous checkpoint stays the
+// latest. One checkpoint runs at a time; a second request waits for it.
+#ifndef PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_COORDINATOR_H_
+#define PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_COORDINATOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/ps.grpc.pb.h"
+#include "ps_server/shard_store.h"
+#include "ps_server/storage/storage.h"
+
+namespace psrt {
+
+struct CheckpointOptions {
+  std::string uri;  // root; "" = checkpoints only where a request names one
+  int keep = 5;     // complete checkpoints kept (0: all)
+  S3Options s3;
+  int threads = 2;  // shard files written at once per PS
+  absl::Duration save_timeout = absl::Hours(2);
+};
+
+class CheckpointCoordinator {
+ public:
+  // `ps_addresses` are every PS task's host:port (index = task).
+  CheckpointCoordinator(ShardStore* store,
+                        std::vector<std::string> ps_addresses,
+                        CheckpointOptions options);
+
+  // Runs one checkpoint under `uri` (empty: options.uri).
+  absl::StatusOr<CheckpointResponse> Checkpoint(absl::string_view uri,
+                                                bool final = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // This PS's part of a checkpoint (the SaveShards RPC).
+  absl::StatusOr<SaveShardsResponse> SaveShards(
+      const SaveShardsRequest& request);
+
+  // When and at which global step the last successful checkpoint was taken
+  // (start-up time and step until then).
+  absl::Time last_time() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t last_step() const ABSL_LOCKS_EXCLUDED(mu_);
+  void set_last(absl::Time time, int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const CheckpointOptions& options() const { return options_; }
+
+ private:
+  absl::Status DeleteCheckpoint(Storage& root, const std::string& name);
+  void Retain(Storage& root);
+
+  ShardStore* const store_;
+  const std::vector<std::string> ps_addresses_;
+  const CheckpointOptions options_;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
+  absl::Mutex save_mu_;  // one local SaveShards at a time
+  mutable absl::Mutex mu_;
+  absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Mutex run_mu_;  // one Checkpoint at a time
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_COORDINATOR_H_

@@ -1,0 +1,191 @@
+#include "ps_server/checkpoint/checkpoint_restorer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "partitioner/variable_spec.h"
+#include "ps_server/checkpoint/checkpoint_catalog.h"
+#include "ps_server/checkpoint/shard_file.h"
+#include "util/crc32c.h"
+
+namespace psrt {
+namespace {
+
+int64_t RowWidthOf(const VariableSpec& spec) {
+  int64_t w = 1;
+  for (int i = 1; i < spec.shape_size(); ++i) w *= spec.shape(i);
+  return w;
+}
+
+// Why `saved` cannot be restored into `now`, or "" if it can.
+std::string Incompatibility(const VariableSpec& saved,
+                            const VariableSpec& now) {
+  if (saved.kind() != now.kind()) return "kind differs";
+  if (saved.optimizer().kind() != now.optimizer().kind()) {
+    return "optimizer differs (its slots would not mean the same)";
+  }
+  if (now.kind() == HASH_EMBEDDING) {
+    if (RowWidthOf(saved) != RowWidthOf(now)) return "row width differs";
+  } else if (std::vector<int64_t>(saved.shape().begin(), saved.shape().end()) !=
+             std::vector<int64_t>(now.shape().begin(), now.shape().end())) {
+    return "shape differs";
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointRestorer>> CheckpointRestorer::Open(
+    const std::string& uri, const S3Options& s3) {
+  auto storage = OpenStorage(uri, s3);
+  if (!storage.ok()) return storage.status();
+  auto manifest = ReadManifest(**storage, "");
+  if (!manifest.ok()) return manifest.status();
+  std::unique_ptr<CheckpointRestorer> r(new CheckpointRestorer);
+  r->uri_ = uri;
+  r->storage_ = std::move(*storage);
+  r->manifest_ = *std::move(manifest);
+  for (const VariableSpec& spec : r->manifest_.variables()) {
+    r->specs_[spec.name()] = &spec;
+  }
+  for (const CheckpointFile& f : r->manifest_.files()) {
+    if (!r->specs_.contains(f.variable())) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint manifest ",
+                       r->storage_->Describe(kManifestName), " lists file ",
+                       f.path(), " of unknown variable '", f.variable(), "'"));
+    }
+  }
+  return r;
+}
+
+absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
+  const VariableLayout& layout = *variable.layout;
+  auto saved_it = specs_.find(variable.name());
+  if (saved_it == specs_.end()) {
+    LOG(INFO) << "restore: '" << variable.name() << "' is not in " << uri_
+              << "; it starts from its initializer";
+    return absl::OkStatus();
+  }
+  const VariableSpec& saved = *saved_it->second;
+  if (std::string why = Incompatibility(saved, layout.spec); !why.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot restore '", variable.name(), "' from ", uri_, ": ",
+                     why, ": saved {", DescribeSpec(saved), "}, requested {",
+                     DescribeSpec(layout.spec), "}"));
+  }
+  bool holds_any = false;
+  for (int s = 0; s < layout.num_shards(); ++s) holds_any |= variable.Holds(s);
+  if (!holds_any) return absl::OkStatus();
+
+  // Saved files that can hold rows of this PS's shards.
+  const bool both_div = layout.kind() != HASH_EMBEDDING &&
+                        layout.routing() == PartitionSpec::DIV &&
+                        saved.partition().routing() == PartitionSpec::DIV;
+  std::vector<const CheckpointFile*> files;
+  int saved_shards = 0;
+  for (const CheckpointFile& f : manifest_.files()) {
+    if (f.variable() == variable.name()) ++saved_shards;
+  }
+  for (const CheckpointFile& f : manifest_.files()) {
+    if (f.variable() != variable.name()) continue;
+    bool relevant = false;
+    if (both_div) {
+      for (int s = 0; s < layout.num_shards() && !relevant; ++s) {
+        const ShardLayout& sl = layout.shards[s];
+        relevant = variable.Holds(s) &&
+                   f.row_begin() < sl.row_begin + sl.num_rows &&
+                   sl.row_begin < f.row_begin() + f.num_rows();
+      }
+    } else if (saved_shards == layout.num_shards() &&
+               saved.partition().routing() == layout.routing()) {
+      relevant = variable.Holds(f.shard());
+    } else {
+      relevant = true;  // rows of any saved shard may route here
+    }
+    if (relevant) files.push_back(&f);
+  }
+
+  std::vector<int64_t> versions(layout.num_shards(), 0);
+  int64_t restored_rows = 0;
+  for (const CheckpointFile* f : files) {
+    auto data = storage_->Read(f->path());
+    if (!data.ok()) {
+      return absl::Status(data.status().code(),
+                          absl::StrCat("restore of '", variable.name(),
+                                       "': ", data.status().message()));
+    }
+    const std::string name = storage_->Describe(f->path());
+    if (static_cast<int64_t>(data->size()) != f->bytes()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint file ", name, " has ", data->size(),
+                       " bytes but the manifest recorded ", f->bytes()));
+    }
+    if (ShardFileCrc(*data) != f->crc32c()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint file ", name,
+                       " does not carry the CRC32C the manifest recorded"));
+    }
+    auto contents = DecodeShardFile(*std::move(data), name);
+    if (!contents.ok()) return contents.status();
+    const ShardFileHeader& h = contents->header;
+    if (h.variable() != variable.name() || h.row_width() != layout.row_width ||
+        h.num_slots() != layout.num_slots) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint file ", name, " holds {", h.ShortDebugString(),
+          "}, not '", variable.name(), "' with row width ", layout.row_width,
+          " and ", layout.num_slots, " slots"));
+    }
+    const int64_t stride = contents->row_stride();
+    // Import runs of consecutive rows bound for the same local shard.
+    const std::vector<int64_t>& ids = contents->ids;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::vector<int64_t> local;
+    for (int64_t i = 0; i < n;) {
+      const int64_t id = ids[i];
+      if (layout.kind() != HASH_EMBEDDING && (id < 0 || id >= layout.rows)) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint file ", name, " holds row ", id,
+                         " outside [0, ", layout.rows, ")"));
+      }
+      const int shard = layout.ShardOf(id);
+      int64_t end = i + 1;
+      while (end < n && layout.ShardOf(ids[end]) == shard &&
+             (layout.kind() == HASH_EMBEDDING ||
+              (ids[end] >= 0 && ids[end] < layout.rows))) {
+        ++end;
+      }
+      if (variable.Holds(shard)) {
+        const float* rows = contents->rows + i * stride;
+        absl::Span<const int64_t> run(ids.data() + i, end - i);
+        if (variable.is_dense()) {
+          local.clear();
+          for (int64_t g : run) local.push_back(layout.LocalRow(shard, g));
+          variable.dense[shard]->ImportRows(local, rows);
+        } else if (absl::Status s = variable.rows[shard]->ImportRows(run, rows);
+                   !s.ok()) {
+          return absl::Status(
+              s.code(), absl::StrCat("restore from ", name, ": ", s.message()));
+        }
+        versions[shard] = std::max(versions[shard], h.version());
+        restored_rows += end - i;
+      }
+      i = end;
+    }
+  }
+  for (int s = 0; s < layout.num_shards(); ++s) {
+    if (!variable.Holds(s)) continue;
+    if (variable.is_dense()) {
+      variable.dense[s]->RestoreVersion(versions[s]);
+    } else {
+      variable.rows[s]->RestoreVersion(versions[s]);
+    }
+  }
+  LOG(INFO) << "restore: '" << variable.name() << "' " << restored_rows
+            << " rows from " << files.size() << " file(s) of " << uri_;
+  return absl::OkStatus();
+}
+
+}  // namespace psrt

@@ -1,0 +1,23 @@
+// Writes this PS's shards into one checkpoint (the SaveShards RPC). Each
+// shard is copied out chunk by chunk under its lock (shard_file.h) and
+// written outside it, so training continues during the save; shards are
+// written by `threads` threads at once.
+#ifndef PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_SAVER_H_
+#define PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_SAVER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/ps.pb.h"
+#include "ps_server/shard_store.h"
+#include "ps_server/storage/storage.h"
+
+namespace psrt {
+
+absl::StatusOr<SaveShardsResponse> SaveLocalShards(
+    const ShardStore& store, const std::string& checkpoint_uri,
+    const S3Options& s3, int threads);
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_SAVER_H_

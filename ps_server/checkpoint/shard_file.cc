@@ -1,0 +1,177 @@
+#include "ps_server/checkpoint/shard_file.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "util/crc32c.h"
+
+namespace psrt {
+namespace {
+
+constexpr size_t kMagicBytes = 8;
+// Rows copied per lock acquisition: about 4 MiB.
+constexpr int64_t kChunkBytes = 4 << 20;
+
+void PutU32(std::string* out, uint32_t v) {
+  char b[4];
+  std::memcpy(b, &v, 4);
+  out->append(b, 4);
+}
+
+uint32_t GetU32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Appends the header and trailer (length, CRC) to a body.
+void Finish(const ShardFileHeader& header, std::string* out) {
+  const std::string h = header.SerializeAsString();
+  out->append(h);
+  PutU32(out, static_cast<uint32_t>(h.size()));
+  PutU32(out, Crc32c(out->data(), out->size()));
+}
+
+}  // namespace
+
+std::string ShardFileName(absl::string_view variable, int shard,
+                          int num_shards) {
+  std::string out;
+  for (unsigned char c : variable) {
+    if (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  absl::StrAppendFormat(&out, ".shard-%05d-of-%05d", shard, num_shards);
+  return out;
+}
+
+std::string EncodeShardFile(const LocalVariable& variable, int shard,
+                            ShardFileHeader* header_out) {
+  const VariableLayout& layout = *variable.layout;
+  ShardFileHeader& header = *header_out;
+  header.Clear();
+  header.set_variable(layout.spec.name());
+  header.set_shard(shard);
+  header.set_num_shards(layout.num_shards());
+  header.set_kind(layout.kind());
+  header.set_row_width(layout.row_width);
+  header.set_num_slots(layout.num_slots);
+  header.set_routing(layout.routing());
+  header.set_row_begin(layout.shards[shard].row_begin);
+  const int64_t stride = layout.row_width * (1 + layout.num_slots);
+  const int64_t chunk_rows =
+      std::max<int64_t>(1, kChunkBytes / (stride * sizeof(float)));
+  std::string out(kShardFileMagic, kMagicBytes);
+  int64_t version = 0;
+
+  if (variable.is_dense() || layout.kind() == EMBEDDING) {
+    const int64_t rows = variable.is_dense() ? variable.dense[shard]->num_rows()
+                                             : variable.rows[shard]->num_rows();
+    header.set_num_rows(rows);
+    out.resize(kMagicBytes + rows * stride * sizeof(float));
+    float* dst = reinterpret_cast<float*>(out.data() + kMagicBytes);
+    for (int64_t first = 0; first < rows; first += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, rows - first);
+      if (variable.is_dense()) {
+        version =
+            variable.dense[shard]->ExportRows(first, n, dst + first * stride);
+      } else {
+        variable.rows[shard]->ExportRows(first, n, nullptr,
+                                         dst + first * stride, &version);
+      }
+    }
+  } else {
+    // Hash shard: rows in creation order with their ids; rows created while
+    // the copy runs are included up to where the copy ends.
+    const RowShard& hash = *variable.rows[shard];
+    std::vector<int64_t> ids;
+    std::vector<float> rows;
+    for (int64_t first = 0;; first += chunk_rows) {
+      ids.resize(first + chunk_rows);
+      rows.resize((first + chunk_rows) * stride);
+      const int64_t n = hash.ExportRows(first, chunk_rows, ids.data() + first,
+                                        rows.data() + first * stride, &version);
+      ids.resize(first + n);
+      rows.resize((first + n) * stride);
+      if (n < chunk_rows) break;
+    }
+    header.set_num_rows(static_cast<int64_t>(ids.size()));
+    header.set_explicit_ids(true);
+    out.append(reinterpret_cast<const char*>(ids.data()),
+               ids.size() * sizeof(int64_t));
+    out.append(reinterpret_cast<const char*>(rows.data()),
+               rows.size() * sizeof(float));
+  }
+  header.set_version(version);
+  Finish(header, &out);
+  return out;
+}
+
+uint32_t ShardFileCrc(absl::string_view data) {
+  return data.size() < 4 ? 0 : GetU32(data.data() + data.size() - 4);
+}
+
+absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
+                                                  absl::string_view name) {
+  auto loss = [&](const std::string& what) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", name, " is corrupt: ", what));
+  };
+  if (data.size() < kMagicBytes + 8) {
+    return loss(absl::StrCat("only ", data.size(), " bytes"));
+  }
+  if (std::memcmp(data.data(), kShardFileMagic, kMagicBytes) != 0) {
+    return loss("not a psrt shard file (bad magic)");
+  }
+  const uint32_t stored = GetU32(data.data() + data.size() - 4);
+  const uint32_t actual = Crc32c(data.data(), data.size() - 4);
+  if (stored != actual) {
+    return loss(absl::StrFormat("CRC32C mismatch (stored %08x, computed %08x)",
+                                stored, actual));
+  }
+  const uint32_t header_bytes = GetU32(data.data() + data.size() - 8);
+  if (header_bytes > data.size() - kMagicBytes - 8) {
+    return loss(absl::StrCat("header length ", header_bytes, " too large"));
+  }
+  const size_t header_at = data.size() - 8 - header_bytes;
+  ShardFileContents c;
+  if (!c.header.ParseFromArray(data.data() + header_at,
+                               static_cast<int>(header_bytes))) {
+    return loss("header does not parse");
+  }
+  const ShardFileHeader& h = c.header;
+  if (h.row_width() <= 0 || h.num_rows() < 0 || h.num_slots() < 0 ||
+      h.num_slots() > 2 || h.num_shards() <= 0 || h.shard() < 0 ||
+      h.shard() >= h.num_shards()) {
+    return loss(absl::StrCat("bad header {", h.ShortDebugString(), "}"));
+  }
+  const size_t id_bytes = h.explicit_ids() ? h.num_rows() * sizeof(int64_t) : 0;
+  const size_t row_bytes = h.num_rows() * c.row_stride() * sizeof(float);
+  if (kMagicBytes + id_bytes + row_bytes != header_at) {
+    return loss(absl::StrCat("header says ", h.num_rows(), " rows (",
+                             id_bytes + row_bytes, " bytes) but the body has ",
+                             header_at - kMagicBytes));
+  }
+  c.ids.resize(h.num_rows());
+  if (h.explicit_ids()) {
+    std::memcpy(c.ids.data(), data.data() + kMagicBytes, id_bytes);
+  } else {
+    for (int64_t i = 0; i < h.num_rows(); ++i) {
+      c.ids[i] = h.routing() == PartitionSpec::MOD
+                     ? i * h.num_shards() + h.shard()
+                     : h.row_begin() + i;
+    }
+  }
+  c.data = std::move(data);
+  c.rows =
+      reinterpret_cast<const float*>(c.data.data() + kMagicBytes + id_bytes);
+  return c;
+}
+
+}  // namespace psrt

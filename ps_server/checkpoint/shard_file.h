@@ -1,0 +1,54 @@
+// One shard's checkpoint data file (format in proto/ps.proto,
+// ShardFileHeader): encoding from a live shard and verified decoding.
+#ifndef PSRT_PS_SERVER_CHECKPOINT_SHARD_FILE_H_
+#define PSRT_PS_SERVER_CHECKPOINT_SHARD_FILE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "proto/ps.pb.h"
+#include "ps_server/shard_store.h"
+
+namespace psrt {
+
+inline constexpr char kShardFileMagic[] = "PSRTSHD1";  // 8 bytes, no NUL
+
+// Encodes shard `shard` of `variable` (held on this PS). Rows are copied
+// out a few MiB at a time, each chunk under the shard's lock, so pushes
+// wait at most one chunk's copy; every row is one consistent update state.
+// The header's version is the shard's version when the copy finished; it
+// is also returned in *header.
+std::string EncodeShardFile(const LocalVariable& variable, int shard,
+                            ShardFileHeader* header);
+
+// A decoded, verified data file. `ids` is filled for every row (stored ids
+// for hash shards, computed global rows otherwise); `rows` points into
+// `data`.
+struct ShardFileContents {
+  std::string data;
+  ShardFileHeader header;
+  std::vector<int64_t> ids;
+  const float* rows = nullptr;
+  int64_t row_stride() const {
+    return header.row_width() * (1 + header.num_slots());
+  }
+};
+
+// Verifies magic, CRC32C, header and sizes. Errors are DATA_LOSS naming
+// `name` (the file) and what is wrong.
+absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
+                                                  absl::string_view name);
+
+// The CRC32C a file ends with (of every byte before it).
+uint32_t ShardFileCrc(absl::string_view data);
+
+// The file name of a shard inside a checkpoint: the variable name with
+// anything outside [A-Za-z0-9._-] percent-encoded, plus the shard number.
+std::string ShardFileName(absl::string_view variable, int shard,
+                          int num_shards);
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_CHECKPOINT_SHARD_FILE_H_

@@ -1,0 +1,41 @@
+#include "ps_server/storage/storage.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "ps_server/storage/file_storage.h"
+#include "ps_server/storage/s3_storage.h"
+
+namespace psrt {
+
+absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(absl::string_view uri,
+                                                     const S3Options& s3) {
+  if (uri.empty()) return absl::InvalidArgumentError("empty storage URI");
+  absl::string_view rest = uri;
+  if (absl::ConsumePrefix(&rest, "s3://")) {
+    const size_t slash = rest.find('/');
+    const std::string bucket(rest.substr(0, slash));
+    const std::string prefix(
+        slash == absl::string_view::npos ? "" : rest.substr(slash + 1));
+    if (bucket.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no bucket in '", uri, "' (want s3://bucket/prefix)"));
+    }
+    return NewS3Storage(bucket, prefix, s3);
+  }
+  if (absl::ConsumePrefix(&rest, "file://")) {
+    if (rest.empty() || rest[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", uri, "': file:// URIs take an absolute path (file:///dir)"));
+    }
+    return NewFileStorage(std::string(rest));
+  }
+  if (absl::StrContains(uri, "://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported storage URI '", uri,
+                     "': use a path, file:///path or s3://bucket/prefix"));
+  }
+  return NewFileStorage(std::string(uri));
+}
+
+}  // namespace psrt

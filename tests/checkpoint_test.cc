@@ -1,0 +1,404 @@
+// Checkpoints on local disk with real ps_server processes: saved during
+// training and restored bit-identically, re-cut onto other PS counts,
+// refused when corrupt or incomplete (naming the file), surviving a PS
+// killed mid-save, and the shutdown checkpoint a worker continues from.
+#include <dirent.h>
+#include <sys/wait.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "gtest/gtest.h"
+#include "ps_server/checkpoint/checkpoint_catalog.h"
+#include "ps_server/checkpoint/shard_file.h"
+#include "ps_server/storage/file_storage.h"
+#include "tests/checkpoint_test_util.h"
+#include "tests/local_cluster.h"
+#include "tests/worker_output.h"
+
+namespace psrt {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(base ? base : "/tmp", "/", name);
+  std::system(
+      absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
+  return dir;
+}
+
+std::unique_ptr<LocalCluster> StartCluster(int num_ps,
+                                           std::vector<std::string> flags,
+                                           int num_workers = 1) {
+  LocalCluster::Options o;
+  o.num_ps = num_ps;
+  o.num_workers = num_workers;
+  o.extra_flags = std::move(flags);
+  auto c = LocalCluster::Start(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+std::unique_ptr<Client> Connect(const LocalCluster& cluster) {
+  auto client = Client::Connect(cluster.MakeClientOptions());
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+void CopyTree(const std::string& from, const std::string& to) {
+  ASSERT_EQ(std::system(absl::StrCat("rm -rf '", to, "' && cp -r '", from,
+                                     "' '", to, "'")
+                            .c_str()),
+            0);
+}
+
+// A checkpoint taken while two workers push, restored into fresh clusters
+// of 2, 3 and 1 PS. Shared by the tests below (built once).
+class CheckpointTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new std::string(TempDir("ckpt_root"));
+    // (No shutdown checkpoint: the two taken below are the only ones.)
+    auto cluster = StartCluster(2,
+                                {absl::StrCat("--checkpoint_uri=", *root_),
+                                 "--checkpoint_on_shutdown=false"},
+                                2);
+    ASSERT_NE(cluster, nullptr);
+    auto client = Connect(*cluster);
+    ASSERT_TRUE(client->CreateVariables(CheckpointTestSpecs(2)).ok());
+    std::atomic<bool> stop{false};
+    std::thread training(
+        [&] { TrainUntil(cluster->MakeClientOptions(), 2, stop, 40); });
+    absl::SleepFor(absl::Milliseconds(300));
+    auto first = client->Checkpoint();  // while the workers push
+    ASSERT_TRUE(first.ok()) << first.status();
+    absl::SleepFor(absl::Milliseconds(200));
+    auto second = client->Checkpoint();  // the one tests restore
+    stop = true;
+    training.join();
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_GT(second->global_step(), 0);
+    uri_ = new std::string(second->uri());
+    previous_uri_ = new std::string(first->uri());
+    auto contents = ReadCheckpoint(*uri_);
+    ASSERT_TRUE(contents.ok()) << contents.status();
+    saved_ = new CheckpointContents(*std::move(contents));
+    // Training went on between the two saves.
+    auto earlier = ReadCheckpoint(*previous_uri_);
+    ASSERT_TRUE(earlier.ok()) << earlier.status();
+    EXPECT_NE(CompareRows(*earlier, *saved_), "");
+    EXPECT_LT(earlier->manifest.global_step(), saved_->manifest.global_step());
+  }
+
+  // Restores uri_ onto `num_ps` PS (variables cut `shards` ways), checks
+  // values and step, and returns the re-saved contents.
+  static CheckpointContents RestoreAndResave(int num_ps, int shards,
+                                             const std::string& uri) {
+    const std::string again = TempDir(absl::StrCat("resave_", num_ps));
+    auto cluster =
+        StartCluster(num_ps, {absl::StrCat("--restore=", uri),
+                              absl::StrCat("--checkpoint_uri=", again)});
+    if (cluster == nullptr) return {};
+    auto client = Connect(*cluster);
+    absl::Status created = client->CreateVariables(CheckpointTestSpecs(shards));
+    EXPECT_TRUE(created.ok()) << created;
+    EXPECT_EQ(ComparePulledValues(client.get(), *saved_), "");
+    auto stats = client->Stats();
+    EXPECT_TRUE(stats.ok());
+    for (const StatsResponse& s : *stats) {
+      EXPECT_EQ(s.global_step(), saved_->manifest.global_step());
+      EXPECT_EQ(s.restored_from(), uri);
+    }
+    auto resaved = client->Checkpoint();
+    EXPECT_TRUE(resaved.ok()) << resaved.status();
+    if (!resaved.ok()) return {};
+    auto contents = ReadCheckpoint(resaved->uri());
+    EXPECT_TRUE(contents.ok()) << contents.status();
+    if (!contents.ok()) return {};
+    EXPECT_EQ(contents->manifest.num_ps(), num_ps);
+    return *contents;
+  }
+
+  static std::string* root_;
+  static std::string* uri_;
+  static std::string* previous_uri_;
+  static CheckpointContents* saved_;
+};
+std::string* CheckpointTest::root_ = nullptr;
+std::string* CheckpointTest::uri_ = nullptr;
+std::string* CheckpointTest::previous_uri_ = nullptr;
+CheckpointContents* CheckpointTest::saved_ = nullptr;
+
+TEST_F(CheckpointTest, ManifestDescribesEveryShardAndLatestPointsAtIt) {
+  ASSERT_NE(saved_, nullptr);
+  const CheckpointManifest& m = saved_->manifest;
+  EXPECT_EQ(m.num_ps(), 2);
+  EXPECT_EQ(m.variables_size(), 6);
+  // 3 + 2 dense shards, 2 per table.
+  EXPECT_EQ(m.files_size(), 3 + 2 + 2 * 4);
+  auto root = OpenStorage(*root_);
+  auto latest = ReadLatest(**root);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(JoinUri(*root_, *latest), *uri_);
+  auto listing = ListCheckpoints(**root);
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->size(), 2u);
+  EXPECT_TRUE((*listing)[0].complete && (*listing)[1].complete);
+  // Every row of every array variable, each exactly once.
+  EXPECT_EQ(saved_->rows.at("dense/adam").size(), 300u);
+  EXPECT_EQ(saved_->rows.at("emb/adagrad_mod").size(), 20000u);
+  EXPECT_EQ(saved_->rows.at("emb/ftrl_div").size(), 20000u);
+  EXPECT_GT(saved_->rows.at("hash/adagrad").size(), 1000u);
+  // Optimizer slots were saved: Adagrad accumulators grew past their
+  // initial 0.1 for pushed rows.
+  int grown = 0;
+  for (const auto& [id, row] : saved_->rows.at("emb/adagrad_mod")) {
+    grown += row[8] > 0.1f;
+  }
+  EXPECT_GT(grown, 1000);
+}
+
+TEST_F(CheckpointTest, RestoreIntoFreshClusterIsBitIdentical) {
+  ASSERT_NE(saved_, nullptr);
+  const CheckpointContents again = RestoreAndResave(2, 2, *uri_);
+  EXPECT_EQ(CompareRows(*saved_, again), "");
+  // Same cut, same shards: every shard's version (Adam's t) is restored.
+  EXPECT_EQ(again.versions, saved_->versions);
+}
+
+TEST_F(CheckpointTest, RestoreOntoThreeAndOnePsRecutsShards) {
+  ASSERT_NE(saved_, nullptr);
+  const CheckpointContents three = RestoreAndResave(3, 3, *uri_);
+  EXPECT_EQ(CompareRows(*saved_, three), "");
+  EXPECT_EQ(three.manifest.files_size(), 3 + 2 + 3 * 4);
+  const CheckpointContents one = RestoreAndResave(1, 1, *uri_);
+  EXPECT_EQ(CompareRows(*saved_, one), "");
+  EXPECT_EQ(one.manifest.files_size(), 3 + 2 + 1 * 4);
+}
+
+// Creating variables on a cluster restoring `uri` fails; returns the error.
+std::string RestoreError(const std::string& uri) {
+  auto cluster = StartCluster(2, {absl::StrCat("--restore=", uri)});
+  if (cluster == nullptr) return "cluster did not start";
+  auto client = Connect(*cluster);
+  absl::Status s = client->CreateVariables(CheckpointTestSpecs(2));
+  EXPECT_FALSE(s.ok());
+  // Nothing partial: the failed creation left no variable behind.
+  auto lists = client->ListVariables();
+  EXPECT_TRUE(lists.ok());
+  for (const auto& l : *lists) EXPECT_EQ(l.variables_size(), 0);
+  return s.ToString();
+}
+
+std::string FileOf(const CheckpointManifest& m, const std::string& variable) {
+  for (const CheckpointFile& f : m.files()) {
+    if (f.variable() == variable) return f.path();
+  }
+  return "";
+}
+
+TEST_F(CheckpointTest, CorruptOrMissingDataFilesAreRefusedByName) {
+  ASSERT_NE(saved_, nullptr);
+  const std::string file = FileOf(saved_->manifest, "emb/ftrl_div");
+  {
+    const std::string copy = TempDir("corrupt") + "/ckpt";
+    CopyTree(*uri_, copy);
+    std::fstream f(copy + "/" + file,
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+    f.close();
+    const std::string error = RestoreError(copy);
+    EXPECT_TRUE(absl::StrContains(error, file)) << error;
+    EXPECT_TRUE(absl::StrContains(error, "DATA_LOSS")) << error;
+  }
+  {
+    const std::string copy = TempDir("missing") + "/ckpt";
+    CopyTree(*uri_, copy);
+    ASSERT_EQ(std::remove((copy + "/" + file).c_str()), 0);
+    const std::string error = RestoreError(copy);
+    EXPECT_TRUE(absl::StrContains(error, file)) << error;
+    EXPECT_TRUE(absl::StrContains(error, "NOT_FOUND")) << error;
+  }
+  // The original is untouched and still restores.
+  EXPECT_EQ(CompareRows(*saved_, RestoreAndResave(2, 2, *uri_)), "");
+}
+
+// Runs ps_server with `flags` (one PS) and returns its exit code and output.
+LocalCluster::WorkerRun RunServer(const std::vector<std::string>& flags) {
+  LocalCluster::Options o;
+  o.num_ps = 1;
+  auto cluster = LocalCluster::Start(o);  // only for RunWorkers
+  std::vector<std::string> args = {
+      absl::StrCat("--port=", PickUnusedPort()), "--metrics_port=0",
+      R"(--cluster={"cluster": {"ps": ["localhost:1"]}})"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  return (*cluster)->RunWorkers("ps_server/ps_server", args, {0},
+                                absl::Seconds(30))[0];
+}
+
+TEST_F(CheckpointTest, TruncatedManifestStopsTheServerNamingIt) {
+  ASSERT_NE(saved_, nullptr);
+  const std::string dir = TempDir("truncated");
+  const std::string root = dir + "/root";
+  CopyTree(*root_, root);
+  const std::string name = saved_->manifest.name();
+  ASSERT_EQ(*uri_, JoinUri(*root_, name));
+  const std::string manifest = absl::StrCat(root, "/", name, "/MANIFEST.json");
+  ASSERT_EQ(truncate(manifest.c_str(), 100), 0);
+  // --restore=latest points at the broken one: refuse, naming the file.
+  auto run =
+      RunServer({absl::StrCat("--checkpoint_uri=", root), "--restore=latest"});
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, manifest)) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "corrupt")) << run.output;
+  // --restore=auto must not silently start empty either.
+  run = RunServer({absl::StrCat("--checkpoint_uri=", root), "--restore=auto"});
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  // The previous checkpoint is intact and restorable by its URI.
+  const std::string previous = JoinUri(
+      root, std::string(absl::StripPrefix(*previous_uri_, *root_ + "/")));
+  auto cluster = StartCluster(2, {absl::StrCat("--restore=", previous)});
+  ASSERT_NE(cluster, nullptr);
+  auto client = Connect(*cluster);
+  EXPECT_TRUE(client->CreateVariables(CheckpointTestSpecs(2)).ok());
+  auto expected = ReadCheckpoint(*previous_uri_);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(ComparePulledValues(client.get(), *expected), "");
+}
+
+TEST(CheckpointFaultTest, NoCheckpointToRestoreIsAClearError) {
+  const std::string root = TempDir("empty_root");
+  auto run =
+      RunServer({absl::StrCat("--checkpoint_uri=", root), "--restore=latest"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(run.output, "no checkpoint under"))
+      << run.output;
+  run = RunServer({"--restore=latest"});
+  EXPECT_TRUE(absl::StrContains(run.output, "needs --checkpoint_uri"))
+      << run.output;
+}
+
+// True once a temporary file (a write in progress) appears under dir.
+bool WriteInProgress(const std::string& dir) {
+  FILE* p =
+      popen(absl::StrCat("find '", dir, "' -name '*.tmp-*'").c_str(), "r");
+  char line[512];
+  const bool found = fgets(line, sizeof(line), p) != nullptr;
+  pclose(p);
+  return found;
+}
+
+TEST(CheckpointFaultTest, PsKilledDuringSaveLeavesThePreviousLatest) {
+  const std::string root = TempDir("killed_root");
+  auto cluster = StartCluster(
+      2, {absl::StrCat("--checkpoint_uri=", root), "--checkpoint_threads=1"});
+  ASSERT_NE(cluster, nullptr);
+  auto client = Connect(*cluster);
+  // 2 x 24 shards of 4M floats (16 MiB each, SGD): writing them takes a
+  // while, so the kill lands mid-save.
+  VariableSpec big;
+  big.set_name("big");
+  big.set_kind(DENSE);
+  big.add_shape(48 << 20);
+  big.mutable_partition()->set_num_shards(24);
+  big.mutable_optimizer()->set_learning_rate(0.1f);
+  ASSERT_TRUE(client->CreateVariables({big}).ok());
+  auto first = client->Checkpoint();
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  absl::StatusOr<CheckpointResponse> second;
+  std::thread save([&] { second = client->Checkpoint(); });
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!WriteInProgress(root) && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  cluster->Kill(1, SIGKILL);
+  save.join();
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "PS 1"))
+      << second.status();
+  // The failed checkpoint has no manifest; latest still names the first.
+  auto storage = OpenStorage(root);
+  auto latest = ReadLatest(**storage);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(JoinUri(root, *latest), first->uri());
+  auto listing = ListCheckpoints(**storage);
+  ASSERT_TRUE(listing.ok());
+  for (const CheckpointListing& l : *listing) {
+    EXPECT_EQ(l.complete, JoinUri(root, l.name) == first->uri()) << l.name;
+  }
+  // The first is whole: every file verifies.
+  auto first_dir = OpenStorage(first->uri());
+  auto manifest = ReadManifest(**first_dir, "");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  ASSERT_EQ(manifest->files_size(), 24);
+  int64_t rows = 0;
+  for (const CheckpointFile& f : manifest->files()) {
+    auto data = (*first_dir)->Read(f.path());
+    ASSERT_TRUE(data.ok()) << data.status();
+    auto file = DecodeShardFile(*std::move(data), f.path());
+    ASSERT_TRUE(file.ok()) << file.status();
+    rows += file->header.num_rows();
+  }
+  EXPECT_EQ(rows, int64_t{48} << 20);
+}
+
+// ps_worker trains, SIGTERM makes PS 0 take a final checkpoint of both PS,
+// and a fresh cluster restored from it lets training continue at its step.
+TEST(CheckpointWorkerTest, ShutdownCheckpointAndTrainingContinues) {
+  const std::string root = TempDir("worker_root");
+  const std::vector<std::string> args = {
+      "--model=deepfm",
+      "--train_files=testdata/criteo_deepfm_sagemaker/val.tfrecords",
+      "--vocab=117581", "--batch_size=128", "--log_every_steps=10"};
+  {
+    auto cluster = StartCluster(2, {absl::StrCat("--checkpoint_uri=", root)});
+    ASSERT_NE(cluster, nullptr);
+    std::vector<std::string> a = args;
+    a.push_back("--max_steps=20");
+    auto runs =
+        cluster->RunWorkers("ps_worker/ps_worker", a, {0}, absl::Minutes(3));
+    ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
+    // SIGTERM both, as SageMaker and Kubernetes do: PS 1 waits for PS 0's
+    // final checkpoint, then both exit 0.
+    std::thread other([&] { EXPECT_EQ(cluster->Kill(1, SIGTERM), 0); });
+    EXPECT_EQ(cluster->Kill(0, SIGTERM), 0);
+    other.join();
+  }
+  auto storage = OpenStorage(root);
+  auto latest = ReadLatest(**storage);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  auto manifest = ReadManifest(**storage, *latest);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_EQ(manifest->global_step(), 20);
+  EXPECT_EQ(manifest->num_ps(), 2);
+
+  auto cluster = StartCluster(
+      2, {absl::StrCat("--checkpoint_uri=", root), "--restore=latest"});
+  ASSERT_NE(cluster, nullptr);
+  std::vector<std::string> a = args;
+  a.push_back("--max_steps=30");
+  auto runs =
+      cluster->RunWorkers("ps_worker/ps_worker", a, {0}, absl::Minutes(3));
+  ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
+  EXPECT_TRUE(absl::StrContains(runs[0].output, "restored at global step 20"))
+      << runs[0].output;
+  // Steps 20..29: ten batches, ending at global step 30.
+  EXPECT_EQ(LastMetric(runs[0].output, "steps"), 30) << runs[0].output;
+  EXPECT_EQ(LastMetric(runs[0].output, "examples"), 10 * 128)
+      << runs[0].output;
+  // The restored model starts where the saved one was: its first interval's
+  // loss is far below an untrained model's ln(2) = 0.693.
+  std::vector<double> loss = MetricValues(runs[0].output, "loss");
+  ASSERT_FALSE(loss.empty());
+  EXPECT_LT(loss.front(), 0.6) << runs[0].output;
+}
+
+}  // namespace
+}  // namespace psrt
