@@ -13,7 +13,14 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
   zlib1g-dev dataset-fashion-mnist
+  awscli
 )
+# Node.js and npm run s3rver, the S3 server the checkpoint tests use. A
+# machine with Node from elsewhere (e.g. NodeSource, which bundles npm)
+# keeps it.
+if ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)
 fi
@@ -24,12 +31,29 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# s3rver from the npm registry, pinned, into /opt/psrt-node (tests find it
+# there or at $PSRT_S3RVER).
+install_s3rver() {
+  local prefix=/opt/psrt-node version=3.7.1
+  if [[ -x "$prefix/node_modules/.bin/s3rver" ]] &&
+    grep -q "\"version\": \"$version\"" "$prefix/node_modules/s3rver/package.json"; then
+    return
+  fi
+  echo "install_deps: installing s3rver@$version into $prefix"
+  $sudo mkdir -p "$prefix"
+  $sudo npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "s3rver@$version"
+}
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  sudo="sudo"
+fi
 if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#packages[@]} packages present"
+  install_s3rver
   exit 0
 fi
 
-sudo=""
 if [[ $(id -u) -ne 0 ]]; then
   command -v sudo >/dev/null || { echo "install_deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
   sudo="sudo"
@@ -38,3 +62,4 @@ echo "install_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+install_s3rver

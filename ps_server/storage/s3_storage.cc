@@ -204,7 +204,7 @@ class S3Storage final : public Storage {
       const int64_t base_ms = int64_t{options_.retry_base_ms} << (attempt - 1);
       const int64_t sleep_ms =
           base_ms / 2 + static_cast<int64_t>(rng() % (base_ms / 2 + 1));
-      LOG(WARNING) << method << " " << Describe("") << " " << object
+      LOG(WARNING) << method << " s3://" << bucket_ << "/" << object
                    << " attempt " << attempt << "/" << options_.max_attempts
                    << " failed ("
                    << (response.ok() ? absl::StrCat("HTTP ", response->status)
@@ -333,7 +333,7 @@ class S3Storage final : public Storage {
     if (!failure.ok()) {
       auto r = Send("DELETE", object, id_query, {}, "");
       if (!r.ok() || r->status >= 300) {
-        LOG(WARNING) << "AbortMultipartUpload of " << Describe("") << " "
+        LOG(WARNING) << "AbortMultipartUpload of s3://" << bucket_ << "/"
                      << object << " failed ("
                      << (r.ok() ? absl::StrCat("HTTP ", r->status)
                                 : std::string(r.status().message()))

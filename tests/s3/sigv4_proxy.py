@@ -14,8 +14,10 @@ XAmzContentSHA256Mismatch, ...). Accepted ones are forwarded unchanged.
     sigv4_proxy.py --port=0 --upstream=127.0.0.1:4568 \
         --access_key=S3RVER --secret_key=S3RVER [--port_file=F]
 
-Counts of accepted/rejected requests are printed on exit and kept at
-GET /__sigv4_stats (not forwarded).
+Counts (accepted, rejected, multipart parts, aborts, injected failures) are
+printed on exit and served at GET /__sigv4_stats (not forwarded).
+--fail_every=N answers every Nth correctly signed request with 503 SlowDown
+instead of forwarding it, to exercise clients' retries.
 """
 import argparse
 import datetime
@@ -29,7 +31,8 @@ import sys
 import threading
 import urllib.parse
 
-STATS = {"accepted": 0, "rejected": 0}
+STATS = {"accepted": 0, "rejected": 0, "parts": 0, "injected_503": 0,
+         "aborts": 0}
 LOCK = threading.Lock()
 
 
@@ -139,6 +142,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._reply(403, xml, {"Content-Type": "application/xml"})
         with LOCK:
             STATS["accepted"] += 1
+            n = STATS["accepted"]
+            if "partNumber=" in self.path:
+                STATS["parts"] += 1
+            if self.command == "DELETE" and "uploadId=" in self.path:
+                STATS["aborts"] += 1
+            inject = self.server.fail_every and n % self.server.fail_every == 0
+            if inject:
+                STATS["injected_503"] += 1
+        if inject:
+            xml = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown"
+                   b"</Code><Message>injected by sigv4_proxy</Message></Error>")
+            return self._reply(503, xml, {"Content-Type": "application/xml"})
         conn = http.client.HTTPConnection(self.server.upstream, timeout=600)
         forward = {k: v for k, v in self.headers.items()
                    if k.lower() not in ("connection", "transfer-encoding")}
@@ -174,10 +189,13 @@ def main():
     p.add_argument("--access_key", default="S3RVER")
     p.add_argument("--secret_key", default="S3RVER")
     p.add_argument("--port_file", help="write the bound port here")
+    p.add_argument("--fail_every", type=int, default=0,
+                   help="answer every Nth signed request 503 SlowDown (retry tests)")
     args = p.parse_args()
     server = Server(("127.0.0.1", args.port), Handler)
     server.upstream = args.upstream
     server.access_key, server.secret_key = args.access_key, args.secret_key
+    server.fail_every = args.fail_every
     port = server.server_address[1]
     if args.port_file:
         with open(args.port_file + ".tmp", "w") as f:

@@ -1,0 +1,357 @@
+// Checkpoints on S3, against s3rver (the npm S3 server) behind a proxy that
+// verifies AWS SigV4 signatures the way S3 does (tests/s3/sigv4_proxy.py):
+// save from 2 PS with multipart uploads, restore onto 3 PS, retries through
+// injected 503s, wrong credentials and missing buckets as clear errors, and
+// the AWS CLI reading back what the servers wrote.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "ps_server/checkpoint/checkpoint_catalog.h"
+#include "ps_server/storage/aws_credentials.h"
+#include "ps_server/storage/http_client.h"
+#include "tests/checkpoint_test_util.h"
+#include "tests/local_cluster.h"
+#include "util/crc32c.h"
+
+namespace psrt {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(base ? base : "/tmp", "/", name);
+  std::system(
+      absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
+  return dir;
+}
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::fopen(log.c_str(), "w");
+    if (f != nullptr) {
+      dup2(fileno(f), 1);
+      dup2(fileno(f), 2);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+bool WaitForPort(int port, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    HttpRequest r;
+    r.url = absl::StrCat("http://127.0.0.1:", port, "/");
+    r.timeout_secs = 2;
+    if (PerformHttp(r).ok()) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return false;
+}
+
+std::string S3rverPath() {
+  const char* env = std::getenv("PSRT_S3RVER");
+  return env != nullptr ? env : "/opt/psrt-node/node_modules/.bin/s3rver";
+}
+
+// s3rver and the verifying proxy in front of it, for one test suite.
+class S3CheckpointTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_EQ(access(S3rverPath().c_str(), X_OK), 0)
+        << S3rverPath()
+        << " is missing: tools/install_deps.sh installs s3rver (or set "
+           "PSRT_S3RVER)";
+    dir_ = new std::string(TempDir("s3"));
+    s3rver_port_ = PickUnusedPort();
+    s3rver_ = Spawn({"/usr/bin/node", S3rverPath(), "-d", *dir_ + "/data", "-a",
+                     "127.0.0.1", "-p", absl::StrCat(s3rver_port_),
+                     "--configure-bucket", "psrt", "--silent"},
+                    *dir_ + "/s3rver.log");
+    proxy_port_ = StartProxy(0);
+    ASSERT_TRUE(WaitForPort(s3rver_port_, absl::Seconds(30)))
+        << "s3rver did not start; see " << *dir_ << "/s3rver.log";
+    ASSERT_TRUE(WaitForPort(proxy_port_, absl::Seconds(30)));
+    setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+    setenv("AWS_REGION", "us-east-1", 1);
+    unsetenv("AWS_SESSION_TOKEN");
+    unsetenv("AWS_PROFILE");
+  }
+  static void TearDownTestSuite() {
+    for (pid_t pid : {s3rver_, proxies_[0], proxies_[1]}) {
+      if (pid > 0) {
+        kill(pid, SIGTERM);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  }
+
+  // Starts a proxy answering every `fail_every`th request 503 (0: never).
+  static int StartProxy(int fail_every) {
+    const int port = PickUnusedPort();
+    proxies_[fail_every > 0] =
+        Spawn({"/usr/bin/python3", "tests/s3/sigv4_proxy.py",
+               absl::StrCat("--port=", port),
+               absl::StrCat("--upstream=127.0.0.1:", s3rver_port_),
+               absl::StrCat("--fail_every=", fail_every)},
+              absl::StrCat(*dir_, "/proxy", fail_every, ".log"));
+    return port;
+  }
+
+  static std::string Endpoint(int port) {
+    return absl::StrCat("http://127.0.0.1:", port);
+  }
+  static S3Options Options(int port) {
+    S3Options s3;
+    s3.endpoint = Endpoint(port);
+    s3.part_bytes = 5 << 20;
+    s3.retry_base_ms = 20;
+    return s3;
+  }
+  // The proxy's counters.
+  static std::map<std::string, int> ProxyStats(int port) {
+    HttpRequest r;
+    r.url = Endpoint(port) + "/__sigv4_stats";
+    auto response = PerformHttp(r);
+    std::map<std::string, int> out;
+    if (!response.ok()) return out;
+    for (const char* key :
+         {"accepted", "rejected", "parts", "injected_503", "aborts"}) {
+      const std::string needle = absl::StrCat("\"", key, "\": ");
+      const size_t at = response->body.find(needle);
+      if (at != std::string::npos) {
+        out[key] = std::atoi(response->body.c_str() + at + needle.size());
+      }
+    }
+    return out;
+  }
+
+  static std::unique_ptr<LocalCluster> Cluster(int num_ps,
+                                               std::vector<std::string> flags) {
+    LocalCluster::Options o;
+    o.num_ps = num_ps;
+    o.extra_flags = std::move(flags);
+    o.extra_flags.push_back("--s3_part_mib=5");
+    auto c = LocalCluster::Start(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  static std::string* dir_;
+  static int s3rver_port_;
+  static pid_t s3rver_;
+  static pid_t proxies_[2];
+  static int proxy_port_;
+};
+std::string* S3CheckpointTest::dir_ = nullptr;
+int S3CheckpointTest::s3rver_port_ = 0;
+pid_t S3CheckpointTest::s3rver_ = 0;
+pid_t S3CheckpointTest::proxies_[2] = {0, 0};
+int S3CheckpointTest::proxy_port_ = 0;
+
+std::vector<VariableSpec> SpecsWithBigDense(int shards) {
+  std::vector<VariableSpec> specs = CheckpointTestSpecs(shards);
+  // 3M floats with Momentum: a 24 MiB file, uploaded in 5 MiB parts.
+  VariableSpec big;
+  big.set_name("big");
+  big.set_kind(DENSE);
+  big.add_shape(3 << 20);
+  big.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
+  big.mutable_optimizer()->set_learning_rate(0.1f);
+  big.mutable_initializer()->set_kind(InitializerSpec::NORMAL);
+  big.mutable_initializer()->set_stddev(1);
+  specs.push_back(big);
+  return specs;
+}
+
+TEST_F(S3CheckpointTest, SaveOnTwoRestoreOnThreeWithVerifiedSignatures) {
+  const std::string root = "s3://psrt/run1";
+  const auto before = ProxyStats(proxy_port_);
+  std::string uri;
+  {
+    auto cluster =
+        Cluster(2, {absl::StrCat("--checkpoint_uri=", root),
+                    absl::StrCat("--s3_endpoint=", Endpoint(proxy_port_)),
+                    "--checkpoint_on_shutdown=false"});
+    ASSERT_NE(cluster, nullptr);
+    auto client = *Client::Connect(cluster->MakeClientOptions());
+    ASSERT_TRUE(client->CreateVariables(SpecsWithBigDense(2)).ok());
+    std::atomic<bool> stop{true};
+    TrainUntil(cluster->MakeClientOptions(), 2, stop, 10);
+    auto saved = client->Checkpoint();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    uri = saved->uri();
+    EXPECT_TRUE(absl::StartsWith(uri, root + "/ckpt-")) << uri;
+  }
+  const auto after = ProxyStats(proxy_port_);
+  EXPECT_EQ(after.at("rejected"), before.at("rejected"));
+  EXPECT_GT(after.at("accepted"), before.at("accepted"));
+  EXPECT_GE(after.at("parts") - before.at("parts"), 5);  // multipart happened
+
+  auto saved = ReadCheckpoint(uri, Options(proxy_port_));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->rows.at("big").size(), size_t{3} << 20);
+
+  auto cluster =
+      Cluster(3, {absl::StrCat("--restore=", uri),
+                  absl::StrCat("--s3_endpoint=", Endpoint(proxy_port_)),
+                  absl::StrCat("--checkpoint_uri=", root, "-again")});
+  ASSERT_NE(cluster, nullptr);
+  auto client = *Client::Connect(cluster->MakeClientOptions());
+  ASSERT_TRUE(client->CreateVariables(SpecsWithBigDense(3)).ok());
+  EXPECT_EQ(ComparePulledValues(client.get(), *saved), "");
+  auto again = client->Checkpoint();
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto resaved = ReadCheckpoint(again->uri(), Options(proxy_port_));
+  ASSERT_TRUE(resaved.ok());
+  EXPECT_EQ(CompareRows(*saved, *resaved), "");
+  EXPECT_EQ(ProxyStats(proxy_port_).at("rejected"), before.at("rejected"));
+
+  // psctl-style listing through the same storage.
+  auto storage = OpenStorage(root, Options(proxy_port_));
+  auto listing = ListCheckpoints(**storage);
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  ASSERT_EQ(listing->size(), 1u);
+  EXPECT_TRUE((*listing)[0].complete);
+  EXPECT_EQ(JoinUri(root, *ReadLatest(**storage)), uri);
+}
+
+TEST_F(S3CheckpointTest, ServerErrorsAreRetried) {
+  const int flaky = StartProxy(/*fail_every=*/4);
+  ASSERT_TRUE(WaitForPort(flaky, absl::Seconds(30)));
+  auto storage = OpenStorage("s3://psrt/retry", Options(flaky));
+  ASSERT_TRUE(storage.ok());
+  std::string big(12 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 31);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*storage)->Write(absl::StrCat("obj", i), big).ok());
+    auto back = (*storage)->Read(absl::StrCat("obj", i));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(*back == big);
+  }
+  EXPECT_GE(ProxyStats(flaky).at("injected_503"), 5);
+}
+
+TEST_F(S3CheckpointTest, WrongSecretAndMissingBucketAreClearErrors) {
+  setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret", 1);
+  auto storage = OpenStorage("s3://psrt/denied", Options(proxy_port_));
+  absl::Status s = (*storage)->Write("x", "data");
+  setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "SignatureDoesNotMatch")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "s3://psrt/denied/x")) << s;
+
+  storage = OpenStorage("s3://no-such-bucket/run", Options(proxy_port_));
+  s = (*storage)->Write("x", "data");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_TRUE(
+      absl::StrContains(s.message(), "bucket 'no-such-bucket' does not exist"))
+      << s;
+  // A server pointed at a missing bucket starts (it writes only when it
+  // saves); the checkpoint reports the bucket and the server keeps serving.
+  auto cluster =
+      Cluster(1, {"--checkpoint_uri=s3://no-such-bucket/run",
+                  absl::StrCat("--s3_endpoint=", Endpoint(proxy_port_))});
+  ASSERT_NE(cluster, nullptr);
+  auto client = *Client::Connect(cluster->MakeClientOptions());
+  ASSERT_TRUE(client->CreateVariables(CheckpointTestSpecs(1)).ok());
+  auto r = client->Checkpoint();
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "no-such-bucket"))
+      << r.status();
+  EXPECT_TRUE(client->Stats().ok());  // still serving
+}
+
+std::string RunCommand(const std::string& command, int* exit_code) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), p)) > 0) out.append(buffer, n);
+  *exit_code = WEXITSTATUS(pclose(p));
+  return out;
+}
+
+TEST_F(S3CheckpointTest, AwsCliReadsWhatTheServersWrote) {
+  const char* candidates[] = {"/usr/bin/aws", "/usr/local/bin/aws"};
+  std::string aws;
+  for (const char* c : candidates) {
+    if (access(c, X_OK) == 0) aws = c;
+  }
+  if (aws.empty()) {
+    GTEST_SKIP() << "the AWS CLI is not installed (apt install awscli); "
+                    "skipping the cross-check against it";
+  }
+  const std::string root = "s3://psrt/cli";
+  std::string uri;
+  {
+    auto cluster =
+        Cluster(2, {absl::StrCat("--checkpoint_uri=", root),
+                    absl::StrCat("--s3_endpoint=", Endpoint(proxy_port_)),
+                    "--checkpoint_on_shutdown=false"});
+    ASSERT_NE(cluster, nullptr);
+    auto client = *Client::Connect(cluster->MakeClientOptions());
+    ASSERT_TRUE(client->CreateVariables(SpecsWithBigDense(2)).ok());
+    auto saved = client->Checkpoint();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    uri = saved->uri();
+  }
+  auto storage = OpenStorage(uri, Options(proxy_port_));
+  auto manifest = ReadManifest(**storage, "");
+  ASSERT_TRUE(manifest.ok());
+  // Through the verifying proxy: the CLI's own signer must pass it too.
+  const std::string cli =
+      absl::StrCat("HOME=", *dir_,
+                   " AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER "
+                   "AWS_DEFAULT_REGION=us-east-1 ",
+                   aws, " --endpoint-url ", Endpoint(proxy_port_), " s3 ");
+  int code = 0;
+  const std::string listing =
+      RunCommand(cli + "ls --recursive " + uri + "/", &code);
+  ASSERT_EQ(code, 0) << listing;
+  for (const CheckpointFile& f : manifest->files()) {
+    EXPECT_TRUE(absl::StrContains(listing, absl::StrCat(f.bytes(), " ")))
+        << f.path() << " (" << f.bytes() << " bytes) not in\n"
+        << listing;
+  }
+  EXPECT_TRUE(absl::StrContains(listing, "MANIFEST.json")) << listing;
+  // Download the biggest file (a multipart upload) and check it.
+  const CheckpointFile* biggest = &manifest->files(0);
+  for (const CheckpointFile& f : manifest->files()) {
+    if (f.bytes() > biggest->bytes()) biggest = &f;
+  }
+  const std::string local = *dir_ + "/downloaded";
+  const std::string cp = RunCommand(
+      absl::StrCat(cli, "cp '", uri, "/", biggest->path(), "' ", local), &code);
+  ASSERT_EQ(code, 0) << cp;
+  std::ifstream in(local, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  const std::string data = bytes.str();
+  ASSERT_EQ(static_cast<int64_t>(data.size()), biggest->bytes());
+  EXPECT_EQ(Crc32c(data.data(), data.size() - 4),
+            *reinterpret_cast<const uint32_t*>(data.data() + data.size() - 4));
+  EXPECT_EQ(*reinterpret_cast<const uint32_t*>(data.data() + data.size() - 4),
+            biggest->crc32c());
+}
+
+}  // namespace
+}  // namespace psrt
