@@ -105,7 +105,9 @@ int64_t HashEmbeddingShard::ExportRows(int64_t first, int64_t count,
   count = std::max<int64_t>(0, std::min(count, rows_ - first));
   for (int64_t i = 0; i < count; ++i) {
     const uint32_t row = static_cast<uint32_t>(first + i);
-    std::memcpy(out + i * stride_, Row(row), stride_ * sizeof(float));
+    if (out != nullptr) {
+      std::memcpy(out + i * stride_, Row(row), stride_ * sizeof(float));
+    }
     if (ids != nullptr) ids[i] = row_ids_[row];
   }
   *version = version_;

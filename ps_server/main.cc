@@ -63,6 +63,10 @@ DEFINE_int32(keep_checkpoints, 5,
              "Complete checkpoints kept under --checkpoint_uri (0: all).");
 DEFINE_int32(checkpoint_threads, 2,
              "Shard files this PS writes at once during a checkpoint.");
+DEFINE_double(checkpoint_max_mb_per_sec, 0,
+              "Cap on the rate this PS writes checkpoint data (MB/s; 0: as "
+              "fast as the storage allows). Lower it if checkpoints slow "
+              "training steps on a busy PS.");
 DEFINE_bool(checkpoint_on_shutdown, true,
             "On SIGTERM/SIGINT with --checkpoint_uri: PS 0 takes a final "
             "checkpoint of every PS before exiting; the other PS keep "
@@ -225,6 +229,8 @@ int Run() {
   options.checkpoint.uri = FLAGS_checkpoint_uri;
   options.checkpoint.keep = FLAGS_keep_checkpoints;
   options.checkpoint.threads = FLAGS_checkpoint_threads;
+  options.checkpoint.max_bytes_per_sec =
+      static_cast<int64_t>(FLAGS_checkpoint_max_mb_per_sec * 1e6);
   options.checkpoint.s3 = S3OptionsFromFlags();
   if (FLAGS_s3_part_mib < 5) {
     LOG(ERROR) << "--s3_part_mib must be at least 5 (S3's minimum part size)";

@@ -40,7 +40,8 @@ class RowShard {
   //
   // Copies rows [first, first + count) of the shard's row order (local row
   // order; creation order for hash shards) under one lock: their global
-  // ids to ids (may be null) and their floats to out. Returns the number
+  // ids to ids (may be null) and their floats to out (hash shards: may be
+  // null). Returns the number
   // copied (fewer at the end of a hash shard) and sets *version.
   virtual int64_t ExportRows(int64_t first, int64_t count, int64_t* ids,
                              float* out, int64_t* version) const = 0;

@@ -349,6 +349,50 @@ TEST(CheckpointFaultTest, PsKilledDuringSaveLeavesThePreviousLatest) {
   EXPECT_EQ(rows, int64_t{48} << 20);
 }
 
+TEST(CheckpointTriggerTest, PeriodicCheckpointsKeepTheNewest) {
+  const std::string root = TempDir("periodic_root");
+  auto cluster =
+      StartCluster(2, {absl::StrCat("--checkpoint_uri=", root),
+                       "--checkpoint_every_steps=50", "--keep_checkpoints=2",
+                       "--checkpoint_on_shutdown=false"});
+  ASSERT_NE(cluster, nullptr);
+  auto client = Connect(*cluster);
+  ASSERT_TRUE(client->CreateVariables(CheckpointTestSpecs(2)).ok());
+  std::atomic<bool> stop{false};
+  std::thread training(
+      [&] { TrainUntil(cluster->MakeClientOptions(), 1, stop, 0); });
+  // The trigger looks every second; wait for at least three checkpoints.
+  auto storage = OpenStorage(root);
+  int taken = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (taken < 3 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(500));
+    std::ifstream log(cluster->log_path(0));
+    std::string line;
+    taken = 0;
+    while (std::getline(log, line)) {
+      taken += absl::StrContains(line, "files,") &&
+               absl::StrContains(line, "checkpoint ");
+    }
+  }
+  stop = true;
+  training.join();
+  EXPECT_GE(taken, 3);
+  // Retention: only the newest two remain, latest is the newest.
+  absl::SleepFor(absl::Seconds(2));  // a checkpoint may still be finishing
+  auto listing = ListCheckpoints(**storage);
+  ASSERT_TRUE(listing.ok());
+  int complete = 0;
+  for (const CheckpointListing& l : *listing) complete += l.complete;
+  EXPECT_EQ(complete, 2);
+  auto latest = ReadLatest(**storage);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, listing->back().name);
+  auto manifest = ReadManifest(**storage, *latest);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_GE(manifest->global_step(), 100);
+}
+
 // ps_worker trains, SIGTERM makes PS 0 take a final checkpoint of both PS,
 // and a fresh cluster restored from it lets training continue at its step.
 TEST(CheckpointWorkerTest, ShutdownCheckpointAndTrainingContinues) {
@@ -391,8 +435,7 @@ TEST(CheckpointWorkerTest, ShutdownCheckpointAndTrainingContinues) {
       << runs[0].output;
   // Steps 20..29: ten batches, ending at global step 30.
   EXPECT_EQ(LastMetric(runs[0].output, "steps"), 30) << runs[0].output;
-  EXPECT_EQ(LastMetric(runs[0].output, "examples"), 10 * 128)
-      << runs[0].output;
+  EXPECT_EQ(LastMetric(runs[0].output, "examples"), 10 * 128) << runs[0].output;
   // The restored model starts where the saved one was: its first interval's
   // loss is far below an untrained model's ln(2) = 0.693.
   std::vector<double> loss = MetricValues(runs[0].output, "loss");

@@ -154,7 +154,8 @@ std::vector<LocalCluster::WorkerRun> LocalCluster::RunWorkers(
                                 ".log"));
     const pid_t pid = fork();
     if (pid == 0) {
-      const int log = open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int log =
+          open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(log, STDOUT_FILENO);
       dup2(log, STDERR_FILENO);
       setenv("TF_CONFIG", tf_config.c_str(), 1);
@@ -181,7 +182,7 @@ std::vector<LocalCluster::WorkerRun> LocalCluster::RunWorkers(
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    runs[i].exit_code = status == -1 ? -1
+    runs[i].exit_code = status == -1        ? -1
                         : WIFEXITED(status) ? WEXITSTATUS(status)
                                             : 128 + WTERMSIG(status);
     std::ifstream in(logs[i]);

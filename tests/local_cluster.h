@@ -25,8 +25,8 @@ class LocalCluster {
  public:
   struct Options {
     int num_ps = 2;
-    int num_workers = 1;  // worker entries in the cluster spec
-    std::vector<std::string> extra_flags;        // for every ps_server
+    int num_workers = 1;                   // worker entries in the cluster spec
+    std::vector<std::string> extra_flags;  // for every ps_server
     std::string binary = "ps_server/ps_server";  // relative to runfiles
   };
 

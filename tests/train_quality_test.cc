@@ -64,13 +64,13 @@ TEST(TrainQualityTest, DeepFmReachesThePlantedModelsAucOnAMillionExamples) {
 }
 
 TEST(TrainQualityTest, WideAndDeepOnUciAdult) {
-  auto runs = TrainOnTwoHosts(
-      {"--model=wide_deep", "--format=csv",
-       "--train_files=testdata/adult/adult.data",
-       "--eval_files=testdata/adult/adult.test", "--hidden=64,32",
-       "--epochs=10", "--batch_size=128", "--dense_learning_rate=0.003",
-       "--log_every_steps=500"},
-      absl::Minutes(10));
+  auto runs =
+      TrainOnTwoHosts({"--model=wide_deep", "--format=csv",
+                       "--train_files=testdata/adult/adult.data",
+                       "--eval_files=testdata/adult/adult.test",
+                       "--hidden=64,32", "--epochs=10", "--batch_size=128",
+                       "--dense_learning_rate=0.003", "--log_every_steps=500"},
+                      absl::Minutes(10));
   ASSERT_EQ(runs.size(), 2u);
   const double accuracy = LastMetric(runs[0].output, "eval_accuracy");
   std::cout << "Wide & Deep test accuracy on adult.test: " << accuracy << "\n";
@@ -84,9 +84,9 @@ TEST(TrainQualityTest, MlpOnFashionMnist) {
     GTEST_SKIP() << train << " missing: install dataset-fashion-mnist";
   }
   auto runs = TrainOnTwoHosts(
-      {"--model=mlp", "--classes=10", "--format=idx",
-       "--train_files=" + train,
-       "--eval_files=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz",
+      {"--model=mlp", "--classes=10", "--format=idx", "--train_files=" + train,
+       "--eval_files=/usr/share/datasets/fashion-mnist/"
+       "t10k-images-idx3-ubyte.gz",
        "--hidden=256,128", "--epochs=12", "--batch_size=64",
        "--learning_rate_decay=0.8", "--log_every_steps=1000"},
       absl::Minutes(10));

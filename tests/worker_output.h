@@ -9,7 +9,8 @@
 namespace psrt {
 
 // Every value of `key=<number>` in `output`, in order.
-std::vector<double> MetricValues(const std::string& output, const std::string& key);
+std::vector<double> MetricValues(const std::string& output,
+                                 const std::string& key);
 
 // The last value of `key=<number>`, or -1.
 double LastMetric(const std::string& output, const std::string& key);

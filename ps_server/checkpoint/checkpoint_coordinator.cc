@@ -34,7 +34,7 @@ absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
   }
   absl::MutexLock lock(&save_mu_);
   return SaveLocalShards(*store_, request.checkpoint_uri(), options_.s3,
-                         options_.threads);
+                         options_.threads, options_.max_bytes_per_sec);
 }
 
 absl::Time CheckpointCoordinator::last_time() const {

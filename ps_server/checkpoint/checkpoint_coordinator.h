@@ -24,6 +24,7 @@ struct CheckpointOptions {
   int keep = 5;     // complete checkpoints kept (0: all)
   S3Options s3;
   int threads = 2;  // shard files written at once per PS
+  int64_t max_bytes_per_sec = 0;  // per PS; 0: unlimited
   absl::Duration save_timeout = absl::Hours(2);
 };
 

@@ -1,7 +1,8 @@
 // Writes this PS's shards into one checkpoint (the SaveShards RPC). Each
 // shard is copied out chunk by chunk under its lock (shard_file.h) and
 // written outside it, so training continues during the save; shards are
-// written by `threads` threads at once.
+// written by `threads` threads at once, at most `max_bytes_per_sec` in all
+// (0: as fast as the storage takes them).
 #ifndef PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_SAVER_H_
 #define PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_SAVER_H_
 
@@ -16,7 +17,7 @@ namespace psrt {
 
 absl::StatusOr<SaveShardsResponse> SaveLocalShards(
     const ShardStore& store, const std::string& checkpoint_uri,
-    const S3Options& s3, int threads);
+    const S3Options& s3, int threads, int64_t max_bytes_per_sec = 0);
 
 }  // namespace psrt
 

@@ -12,8 +12,9 @@ namespace psrt {
 namespace {
 
 constexpr size_t kMagicBytes = 8;
-// Rows copied per lock acquisition: about 4 MiB.
-constexpr int64_t kChunkBytes = 4 << 20;
+// Rows copied per lock acquisition: about 256 KiB (tens of microseconds
+// of memcpy: what a push may have to wait).
+constexpr int64_t kChunkBytes = 256 << 10;
 
 void PutU32(std::string* out, uint32_t v) {
   char b[4];
@@ -25,14 +26,6 @@ uint32_t GetU32(const char* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
-}
-
-// Appends the header and trailer (length, CRC) to a body.
-void Finish(const ShardFileHeader& header, std::string* out) {
-  const std::string h = header.SerializeAsString();
-  out->append(h);
-  PutU32(out, static_cast<uint32_t>(h.size()));
-  PutU32(out, Crc32c(out->data(), out->size()));
 }
 
 }  // namespace
@@ -51,8 +44,9 @@ std::string ShardFileName(absl::string_view variable, int shard,
   return out;
 }
 
-std::string EncodeShardFile(const LocalVariable& variable, int shard,
-                            ShardFileHeader* header_out) {
+absl::Status WriteShardFile(const LocalVariable& variable, int shard,
+                            StorageWriter* out, ShardFileHeader* header_out,
+                            uint32_t* crc_out, int64_t* bytes_out) {
   const VariableLayout& layout = *variable.layout;
   ShardFileHeader& header = *header_out;
   header.Clear();
@@ -67,50 +61,60 @@ std::string EncodeShardFile(const LocalVariable& variable, int shard,
   const int64_t stride = layout.row_width * (1 + layout.num_slots);
   const int64_t chunk_rows =
       std::max<int64_t>(1, kChunkBytes / (stride * sizeof(float)));
-  std::string out(kShardFileMagic, kMagicBytes);
-  int64_t version = 0;
+  uint32_t crc = 0;
+  int64_t bytes = 0;
+  auto emit = [&](const void* data, size_t n) {
+    crc = Crc32cExtend(crc, data, n);
+    bytes += static_cast<int64_t>(n);
+    return out->Append(absl::string_view(static_cast<const char*>(data), n));
+  };
+  if (absl::Status s = emit(kShardFileMagic, kMagicBytes); !s.ok()) return s;
 
-  if (variable.is_dense() || layout.kind() == EMBEDDING) {
-    const int64_t rows = variable.is_dense() ? variable.dense[shard]->num_rows()
-                                             : variable.rows[shard]->num_rows();
-    header.set_num_rows(rows);
-    out.resize(kMagicBytes + rows * stride * sizeof(float));
-    float* dst = reinterpret_cast<float*>(out.data() + kMagicBytes);
-    for (int64_t first = 0; first < rows; first += chunk_rows) {
-      const int64_t n = std::min(chunk_rows, rows - first);
-      if (variable.is_dense()) {
-        version =
-            variable.dense[shard]->ExportRows(first, n, dst + first * stride);
-      } else {
-        variable.rows[shard]->ExportRows(first, n, nullptr,
-                                         dst + first * stride, &version);
-      }
+  const bool hash = layout.kind() == HASH_EMBEDDING;
+  const RowShard* rows_shard =
+      variable.is_dense() ? nullptr : variable.rows[shard].get();
+  // Hash shards: the rows that exist now, in creation order, ids first (a
+  // row's id never changes; rows created later are not included).
+  const int64_t rows = variable.is_dense() ? variable.dense[shard]->num_rows()
+                                           : rows_shard->num_rows();
+  header.set_num_rows(rows);
+  header.set_explicit_ids(hash);
+  int64_t version = 0;
+  if (hash) {
+    std::vector<int64_t> ids(
+        std::max<int64_t>(1, std::min(rows, chunk_rows * 4)));
+    for (int64_t first = 0; first < rows;) {
+      const int64_t want = std::min<int64_t>(ids.size(), rows - first);
+      const int64_t n =
+          rows_shard->ExportRows(first, want, ids.data(), nullptr, &version);
+      if (absl::Status s = emit(ids.data(), n * sizeof(int64_t)); !s.ok())
+        return s;
+      first += n;
     }
-  } else {
-    // Hash shard: rows in creation order with their ids; rows created while
-    // the copy runs are included up to where the copy ends.
-    const RowShard& hash = *variable.rows[shard];
-    std::vector<int64_t> ids;
-    std::vector<float> rows;
-    for (int64_t first = 0;; first += chunk_rows) {
-      ids.resize(first + chunk_rows);
-      rows.resize((first + chunk_rows) * stride);
-      const int64_t n = hash.ExportRows(first, chunk_rows, ids.data() + first,
-                                        rows.data() + first * stride, &version);
-      ids.resize(first + n);
-      rows.resize((first + n) * stride);
-      if (n < chunk_rows) break;
+  }
+  std::vector<float> chunk(std::min(rows, chunk_rows) * stride);
+  for (int64_t first = 0; first < rows; first += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - first);
+    if (variable.is_dense()) {
+      version = variable.dense[shard]->ExportRows(first, n, chunk.data());
+    } else {
+      rows_shard->ExportRows(first, n, nullptr, chunk.data(), &version);
     }
-    header.set_num_rows(static_cast<int64_t>(ids.size()));
-    header.set_explicit_ids(true);
-    out.append(reinterpret_cast<const char*>(ids.data()),
-               ids.size() * sizeof(int64_t));
-    out.append(reinterpret_cast<const char*>(rows.data()),
-               rows.size() * sizeof(float));
+    if (absl::Status s = emit(chunk.data(), n * stride * sizeof(float));
+        !s.ok()) {
+      return s;
+    }
   }
   header.set_version(version);
-  Finish(header, &out);
-  return out;
+  std::string trailer = header.SerializeAsString();
+  PutU32(&trailer, static_cast<uint32_t>(trailer.size()));
+  if (absl::Status s = emit(trailer.data(), trailer.size()); !s.ok()) return s;
+  std::string crc_bytes;
+  PutU32(&crc_bytes, crc);
+  if (absl::Status s = out->Append(crc_bytes); !s.ok()) return s;
+  *crc_out = crc;
+  *bytes_out = bytes + 4;
+  return absl::OkStatus();
 }
 
 uint32_t ShardFileCrc(absl::string_view data) {

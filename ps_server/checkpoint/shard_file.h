@@ -10,18 +10,21 @@
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
 #include "ps_server/shard_store.h"
+#include "ps_server/storage/storage.h"
 
 namespace psrt {
 
 inline constexpr char kShardFileMagic[] = "PSRTSHD1";  // 8 bytes, no NUL
 
-// Encodes shard `shard` of `variable` (held on this PS). Rows are copied
-// out a few MiB at a time, each chunk under the shard's lock, so pushes
-// wait at most one chunk's copy; every row is one consistent update state.
-// The header's version is the shard's version when the copy finished; it
-// is also returned in *header.
-std::string EncodeShardFile(const LocalVariable& variable, int shard,
-                            ShardFileHeader* header);
+// Streams shard `shard` of `variable` (held on this PS) to `out` (not
+// closed). Rows are copied out 256 KiB at a time, each chunk under the
+// shard's lock, so pushes wait at most one chunk's copy and memory stays
+// flat whatever the shard's size; every row is one consistent update
+// state. Fills *header (its version is the shard's version when the copy
+// finished), the file's CRC32C and its size.
+absl::Status WriteShardFile(const LocalVariable& variable, int shard,
+                            StorageWriter* out, ShardFileHeader* header,
+                            uint32_t* crc, int64_t* bytes);
 
 // A decoded, verified data file. `ids` is filled for every row (stored ids
 // for hash shards, computed global rows otherwise); `rows` points into

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <deque>
+#include <future>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -23,7 +26,6 @@ namespace psrt {
 namespace {
 
 constexpr int64_t kMinPartBytes = 5 << 20;
-constexpr int64_t kMaxParts = 10000;
 
 std::string XmlUnescape(absl::string_view s) {
   return absl::StrReplaceAll(s, {{"&lt;", "<"},
@@ -78,14 +80,9 @@ class S3Storage final : public Storage {
     options_.max_attempts = std::max(options_.max_attempts, 1);
   }
 
-  absl::Status Write(absl::string_view key, absl::string_view data) override {
-    const std::string object = ObjectKey(key);
-    if (static_cast<int64_t>(data.size()) <= options_.part_bytes) {
-      auto r = Send("PUT", object, "", {}, data);
-      if (!r.ok()) return r.status();
-      return Check(*r, "PUT", object);
-    }
-    return MultipartWrite(object, data);
+  absl::StatusOr<std::unique_ptr<StorageWriter>> NewWriter(
+      absl::string_view key) override {
+    return std::unique_ptr<StorageWriter>(new Writer(this, ObjectKey(key)));
   }
 
   absl::StatusOr<std::string> Read(absl::string_view key) override {
@@ -251,99 +248,155 @@ class S3Storage final : public Storage {
     }
   }
 
-  absl::Status MultipartWrite(const std::string& object,
-                              absl::string_view data) {
-    const int64_t size = static_cast<int64_t>(data.size());
-    int64_t part_bytes = options_.part_bytes;
-    if ((size + part_bytes - 1) / part_bytes > kMaxParts) {
-      part_bytes = (size + kMaxParts - 1) / kMaxParts;
+  // Streams an object: a single PUT if it fits one part, else a multipart
+  // upload whose parts go up while later ones are still being appended
+  // (at most upload_threads at once). Part sizes start at part_bytes and
+  // double every 1,000 parts, so 10,000 parts cover any size.
+  class Writer final : public StorageWriter {
+   public:
+    Writer(S3Storage* s3, std::string object)
+        : s3_(s3), object_(std::move(object)) {}
+    ~Writer() override {
+      if (!closed_) Abort();
     }
-    const int parts = static_cast<int>((size + part_bytes - 1) / part_bytes);
-    auto created = Send("POST", object, "uploads=", {}, "");
-    if (!created.ok()) return created.status();
-    if (absl::Status s = Check(*created, "CreateMultipartUpload", object);
-        !s.ok()) {
-      return s;
-    }
-    const std::string upload_id = XmlFirst(created->body, "UploadId");
-    if (upload_id.empty()) {
-      return absl::InternalError(absl::StrCat("CreateMultipartUpload of ",
-                                              Describe(""), " ", object,
-                                              " answered without an UploadId"));
-    }
-    const std::string id_query =
-        absl::StrCat("uploadId=", UriEncode(upload_id, false));
-    std::vector<std::string> etags(parts);
-    std::atomic<int> next{0};
-    absl::Mutex mu;
-    absl::Status failure;
-    auto upload = [&] {
-      for (int i; (i = next.fetch_add(1)) < parts;) {
-        {
-          absl::MutexLock lock(&mu);
-          if (!failure.ok()) return;
-        }
-        const int64_t begin = int64_t{i} * part_bytes;
-        const absl::string_view part =
-            data.substr(begin, std::min(part_bytes, size - begin));
-        auto r =
-            Send("PUT", object,
-                 absl::StrCat("partNumber=", i + 1, "&", id_query), {}, part);
-        absl::Status s =
-            r.ok() ? Check(*r, absl::StrCat("UploadPart ", i + 1), object)
-                   : r.status();
-        if (s.ok()) {
-          auto etag = r->headers.find("etag");
-          if (etag == r->headers.end()) {
-            s = absl::InternalError(absl::StrCat("UploadPart ", i + 1, " of ",
-                                                 object, " returned no ETag"));
-          } else {
-            etags[i] = etag->second;
-          }
-        }
-        if (!s.ok()) {
-          absl::MutexLock lock(&mu);
-          if (failure.ok()) failure = s;
-          return;
+
+    absl::Status Append(absl::string_view data) override {
+      if (closed_) return absl::FailedPreconditionError("writer is closed");
+      while (!data.empty()) {
+        const size_t room = PartBytes() - buffer_.size();
+        const size_t n = std::min(room, data.size());
+        buffer_.append(data.data(), n);
+        data.remove_prefix(n);
+        if (buffer_.size() == PartBytes()) {
+          if (absl::Status s = SendPart(); !s.ok()) return s;
         }
       }
-    };
-    std::vector<std::thread> threads;
-    const int n = std::min(options_.upload_threads, parts);
-    for (int t = 0; t < n; ++t) threads.emplace_back(upload);
-    for (std::thread& t : threads) t.join();
-    if (failure.ok()) {
+      return absl::OkStatus();
+    }
+
+    absl::Status Close() override {
+      if (closed_) return absl::FailedPreconditionError("writer is closed");
+      if (upload_id_.empty()) {
+        auto r = s3_->Send("PUT", object_, "", {}, buffer_);
+        absl::Status s = r.ok() ? s3_->Check(*r, "PUT", object_) : r.status();
+        if (s.ok()) closed_ = true;
+        return s;
+      }
+      if (!buffer_.empty()) {
+        if (absl::Status s = SendPart(); !s.ok()) return s;
+      }
+      if (absl::Status s = WaitParts(0); !s.ok()) return s;
       std::string xml = "<CompleteMultipartUpload>";
-      for (int i = 0; i < parts; ++i) {
+      for (size_t i = 0; i < etags_.size(); ++i) {
         absl::StrAppend(&xml, "<Part><PartNumber>", i + 1,
-                        "</PartNumber><ETag>", etags[i], "</ETag></Part>");
+                        "</PartNumber><ETag>", etags_[i], "</ETag></Part>");
       }
       absl::StrAppend(&xml, "</CompleteMultipartUpload>");
-      auto r = Send("POST", object, id_query,
-                    {{"Content-Type", "application/xml"}}, xml);
-      failure =
-          r.ok() ? Check(*r, "CompleteMultipartUpload", object) : r.status();
+      auto r = s3_->Send("POST", object_, IdQuery(),
+                         {{"Content-Type", "application/xml"}}, xml);
+      absl::Status s = r.ok()
+                           ? s3_->Check(*r, "CompleteMultipartUpload", object_)
+                           : r.status();
       // S3 can answer 200 with an error document.
-      if (failure.ok() && r->body.find("<Error>") != std::string::npos) {
-        failure = absl::InternalError(absl::StrCat(
-            "CompleteMultipartUpload of ", object, " failed: ",
-            XmlFirst(r->body, "Code"), " ", XmlFirst(r->body, "Message")));
+      if (s.ok() && r->body.find("<Error>") != std::string::npos) {
+        s = absl::InternalError(
+            absl::StrCat("CompleteMultipartUpload of s3://", s3_->bucket_, "/",
+                         object_, " failed: ", XmlFirst(r->body, "Code"), " ",
+                         XmlFirst(r->body, "Message")));
       }
+      if (s.ok()) closed_ = true;
+      return s;
     }
-    if (!failure.ok()) {
-      auto r = Send("DELETE", object, id_query, {}, "");
+
+   private:
+    size_t PartBytes() const {
+      const int doublings =
+          std::min<int>(static_cast<int>(etags_.size()) / 1000, 10);
+      return static_cast<size_t>(s3_->options_.part_bytes) << doublings;
+    }
+    std::string IdQuery() const {
+      return absl::StrCat("uploadId=", UriEncode(upload_id_, false));
+    }
+
+    absl::Status SendPart() {
+      if (upload_id_.empty()) {
+        auto created = s3_->Send("POST", object_, "uploads=", {}, "");
+        if (!created.ok()) return created.status();
+        if (absl::Status s =
+                s3_->Check(*created, "CreateMultipartUpload", object_);
+            !s.ok()) {
+          return s;
+        }
+        upload_id_ = XmlFirst(created->body, "UploadId");
+        if (upload_id_.empty()) {
+          return absl::InternalError(
+              absl::StrCat("CreateMultipartUpload of s3://", s3_->bucket_, "/",
+                           object_, " answered without an UploadId"));
+        }
+      }
+      if (absl::Status s = WaitParts(s3_->options_.upload_threads - 1);
+          !s.ok()) {
+        return s;
+      }
+      const int number = static_cast<int>(etags_.size()) + 1;
+      etags_.emplace_back();
+      auto part = std::make_shared<std::string>(std::move(buffer_));
+      buffer_.clear();
+      std::string* etag = &etags_.back();
+      in_flight_.push_back(std::async(std::launch::async, [this, part, number,
+                                                           etag] {
+        auto r = s3_->Send("PUT", object_,
+                           absl::StrCat("partNumber=", number, "&", IdQuery()),
+                           {}, *part);
+        absl::Status s =
+            r.ok()
+                ? s3_->Check(*r, absl::StrCat("UploadPart ", number), object_)
+                : r.status();
+        if (!s.ok()) return s;
+        auto it = r->headers.find("etag");
+        if (it == r->headers.end()) {
+          return absl::InternalError(absl::StrCat(
+              "UploadPart ", number, " of ", object_, " returned no ETag"));
+        }
+        *etag = it->second;
+        return absl::OkStatus();
+      }));
+      return absl::OkStatus();
+    }
+
+    // Waits until at most `max` parts are in flight; the first failure.
+    absl::Status WaitParts(int max) {
+      absl::Status first;
+      while (static_cast<int>(in_flight_.size()) > std::max(max, 0)) {
+        absl::Status s = in_flight_.front().get();
+        in_flight_.pop_front();
+        if (!s.ok() && first.ok()) first = s;
+      }
+      return first;
+    }
+
+    void Abort() {
+      (void)WaitParts(0);
+      if (upload_id_.empty()) return;
+      auto r = s3_->Send("DELETE", object_, IdQuery(), {}, "");
       if (!r.ok() || r->status >= 300) {
-        LOG(WARNING) << "AbortMultipartUpload of s3://" << bucket_ << "/"
-                     << object << " failed ("
+        LOG(WARNING) << "AbortMultipartUpload of s3://" << s3_->bucket_ << "/"
+                     << object_ << " failed ("
                      << (r.ok() ? absl::StrCat("HTTP ", r->status)
                                 : std::string(r.status().message()))
                      << "); the store may keep the parts until its lifecycle "
                         "rule removes them";
       }
-      return failure;
     }
-    return absl::OkStatus();
-  }
+
+    S3Storage* const s3_;
+    const std::string object_;
+    std::string buffer_;
+    std::string upload_id_;
+    std::deque<std::string> etags_;  // stable addresses as parts are added
+    std::deque<std::future<absl::Status>> in_flight_;
+    bool closed_ = false;
+  };
 
   const std::string bucket_;
   std::string prefix_;

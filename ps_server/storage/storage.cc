@@ -8,6 +8,13 @@
 
 namespace psrt {
 
+absl::Status Storage::Write(absl::string_view key, absl::string_view data) {
+  auto writer = NewWriter(key);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status s = (*writer)->Append(data); !s.ok()) return s;
+  return (*writer)->Close();
+}
+
 absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(absl::string_view uri,
                                                      const S3Options& s3) {
   if (uri.empty()) return absl::InvalidArgumentError("empty storage URI");

@@ -23,12 +23,25 @@ struct StorageObject {
   int64_t bytes = 0;
 };
 
+// Streams one object. Nothing is visible under the key until Close()
+// succeeds; destroying a writer without Close() abandons the object (the
+// temporary file is removed, a multipart upload aborted).
+class StorageWriter {
+ public:
+  virtual ~StorageWriter() = default;
+  virtual absl::Status Append(absl::string_view data) = 0;
+  virtual absl::Status Close() = 0;
+};
+
 class Storage {
  public:
   virtual ~Storage() = default;
 
-  // Writes `data` as object `key`, replacing any previous one.
-  virtual absl::Status Write(absl::string_view key, absl::string_view data) = 0;
+  // A writer for object `key`, replacing any previous one when closed.
+  virtual absl::StatusOr<std::unique_ptr<StorageWriter>> NewWriter(
+      absl::string_view key) = 0;
+  // Writes `data` as object `key` (NewWriter, Append, Close).
+  virtual absl::Status Write(absl::string_view key, absl::string_view data);
   // The whole object. NOT_FOUND (naming it) if absent.
   virtual absl::StatusOr<std::string> Read(absl::string_view key) = 0;
   // Every object whose key starts with `prefix`, sorted by key.
