@@ -378,13 +378,26 @@ TEST(CheckpointTriggerTest, PeriodicCheckpointsKeepTheNewest) {
   stop = true;
   training.join();
   EXPECT_GE(taken, 3);
-  // Retention: only the newest two remain, latest is the newest.
-  absl::SleepFor(absl::Seconds(2));  // a checkpoint may still be finishing
-  auto listing = ListCheckpoints(**storage);
-  ASSERT_TRUE(listing.ok());
-  int complete = 0;
-  for (const CheckpointListing& l : *listing) complete += l.complete;
+  // Retention: only the newest two remain, latest is the newest. (A
+  // checkpoint the trigger started as training stopped may still be
+  // finishing: wait for the listing to settle.)
+  absl::StatusOr<std::vector<CheckpointListing>> listing;
+  int complete = 0, objects = -1;
+  for (int i = 0; i < 40; ++i) {
+    absl::SleepFor(absl::Milliseconds(500));
+    listing = ListCheckpoints(**storage);
+    ASSERT_TRUE(listing.ok());
+    complete = 0;
+    int n = 0;
+    for (const CheckpointListing& l : *listing) {
+      complete += l.complete;
+      n += l.objects;
+    }
+    if (complete == 2 && n == objects && listing->size() == 2) break;
+    objects = n;
+  }
   EXPECT_EQ(complete, 2);
+  EXPECT_EQ(listing->size(), 2u);
   auto latest = ReadLatest(**storage);
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, listing->back().name);
