@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -347,10 +348,10 @@ TEST_F(S3CheckpointTest, AwsCliReadsWhatTheServersWrote) {
   bytes << in.rdbuf();
   const std::string data = bytes.str();
   ASSERT_EQ(static_cast<int64_t>(data.size()), biggest->bytes());
-  EXPECT_EQ(Crc32c(data.data(), data.size() - 4),
-            *reinterpret_cast<const uint32_t*>(data.data() + data.size() - 4));
-  EXPECT_EQ(*reinterpret_cast<const uint32_t*>(data.data() + data.size() - 4),
-            biggest->crc32c());
+  uint32_t stored;  // the file's trailing CRC32C (unaligned in the buffer)
+  std::memcpy(&stored, data.data() + data.size() - 4, 4);
+  EXPECT_EQ(Crc32c(data.data(), data.size() - 4), stored);
+  EXPECT_EQ(stored, biggest->crc32c());
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 # Installs, from Debian's archive, everything psrt builds and tests with.
 # Idempotent: installs only what is missing. Needs root (or sudo).
 #   tools/install_deps.sh            build and test dependencies
-#   tools/install_deps.sh --bench    also PyTorch (the RPC baseline)
+#   (PyTorch is included: the Python client's tests and the benchmarks use it.)
 set -euo pipefail
 
 packages=(
@@ -14,15 +14,13 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
   zlib1g-dev dataset-fashion-mnist
   awscli
+  python3-torch python3-setuptools python3-pip
 )
 # Node.js and npm run s3rver, the S3 server the checkpoint tests use. A
 # machine with Node from elsewhere (e.g. NodeSource, which bundles npm)
 # keeps it.
 if ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
-fi
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch)
 fi
 
 missing=()

@@ -1,0 +1,16 @@
+"""psrt: the Python client of the psrt parameter server.
+
+    import psrt
+    client = psrt.Client({"cluster": {"ps": ["localhost:2223"]}})
+    client.create_variables([psrt.embedding("emb", vocab=100_000, dim=16,
+                                            optimizer="adagrad", learning_rate=0.05)])
+    rows = client.pull_rows("emb", ids)
+    client.push_rows("emb", ids, grads)
+"""
+from ._proto import ps_pb2
+from .client import Client, PsError, load_cluster
+from .shard_map import ShardMap, mix_id, normalize
+from .specs import dense, embedding, hash_embedding
+
+__all__ = ["Client", "PsError", "ShardMap", "dense", "embedding", "hash_embedding",
+           "load_cluster", "mix_id", "normalize", "ps_pb2"]

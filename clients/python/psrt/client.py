@@ -1,0 +1,493 @@
+"""psrt.Client: the Python counterpart of clients/cpp/client.h."""
+import concurrent.futures
+import json
+import os
+import random
+import threading
+import time
+
+import grpc
+import numpy as np
+
+from . import frame
+from ._proto import ps_pb2, ps_pb2_grpc
+from .shard_map import DENSE, ShardMap, normalize
+
+# Largest payload put in one Push message, and the largest Pull response
+# message asked for. Larger than the C++ client's 1 MiB: each gRPC message
+# costs Python more than it costs C++ (the server accepts up to 16 MiB).
+MESSAGE_BYTES = 4 << 20
+# Pull responses: the server gathers message k+1 while k is on the wire, so
+# smaller messages overlap better (measured: 1 MiB beats 4 MiB).
+PULL_MESSAGE_BYTES = int(os.environ.get("PSRT_PULL_MESSAGE_BYTES", 1 << 20))
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+
+
+class PsError(RuntimeError):
+    """A server or transport error: `code` is the grpc.StatusCode, the message
+    is the server's, prefixed with the PS that answered."""
+
+    def __init__(self, code, message, ps=None):
+        super().__init__(f"{code.name}: {message}" + (f" (PS {ps})" if ps is not None else ""))
+        self.code = code
+        self.server_message = message
+        self.ps = ps
+
+
+def load_cluster(cluster=None):
+    """PS addresses from a TF_CONFIG-style dict/JSON string/file path, else
+    $TF_CONFIG, else one PS on localhost:2223."""
+    if cluster is None:
+        cluster = os.environ.get("TF_CONFIG") or {"cluster": {"ps": ["localhost:2223"]}}
+    if isinstance(cluster, str):
+        text = cluster
+        if not cluster.lstrip().startswith("{"):
+            with open(cluster) as f:
+                text = f.read()
+        cluster = json.loads(text)
+    if isinstance(cluster, (list, tuple)):
+        return list(cluster)
+    ps = cluster.get("cluster", {}).get("ps")
+    if not ps or not all(isinstance(a, str) and ":" in a for a in ps):
+        raise ValueError(f"cluster spec needs cluster.ps as a list of host:port, got {ps!r}")
+    return list(ps)
+
+
+def _float32(name, array, expected_size):
+    a = np.asarray(array)
+    if a.dtype.kind != "f":
+        raise TypeError(f"'{name}': gradients must be floating point, got {a.dtype}")
+    a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+    if a.size != expected_size:
+        raise ValueError(f"'{name}': got {a.size} floats, expected {expected_size}")
+    return a
+
+
+def _ids(name, ids):
+    a = np.asarray(ids)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"'{name}': ids must be integers, got {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.int64).reshape(-1)
+
+
+class Client:
+    """Connects to every PS of a cluster.
+
+        client = psrt.Client({"cluster": {"ps": ["h1:2223", "h2:2223"]}})
+        client.create_variables([psrt.embedding("emb", 1_000_000, 16, ...)])
+        rows = client.pull_rows("emb", ids)          # [len(ids), 16]
+        client.push_rows("emb", ids, grads)          # repeated ids summed
+    """
+
+    def __init__(self, cluster=None, timeout=60.0, max_attempts=6, channels_per_ps=2):
+        self.addresses = load_cluster(cluster)
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        options = [("grpc.max_receive_message_length", 64 << 20),
+                   ("grpc.max_send_message_length", 64 << 20),
+                   ("grpc.max_reconnect_backoff_ms", 2000)]
+        # Separate TCP connections per PS (a local subchannel pool each):
+        # large pulls are split over them.
+        self._all_channels = [
+            [grpc.insecure_channel(a, options=options + [("grpc.use_local_subchannel_pool", 1)])
+             for _ in range(max(1, channels_per_ps))] for a in self.addresses]
+        self._channels = [c[0] for c in self._all_channels]
+        self._stubs = [ps_pb2_grpc.ParameterServerStub(c) for c in self._channels]
+        self._pull = [[c.unary_stream("/psrt.ParameterServer/Pull",
+                                      request_serializer=frame.identity,
+                                      response_deserializer=frame.identity)
+                       for c in channels] for channels in self._all_channels]
+        self._push = [c.stream_unary("/psrt.ParameterServer/Push",
+                                     request_serializer=frame.identity,
+                                     response_deserializer=ps_pb2.PushResponse.FromString)
+                      for c in self._channels]
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max(2, len(self.addresses) * max(1, channels_per_ps)))
+        self._map = ShardMap(len(self.addresses))
+        self._lock = threading.Lock()
+        self._client_id = random.getrandbits(63) | 1
+        self._request_id = 0
+
+    @property
+    def num_ps(self):
+        return len(self.addresses)
+
+    def close(self):
+        self._pool.shutdown()
+        for channels in self._all_channels:
+            for c in channels:
+                c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- calls, retries, errors -------------------------------------------
+
+    def _call(self, ps, fn, what):
+        delay = 0.1
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return fn()
+            except grpc.RpcError as e:
+                code = e.code()
+                if code in _RETRYABLE and attempt < self.max_attempts:
+                    time.sleep(delay * (0.5 + random.random() / 2))
+                    delay = min(delay * 2, 5.0)
+                    continue
+                raise PsError(code, f"{what} to {self.addresses[ps]}: {e.details()}",
+                              ps) from None
+
+    def wait_for_servers(self, timeout=30.0):
+        for i, c in enumerate(self._channels):
+            try:
+                grpc.channel_ready_future(c).result(timeout=timeout)
+            except grpc.FutureTimeoutError:
+                raise PsError(grpc.StatusCode.UNAVAILABLE,
+                              f"PS {i} ({self.addresses[i]}) not reachable in {timeout} s",
+                              i) from None
+
+    # ---- catalog ----------------------------------------------------------
+
+    def create_variables(self, specs):
+        """Creates (idempotently) `specs` at the end of the catalog, PS 0
+        first; every process must create the same variables in the same
+        order (or call refresh_catalog())."""
+        specs = [normalize(self._copy(s)) for s in specs]
+        with self._lock:
+            self._refresh_locked()
+            first = len(self._map.variables)
+            for i, s in enumerate(specs):
+                existing = self._map.find(s.name)
+                if existing is not None:
+                    first = min(first, existing.index) if i == 0 else first
+            # Specs already in the catalog must be the prefix at their index.
+            if specs and self._map.find(specs[0].name) is not None:
+                first = self._map.find(specs[0].name).index
+            request = ps_pb2.CreateVariablesRequest(first_index=first, specs=specs,
+                                                    num_ps=self.num_ps)
+            for ps in range(self.num_ps):
+                self._call(ps, lambda ps=ps: self._stubs[ps].CreateVariables(
+                    request, timeout=max(self.timeout, 600)), "CreateVariables")
+            self._refresh_locked()
+
+    def refresh_catalog(self):
+        with self._lock:
+            self._refresh_locked()
+
+    def _refresh_locked(self):
+        response = self._call(0, lambda: self._stubs[0].ListVariables(
+            ps_pb2.ListVariablesRequest(), timeout=self.timeout), "ListVariables")
+        if len(response.variables) == len(self._map.variables):
+            return
+        m = ShardMap(self.num_ps)
+        for info in response.variables:
+            m.add(info.spec)
+        self._map = m
+
+    @staticmethod
+    def _copy(spec):
+        out = ps_pb2.VariableSpec()
+        out.CopyFrom(spec)
+        return out
+
+    def layout(self, name):
+        v = self._map.find(name)
+        if v is None:
+            with self._lock:
+                self._refresh_locked()
+            v = self._map.find(name)
+        if v is None:
+            raise PsError(grpc.StatusCode.NOT_FOUND, f"unknown variable '{name}'")
+        return v
+
+    def list_variables(self):
+        return [self._call(ps, lambda ps=ps: self._stubs[ps].ListVariables(
+            ps_pb2.ListVariablesRequest(), timeout=self.timeout), "ListVariables")
+            for ps in range(self.num_ps)]
+
+    def stats(self):
+        return [self._call(ps, lambda ps=ps: self._stubs[ps].GetStats(
+            ps_pb2.StatsRequest(), timeout=self.timeout), "GetStats")
+            for ps in range(self.num_ps)]
+
+    def checkpoint(self, uri="", timeout=3600.0):
+        """Every PS saves its shards (PS 0 coordinates); returns
+        CheckpointResponse (uri, global_step, bytes, seconds)."""
+        return self._call(0, lambda: self._stubs[0].Checkpoint(
+            ps_pb2.CheckpointRequest(checkpoint_uri=uri), timeout=timeout), "Checkpoint")
+
+    # ---- planning ---------------------------------------------------------
+
+    @staticmethod
+    def _unique(v, ids):
+        """np.unique(ids, return_inverse=True), by a table over the
+        vocabulary when it is small next to the batch (no sort)."""
+        if v.kind == ps_pb2.HASH_EMBEDDING or ids.size == 0:
+            return np.unique(ids, return_inverse=True)
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= v.rows:
+            raise ValueError(f"'{v.name}': ids must lie in [0, {v.rows}), got [{lo}, {hi}]")
+        span = hi - lo + 1
+        if span > max(64 * ids.size, 1 << 16) or span > (1 << 25):
+            return np.unique(ids, return_inverse=True)
+        seen = np.zeros(span, np.bool_)
+        seen[ids - lo] = True
+        unique = np.flatnonzero(seen)
+        slot = np.empty(span, np.int64)
+        slot[unique] = np.arange(unique.size)
+        inverse = slot[ids - lo]
+        unique += lo
+        return unique, inverse
+
+    def _plan_rows(self, v, ids):
+        """Unique ids of `ids` grouped by shard: (unique, inverse, [(shard,
+        start, end)]) with unique sorted by shard."""
+        unique, inverse = self._unique(v, ids)
+        if v.kind != ps_pb2.HASH_EMBEDDING and unique.size and (
+                unique[0] < 0 or unique[-1] >= v.rows):
+            raise ValueError(f"'{v.name}': ids must lie in [0, {v.rows}), got "
+                             f"[{unique[0]}, {unique[-1]}]")
+        if len(v.shards) == 1:
+            return unique, inverse, [(0, 0, int(unique.size))] if unique.size else []
+        shard = v.shard_of(unique)
+        # Shard numbers fit 16 bits: numpy's stable sort is a radix sort.
+        order = np.argsort(shard.astype(np.uint16), kind="stable")
+        unique = unique[order]
+        position = np.empty_like(order)
+        position[order] = np.arange(order.size)
+        inverse = position[inverse]
+        shard = shard[order]
+        bounds = np.flatnonzero(np.diff(shard)) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [unique.size]))
+        groups = [(int(shard[s]), int(s), int(e)) for s, e in zip(starts, ends) if e > s]
+        return unique, inverse, groups
+
+    def _fan_out(self, fn, per_ps, *args):
+        """fn(ps, items, *args) for every PS with items, in parallel."""
+        self._run_jobs(fn, [(ps, items, *args) for ps, items in enumerate(per_ps) if items])
+
+    def _run_jobs(self, fn, jobs):
+        """fn(*job) for every job, in parallel (the last one on this
+        thread); raises the first error after all finished."""
+        futures = [self._pool.submit(fn, *job) for job in jobs[:-1]]
+        error = None
+        if jobs:
+            try:
+                fn(*jobs[-1])
+            except Exception as e:  # still wait for the others
+                error = e
+        for f in futures:
+            try:
+                f.result()
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
+
+    # ---- pull -------------------------------------------------------------
+
+    def pull(self, ops, step=0):
+        """Batched pull: `ops` maps variable name -> ids (embedding) or None
+        (whole dense variable). One Pull call per PS, all in parallel.
+        Returns name -> array ([len(ids), dim] or the variable's shape)."""
+        per_ps = [[] for _ in range(self.num_ps)]  # (item, name, dst offset, count)
+        results, finish = {}, []
+        for name, ids in ops.items():
+            v = self.layout(name)
+            if v.kind == DENSE:
+                if ids is not None:
+                    raise ValueError(f"'{name}' is dense: pull it with None, not ids")
+                out = np.empty(v.rows * v.row_width, dtype=np.float32)
+                for sh in v.shards:
+                    count = sh.num_rows * v.row_width
+                    item = ps_pb2.TensorItem(variable=name, shard=sh.shard, offset=0, count=count)
+                    per_ps[sh.ps_task].append((item, None, out, sh.row_begin * v.row_width, count))
+                results[name] = out
+                finish.append((name, lambda o=out, v=v: o.reshape(tuple(v.spec.shape) or (1,))))
+            else:
+                ids = _ids(name, ids)
+                unique, inverse, groups = self._plan_rows(v, ids)
+                rows = np.empty((unique.size, v.row_width), dtype=np.float32)
+                for shard, s, e in groups:
+                    item = ps_pb2.TensorItem(variable=name, shard=shard)
+                    per_ps[v.shards[shard].ps_task].append(
+                        (item, unique[s:e], rows.reshape(-1), s * v.row_width,
+                         (e - s) * v.row_width))
+                finish.append((name, lambda r=rows, inv=inverse: np.take(r, inv, axis=0)))
+        jobs = []
+        for ps, items in enumerate(per_ps):
+            if not items:
+                continue
+            parts = self._split_pull(items, len(self._pull[ps]))
+            jobs += [(ps, part, step, c) for c, part in enumerate(parts)]
+        self._run_jobs(self._pull_one, jobs)
+        return {name: make() for name, make in finish}
+
+    @staticmethod
+    def _split_pull(items, ways):
+        """Splits one PS's pull items into up to `ways` requests of about
+        equal size when they are large (>= 32k rows' or 1M floats' worth)."""
+        total = sum(count for _, _, _, _, count in items)
+        if ways < 2 or total < (1 << 20) and sum(
+                0 if ids is None else ids.size for _, ids, _, _, _ in items) < 32768:
+            return [items]
+        target = -(-total // ways)
+        parts, current, size = [], [], 0
+        queue = list(items)
+        while queue:
+            item, ids, out, offset, count = queue.pop(0)
+            room = target - size
+            if count > room and room > 0 and len(parts) < ways - 1:
+                # Cut this item: rows (whole rows) or a dense range.
+                if ids is not None:
+                    width = count // ids.size
+                    cut = max(1, room // width)
+                    head = (ps_pb2.TensorItem(variable=item.variable, shard=item.shard),
+                            ids[:cut], out, offset, cut * width)
+                    tail = (ps_pb2.TensorItem(variable=item.variable, shard=item.shard),
+                            ids[cut:], out, offset + cut * width, count - cut * width)
+                else:
+                    head = (ps_pb2.TensorItem(variable=item.variable, shard=item.shard,
+                                              offset=item.offset, count=room),
+                            None, out, offset, room)
+                    tail = (ps_pb2.TensorItem(variable=item.variable, shard=item.shard,
+                                              offset=item.offset + room, count=count - room),
+                            None, out, offset + room, count - room)
+                if head[4] > 0 and tail[4] > 0:
+                    current.append(head)
+                    parts.append(current)
+                    current, size = [], 0
+                    queue.insert(0, tail)
+                    continue
+            current.append((item, ids, out, offset, count))
+            size += count
+            if size >= target and len(parts) < ways - 1:
+                parts.append(current)
+                current, size = [], 0
+        if current:
+            parts.append(current)
+        return parts
+
+    def _pull_one(self, ps, items, step, channel=0):
+        header = ps_pb2.PullRequestHeader(step=step, max_response_message_bytes=PULL_MESSAGE_BYTES)
+        payloads = []
+        for item, ids, _, _, _ in items:
+            if ids is not None:
+                item.ids_payload = len(payloads)
+                payloads.append(ids)
+            header.items.append(item)
+        request = frame.encode(header.SerializeToString(), payloads)
+        received = [0] * len(items)
+
+        def run():
+            for i in range(len(received)):
+                received[i] = 0
+            for message in self._pull[ps][channel](request, timeout=self.timeout):
+                head, pays = frame.decode(message)
+                h = ps_pb2.PullResponseHeader.FromString(head)
+                for piece in h.pieces:
+                    _, _, out, offset, count = items[piece.item]
+                    values = np.frombuffer(pays[piece.values_payload], dtype=np.float32)
+                    start = offset + piece.first_float
+                    if piece.first_float + values.size > count:
+                        raise PsError(grpc.StatusCode.DATA_LOSS,
+                                      f"PS {ps} sent too many values for item {piece.item}")
+                    out[start:start + values.size] = values
+                    received[piece.item] += values.size
+            for i, (item, _, _, _, count) in enumerate(items):
+                if received[i] != count:
+                    raise PsError(grpc.StatusCode.DATA_LOSS,
+                                  f"PS {ps} sent {received[i]} of {count} values of "
+                                  f"'{item.variable}' shard {item.shard}")
+
+        self._call(ps, run, "Pull")
+
+    def pull_dense(self, name):
+        return self.pull({name: None})[name]
+
+    def pull_rows(self, name, ids):
+        return self.pull({name: ids})[name]
+
+    # ---- push -------------------------------------------------------------
+
+    def push(self, ops, step=0, learning_rates=None):
+        """Batched push: `ops` maps name -> gradient (dense, the variable's
+        size) or (ids, grads) with grads [len(ids), dim]; repeated ids are
+        summed. One Push call per PS, in parallel; all or nothing per PS."""
+        learning_rates = learning_rates or {}
+        per_ps = [[] for _ in range(self.num_ps)]  # (item, ids, grads)
+        for name, op in ops.items():
+            v = self.layout(name)
+            lr = float(learning_rates.get(name, 0.0))
+            if v.kind == DENSE:
+                grad = _float32(name, op, v.rows * v.row_width)
+                limit = MESSAGE_BYTES // 4
+                for sh in v.shards:
+                    base = sh.row_begin * v.row_width
+                    size = sh.num_rows * v.row_width
+                    for off in range(0, size, limit):
+                        count = min(limit, size - off)
+                        item = ps_pb2.TensorItem(variable=name, shard=sh.shard, offset=off,
+                                                 count=count, learning_rate=lr)
+                        per_ps[sh.ps_task].append((item, None,
+                                                   grad[base + off:base + off + count]))
+            else:
+                ids, grads = op
+                ids = _ids(name, ids)
+                grads = _float32(name, grads, ids.size * v.row_width).reshape(-1, v.row_width)
+                unique, inverse, groups = self._plan_rows(v, ids)
+                if unique.size != ids.size:
+                    order = np.argsort(inverse, kind="stable")
+                    starts = np.flatnonzero(np.diff(inverse[order], prepend=-1))
+                    summed = np.add.reduceat(grads[order], starts, axis=0)
+                else:
+                    summed = np.empty_like(grads)
+                    summed[inverse] = grads
+                rows_per_item = max(1, MESSAGE_BYTES // (4 * v.row_width))
+                for shard, s, e in groups:
+                    for a in range(s, e, rows_per_item):
+                        b = min(e, a + rows_per_item)
+                        item = ps_pb2.TensorItem(variable=name, shard=shard, learning_rate=lr)
+                        per_ps[v.shards[shard].ps_task].append(
+                            (item, unique[a:b], summed[a:b]))
+        with self._lock:
+            self._request_id += 1
+            request_id = self._request_id
+        self._fan_out(self._push_one, per_ps, step, request_id)
+
+    def _push_one(self, ps, items, step, request_id):
+        messages, header, payloads, size = [], ps_pb2.PushRequestHeader(), [], 0
+
+        def flush():
+            nonlocal header, payloads, size
+            messages.append((header, payloads))
+            header, payloads, size = ps_pb2.PushRequestHeader(), [], 0
+
+        for item, ids, grads in items:
+            nbytes = grads.nbytes + (ids.nbytes if ids is not None else 0)
+            if size and size + nbytes > MESSAGE_BYTES:
+                flush()
+            if ids is not None:
+                item.ids_payload = len(payloads)
+                payloads.append(ids)
+            item.grad_payload = len(payloads)
+            payloads.append(grads)
+            header.items.append(item)
+            size += nbytes
+        flush()
+        first = messages[0][0]
+        first.client_id, first.request_id, first.step = self._client_id, request_id, step
+        messages[-1][0].last = True
+        encoded = [frame.encode(h.SerializeToString(), p) for h, p in messages]
+        return self._call(ps, lambda: self._push[ps](iter(encoded), timeout=self.timeout),
+                          "Push")
+
+    def push_dense(self, name, grad, learning_rate=0.0):
+        self.push({name: grad}, learning_rates={name: learning_rate})
+
+    def push_rows(self, name, ids, grads, learning_rate=0.0):
+        self.push({name: (ids, grads)}, learning_rates={name: learning_rate})

@@ -1,0 +1,135 @@
+"""PyTorch integration: keep a model's embeddings and dense weights on psrt
+and change an existing training loop by a few lines.
+
+    import psrt, psrt.torch
+    client = psrt.Client(cluster)
+    emb = psrt.torch.Embedding(client, "user_emb", vocab=1_000_000, dim=16,
+                               optimizer="adagrad", learning_rate=0.05)
+    mlp = torch.nn.Sequential(...)
+    dense = psrt.torch.DenseParameters(client, mlp, prefix="mlp/",
+                                       optimizer="adam", learning_rate=1e-3)
+    for batch in data:
+        dense.pull()                     # 1: fresh weights from the PS
+        loss = loss_fn(mlp(emb(ids)), labels)
+        loss.backward()                  # embedding rows push themselves
+        dense.push()                     # 2: dense gradients to the PS
+        mlp.zero_grad()
+
+The optimizers run on the servers (no torch.optim); pushes are
+asynchronous: each push is waited for (and its error raised) before the next
+pull of the same variables.
+"""
+import concurrent.futures
+import zlib
+
+import numpy as np
+import torch
+
+from . import specs as _specs
+
+
+class Embedding(torch.nn.Module):
+    """An embedding table held by psrt: forward pulls the rows of the batch's
+    (unique) ids; backward pushes each unique id's gradient, summed over its
+    occurrences. `hash=True` makes it a hash embedding (any int64 id, rows
+    created on first push; `vocab` is then the capacity, 0 = unbounded)."""
+
+    def __init__(self, client, name, vocab, dim, hash=False, num_shards=None,
+                 optimizer="adagrad", learning_rate=0.05, initializer=None, seed=0,
+                 **optimizer_params):
+        super().__init__()
+        self.client, self.name, self.dim = client, name, dim
+        shards = client.num_ps if num_shards is None else num_shards
+        init = initializer or ("truncated_normal", {"stddev": 0.01})
+        if hash:
+            spec = _specs.hash_embedding(name, dim, capacity=vocab, num_shards=shards,
+                                         placement="greedy_bytes", optimizer=optimizer,
+                                         learning_rate=learning_rate, initializer=init,
+                                         seed=seed, **optimizer_params)
+        else:
+            spec = _specs.embedding(name, vocab, dim, num_shards=shards,
+                                    placement="greedy_bytes", optimizer=optimizer,
+                                    learning_rate=learning_rate, initializer=init,
+                                    seed=seed, **optimizer_params)
+        client.create_variables([spec])
+        self._pool = concurrent.futures.ThreadPoolExecutor(1)
+        self._pending = None
+
+    def flush(self):
+        """Waits for the last push (raising its error, if any)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def forward(self, ids):
+        self.flush()
+        flat = ids.reshape(-1).to(torch.int64)
+        unique, inverse = torch.unique(flat, return_inverse=True)
+        unique_np = unique.numpy()
+        rows = torch.from_numpy(self.client.pull_rows(self.name, unique_np))
+        if self.training and torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            rows.register_hook(lambda grad: self._push(unique_np, grad))
+        return rows[inverse].reshape(*ids.shape, self.dim)
+
+    def _push(self, ids, grad):
+        g = grad.detach().to(torch.float32).contiguous().numpy().copy()
+        self._pending = self._pool.submit(self.client.push_rows, self.name, ids, g)
+        return None
+
+
+class DenseParameters:
+    """Keeps every parameter of `module` on psrt as a dense variable named
+    prefix + parameter name, with the server-side optimizer given.
+
+    The servers initialize the variables (the first process to create them
+    wins; the others get the same values): each from a uniform distribution
+    with the variance of the module's own initial values (zeros where those
+    are all zero), seeded by its name, so every worker starts from the same
+    weights."""
+
+    def __init__(self, client, module, prefix="", optimizer="adam", learning_rate=1e-3,
+                 num_shards=1, **optimizer_params):
+        self.client = client
+        self.params = [(prefix + name, p) for name, p in module.named_parameters()]
+        specs = []
+        for name, p in self.params:
+            std = float(p.detach().std()) if p.numel() > 1 else float(p.detach().abs().sum())
+            init = ("uniform", {"min": -std * 3 ** 0.5, "max": std * 3 ** 0.5}) \
+                if std > 0 else "zeros"
+            specs.append(_specs.dense(name, tuple(p.shape) or (1,),
+                                      num_shards=min(num_shards, max(1, p.shape[0] if p.dim() else 1)),
+                                      optimizer=optimizer, learning_rate=learning_rate,
+                                      initializer=init, seed=zlib.crc32(name.encode()),
+                                      **optimizer_params))
+        client.create_variables(specs)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1)
+        self._pending = None
+        self.step = 0
+
+    def pull(self):
+        """Copies the servers' current values into the module (one batched
+        pull for all parameters, after the previous push finished)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+        values = self.client.pull({name: None for name, _ in self.params})
+        with torch.no_grad():
+            for name, p in self.params:
+                p.copy_(torch.from_numpy(values[name]).reshape(p.shape))
+
+    def push(self):
+        """Sends every parameter's .grad (zeros where None) as one batched
+        push, asynchronously."""
+        grads = {}
+        for name, p in self.params:
+            g = p.grad
+            grads[name] = (np.zeros(p.numel(), np.float32) if g is None
+                           else g.detach().to(torch.float32).reshape(-1).numpy().copy())
+        self._pending = self._pool.submit(self.client.push, grads, self.step)
+        self.step += 1
+
+    def flush(self):
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()

@@ -1,0 +1,81 @@
+"""Frame codec and the shard map, checked against what C++ computes."""
+import numpy as np
+import pytest
+
+import psrt
+from psrt import frame
+from psrt.shard_map import ShardMap
+
+
+def test_frame_round_trip_and_rejects_malformed():
+    ids = np.arange(5, dtype=np.int64)
+    vals = np.linspace(0, 1, 7, dtype=np.float32)
+    data = frame.encode(b"head", [ids, vals])
+    header, payloads = frame.decode(data)
+    assert header == b"head"
+    assert np.array_equal(np.frombuffer(payloads[0], np.int64), ids)
+    assert np.array_equal(np.frombuffer(payloads[1], np.float32), vals)
+    # It is an ordinary protobuf encoding of psrt.Frame.
+    parsed = psrt.ps_pb2.Frame.FromString(data)
+    assert parsed.header == b"head" and len(parsed.payload) == 2
+    for bad in (data[:-1], b"\x1a\x00", b"\x12\x00\x0a\x00", b"\x0a\x85"):
+        with pytest.raises(frame.FrameError):
+            frame.decode(bad)
+
+
+def test_mix_id_is_the_protocols_hash():
+    assert int(psrt.mix_id([1])[0]) == 0xB456BCFC34C2CB2C
+    assert psrt.mix_id([-1, 0, 2**62]).dtype == np.uint64
+
+
+def varied_specs(num_ps):
+    return [
+        psrt.dense("w0", (1000, 8), num_shards=3, optimizer="adam"),
+        psrt.dense("w1", (17,), num_shards=4, placement="greedy_bytes"),
+        psrt.embedding("e0", 100_003, 16, num_shards=5, routing="mod",
+                       placement="greedy_bytes"),
+        psrt.embedding("e1", 50_000, 4, max_shard_bytes=100_000, optimizer="ftrl"),
+        psrt.hash_embedding("h0", 8, num_shards=num_ps, placement="greedy_bytes"),
+        psrt.hash_embedding("h1", 8, capacity=1_000_000, num_shards=7,
+                            optimizer="momentum"),
+        psrt.dense("w2", (3, 5, 7), num_shards=2, placement="greedy_bytes"),
+    ]
+
+
+def test_shard_map_is_identical_to_the_servers(make_cluster):
+    cluster = make_cluster(3)
+    client = cluster.client()
+    client.create_variables(varied_specs(3))
+    expected = ShardMap(3)
+    for s in varied_specs(3):
+        expected.add(psrt.normalize(s))
+    seen = {}
+    for ps, listing in enumerate(client.list_variables()):
+        assert [v.spec.name for v in listing.variables] == [v.name for v in expected.variables]
+        for info in listing.variables:
+            for shard in info.shards:
+                assert shard.ps_task == ps
+                seen[(info.spec.name, shard.shard)] = (ps, shard.row_begin, shard.num_rows,
+                                                       info.spec.kind)
+    for v in expected.variables:
+        for sh in v.shards:
+            ps, row_begin, rows, kind = seen.pop((v.name, sh.shard))
+            assert ps == sh.ps_task, (v.name, sh.shard)
+            assert row_begin == sh.row_begin
+            if kind != psrt.ps_pb2.HASH_EMBEDDING:
+                assert rows == sh.num_rows
+    assert not seen
+    # Routing: every id of e0 and h0 lands on a shard the servers accept
+    # (a misrouted id is rejected with INVALID_ARGUMENT).
+    ids = np.arange(0, 100_003, 97, dtype=np.int64)
+    client.push_rows("e0", ids, np.ones((ids.size, 16), np.float32))
+    client.push_rows("h0", np.array([-5, 0, 2**40, 12345]), np.ones((4, 8), np.float32))
+    client.close()
+
+
+def test_specs_are_validated_before_sending():
+    with pytest.raises(ValueError, match="'bad': EMBEDDING shape"):
+        psrt.normalize(psrt.ps_pb2.VariableSpec(name="bad", kind=psrt.ps_pb2.EMBEDDING,
+                                                shape=[10]))
+    with pytest.raises(ValueError, match="learning_rate"):
+        psrt.normalize(psrt.dense("w", (3,), learning_rate=0))

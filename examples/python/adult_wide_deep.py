@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""Wide & Deep on the UCI Adult census data in PyTorch -- trained locally, or
+with its embeddings and dense weights on a psrt cluster by several worker
+processes. The psrt version differs from the local one by the lines marked
+"psrt:".
+
+    # locally
+    examples/python/adult_wide_deep.py --data=testdata/adult --local
+    # on a cluster: every worker runs this (worker i of n trains shard i)
+    examples/python/adult_wide_deep.py --data=testdata/adult \
+        --cluster='{"cluster": {"ps": ["localhost:2223", "localhost:2224"]}}' \
+        --worker_index=0 --num_workers=2
+    # then evaluate what the servers hold
+    examples/python/adult_wide_deep.py --data=testdata/adult --cluster=... --evaluate_only
+
+Prints one line per epoch and `test_accuracy=<x>` at the end.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "clients", "python"))
+
+CATEGORICAL = [1, 3, 5, 6, 7, 8, 9, 13]  # workclass .. native-country
+CONTINUOUS = [0, 2, 4, 10, 11, 12]        # age, fnlwgt, education-num, gains, hours
+CROSSES = [(3, 6), (1, 6), (5, 7), (0, 3)]  # education x occupation, ... (0 = age bucket)
+
+
+def read(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = [p.strip() for p in line.strip().rstrip(".").split(",")]
+            if len(parts) == 15:
+                rows.append(parts)
+    return rows
+
+
+def featurize(train_rows, test_rows):
+    """Categorical values, age buckets and crosses -> one id space; the
+    continuous columns standardized. Vocabulary from the training data."""
+    vocab = {}
+
+    def ids_of(rows, grow):
+        out = np.zeros((len(rows), len(CATEGORICAL) + len(CROSSES) + 1), np.int64)
+        for r, row in enumerate(rows):
+            age_bucket = str(min(int(row[0]) // 5, 15))
+            keys = [f"{c}={row[c]}" for c in CATEGORICAL] + [f"age={age_bucket}"]
+            for a, b in CROSSES:
+                va = age_bucket if a == 0 else row[a]
+                keys.append(f"{a}x{b}={va}|{row[b]}")
+            for k, key in enumerate(keys):
+                if key not in vocab and grow:
+                    vocab[key] = len(vocab) + 1  # 0 = unseen
+                out[r, k] = vocab.get(key, 0)
+        return out
+
+    train_ids, test_ids = ids_of(train_rows, True), ids_of(test_rows, False)
+    cont = [np.array([[float(row[c]) for c in CONTINUOUS] for row in rows], np.float32)
+            for rows in (train_rows, test_rows)]
+    cont = [np.log1p(np.maximum(x, 0)) for x in cont]
+    mean, std = cont[0].mean(0), cont[0].std(0) + 1e-6
+    cont = [(x - mean) / std for x in cont]
+    labels = [np.array([row[14].startswith(">50K") for row in rows], np.float32)
+              for rows in (train_rows, test_rows)]
+    return (train_ids, cont[0], labels[0]), (test_ids, cont[1], labels[1]), len(vocab) + 1
+
+
+class WideDeep(torch.nn.Module):
+    def __init__(self, wide, deep, fields, dim, dense_dim):
+        super().__init__()
+        self.wide, self.deep = wide, deep  # embeddings: [*, 1] and [*, dim]
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(fields * dim + dense_dim, 64), torch.nn.ReLU(),
+            torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+    def forward(self, ids, dense):
+        wide = self.wide(ids).sum(dim=(1, 2))
+        deep = self.mlp(torch.cat([self.deep(ids).flatten(1), dense], dim=1)).squeeze(1)
+        return wide + deep
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default="testdata/adult")
+    p.add_argument("--local", action="store_true", help="train without psrt")
+    p.add_argument("--cluster", default=None, help="TF_CONFIG-style JSON (psrt mode)")
+    p.add_argument("--worker_index", type=int, default=0)
+    p.add_argument("--num_workers", type=int, default=1)
+    p.add_argument("--evaluate_only", action="store_true")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--batch_size", type=int, default=128)
+    p.add_argument("--dim", type=int, default=8)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    train, test, vocab = featurize(read(os.path.join(args.data, "adult.data")),
+                                   read(os.path.join(args.data, "adult.test")))
+    fields, dense_dim = train[0].shape[1], train[1].shape[1]
+
+    if args.local:
+        wide = torch.nn.Embedding(vocab, 1, sparse=True)
+        deep = torch.nn.Embedding(vocab, args.dim, sparse=True)
+        torch.nn.init.zeros_(wide.weight)
+        torch.nn.init.trunc_normal_(deep.weight, std=0.01)
+        model = WideDeep(wide, deep, fields, args.dim, dense_dim)
+        sparse_opt = torch.optim.Adagrad(list(wide.parameters()) + list(deep.parameters()),
+                                         lr=0.05, initial_accumulator_value=0.1)
+        dense_opt = torch.optim.Adam(model.mlp.parameters(), lr=1e-3, eps=1e-7)
+    else:
+        import psrt  # psrt:
+        import psrt.torch  # psrt:
+        client = psrt.Client(args.cluster)  # psrt:
+        wide = psrt.torch.Embedding(client, "wd/wide", vocab, 1,  # psrt:
+                                    initializer="zeros", optimizer="adagrad",
+                                    learning_rate=0.05)
+        deep = psrt.torch.Embedding(client, "wd/deep", vocab, args.dim,  # psrt:
+                                    optimizer="adagrad", learning_rate=0.05)
+        model = WideDeep(wide, deep, fields, args.dim, dense_dim)
+        dense = psrt.torch.DenseParameters(client, model.mlp, prefix="wd/mlp/",  # psrt:
+                                           optimizer="adam", learning_rate=1e-3)
+
+    if not args.evaluate_only:
+        # This worker's shard of the training data.
+        n = train[0].shape[0]
+        mine = np.arange(args.worker_index, n, args.num_workers)
+        rng = np.random.default_rng(args.seed + args.worker_index)
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        for epoch in range(args.epochs):
+            order = rng.permutation(mine)
+            total = 0.0
+            for b in range(0, order.size, args.batch_size):
+                idx = order[b:b + args.batch_size]
+                ids, x, y = (torch.from_numpy(t[idx]) for t in train)
+                if args.local:
+                    sparse_opt.zero_grad()
+                    dense_opt.zero_grad()
+                else:
+                    dense.pull()  # psrt:
+                    model.mlp.zero_grad()
+                loss = loss_fn(model(ids, x), y)
+                loss.backward()
+                if args.local:
+                    sparse_opt.step()
+                    dense_opt.step()
+                else:
+                    dense.push()  # psrt:
+                total += loss.item() * idx.size
+            print(f"worker {args.worker_index} epoch {epoch} loss={total / mine.size:.5f}",
+                  flush=True)
+        if not args.local:
+            dense.flush()  # psrt:
+            wide.flush()
+            deep.flush()
+
+    if not args.local:
+        dense.pull()  # psrt: evaluate what the servers hold
+    model.eval()
+    with torch.no_grad():
+        logits = model(*(torch.from_numpy(t) for t in test[:2]))
+    accuracy = float(((logits > 0).numpy() == (test[2] > 0.5)).mean())
+    print(f"test_accuracy={accuracy:.5f} examples={test[2].size}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

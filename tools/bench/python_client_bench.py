@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""The Python client against the C++ client on the same server, same run.
+
+    bazel build //ps_server //tools/ps_bench //clients/python/psrt:psrt
+    /usr/bin/python3 tools/bench/python_client_bench.py
+
+One ps_server; the cases are ps_bench's: `dense_4MiB` (1M floats, SGD,
+whole-variable push and pull) and `embedding_100k` (a 1M x 16 Adagrad
+table, 100,000 distinct random ids per operation, 4 batches cycled; push
+applies Adagrad, pull fetches rows). ps_bench measures the C++ client
+(median of 3 x 2 s), then this script measures psrt.Client doing the same
+operations the same way; rounds alternate. Targets: dense >= 0.8x the C++
+client, embedding pull >= 0.5x.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(ROOT, "bazel-bin")
+sys.path.insert(0, os.path.join(BIN, "clients", "python"))  # generated modules
+sys.path.insert(1, os.path.join(ROOT, "clients", "python"))
+
+import psrt  # noqa: E402
+
+
+def measure(op, seconds, repeat):
+    rates = []
+    for _ in range(repeat):
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            op()
+            n += 1
+        rates.append(n / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def python_round(client, seconds, repeat):
+    out = {}
+    client.create_variables([psrt.dense("pybench/dense", (1 << 20,), num_shards=client.num_ps,
+                                        learning_rate=1e-6)])
+    grad = np.full(1 << 20, 0.001, np.float32)
+    out[("dense_4MiB", "push")] = measure(lambda: client.push_dense("pybench/dense", grad),
+                                          seconds, repeat)
+    out[("dense_4MiB", "pull")] = measure(lambda: client.pull_dense("pybench/dense"),
+                                          seconds, repeat)
+    vocab, dim, n = 1_000_000, 16, 100_000
+    client.create_variables([psrt.embedding("pybench/emb", vocab, dim,
+                                            num_shards=client.num_ps, optimizer="adagrad",
+                                            learning_rate=0.01)])
+    rng = np.random.default_rng(1)
+    batches = [rng.permutation(vocab)[:n] for _ in range(4)]
+    grads = np.full((n, dim), 0.01, np.float32)
+    counter = [0]
+
+    def next_batch():
+        counter[0] += 1
+        return batches[counter[0] % 4]
+
+    out[("embedding_100k", "push")] = measure(
+        lambda: client.push_rows("pybench/emb", next_batch(), grads), seconds, repeat)
+    out[("embedding_100k", "pull")] = measure(
+        lambda: client.pull_rows("pybench/emb", next_batch()), seconds, repeat)
+    return out
+
+
+def cpp_round(cluster, seconds, repeat):
+    text = subprocess.run(
+        [os.path.join(BIN, "tools/ps_bench/ps_bench"), f"--cluster={cluster}",
+         "--cases=dense_4MiB,embedding_100k", "--tcp_baseline=false", "--json",
+         f"--seconds={seconds}", f"--repeat={repeat}"],
+        check=True, capture_output=True, text=True).stdout
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            out[(r["case"], r["op"])] = r["ops_per_s"]
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=2)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cluster = json.dumps({"cluster": {"ps": [f"localhost:{port}"]}})
+    server = subprocess.Popen([os.path.join(BIN, "ps_server/ps_server"), f"--cluster={cluster}",
+                               "--metrics_port=0"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    ratios = {}
+    try:
+        client = psrt.Client(cluster)
+        client.wait_for_servers(30)
+        for r in range(args.rounds):
+            cpp = cpp_round(cluster, args.seconds, args.repeat)
+            py = python_round(client, args.seconds, args.repeat)
+            for key, rate in py.items():
+                ratios.setdefault(key, []).append((rate, cpp[key]))
+            print(f"round {r + 1}: " + ", ".join(
+                f"{c} {o} py {py[(c, o)]:.1f}/s cpp {cpp[(c, o)]:.1f}/s"
+                for c, o in py), flush=True)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait()
+    print("\nPython client / C++ client, operations per second, median of rounds:")
+    summary = {}
+    for (case, op), pairs in ratios.items():
+        ratio = statistics.median(py / cpp for py, cpp in pairs)
+        summary[f"{case}/{op}"] = ratio
+        print(f"  {case:15s} {op:5s} python {statistics.median(p for p, _ in pairs):8.1f}/s "
+              f"c++ {statistics.median(c for _, c in pairs):8.1f}/s  ratio {ratio:.2f}")
+    print(json.dumps({"ratios": summary,
+                      "rounds": {f"{c}/{o}": v for (c, o), v in ratios.items()}}))
+
+
+if __name__ == "__main__":
+    main()
