@@ -79,7 +79,7 @@ class Client:
         client.push_rows("emb", ids, grads)          # repeated ids summed
     """
 
-    def __init__(self, cluster=None, timeout=60.0, max_attempts=6, channels_per_ps=2):
+    def __init__(self, cluster=None, timeout=60.0, max_attempts=6, channels_per_ps=1):
         self.addresses = load_cluster(cluster)
         self.timeout = timeout
         self.max_attempts = max_attempts
@@ -233,18 +233,22 @@ class Client:
         span = hi - lo + 1
         if span > max(64 * ids.size, 1 << 16) or span > (1 << 25):
             return np.unique(ids, return_inverse=True)
+        local = ids - lo
         seen = np.zeros(span, np.bool_)
-        seen[ids - lo] = True
+        seen[local] = True
         unique = np.flatnonzero(seen)
-        slot = np.empty(span, np.int64)
-        slot[unique] = np.arange(unique.size)
-        inverse = slot[ids - lo]
+        if unique.size == ids.size:
+            return ids, None  # already unique: keep the caller's order
+        slot = np.empty(span, np.int32)
+        slot[unique] = np.arange(unique.size, dtype=np.int32)
+        inverse = slot[local]
         unique += lo
         return unique, inverse
 
     def _plan_rows(self, v, ids):
         """Unique ids of `ids` grouped by shard: (unique, inverse, [(shard,
-        start, end)]) with unique sorted by shard."""
+        start, end)]) with unique sorted by shard; inverse maps each id to
+        its unique row, None when that is the identity."""
         unique, inverse = self._unique(v, ids)
         if v.kind != ps_pb2.HASH_EMBEDDING and unique.size and (
                 unique[0] < 0 or unique[-1] >= v.rows):
@@ -258,7 +262,7 @@ class Client:
         unique = unique[order]
         position = np.empty_like(order)
         position[order] = np.arange(order.size)
-        inverse = position[inverse]
+        inverse = position if inverse is None else position[inverse]
         shard = shard[order]
         bounds = np.flatnonzero(np.diff(shard)) + 1
         starts = np.concatenate(([0], bounds))
@@ -317,7 +321,8 @@ class Client:
                     per_ps[v.shards[shard].ps_task].append(
                         (item, unique[s:e], rows.reshape(-1), s * v.row_width,
                          (e - s) * v.row_width))
-                finish.append((name, lambda r=rows, inv=inverse: np.take(r, inv, axis=0)))
+                finish.append((name, lambda r=rows, inv=inverse:
+                               r if inv is None else np.take(r, inv, axis=0)))
         jobs = []
         for ps, items in enumerate(per_ps):
             if not items:
@@ -440,7 +445,9 @@ class Client:
                 ids = _ids(name, ids)
                 grads = _float32(name, grads, ids.size * v.row_width).reshape(-1, v.row_width)
                 unique, inverse, groups = self._plan_rows(v, ids)
-                if unique.size != ids.size:
+                if inverse is None:
+                    summed = grads
+                elif unique.size != ids.size:
                     order = np.argsort(inverse, kind="stable")
                     starts = np.flatnonzero(np.diff(inverse[order], prepend=-1))
                     summed = np.add.reduceat(grads[order], starts, axis=0)
