@@ -67,6 +67,11 @@ DEFINE_int32(towers, 1, "Towers (threads) computing each batch's slices.");
 DEFINE_string(device, "cpu", "cpu (gpu: see the GPU issue).");
 DEFINE_string(mode, "async", "async, sync or ssp.");
 DEFINE_int32(staleness, 2, "ssp: steps a worker may run ahead of the slowest.");
+DEFINE_double(ps_recovery_secs, 600,
+              "async: when a PS fails (down, restarting, restarted without "
+              "this job's variables), keep retrying this long, re-creating "
+              "the variables (a restarted PS restores its shards from its "
+              "latest checkpoint); 0: fail at once.");
 DEFINE_double(sync_timeout_secs, 60,
               "sync/ssp: how long to wait for other workers before failing "
               "with their names.");
@@ -125,6 +130,7 @@ int Run() {
     return 2;
   }
   o.client.ps_addresses = cluster->ps;
+  o.ps_recovery_timeout = absl::Seconds(std::max(0.0, FLAGS_ps_recovery_secs));
   o.client.call_timeout =
       absl::Seconds(std::max(60.0, FLAGS_sync_timeout_secs * 2));
   o.model.name = FLAGS_model;

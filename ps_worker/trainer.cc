@@ -82,6 +82,45 @@ absl::Status Trainer::Prepare(Step* step) {
   return absl::OkStatus();
 }
 
+bool Trainer::Recoverable(const absl::Status& status) const {
+  if (options_.consistency.mode() != Consistency::ASYNC ||
+      options_.ps_recovery_timeout <= absl::ZeroDuration()) {
+    return false;
+  }
+  // UNAVAILABLE: a PS is down or restarting (after the client's own
+  // retries). NOT_FOUND / FAILED_PRECONDITION: a restarted PS that does not
+  // hold our variables yet.
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsNotFound(status) || absl::IsFailedPrecondition(status) ||
+         absl::IsAborted(status);
+}
+
+absl::Status Trainer::Recover(const absl::Status& cause) {
+  const absl::Time deadline = absl::Now() + options_.ps_recovery_timeout;
+  absl::Duration backoff = absl::Seconds(1);
+  absl::Status last = cause;
+  for (int attempt = 1;; ++attempt) {
+    Log(absl::StrCat("PS failure: ", last.ToString(), "; attempt ", attempt,
+                     " to recover in ", absl::FormatDuration(backoff)));
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(10));
+    last = client_->WaitForServers(absl::Seconds(10));
+    if (last.ok()) last = client_->CreateVariables(model_->variables());
+    if (last.ok()) {
+      Log(absl::StrCat("servers are back after ", attempt,
+                       " attempt(s); training continues"));
+      return absl::OkStatus();
+    }
+    if (absl::Now() > deadline) {
+      return absl::Status(
+          last.code(),
+          absl::StrCat("the parameter servers did not recover within ",
+                       absl::FormatDuration(options_.ps_recovery_timeout), ": ",
+                       last.message()));
+    }
+  }
+}
+
 absl::StatusOr<TrainingResult> Trainer::Run() {
   const bool sync = options_.consistency.mode() == Consistency::SYNC;
   if (sync && options_.num_workers > 1 && options_.max_steps <= 0) {
@@ -168,7 +207,17 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   if (absl::Status s = Prepare(cur.get()); !s.ok()) return s;
   while (true) {
     absl::Time t = absl::Now();
-    if (absl::Status s = cur->pull->Wait(); !s.ok()) return s;
+    if (absl::Status s = cur->pull->Wait(); !s.ok()) {
+      if (!Recoverable(s)) return s;
+      if (pushing != nullptr && !pushing->push->Wait().ok()) {
+        ++result.lost_pushes;
+      }
+      pushing = nullptr;
+      ++result.recoveries;
+      if (absl::Status r = Recover(s); !r.ok()) return r;
+      if (absl::Status r = Prepare(cur.get()); !r.ok()) return r;
+      continue;  // pull this step again
+    }
     breakdown.pull += MillisSince(t);
     if (sync && cur->pull->sync_step() > cur->index) {
       // The cluster is ahead (this worker restarted): join at its step.
@@ -202,7 +251,15 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     // One push in flight at a time: wait for the previous one, then send.
     t = absl::Now();
     if (pushing != nullptr) {
-      if (absl::Status s = pushing->push->Wait(); !s.ok()) return s;
+      if (absl::Status s = pushing->push->Wait(); !s.ok()) {
+        if (!Recoverable(s)) return s;
+        // Applied on the healthy PS, not on the failed one; not resent
+        // (that would apply it twice where it did land).
+        ++result.lost_pushes;
+        ++result.recoveries;
+        pushing = nullptr;
+        if (absl::Status r = Recover(s); !r.ok()) return r;
+      }
     }
     breakdown.push += MillisSince(t);
     cur->push_ops.clear();
@@ -277,7 +334,12 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     cur = std::move(next);
   }
   if (pushing != nullptr) {
-    if (absl::Status s = pushing->push->Wait(); !s.ok()) return s;
+    if (absl::Status s = pushing->push->Wait(); !s.ok()) {
+      if (!Recoverable(s)) return s;
+      ++result.lost_pushes;
+      ++result.recoveries;
+      if (absl::Status r = Recover(s); !r.ok()) return r;
+    }
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (options_.evaluate && !options_.eval.patterns.empty()) {
@@ -287,9 +349,11 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   }
   result.bad_records = (*dataset)->stats().bad_records;
   Log(absl::StrFormat(
-      "done: steps=%d examples=%d seconds=%.1f examples/s=%.1f bad_records=%d",
+      "done: steps=%d examples=%d seconds=%.1f examples/s=%.1f bad_records=%d "
+      "ps_recoveries=%d lost_pushes=%d",
       result.steps, result.examples, result.seconds,
-      result.examples / std::max(result.seconds, 1e-9), result.bad_records));
+      result.examples / std::max(result.seconds, 1e-9), result.bad_records,
+      result.recoveries, result.lost_pushes));
   return result;
 }
 

@@ -43,6 +43,9 @@ struct TrainerOptions {
   int64_t eval_every_steps = 0;  // 0: only at the end
   bool evaluate = true;          // (the chief evaluates; others need not)
   absl::Duration wait_for_servers = absl::Seconds(120);
+  // Async mode: how long to keep retrying when a PS fails (unreachable, or
+  // restarted without our variables) before giving up; 0: fail at once.
+  absl::Duration ps_recovery_timeout = absl::Minutes(10);
 };
 
 struct EvalResult {
@@ -55,9 +58,11 @@ struct TrainingResult {
   int64_t steps = 0;
   int64_t examples = 0;
   double seconds = 0;
-  double last_loss = 0;  // mean loss of the last logging interval
+  double last_loss = 0;     // mean loss of the last logging interval
   int64_t bad_records = 0;  // skipped (--skip_bad_records)
-  EvalResult eval;       // final evaluation (examples = 0 if none)
+  EvalResult eval;          // final evaluation (examples = 0 if none)
+  int64_t recoveries = 0;   // times training waited for a failed PS
+  int64_t lost_pushes = 0;  // pushes a failed PS did not (all) apply
 };
 
 class Trainer {
@@ -78,6 +83,12 @@ class Trainer {
  private:
   struct Step;
   absl::Status Prepare(Step* step);
+  // Whether `status` from a pull or push is a PS failure worth waiting out.
+  bool Recoverable(const absl::Status& status) const;
+  // Waits for every PS to answer and re-creates the variables (a restarted
+  // PS restores its shards from its latest checkpoint then), retrying with
+  // backoff until options_.ps_recovery_timeout.
+  absl::Status Recover(const absl::Status& cause);
   void Log(const std::string& line) const;
 
   TrainerOptions options_;

@@ -158,9 +158,16 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
         }
       }
     }
-    // Even with nothing new, tell every PS (idempotent) so that a PS that
-    // restarted empty learns the catalog again.
-    if (request.specs_size() == 0) return absl::OkStatus();
+    // Nothing new: still send the whole catalog to every PS (idempotent),
+    // so that a PS that restarted empty learns it again (and restores its
+    // shards from its checkpoint, if it was started with --restore).
+    if (request.specs_size() == 0) {
+      absl::ReaderMutexLock catalog_lock(&catalog_mu_);
+      request.set_first_index(0);
+      for (const VariableLayout& v : catalog_.variables()) {
+        *request.add_specs() = v.spec;
+      }
+    }
     bool moved = false;
     for (const auto& c : connections_) {
       CreateVariablesResponse response;

@@ -5,11 +5,15 @@ puts them; every process gets its own ports and TF_CONFIG.
 
     deploy/local/launch.py --hosts=2 -- bazel-bin/tools/ps_bench/ps_bench
     deploy/local/launch.py --hosts=2 --workers=0          # servers only
+    deploy/local/launch.py --hosts=2 --restart_ps=3 \
+        --ps_flag=--checkpoint_uri=out/ckpt --ps_flag=--checkpoint_every_secs=60 -- ...
 
 The worker command runs once per worker with TF_CONFIG set ({"task":
 {"type": "worker", "index": i}}) and "{index}" in its arguments replaced by
 i. Logs go to --logs/<role>_<index>.log; worker output is also echoed with a
-prefix. When every worker has exited the servers get SIGTERM. Ctrl-C or
+prefix. With --restart_ps=N a ps_server that dies is started again (up to N
+times) with --restore=auto, so it reloads its shards from the latest
+checkpoint while the workers wait for it. When every worker has exited the servers get SIGTERM. Ctrl-C or
 SIGTERM stops everything cleanly. Exit status: 0 if every process succeeded,
 1 if any failed (its log tail is printed), 2 on bad usage.
 """
@@ -53,18 +57,21 @@ def tail(path, lines=20):
 
 
 class Process:
-    def __init__(self, role, index, argv, env, log_dir, echo):
+    def __init__(self, role, index, argv, env, log_dir, echo, append=False):
         self.role, self.index = role, index
+        self.argv, self.env, self.echo = argv, env, echo
+        self.restarts = 0
         self.name = f"{role}{index}"
         self.log = os.path.join(log_dir, f"{role}_{index}.log")
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        self.thread = threading.Thread(target=self._pump, args=(echo,), daemon=True)
+        self.thread = threading.Thread(target=self._pump, args=(echo, append),
+                                       daemon=True)
         self.thread.start()
 
-    def _pump(self, echo):
-        with open(self.log, "w") as log:
+    def _pump(self, echo, append):
+        with open(self.log, "a" if append else "w") as log:
             for raw in self.proc.stdout:
                 line = raw.decode(errors="replace")
                 log.write(line)
@@ -94,6 +101,9 @@ def main():
     parser.add_argument("--ps_flag", action="append", default=[],
                         help="extra ps_server flag (repeatable)")
     parser.add_argument("--stop_grace_secs", type=float, default=30)
+    parser.add_argument("--restart_ps", type=int, default=0,
+                        help="restart a ps_server that dies, up to N times each, "
+                             "with --restore=auto (give it --ps_flag=--checkpoint_uri=...)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- worker command and arguments")
     args = parser.parse_args()
@@ -144,9 +154,22 @@ def main():
 
     failed = []
     while not stopping.is_set():
-        for p in servers:
-            if p.proc.poll() is not None:
-                failed.append(p)
+        for i, p in enumerate(servers):
+            code = p.proc.poll()
+            if code is None:
+                continue
+            if p.restarts < args.restart_ps:
+                print(f"launch: {p.name} exited (status {code}); restarting it "
+                      f"({p.restarts + 1} of {args.restart_ps}) with --restore=auto",
+                      flush=True)
+                argv = [a for a in p.argv if not a.startswith("--restore=")]
+                argv.append("--restore=auto")
+                p.thread.join(timeout=5)
+                restarted = Process("ps", i, argv, p.env, args.logs, echo=False, append=True)
+                restarted.restarts = p.restarts + 1
+                servers[i] = restarted
+                continue
+            failed.append(p)
         for p in workers_procs:
             code = p.proc.poll()
             if code not in (None, 0) and p not in failed:

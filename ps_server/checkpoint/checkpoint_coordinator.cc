@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -165,6 +166,27 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
     for (const CheckpointFile& f : results[t]->files()) {
       *manifest.add_files() = f;
       manifest.set_total_bytes(manifest.total_bytes() + f.bytes());
+    }
+  }
+  // Every shard of every variable must be in it: a PS that restarted and
+  // has not been given its variables again would otherwise make a
+  // "complete" checkpoint without them.
+  if (failure.ok()) {
+    absl::flat_hash_set<std::pair<std::string, int>> saved;
+    for (const CheckpointFile& f : manifest.files()) {
+      saved.insert({f.variable(), f.shard()});
+    }
+    for (const LocalVariable* v : store_->Variables()) {
+      for (int s = 0; s < v->layout->num_shards() && failure.ok(); ++s) {
+        if (!saved.contains({v->name(), s})) {
+          const int ps = v->layout->shards[s].ps_task;
+          failure = absl::FailedPreconditionError(absl::StrCat(
+              "checkpoint ", uri, " failed: PS ", ps, " (", ps_addresses_[ps],
+              ") holds no shard ", s, " of '", v->name(),
+              "' (restarted, and no worker has re-created its variables "
+              "yet?)"));
+        }
+      }
     }
   }
   if (!failure.ok()) {
