@@ -14,7 +14,7 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
   zlib1g-dev dataset-fashion-mnist
   awscli
-  python3-torch python3-setuptools python3-pip
+  python3-torch python3-setuptools python3-pip python3-yaml
 )
 # Node.js and npm run s3rver, the S3 server the checkpoint tests use. A
 # machine with Node from elsewhere (e.g. NodeSource, which bundles npm)
