@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "cli/help.h"
+#include "cli/security_flags.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "grpcpp/create_channel.h"
@@ -148,8 +149,12 @@ bool FinalCheckpoint(psrt::Server* server, int task,
   // the wait runs out.
   LOG(INFO) << "waiting up to " << FLAGS_final_checkpoint_wait_secs
             << " s for PS 0's final checkpoint";
-  auto stub = psrt::ParameterServer::NewStub(
-      grpc::CreateChannel(cluster.ps[0], grpc::InsecureChannelCredentials()));
+  auto channel = psrt::MakeChannel(cluster.ps[0], server->security());
+  if (!channel.ok()) {
+    LOG(WARNING) << channel.status();
+    return true;
+  }
+  auto stub = psrt::ParameterServer::NewStub(*channel);
   const absl::Time deadline =
       absl::Now() + absl::Seconds(FLAGS_final_checkpoint_wait_secs);
   int unreachable = 0;
@@ -226,6 +231,12 @@ int Run() {
   }
   psrt::ThreadPool::SetDefaultSize(FLAGS_apply_threads);
 
+  auto security = psrt::SecurityOptionsFromFlags();
+  if (!security.ok()) {
+    LOG(ERROR) << security.status();
+    return 2;
+  }
+  options.security = *security;
   options.checkpoint.uri = FLAGS_checkpoint_uri;
   options.checkpoint.keep = FLAGS_keep_checkpoints;
   options.checkpoint.threads = FLAGS_checkpoint_threads;

@@ -10,6 +10,7 @@
 #include "ps_server/pull_handler.h"
 #include "ps_server/push_handler.h"
 #include "ps_server/request_item.h"
+#include "security/security.h"
 
 namespace psrt {
 namespace {
@@ -223,11 +224,13 @@ class ParameterServerService::PushReactor final
 
 ParameterServerService::ParameterServerService(
     ShardStore* store, MetricsRegistry* metrics, ServiceLimits limits,
-    CheckpointCoordinator* checkpoints, std::string restored_from)
+    CheckpointCoordinator* checkpoints, std::string restored_from,
+    std::string auth_token)
     : store_(store),
       metrics_(metrics),
       checkpoints_(checkpoints),
       restored_from_(std::move(restored_from)),
+      auth_token_(std::move(auth_token)),
       limits_(limits),
       coordinator_(store->ps_task(), &dedup_),
       pull_(MakeMethodMetrics("Pull")),
@@ -284,6 +287,10 @@ grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
     grpc::CallbackServerContext* context, const CreateVariablesRequest* request,
     CreateVariablesResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    reactor->Finish(Fail("CreateVariables", s));
+    return reactor;
+  }
   create_.requests->Add();
   std::vector<VariableSpec> specs(request->specs().begin(),
                                   request->specs().end());
@@ -304,6 +311,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
     grpc::CallbackServerContext* context, const CheckpointRequest* request,
     CheckpointResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    reactor->Finish(Fail("Checkpoint", s));
+    return reactor;
+  }
   if (checkpoints_ == nullptr) {
     reactor->Finish(Fail("Checkpoint", absl::UnimplementedError(
                                            "checkpoints are not configured")));
@@ -325,6 +336,10 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
     grpc::CallbackServerContext* context, const SaveShardsRequest* request,
     SaveShardsResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    reactor->Finish(Fail("SaveShards", s));
+    return reactor;
+  }
   if (checkpoints_ == nullptr) {
     reactor->Finish(Fail("SaveShards", absl::UnimplementedError(
                                            "checkpoints are not configured")));
@@ -346,6 +361,11 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
 grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
     grpc::CallbackServerContext* context, const ListVariablesRequest*,
     ListVariablesResponse* response) {
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(Fail("ListVariables", s));
+    return reactor;
+  }
   response->set_ps_task(store_->ps_task());
   response->set_num_ps(store_->num_ps());
   for (const LocalVariable* v : store_->Variables()) {
@@ -377,6 +397,11 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
 grpc::ServerUnaryReactor* ParameterServerService::GetStats(
     grpc::CallbackServerContext* context, const StatsRequest*,
     StatsResponse* response) {
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(Fail("GetStats", s));
+    return reactor;
+  }
   response->set_ps_task(store_->ps_task());
   response->set_parameter_bytes(store_->parameter_bytes());
   response->set_num_shards(store_->num_local_shards());
@@ -400,13 +425,37 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStats(
   return reactor;
 }
 
+namespace {
+// Answers a streaming call with an error at once (a call without the token).
+class RejectWriteReactor final
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RejectWriteReactor(grpc::Status status) {
+    Finish(std::move(status));
+  }
+  void OnDone() override { delete this; }
+};
+class RejectReadReactor final
+    : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  explicit RejectReadReactor(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+}  // namespace
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
-    grpc::CallbackServerContext*, const grpc::ByteBuffer* request) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    return new RejectWriteReactor(Fail("Pull", s));
+  }
   return new PullReactor(this, request);
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
-    grpc::CallbackServerContext*, grpc::ByteBuffer* response) {
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    return new RejectReadReactor(Fail("Push", s));
+  }
   return new PushReactor(this, response);
 }
 

@@ -50,7 +50,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   ParameterServerService(ShardStore* store, MetricsRegistry* metrics,
                          ServiceLimits limits,
                          CheckpointCoordinator* checkpoints = nullptr,
-                         std::string restored_from = "");
+                         std::string restored_from = "",
+                         std::string auth_token = "");
 
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
                                        const CheckpointRequest* request,
@@ -96,6 +97,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   MetricsRegistry* const metrics_;
   CheckpointCoordinator* const checkpoints_;
   const std::string restored_from_;
+  const std::string auth_token_;  // empty: no check
   std::atomic<bool> final_saved_{false};
   const ServiceLimits limits_;
   PushDedup dedup_;

@@ -36,17 +36,24 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
               << " variables saved by " << m.num_ps()
               << " PS): each variable is filled when it is created";
   }
+  if (auto c = MakeChannelCredentials(options.security); !c.ok()) {
+    return c.status();
+  }
   server->checkpoints_ = std::make_unique<CheckpointCoordinator>(
-      server->store_.get(), options.cluster.ps, options.checkpoint);
+      server->store_.get(), options.cluster.ps, options.checkpoint,
+      options.security);
   server->checkpoints_->set_last(absl::Now(), server->store_->global_step());
   server->service_ = std::make_unique<ParameterServerService>(
       server->store_.get(), &server->registry_, options.limits,
-      server->checkpoints_.get(), options.restore_uri);
+      server->checkpoints_.get(), options.restore_uri,
+      options.security.auth_token);
 
+  auto credentials = MakeServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.listen_address, *credentials,
+                           &server->port_);
   builder.RegisterService(server->service_.get());
   // Pull responses are cut to max_message_bytes; requests may be a little
   // larger (headers, ids), never unbounded.

@@ -20,6 +20,7 @@
 #include "ps_server/metrics_http_server.h"
 #include "ps_server/ps_service.h"
 #include "ps_server/shard_store.h"
+#include "security/security.h"
 
 namespace psrt {
 
@@ -33,6 +34,9 @@ struct ServerOptions {
   ServiceLimits limits;
   int64_t memory_limit_bytes = 0;
   CheckpointOptions checkpoint;
+  // TLS for the listening port, the token every call must carry, and the
+  // credentials this PS uses to call the other PS.
+  SecurityOptions security;
   // One checkpoint's URI to restore from ("" = start empty); see
   // ResolveRestore for --restore=latest|auto.
   std::string restore_uri;
@@ -50,6 +54,7 @@ class Server {
   ShardStore* store() { return store_.get(); }
   CheckpointCoordinator* checkpoints() { return checkpoints_.get(); }
   ParameterServerService* service() { return service_.get(); }
+  const SecurityOptions& security() const { return options_.security; }
 
   // Stops serving; calls in flight get until `deadline` to finish.
   void Shutdown(absl::Time deadline);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/help.h"
+#include "cli/security_flags.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "partitioner/cluster_spec.h"
@@ -130,6 +131,12 @@ int Run() {
     return 2;
   }
   o.client.ps_addresses = cluster->ps;
+  auto security = SecurityOptionsFromFlags();
+  if (!security.ok()) {
+    LOG(ERROR) << security.status();
+    return 2;
+  }
+  o.client.security = *security;
   o.ps_recovery_timeout = absl::Seconds(std::max(0.0, FLAGS_ps_recovery_secs));
   o.client.call_timeout =
       absl::Seconds(std::max(60.0, FLAGS_sync_timeout_secs * 2));

@@ -95,6 +95,7 @@ absl::Status LocalCluster::Launch(int ps) {
 
 ClientOptions LocalCluster::MakeClientOptions() const {
   ClientOptions options;
+  options.security = options_.client_security;
   options.ps_addresses = spec_.ps;
   options.call_timeout = absl::Seconds(30);
   return options;

@@ -28,6 +28,8 @@ class LocalCluster {
     int num_workers = 1;                   // worker entries in the cluster spec
     std::vector<std::string> extra_flags;  // for every ps_server
     std::string binary = "ps_server/ps_server";  // relative to runfiles
+    // How the test's clients connect (TLS, token), matching extra_flags.
+    SecurityOptions client_security;
   };
 
   struct WorkerRun {

@@ -64,6 +64,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return absl::InvalidArgumentError("ClientOptions.message_bytes < 4096");
   }
   if (options.max_attempts < 1) options.max_attempts = 1;
+  // Read the certificates now so a bad path is an error here, not a
+  // connection that never comes up.
+  if (auto credentials = MakeChannelCredentials(options.security);
+      !credentials.ok()) {
+    return credentials.status();
+  }
   return std::unique_ptr<Client>(new Client(std::move(options)));
 }
 

@@ -35,6 +35,7 @@
 #include "absl/types/span.h"
 #include "partitioner/shard_map.h"
 #include "proto/ps.pb.h"
+#include "security/security.h"
 
 namespace psrt {
 
@@ -54,6 +55,9 @@ struct ClientOptions {
   int channels_per_ps = 2;
   // Identifies this worker in push headers (sync modes); -1 if none.
   int worker_index = -1;
+  // TLS (tls_ca_file; with cert/key for mutual TLS) and the auth token sent
+  // with every call. Empty: plaintext, no token.
+  SecurityOptions security;
 };
 
 // One variable's part of a batched pull. `out` receives the whole dense

@@ -42,9 +42,9 @@ PsConnection::PsConnection(int ps_task, std::string address,
   const int n = std::max(1, options.channels_per_ps);
   for (int i = 0; i < n; ++i) {
     Channel c;
-    c.channel =
-        grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
-                                  ClientChannelArguments(options, i));
+    // Connect() checked that the credentials can be made.
+    c.channel = *MakeChannel(address_, options.security,
+                             ClientChannelArguments(options, i));
     c.pull = std::make_unique<grpc::internal::RpcMethod>(
         "/psrt.ParameterServer/Pull",
         grpc::internal::RpcMethod::SERVER_STREAMING, c.channel);

@@ -14,7 +14,7 @@ namespace psrt {
 
 CheckpointCoordinator::CheckpointCoordinator(
     ShardStore* store, std::vector<std::string> ps_addresses,
-    CheckpointOptions options)
+    CheckpointOptions options, const SecurityOptions& security)
     : store_(store),
       ps_addresses_(std::move(ps_addresses)),
       options_(std::move(options)) {
@@ -23,8 +23,9 @@ CheckpointCoordinator::CheckpointCoordinator(
       stubs_.push_back(nullptr);
       continue;
     }
-    stubs_.push_back(ParameterServer::NewStub(grpc::CreateChannel(
-        ps_addresses_[i], grpc::InsecureChannelCredentials())));
+    // Server::Create checked that the credentials can be made.
+    stubs_.push_back(
+        ParameterServer::NewStub(*MakeChannel(ps_addresses_[i], security)));
   }
 }
 

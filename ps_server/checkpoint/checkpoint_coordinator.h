@@ -16,6 +16,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/shard_store.h"
 #include "ps_server/storage/storage.h"
+#include "security/security.h"
 
 namespace psrt {
 
@@ -23,7 +24,7 @@ struct CheckpointOptions {
   std::string uri;  // root; "" = checkpoints only where a request names one
   int keep = 5;     // complete checkpoints kept (0: all)
   S3Options s3;
-  int threads = 2;  // shard files written at once per PS
+  int threads = 2;                // shard files written at once per PS
   int64_t max_bytes_per_sec = 0;  // per PS; 0: unlimited
   absl::Duration save_timeout = absl::Hours(2);
 };
@@ -31,9 +32,11 @@ struct CheckpointOptions {
 class CheckpointCoordinator {
  public:
   // `ps_addresses` are every PS task's host:port (index = task).
+  // `security`: how this PS calls the others (TLS, token).
   CheckpointCoordinator(ShardStore* store,
                         std::vector<std::string> ps_addresses,
-                        CheckpointOptions options);
+                        CheckpointOptions options,
+                        const SecurityOptions& security = SecurityOptions());
 
   // Runs one checkpoint under `uri` (empty: options.uri).
   absl::StatusOr<CheckpointResponse> Checkpoint(absl::string_view uri,

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cli/help.h"
+#include "cli/security_flags.h"
 #include "clients/cpp/client.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -60,6 +61,12 @@ int Run() {
   }
   ClientOptions options;
   options.ps_addresses = cluster->ps;
+  auto security = SecurityOptionsFromFlags();
+  if (!security.ok()) {
+    std::cerr << "ckpt_bench: " << security.status() << "\n";
+    return 2;
+  }
+  options.security = *security;
   auto client = Client::Connect(options);
   if (!client.ok() || !(*client)->WaitForServers(absl::Seconds(30)).ok()) {
     std::cerr << "ckpt_bench: cannot reach the cluster\n";

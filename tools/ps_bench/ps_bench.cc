@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cli/help.h"
+#include "cli/security_flags.h"
 #include "clients/cpp/client.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -246,6 +247,12 @@ int Run() {
   }
   ClientOptions options;
   options.ps_addresses = cluster->ps;
+  auto security = SecurityOptionsFromFlags();
+  if (!security.ok()) {
+    LOG(ERROR) << security.status();
+    return 2;
+  }
+  options.security = *security;
   options.message_bytes = FLAGS_message_bytes;
   options.channels_per_ps = FLAGS_channels_per_ps;
   auto client = Client::Connect(options);

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "cli/help.h"
+#include "cli/security_flags.h"
 #include "clients/cpp/client.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
@@ -215,6 +216,12 @@ int main(int argc, char** argv) {
   }
   psrt::ClientOptions options;
   options.ps_addresses = cluster->ps;
+  auto security = psrt::SecurityOptionsFromFlags();
+  if (!security.ok()) {
+    std::cerr << "psctl: " << security.status() << "\n";
+    return 2;
+  }
+  options.security = *security;
   options.call_timeout = absl::Seconds(FLAGS_timeout_secs);
   options.max_attempts = 2;
   auto client = psrt::Client::Connect(options);

@@ -79,7 +79,11 @@ class Client:
         client.push_rows("emb", ids, grads)          # repeated ids summed
     """
 
-    def __init__(self, cluster=None, timeout=60.0, max_attempts=6, channels_per_ps=1):
+    def __init__(self, cluster=None, timeout=60.0, max_attempts=6, channels_per_ps=1,
+                 tls_ca_file=None, tls_cert_file=None, tls_key_file=None, auth_token=None):
+        """TLS: tls_ca_file (PEM CA of the servers' certificates), plus
+        tls_cert_file/tls_key_file for mutual TLS. auth_token (default
+        $PSRT_AUTH_TOKEN) is sent with every call."""
         self.addresses = load_cluster(cluster)
         self.timeout = timeout
         self.max_attempts = max_attempts
@@ -88,9 +92,27 @@ class Client:
                    ("grpc.max_reconnect_backoff_ms", 2000)]
         # Separate TCP connections per PS (a local subchannel pool each):
         # large pulls are split over them.
-        self._all_channels = [
-            [grpc.insecure_channel(a, options=options + [("grpc.use_local_subchannel_pool", 1)])
-             for _ in range(max(1, channels_per_ps))] for a in self.addresses]
+        token = auth_token if auth_token is not None else os.environ.get("PSRT_AUTH_TOKEN", "")
+        self._metadata = (("authorization", f"Bearer {token.strip()}"),) if token.strip() else ()
+        credentials = None
+        if tls_ca_file or tls_cert_file:
+            def read(path):
+                if not path:
+                    return None
+                with open(path, "rb") as f:
+                    return f.read()
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=read(tls_ca_file), private_key=read(tls_key_file),
+                certificate_chain=read(tls_cert_file))
+
+        def channel(address):
+            opts = options + [("grpc.use_local_subchannel_pool", 1)]
+            if credentials is None:
+                return grpc.insecure_channel(address, options=opts)
+            return grpc.secure_channel(address, credentials, options=opts)
+
+        self._all_channels = [[channel(a) for _ in range(max(1, channels_per_ps))]
+                              for a in self.addresses]
         self._channels = [c[0] for c in self._all_channels]
         self._stubs = [ps_pb2_grpc.ParameterServerStub(c) for c in self._channels]
         self._pull = [[c.unary_stream("/psrt.ParameterServer/Pull",
@@ -170,7 +192,7 @@ class Client:
                                                     num_ps=self.num_ps)
             for ps in range(self.num_ps):
                 self._call(ps, lambda ps=ps: self._stubs[ps].CreateVariables(
-                    request, timeout=max(self.timeout, 600)), "CreateVariables")
+                    request, timeout=max(self.timeout, 600), metadata=self._metadata), "CreateVariables")
             self._refresh_locked()
 
     def refresh_catalog(self):
@@ -179,7 +201,7 @@ class Client:
 
     def _refresh_locked(self):
         response = self._call(0, lambda: self._stubs[0].ListVariables(
-            ps_pb2.ListVariablesRequest(), timeout=self.timeout), "ListVariables")
+            ps_pb2.ListVariablesRequest(), timeout=self.timeout, metadata=self._metadata), "ListVariables")
         if len(response.variables) == len(self._map.variables):
             return
         m = ShardMap(self.num_ps)
@@ -205,19 +227,20 @@ class Client:
 
     def list_variables(self):
         return [self._call(ps, lambda ps=ps: self._stubs[ps].ListVariables(
-            ps_pb2.ListVariablesRequest(), timeout=self.timeout), "ListVariables")
+            ps_pb2.ListVariablesRequest(), timeout=self.timeout, metadata=self._metadata), "ListVariables")
             for ps in range(self.num_ps)]
 
     def stats(self):
         return [self._call(ps, lambda ps=ps: self._stubs[ps].GetStats(
-            ps_pb2.StatsRequest(), timeout=self.timeout), "GetStats")
+            ps_pb2.StatsRequest(), timeout=self.timeout, metadata=self._metadata), "GetStats")
             for ps in range(self.num_ps)]
 
     def checkpoint(self, uri="", timeout=3600.0):
         """Every PS saves its shards (PS 0 coordinates); returns
         CheckpointResponse (uri, global_step, bytes, seconds)."""
         return self._call(0, lambda: self._stubs[0].Checkpoint(
-            ps_pb2.CheckpointRequest(checkpoint_uri=uri), timeout=timeout), "Checkpoint")
+            ps_pb2.CheckpointRequest(checkpoint_uri=uri), timeout=timeout,
+            metadata=self._metadata), "Checkpoint")
 
     # ---- planning ---------------------------------------------------------
 
@@ -391,7 +414,8 @@ class Client:
         def run():
             for i in range(len(received)):
                 received[i] = 0
-            for message in self._pull[ps][channel](request, timeout=self.timeout):
+            for message in self._pull[ps][channel](request, timeout=self.timeout,
+                                                   metadata=self._metadata):
                 head, pays = frame.decode(message)
                 h = ps_pb2.PullResponseHeader.FromString(head)
                 for piece in h.pieces:
@@ -490,7 +514,8 @@ class Client:
         first.client_id, first.request_id, first.step = self._client_id, request_id, step
         messages[-1][0].last = True
         encoded = [frame.encode(h.SerializeToString(), p) for h, p in messages]
-        return self._call(ps, lambda: self._push[ps](iter(encoded), timeout=self.timeout),
+        return self._call(ps, lambda: self._push[ps](iter(encoded), timeout=self.timeout,
+                                                         metadata=self._metadata),
                           "Push")
 
     def push_dense(self, name, grad, learning_rate=0.0):

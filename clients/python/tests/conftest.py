@@ -36,7 +36,8 @@ def free_port():
 
 
 class Cluster:
-    def __init__(self, num_ps, flags=()):
+    def __init__(self, num_ps, flags=(), client_kwargs=None):
+        self.client_kwargs = client_kwargs or {}
         # IP literals: no DNS resolver (c-ares leaks a few bytes at exit, which
         # LeakSanitizer reports for the C++ helper under --config=asan).
         self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(num_ps)]
@@ -49,12 +50,12 @@ class Cluster:
             self.procs.append(subprocess.Popen(
                 [binary, f"--cluster={json.dumps(self.spec)}", f"--task_index={i}",
                  "--metrics_port=0", *flags], stdout=log, stderr=subprocess.STDOUT))
-        client = psrt.Client(self.spec)
+        client = self.client()
         client.wait_for_servers(30)
         client.close()
 
-    def client(self):
-        return psrt.Client(self.spec)
+    def client(self, **kwargs):
+        return psrt.Client(self.spec, **{**self.client_kwargs, **kwargs})
 
     def stop(self):
         for p in self.procs:
@@ -77,8 +78,8 @@ def cluster2():
 def make_cluster():
     made = []
 
-    def make(num_ps, flags=()):
-        c = Cluster(num_ps, flags)
+    def make(num_ps, flags=(), client_kwargs=None):
+        c = Cluster(num_ps, flags, client_kwargs)
         made.append(c)
         return c
 
