@@ -19,10 +19,15 @@ main_job() {
   # Two "hosts" on this machine, each with a ps_server and a ps_worker,
   # training DeepFM asynchronously for 2 epochs; worker 0 then evaluates on
   # the test set, and psctl shows how the servers share the parameters.
-  /usr/bin/python3 deploy/local/launch.py --hosts=2 -- \
+  # When the workers are done the servers get SIGTERM and PS 0 takes a
+  # final checkpoint of both; psctl then lists it with the bytes per PS.
+  rm -rf out/checkpoints
+  /usr/bin/python3 deploy/local/launch.py --hosts=2 \
+    --ps_flag=--checkpoint_uri="$PWD/out/checkpoints" -- \
     bazel-bin/ps_worker/ps_worker --model=deepfm \
       --train_files="$data/train-*" --eval_files="$data/test.tfrecords" \
       --epochs=2 --batch_size=1024 --log_every_steps=100
+  bazel-bin/tools/psctl/psctl --checkpoint_uri="$PWD/out/checkpoints" checkpoints
 }
 
 run_tests() {
