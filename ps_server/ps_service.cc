@@ -286,11 +286,10 @@ grpc::Status ParameterServerService::Fail(const char* method,
 grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
     grpc::CallbackServerContext* context, const CreateVariablesRequest* request,
     CreateVariablesResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
-    reactor->Finish(Fail("CreateVariables", s));
-    return reactor;
+  if (auto* rejected = RejectUnauthenticated(context, "CreateVariables")) {
+    return rejected;
   }
+  auto* reactor = context->DefaultReactor();
   create_.requests->Add();
   std::vector<VariableSpec> specs(request->specs().begin(),
                                   request->specs().end());
@@ -305,66 +304,63 @@ grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
   return reactor;
 }
 
-// Checkpoints take seconds to minutes: they run on their own thread, not on
-// gRPC's callback threads.
-grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
-    grpc::CallbackServerContext* context, const CheckpointRequest* request,
-    CheckpointResponse* response) {
+grpc::ServerUnaryReactor* ParameterServerService::RejectUnauthenticated(
+    grpc::CallbackServerContext* context, const char* method) {
+  absl::Status s = CheckToken(context, auth_token_);
+  if (s.ok()) return nullptr;
   auto* reactor = context->DefaultReactor();
-  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
-    reactor->Finish(Fail("Checkpoint", s));
-    return reactor;
-  }
+  reactor->Finish(Fail(method, s));
+  return reactor;
+}
+
+// Checkpoints take seconds to minutes: `work` runs on its own thread, not
+// on gRPC's callback threads, and its result finishes the call.
+template <typename Response, typename Work>
+grpc::ServerUnaryReactor* ParameterServerService::RunDetached(
+    grpc::CallbackServerContext* context, const char* method,
+    Response* response, Work work) {
+  if (auto* rejected = RejectUnauthenticated(context, method)) return rejected;
+  auto* reactor = context->DefaultReactor();
   if (checkpoints_ == nullptr) {
-    reactor->Finish(Fail("Checkpoint", absl::UnimplementedError(
-                                           "checkpoints are not configured")));
+    reactor->Finish(Fail(
+        method, absl::UnimplementedError("checkpoints are not configured")));
     return reactor;
   }
-  std::thread([this, reactor, request, response] {
-    auto result = checkpoints_->Checkpoint(request->checkpoint_uri());
+  std::thread([this, reactor, method, response, work = std::move(work)] {
+    absl::StatusOr<Response> result = work();
     if (result.ok()) {
       *response = *std::move(result);
       reactor->Finish(grpc::Status::OK);
     } else {
-      reactor->Finish(Fail("Checkpoint", result.status()));
+      reactor->Finish(Fail(method, result.status()));
     }
   }).detach();
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
+    grpc::CallbackServerContext* context, const CheckpointRequest* request,
+    CheckpointResponse* response) {
+  return RunDetached(context, "Checkpoint", response, [this, request] {
+    return checkpoints_->Checkpoint(request->checkpoint_uri());
+  });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
     grpc::CallbackServerContext* context, const SaveShardsRequest* request,
     SaveShardsResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
-    reactor->Finish(Fail("SaveShards", s));
-    return reactor;
-  }
-  if (checkpoints_ == nullptr) {
-    reactor->Finish(Fail("SaveShards", absl::UnimplementedError(
-                                           "checkpoints are not configured")));
-    return reactor;
-  }
-  std::thread([this, reactor, request, response] {
+  return RunDetached(context, "SaveShards", response, [this, request] {
     auto result = checkpoints_->SaveShards(*request);
-    if (result.ok()) {
-      *response = *std::move(result);
-      if (request->final()) final_saved_.store(true);
-      reactor->Finish(grpc::Status::OK);
-    } else {
-      reactor->Finish(Fail("SaveShards", result.status()));
-    }
-  }).detach();
-  return reactor;
+    if (result.ok() && request->final()) final_saved_.store(true);
+    return result;
+  });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
     grpc::CallbackServerContext* context, const ListVariablesRequest*,
     ListVariablesResponse* response) {
-  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(Fail("ListVariables", s));
-    return reactor;
+  if (auto* rejected = RejectUnauthenticated(context, "ListVariables")) {
+    return rejected;
   }
   response->set_ps_task(store_->ps_task());
   response->set_num_ps(store_->num_ps());
@@ -397,10 +393,8 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
 grpc::ServerUnaryReactor* ParameterServerService::GetStats(
     grpc::CallbackServerContext* context, const StatsRequest*,
     StatsResponse* response) {
-  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(Fail("GetStats", s));
-    return reactor;
+  if (auto* rejected = RejectUnauthenticated(context, "GetStats")) {
+    return rejected;
   }
   response->set_ps_task(store_->ps_task());
   response->set_parameter_bytes(store_->parameter_bytes());

@@ -89,6 +89,15 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   Counter* rejected_nonfinite() const { return rejected_nonfinite_; }
 
  private:
+  // A reactor already finished with UNAUTHENTICATED if the call lacks the
+  // token; nullptr if it may proceed.
+  grpc::ServerUnaryReactor* RejectUnauthenticated(
+      grpc::CallbackServerContext* context, const char* method);
+  template <typename Response, typename Work>
+  grpc::ServerUnaryReactor* RunDetached(grpc::CallbackServerContext* context,
+                                        const char* method, Response* response,
+                                        Work work);
+
   class PullReactor;
   class PushReactor;
   MethodMetrics MakeMethodMetrics(const char* method);

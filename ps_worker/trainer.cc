@@ -121,6 +121,16 @@ absl::Status Trainer::Recover(const absl::Status& cause) {
   }
 }
 
+absl::Status Trainer::RecoverFromFailedPush(const absl::Status& status,
+                                            TrainingResult* result) {
+  if (!Recoverable(status)) return status;
+  // Applied on the healthy PS, not on the failed one; not resent (that
+  // would apply it twice where it did land).
+  ++result->lost_pushes;
+  ++result->recoveries;
+  return Recover(status);
+}
+
 absl::StatusOr<TrainingResult> Trainer::Run() {
   const bool sync = options_.consistency.mode() == Consistency::SYNC;
   if (sync && options_.num_workers > 1 && options_.max_steps <= 0) {
@@ -252,13 +262,10 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     t = absl::Now();
     if (pushing != nullptr) {
       if (absl::Status s = pushing->push->Wait(); !s.ok()) {
-        if (!Recoverable(s)) return s;
-        // Applied on the healthy PS, not on the failed one; not resent
-        // (that would apply it twice where it did land).
-        ++result.lost_pushes;
-        ++result.recoveries;
+        if (absl::Status r = RecoverFromFailedPush(s, &result); !r.ok()) {
+          return r;
+        }
         pushing = nullptr;
-        if (absl::Status r = Recover(s); !r.ok()) return r;
       }
     }
     breakdown.push += MillisSince(t);
@@ -335,10 +342,9 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   }
   if (pushing != nullptr) {
     if (absl::Status s = pushing->push->Wait(); !s.ok()) {
-      if (!Recoverable(s)) return s;
-      ++result.lost_pushes;
-      ++result.recoveries;
-      if (absl::Status r = Recover(s); !r.ok()) return r;
+      if (absl::Status r = RecoverFromFailedPush(s, &result); !r.ok()) {
+        return r;
+      }
     }
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -89,6 +89,10 @@ class Trainer {
   // PS restores its shards from its latest checkpoint then), retrying with
   // backoff until options_.ps_recovery_timeout.
   absl::Status Recover(const absl::Status& cause);
+  // A push failed with `status`: counts it lost and recovers, or returns
+  // `status` if it is not a PS failure worth waiting out.
+  absl::Status RecoverFromFailedPush(const absl::Status& status,
+                                     TrainingResult* result);
   void Log(const std::string& line) const;
 
   TrainerOptions options_;

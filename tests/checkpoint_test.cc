@@ -24,14 +24,6 @@
 namespace psrt {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(base ? base : "/tmp", "/", name);
-  std::system(
-      absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
-  return dir;
-}
-
 std::unique_ptr<LocalCluster> StartCluster(int num_ps,
                                            std::vector<std::string> flags,
                                            int num_workers = 1) {
@@ -62,7 +54,7 @@ void CopyTree(const std::string& from, const std::string& to) {
 class CheckpointTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = new std::string(TempDir("ckpt_root"));
+    root_ = new std::string(FreshTestDir("ckpt_root"));
     // (No shutdown checkpoint: the two taken below are the only ones.)
     auto cluster = StartCluster(2,
                                 {absl::StrCat("--checkpoint_uri=", *root_),
@@ -99,7 +91,7 @@ class CheckpointTest : public ::testing::Test {
   // values and step, and returns the re-saved contents.
   static CheckpointContents RestoreAndResave(int num_ps, int shards,
                                              const std::string& uri) {
-    const std::string again = TempDir(absl::StrCat("resave_", num_ps));
+    const std::string again = FreshTestDir(absl::StrCat("resave_", num_ps));
     auto cluster =
         StartCluster(num_ps, {absl::StrCat("--restore=", uri),
                               absl::StrCat("--checkpoint_uri=", again)});
@@ -206,7 +198,7 @@ TEST_F(CheckpointTest, CorruptOrMissingDataFilesAreRefusedByName) {
   ASSERT_NE(saved_, nullptr);
   const std::string file = FileOf(saved_->manifest, "emb/ftrl_div");
   {
-    const std::string copy = TempDir("corrupt") + "/ckpt";
+    const std::string copy = FreshTestDir("corrupt") + "/ckpt";
     CopyTree(*uri_, copy);
     std::fstream f(copy + "/" + file,
                    std::ios::in | std::ios::out | std::ios::binary);
@@ -218,7 +210,7 @@ TEST_F(CheckpointTest, CorruptOrMissingDataFilesAreRefusedByName) {
     EXPECT_TRUE(absl::StrContains(error, "DATA_LOSS")) << error;
   }
   {
-    const std::string copy = TempDir("missing") + "/ckpt";
+    const std::string copy = FreshTestDir("missing") + "/ckpt";
     CopyTree(*uri_, copy);
     ASSERT_EQ(std::remove((copy + "/" + file).c_str()), 0);
     const std::string error = RestoreError(copy);
@@ -231,20 +223,16 @@ TEST_F(CheckpointTest, CorruptOrMissingDataFilesAreRefusedByName) {
 
 // Runs ps_server with `flags` (one PS) and returns its exit code and output.
 LocalCluster::WorkerRun RunServer(const std::vector<std::string>& flags) {
-  LocalCluster::Options o;
-  o.num_ps = 1;
-  auto cluster = LocalCluster::Start(o);  // only for RunWorkers
   std::vector<std::string> args = {
       absl::StrCat("--port=", PickUnusedPort()), "--metrics_port=0",
       R"(--cluster={"cluster": {"ps": ["localhost:1"]}})"};
   args.insert(args.end(), flags.begin(), flags.end());
-  return (*cluster)->RunWorkers("ps_server/ps_server", args, {0},
-                                absl::Seconds(30))[0];
+  return RunPrograms("ps_server/ps_server", args, {""}, absl::Seconds(30))[0];
 }
 
 TEST_F(CheckpointTest, TruncatedManifestStopsTheServerNamingIt) {
   ASSERT_NE(saved_, nullptr);
-  const std::string dir = TempDir("truncated");
+  const std::string dir = FreshTestDir("truncated");
   const std::string root = dir + "/root";
   CopyTree(*root_, root);
   const std::string name = saved_->manifest.name();
@@ -273,7 +261,7 @@ TEST_F(CheckpointTest, TruncatedManifestStopsTheServerNamingIt) {
 }
 
 TEST(CheckpointFaultTest, NoCheckpointToRestoreIsAClearError) {
-  const std::string root = TempDir("empty_root");
+  const std::string root = FreshTestDir("empty_root");
   auto run =
       RunServer({absl::StrCat("--checkpoint_uri=", root), "--restore=latest"});
   EXPECT_EQ(run.exit_code, 1);
@@ -295,7 +283,7 @@ bool WriteInProgress(const std::string& dir) {
 }
 
 TEST(CheckpointFaultTest, PsKilledDuringSaveLeavesThePreviousLatest) {
-  const std::string root = TempDir("killed_root");
+  const std::string root = FreshTestDir("killed_root");
   auto cluster = StartCluster(
       2, {absl::StrCat("--checkpoint_uri=", root), "--checkpoint_threads=1"});
   ASSERT_NE(cluster, nullptr);
@@ -350,7 +338,7 @@ TEST(CheckpointFaultTest, PsKilledDuringSaveLeavesThePreviousLatest) {
 }
 
 TEST(CheckpointTriggerTest, PeriodicCheckpointsKeepTheNewest) {
-  const std::string root = TempDir("periodic_root");
+  const std::string root = FreshTestDir("periodic_root");
   auto cluster =
       StartCluster(2, {absl::StrCat("--checkpoint_uri=", root),
                        "--checkpoint_every_steps=50", "--keep_checkpoints=2",
@@ -410,7 +398,7 @@ TEST(CheckpointTriggerTest, PeriodicCheckpointsKeepTheNewest) {
 // ps_worker trains, SIGTERM makes PS 0 take a final checkpoint of both PS,
 // and a fresh cluster restored from it lets training continue at its step.
 TEST(CheckpointWorkerTest, ShutdownCheckpointAndTrainingContinues) {
-  const std::string root = TempDir("worker_root");
+  const std::string root = FreshTestDir("worker_root");
   const std::vector<std::string> args = {
       "--model=deepfm",
       "--train_files=testdata/criteo_deepfm_sagemaker/val.tfrecords",

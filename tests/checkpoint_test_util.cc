@@ -109,11 +109,11 @@ absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& uri,
     if (!file.ok()) return file.status();
     const int64_t stride = file->row_stride();
     auto& rows = c.rows[f.variable()];
-    for (size_t i = 0; i < file->ids.size(); ++i) {
+    for (int64_t i = 0; i < file->num_rows(); ++i) {
       const float* row = file->rows + i * stride;
-      if (!rows.emplace(file->ids[i], std::vector<float>(row, row + stride))
+      if (!rows.emplace(file->Id(i), std::vector<float>(row, row + stride))
                .second) {
-        return absl::DataLossError(absl::StrCat("row ", file->ids[i], " of ",
+        return absl::DataLossError(absl::StrCat("row ", file->Id(i), " of ",
                                                 f.variable(), " saved twice"));
       }
     }

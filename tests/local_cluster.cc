@@ -142,24 +142,36 @@ LocalCluster::~LocalCluster() {
 std::vector<LocalCluster::WorkerRun> LocalCluster::RunWorkers(
     const std::string& binary, const std::vector<std::string>& args,
     const std::vector<int>& indices, absl::Duration timeout) {
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
-  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  std::vector<std::string> tf_configs;
   for (int index : indices) {
     ClusterSpec spec = spec_;
     spec.has_task = true;
     spec.task = {"worker", index};
-    const std::string tf_config = ClusterSpecToJson(spec);
-    logs.push_back(absl::StrCat(dir ? dir : "/tmp", "/worker_", index, "_",
-                                getpid(), "_", absl::ToUnixMicros(absl::Now()),
-                                ".log"));
+    tf_configs.push_back(ClusterSpecToJson(spec));
+  }
+  return RunPrograms(binary, args, tf_configs, timeout);
+}
+
+std::vector<LocalCluster::WorkerRun> RunPrograms(
+    const std::string& binary, const std::vector<std::string>& args,
+    const std::vector<std::string>& tf_configs, absl::Duration timeout) {
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  for (size_t p = 0; p < tf_configs.size(); ++p) {
+    logs.push_back(absl::StrCat(dir ? dir : "/tmp", "/run_", p, "_", getpid(),
+                                "_", absl::ToUnixMicros(absl::Now()), ".log"));
     const pid_t pid = fork();
     if (pid == 0) {
       const int log =
           open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(log, STDOUT_FILENO);
       dup2(log, STDERR_FILENO);
-      setenv("TF_CONFIG", tf_config.c_str(), 1);
+      if (tf_configs[p].empty()) {
+        unsetenv("TF_CONFIG");
+      } else {
+        setenv("TF_CONFIG", tf_configs[p].c_str(), 1);
+      }
       std::vector<std::string> argv_storage = {binary};
       argv_storage.insert(argv_storage.end(), args.begin(), args.end());
       std::vector<char*> argv;
@@ -170,7 +182,7 @@ std::vector<LocalCluster::WorkerRun> LocalCluster::RunWorkers(
     }
     pids.push_back(pid);
   }
-  std::vector<WorkerRun> runs(pids.size());
+  std::vector<LocalCluster::WorkerRun> runs(pids.size());
   const absl::Time deadline = absl::Now() + timeout;
   for (size_t i = 0; i < pids.size(); ++i) {
     int status = 0;
@@ -192,6 +204,14 @@ std::vector<LocalCluster::WorkerRun> LocalCluster::RunWorkers(
     runs[i].output = text.str();
   }
   return runs;
+}
+
+std::string FreshTestDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(base ? base : "/tmp", "/", name);
+  std::system(
+      absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
+  return dir;
 }
 
 absl::StatusOr<std::string> FetchMetrics(int port) {

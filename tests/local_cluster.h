@@ -75,6 +75,16 @@ class LocalCluster {
   std::vector<std::string> logs_;
 };
 
+// Runs `binary` (relative to runfiles) once per entry of `tf_configs`, all
+// at once, with that TF_CONFIG ("" = none), and waits for them (killing them
+// after `timeout`).
+std::vector<LocalCluster::WorkerRun> RunPrograms(
+    const std::string& binary, const std::vector<std::string>& args,
+    const std::vector<std::string>& tf_configs, absl::Duration timeout);
+
+// An empty directory `name` under the test's temporary directory.
+std::string FreshTestDir(const std::string& name);
+
 // Fetches http://127.0.0.1:port/metrics.
 absl::StatusOr<std::string> FetchMetrics(int port);
 

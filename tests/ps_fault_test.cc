@@ -31,14 +31,6 @@ std::vector<std::string> WorkerArgs() {
           "--shuffle_buffer=0"};
 }
 
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(base ? base : "/tmp", "/", name);
-  std::system(
-      absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
-  return dir;
-}
-
 int64_t GlobalStep(LocalCluster& cluster, int ps) {
   auto client = Client::Connect(cluster.MakeClientOptions());
   if (!client.ok()) return -1;
@@ -60,7 +52,7 @@ TEST(PsFaultTest, KilledPsIsRestartedFromItsCheckpointAndTrainingCompletes) {
   }
 
   LocalCluster::Options o;
-  const std::string root = TempDir("fault_ckpt");
+  const std::string root = FreshTestDir("fault_ckpt");
   o.extra_flags = {absl::StrCat("--checkpoint_uri=", root),
                    "--checkpoint_every_steps=20", "--restore=auto",
                    "--checkpoint_on_shutdown=false"};

@@ -29,14 +29,6 @@
 namespace psrt {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(base ? base : "/tmp", "/", name);
-  std::system(
-      absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
-  return dir;
-}
-
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
   const pid_t pid = fork();
   if (pid == 0) {
@@ -80,7 +72,7 @@ class S3CheckpointTest : public ::testing::Test {
         << S3rverPath()
         << " is missing: tools/install_deps.sh installs s3rver (or set "
            "PSRT_S3RVER)";
-    dir_ = new std::string(TempDir("s3"));
+    dir_ = new std::string(FreshTestDir("s3"));
     s3rver_port_ = PickUnusedPort();
     s3rver_ = Spawn({"/usr/bin/node", S3rverPath(), "-d", *dir_ + "/data", "-a",
                      "127.0.0.1", "-p", absl::StrCat(s3rver_port_),
@@ -156,6 +148,8 @@ class S3CheckpointTest : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
+  static std::string SaveFromTwoPs(const std::string& root, bool train);
+
   static std::string* dir_;
   static int s3rver_port_;
   static pid_t s3rver_;
@@ -183,25 +177,34 @@ std::vector<VariableSpec> SpecsWithBigDense(int shards) {
   return specs;
 }
 
+// Creates SpecsWithBigDense(2) on a fresh 2-PS cluster checkpointing
+// under `root` through the verifying proxy, optionally pushes a little, and
+// saves; returns the checkpoint's URI ("" after a failure).
+std::string S3CheckpointTest::SaveFromTwoPs(const std::string& root,
+                                            bool train) {
+  auto cluster =
+      Cluster(2, {absl::StrCat("--checkpoint_uri=", root),
+                  absl::StrCat("--s3_endpoint=", Endpoint(proxy_port_)),
+                  "--checkpoint_on_shutdown=false"});
+  if (cluster == nullptr) return "";
+  auto client = *Client::Connect(cluster->MakeClientOptions());
+  absl::Status created = client->CreateVariables(SpecsWithBigDense(2));
+  EXPECT_TRUE(created.ok()) << created;
+  if (train) {
+    std::atomic<bool> stop{true};
+    TrainUntil(cluster->MakeClientOptions(), 2, stop, 10);
+  }
+  auto saved = client->Checkpoint();
+  EXPECT_TRUE(saved.ok()) << saved.status();
+  return saved.ok() ? saved->uri() : "";
+}
+
 TEST_F(S3CheckpointTest, SaveOnTwoRestoreOnThreeWithVerifiedSignatures) {
   const std::string root = "s3://psrt/run1";
   const auto before = ProxyStats(proxy_port_);
-  std::string uri;
-  {
-    auto cluster =
-        Cluster(2, {absl::StrCat("--checkpoint_uri=", root),
-                    absl::StrCat("--s3_endpoint=", Endpoint(proxy_port_)),
-                    "--checkpoint_on_shutdown=false"});
-    ASSERT_NE(cluster, nullptr);
-    auto client = *Client::Connect(cluster->MakeClientOptions());
-    ASSERT_TRUE(client->CreateVariables(SpecsWithBigDense(2)).ok());
-    std::atomic<bool> stop{true};
-    TrainUntil(cluster->MakeClientOptions(), 2, stop, 10);
-    auto saved = client->Checkpoint();
-    ASSERT_TRUE(saved.ok()) << saved.status();
-    uri = saved->uri();
-    EXPECT_TRUE(absl::StartsWith(uri, root + "/ckpt-")) << uri;
-  }
+  const std::string uri = SaveFromTwoPs(root, /*train=*/true);
+  ASSERT_FALSE(uri.empty());
+  EXPECT_TRUE(absl::StartsWith(uri, root + "/ckpt-")) << uri;
   const auto after = ProxyStats(proxy_port_);
   EXPECT_EQ(after.at("rejected"), before.at("rejected"));
   EXPECT_GT(after.at("accepted"), before.at("accepted"));
@@ -302,19 +305,8 @@ TEST_F(S3CheckpointTest, AwsCliReadsWhatTheServersWrote) {
                     "skipping the cross-check against it";
   }
   const std::string root = "s3://psrt/cli";
-  std::string uri;
-  {
-    auto cluster =
-        Cluster(2, {absl::StrCat("--checkpoint_uri=", root),
-                    absl::StrCat("--s3_endpoint=", Endpoint(proxy_port_)),
-                    "--checkpoint_on_shutdown=false"});
-    ASSERT_NE(cluster, nullptr);
-    auto client = *Client::Connect(cluster->MakeClientOptions());
-    ASSERT_TRUE(client->CreateVariables(SpecsWithBigDense(2)).ok());
-    auto saved = client->Checkpoint();
-    ASSERT_TRUE(saved.ok()) << saved.status();
-    uri = saved->uri();
-  }
+  const std::string uri = SaveFromTwoPs(root, /*train=*/false);
+  ASSERT_FALSE(uri.empty());
   auto storage = OpenStorage(uri, Options(proxy_port_));
   auto manifest = ReadManifest(**storage, "");
   ASSERT_TRUE(manifest.ok());

@@ -13,6 +13,9 @@
 namespace psrt {
 namespace {
 
+// Rows whose ids are materialized at once while restoring a file.
+constexpr int64_t kRestoreChunkRows = 65536;
+
 int64_t RowWidthOf(const VariableSpec& spec) {
   int64_t w = 1;
   for (int i = 1; i < spec.shape_size(); ++i) w *= spec.shape(i);
@@ -139,40 +142,44 @@ absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
           " and ", layout.num_slots, " slots"));
     }
     const int64_t stride = contents->row_stride();
-    // Import runs of consecutive rows bound for the same local shard.
-    const std::vector<int64_t>& ids = contents->ids;
-    const int64_t n = static_cast<int64_t>(ids.size());
-    std::vector<int64_t> local;
-    for (int64_t i = 0; i < n;) {
-      const int64_t id = ids[i];
-      if (layout.kind() != HASH_EMBEDDING && (id < 0 || id >= layout.rows)) {
-        return absl::DataLossError(
-            absl::StrCat("checkpoint file ", name, " holds row ", id,
-                         " outside [0, ", layout.rows, ")"));
-      }
-      const int shard = layout.ShardOf(id);
-      int64_t end = i + 1;
-      while (end < n && layout.ShardOf(ids[end]) == shard &&
-             (layout.kind() == HASH_EMBEDDING ||
-              (ids[end] >= 0 && ids[end] < layout.rows))) {
-        ++end;
-      }
-      if (variable.Holds(shard)) {
-        const float* rows = contents->rows + i * stride;
-        absl::Span<const int64_t> run(ids.data() + i, end - i);
-        if (variable.is_dense()) {
-          local.clear();
-          for (int64_t g : run) local.push_back(layout.LocalRow(shard, g));
-          variable.dense[shard]->ImportRows(local, rows);
-        } else if (absl::Status s = variable.rows[shard]->ImportRows(run, rows);
-                   !s.ok()) {
-          return absl::Status(
-              s.code(), absl::StrCat("restore from ", name, ": ", s.message()));
+    // Import runs of consecutive rows bound for the same local shard, a
+    // bounded chunk of ids at a time.
+    const int64_t n = contents->num_rows();
+    std::vector<int64_t> ids, local;
+    for (int64_t first = 0; first < n; first += kRestoreChunkRows) {
+      const int64_t count = std::min(kRestoreChunkRows, n - first);
+      ids.resize(count);
+      for (int64_t i = 0; i < count; ++i) {
+        ids[i] = contents->Id(first + i);
+        if (layout.kind() != HASH_EMBEDDING &&
+            (ids[i] < 0 || ids[i] >= layout.rows)) {
+          return absl::DataLossError(
+              absl::StrCat("checkpoint file ", name, " holds row ", ids[i],
+                           " outside [0, ", layout.rows, ")"));
         }
-        versions[shard] = std::max(versions[shard], h.version());
-        restored_rows += end - i;
       }
-      i = end;
+      for (int64_t i = 0; i < count;) {
+        const int shard = layout.ShardOf(ids[i]);
+        int64_t end = i + 1;
+        while (end < count && layout.ShardOf(ids[end]) == shard) ++end;
+        if (variable.Holds(shard)) {
+          const float* rows = contents->rows + (first + i) * stride;
+          absl::Span<const int64_t> run(ids.data() + i, end - i);
+          if (variable.is_dense()) {
+            local.clear();
+            for (int64_t g : run) local.push_back(layout.LocalRow(shard, g));
+            variable.dense[shard]->ImportRows(local, rows);
+          } else if (absl::Status s =
+                         variable.rows[shard]->ImportRows(run, rows);
+                     !s.ok()) {
+            return absl::Status(s.code(), absl::StrCat("restore from ", name,
+                                                       ": ", s.message()));
+          }
+          versions[shard] = std::max(versions[shard], h.version());
+          restored_rows += end - i;
+        }
+        i = end;
+      }
     }
   }
   for (int s = 0; s < layout.num_shards(); ++s) {

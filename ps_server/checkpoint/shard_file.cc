@@ -162,17 +162,12 @@ absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
                              id_bytes + row_bytes, " bytes) but the body has ",
                              header_at - kMagicBytes));
   }
-  c.ids.resize(h.num_rows());
-  if (h.explicit_ids()) {
-    std::memcpy(c.ids.data(), data.data() + kMagicBytes, id_bytes);
-  } else {
-    for (int64_t i = 0; i < h.num_rows(); ++i) {
-      c.ids[i] = h.routing() == PartitionSpec::MOD
-                     ? i * h.num_shards() + h.shard()
-                     : h.row_begin() + i;
-    }
-  }
   c.data = std::move(data);
+  // 8-aligned: the buffer is heap-allocated and the ids start at byte 8.
+  if (h.explicit_ids()) {
+    c.stored_ids =
+        reinterpret_cast<const int64_t*>(c.data.data() + kMagicBytes);
+  }
   c.rows =
       reinterpret_cast<const float*>(c.data.data() + kMagicBytes + id_bytes);
   return c;

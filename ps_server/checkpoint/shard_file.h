@@ -26,16 +26,24 @@ absl::Status WriteShardFile(const LocalVariable& variable, int shard,
                             StorageWriter* out, ShardFileHeader* header,
                             uint32_t* crc, int64_t* bytes);
 
-// A decoded, verified data file. `ids` is filled for every row (stored ids
-// for hash shards, computed global rows otherwise); `rows` points into
-// `data`.
+// A decoded, verified data file; `stored_ids` and `rows` point into `data`.
 struct ShardFileContents {
   std::string data;
   ShardFileHeader header;
-  std::vector<int64_t> ids;
+  const int64_t* stored_ids = nullptr;  // hash shards only
   const float* rows = nullptr;
+
+  int64_t num_rows() const { return header.num_rows(); }
   int64_t row_stride() const {
     return header.row_width() * (1 + header.num_slots());
+  }
+  // The global row (or hash id) of row i: stored for hash shards, derived
+  // from the shard's cut otherwise.
+  int64_t Id(int64_t i) const {
+    if (stored_ids != nullptr) return stored_ids[i];
+    return header.routing() == PartitionSpec::MOD
+               ? i * header.num_shards() + header.shard()
+               : header.row_begin() + i;
   }
 };
 

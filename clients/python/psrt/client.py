@@ -180,14 +180,10 @@ class Client:
         specs = [normalize(self._copy(s)) for s in specs]
         with self._lock:
             self._refresh_locked()
-            first = len(self._map.variables)
-            for i, s in enumerate(specs):
-                existing = self._map.find(s.name)
-                if existing is not None:
-                    first = min(first, existing.index) if i == 0 else first
-            # Specs already in the catalog must be the prefix at their index.
-            if specs and self._map.find(specs[0].name) is not None:
-                first = self._map.find(specs[0].name).index
+            # Specs already in the catalog are placed where they are (the
+            # servers check); new ones go at the end.
+            existing = self._map.find(specs[0].name) if specs else None
+            first = existing.index if existing is not None else len(self._map.variables)
             request = ps_pb2.CreateVariablesRequest(first_index=first, specs=specs,
                                                     num_ps=self.num_ps)
             for ps in range(self.num_ps):
