@@ -68,6 +68,45 @@ TEST_P(OptimizerTest, MatchesReferenceOverManySteps) {
   EXPECT_GT(moved, 0.01f);
 }
 
+// An update must not depend on how the gradient arrived: applied at once or
+// in pieces split at arbitrary (unaligned) offsets, as gRPC slices split a
+// push, every element is bit-identical.
+TEST_P(OptimizerTest, ResultDoesNotDependOnHowTheUpdateIsSplit) {
+  const OptimizerSpec spec = Normalized(GetParam());
+  auto opt = CreateOptimizer(spec);
+  constexpr size_t kN = 1031;
+  std::vector<float> whole(kN), pieces(kN), grad(kN);
+  std::vector<float> slots_whole[2], slots_pieces[2];
+  for (int k = 0; k < 2; ++k) {
+    slots_whole[k].assign(
+        kN, k < opt->num_slots() ? opt->initial_slot_value(k) : 0);
+    slots_pieces[k] = slots_whole[k];
+  }
+  for (size_t i = 0; i < kN; ++i) {
+    whole[i] = pieces[i] = std::sin(0.37f * i);
+  }
+  for (int step = 1; step <= 20; ++step) {
+    for (size_t i = 0; i < kN; ++i) grad[i] = std::cos(0.11f * i * step) * 3;
+    const UpdateContext ctx =
+        MakeUpdateContext(*opt, spec.learning_rate(), step);
+    float* sw[2] = {slots_whole[0].data(), slots_whole[1].data()};
+    opt->Apply(whole.data(), sw, grad.data(), kN, ctx);
+    for (size_t begin = 0; begin < kN;) {
+      const size_t end = std::min(kN, begin + 1 + (begin * 7 + step) % 61);
+      float* sp[2] = {slots_pieces[0].data() + begin,
+                      slots_pieces[1].data() + begin};
+      opt->Apply(pieces.data() + begin, sp, grad.data() + begin, end - begin,
+                 ctx);
+      begin = end;
+    }
+  }
+  for (size_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(whole[i], pieces[i]) << "element " << i;
+    ASSERT_EQ(slots_whole[0][i], slots_pieces[0][i]) << "element " << i;
+    ASSERT_EQ(slots_whole[1][i], slots_pieces[1][i]) << "element " << i;
+  }
+}
+
 OptimizerSpec Make(OptimizerSpec::Kind kind, float lr,
                    std::function<void(OptimizerSpec*)> extra = nullptr) {
   OptimizerSpec o;
