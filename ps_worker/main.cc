@@ -64,8 +64,14 @@ DEFINE_int32(shuffle_buffer, 10000, "Examples held for shuffling (0: none).");
 DEFINE_int32(epochs, 1, "Passes over the training data (0: forever).");
 DEFINE_int64(max_steps, 0, "Stop after this many steps (0: when data ends).");
 // Execution.
-DEFINE_int32(towers, 1, "Towers (threads) computing each batch's slices.");
-DEFINE_string(device, "cpu", "cpu (gpu: see the GPU issue).");
+DEFINE_int32(towers, 0,
+             "Towers computing slices of each batch: threads on the CPU, "
+             "GPUs on the GPU (tower t on GPU t % GPUs); 0: 1 on the CPU, one "
+             "per GPU.");
+DEFINE_string(device, "auto",
+              "cpu, gpu (NVIDIA, sm_80+; lr, fm, deepfm, wide_deep) or auto "
+              "(gpu where one is usable and the model has GPU kernels, else "
+              "cpu, saying why in the log).");
 DEFINE_string(mode, "async", "async, sync or ssp.");
 DEFINE_int32(staleness, 2, "ssp: steps a worker may run ahead of the slowest.");
 DEFINE_double(ps_recovery_secs, 600,
@@ -125,9 +131,9 @@ int Run() {
                << o.num_workers << " workers";
     return 2;
   }
-  if (FLAGS_device != "cpu") {
-    LOG(ERROR) << "--device=" << FLAGS_device
-               << ": this build trains on the CPU only (--device=cpu)";
+  if (FLAGS_device != "cpu" && FLAGS_device != "gpu" &&
+      FLAGS_device != "auto") {
+    LOG(ERROR) << "--device=" << FLAGS_device << ": expected cpu, gpu or auto";
     return 2;
   }
   o.client.ps_addresses = cluster->ps;
@@ -189,6 +195,7 @@ int Run() {
   o.eval.patterns = SplitList(FLAGS_eval_files);
   o.eval.reader = reader;
   o.eval.batch_size = 4096;
+  o.device = FLAGS_device;
   o.towers = FLAGS_towers;
   o.max_steps = FLAGS_max_steps;
   if (!(FLAGS_learning_rate_decay > 0 && FLAGS_learning_rate_decay <= 1)) {

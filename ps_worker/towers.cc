@@ -50,8 +50,9 @@ void Towers::Loop(int tower) {
   }
 }
 
-double Towers::Run(const Batch& batch, const StepParameters& params,
-                   Gradients* grads, float* predictions) {
+absl::StatusOr<double> Towers::Run(const Batch& batch,
+                                   const StepParameters& params,
+                                   Gradients* grads, float* predictions) {
   const size_t unique = params.unique_ids.size();
   for (Slice& s : slices_) {
     if (s.grads.tables.empty() && s.grads.dense.empty()) {

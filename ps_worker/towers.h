@@ -14,10 +14,11 @@
 
 #include "absl/synchronization/mutex.h"
 #include "ps_worker/model/model.h"
+#include "ps_worker/tower_runner.h"
 
 namespace psrt {
 
-class Towers {
+class Towers final : public TowerRunner {
  public:
   // `model` must outlive the towers.
   Towers(const Model* model, int towers);
@@ -25,12 +26,12 @@ class Towers {
   Towers(const Towers&) = delete;
   Towers& operator=(const Towers&) = delete;
 
-  int size() const { return static_cast<int>(slices_.size()); }
+  int size() const override { return static_cast<int>(slices_.size()); }
+  std::string device() const override { return "cpu"; }
 
-  // Gradients of the mean loss over `batch` into *grads (reshaped and
-  // overwritten) and predictions[0, batch.size); returns the summed loss.
-  double Run(const Batch& batch, const StepParameters& params, Gradients* grads,
-             float* predictions);
+  // Never fails.
+  absl::StatusOr<double> Run(const Batch& batch, const StepParameters& params,
+                             Gradients* grads, float* predictions) override;
 
  private:
   struct Slice {

@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "clients/cpp/id_index.h"
+#include "ps_worker/device.h"
 #include "ps_worker/evaluation.h"
-#include "ps_worker/towers.h"
 
 namespace psrt {
 namespace {
@@ -196,14 +196,18 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       }
     }
   }
+  std::string device_choice;
+  absl::StatusOr<std::unique_ptr<TowerRunner>> towers = CreateTowerRunner(
+      model_.get(), options_.device, options_.towers, &device_choice);
+  if (!towers.ok()) return towers.status();
+  Log(device_choice);
   Log(absl::StrFormat(
       "training %s (%d fields, %d dense features, %d variables) on %d PS, "
       "%d tower(s), %s, batch %d",
       config.name, config.fields, config.dense_dim, model_->variables().size(),
-      client_->num_ps(), options_.towers,
+      client_->num_ps(), (*towers)->size(),
       Consistency::Mode_Name(options_.consistency.mode()), train.batch_size));
 
-  Towers towers(model_.get(), options_.towers);
   TrainingResult result;
   const absl::Time start = absl::Now();
   absl::Time interval_start = start;
@@ -254,8 +258,9 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
 
     t = absl::Now();
     predictions.resize(cur->batch.size);
-    const double loss =
-        towers.Run(cur->batch, cur->params, &cur->grads, predictions.data());
+    const absl::StatusOr<double> loss = (*towers)->Run(
+        cur->batch, cur->params, &cur->grads, predictions.data());
+    if (!loss.ok()) return loss.status();
     breakdown.compute += MillisSince(t);
 
     // One push in flight at a time: wait for the previous one, then send.
@@ -297,7 +302,7 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     result.steps = cur->index + 1;
     result.examples += cur->batch.size;
     interval_examples += cur->batch.size;
-    interval_loss += loss;
+    interval_loss += *loss;
     if (model_->classes() == 2) {
       interval_eval.AddBinary(predictions.data(), cur->batch.labels.data(),
                               cur->batch.size);

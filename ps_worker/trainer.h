@@ -30,10 +30,11 @@ struct TrainerOptions {
   ClientOptions client;  // PS addresses; worker_index is set from below
   int worker_index = 0;
   int num_workers = 1;
-  ModelConfig model;     // fields / dense_dim 0: taken from the data
-  DatasetOptions train;  // sharded by the trainer over the workers
-  DatasetOptions eval;   // no patterns: no evaluation
-  int towers = 1;
+  ModelConfig model;           // fields / dense_dim 0: taken from the data
+  DatasetOptions train;        // sharded by the trainer over the workers
+  DatasetOptions eval;         // no patterns: no evaluation
+  std::string device = "cpu";  // cpu, gpu or auto (ps_worker/device.h)
+  int towers = 1;              // 0: the device's default
   Consistency consistency;
   int64_t max_steps = 0;  // 0: until the training data is exhausted
   // Learning rates are multiplied by this once per epoch (1: constant),

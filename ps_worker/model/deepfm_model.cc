@@ -18,6 +18,7 @@ class DeepFmModel final : public SparseModel {
     mlp_.Declare("deepfm/mlp",
                  config.fields * config.embedding_dim + config.dense_dim,
                  config.hidden, 1, config.seed + 100, dense_adder());
+    SetParts(linear_, fm_.table(), fm_.table(), &mlp_);
   }
 
   double Compute(const Batch& b, int begin, int end, float scale,

@@ -12,6 +12,7 @@ class FmModel final : public SparseModel {
     linear_.Declare("fm/linear", config.dense_dim, table_adder(),
                     dense_adder());
     fm_.Declare("fm/factors", config.embedding_dim, config.seed, table_adder());
+    SetParts(linear_, fm_.table(), -1, nullptr);
   }
 
   double Compute(const Batch& b, int begin, int end, float scale,

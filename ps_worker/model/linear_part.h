@@ -21,6 +21,11 @@ class LinearPart {
   void Declare(const std::string& prefix, int dense_dim,
                const AddTable& add_table, const AddDense& add_dense);
 
+  // Indices of its table and dense variables (-1: none).
+  int table() const { return table_; }
+  int bias() const { return bias_; }
+  int dense() const { return dense_; }
+
   // z[i - begin] += linear part of example i.
   void Forward(const Batch& b, int begin, int end, const StepParameters& p,
                float* z) const;

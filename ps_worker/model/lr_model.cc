@@ -10,6 +10,7 @@ class LrModel final : public SparseModel {
  public:
   explicit LrModel(const ModelConfig& config) : SparseModel(config, false) {
     linear_.Declare("lr", config.dense_dim, table_adder(), dense_adder());
+    SetParts(linear_, -1, -1, nullptr);
   }
 
   double Compute(const Batch& b, int begin, int end, float scale,

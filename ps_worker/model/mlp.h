@@ -28,6 +28,9 @@ class Mlp {
 
   int in() const { return in_; }
   int out() const { return sizes_.back(); }
+  const std::vector<int>& sizes() const { return sizes_; }
+  const std::vector<int>& weight_indices() const { return weight_index_; }
+  const std::vector<int>& bias_indices() const { return bias_index_; }
 
   // out[n, out()] from x[n, in()]; fills `cache`.
   void Forward(const float* x, int n, const StepParameters& params,

@@ -57,6 +57,24 @@ struct Gradients {
   void Add(const Gradients& other);
 };
 
+// A binary model built from the parts in linear_part.h, deep_input.h and
+// mlp.h, by index into Model::tables() / dense_variables() (-1: absent).
+// What another executor of the model -- the GPU towers in ps_worker/gpu --
+// needs to run the same computation as Model::Compute.
+struct CtrModelParts {
+  int linear_table = -1;  // dim 1: weight per feature id
+  int linear_bias = -1;
+  int linear_dense = -1;  // weights of the dense features
+  int fm_table = -1;      // FM interactions over this table's rows
+  int deep_table = -1;    // MLP input: these rows per field, then dense
+  int fields = 0;         // fixed fields (deep part)
+  int embedding_dim = 0;  // dim of fm_table / deep_table
+  int mlp_in = 0;
+  std::vector<int> mlp_sizes;    // out size of each layer (ReLU between)
+  std::vector<int> mlp_weights;  // [in, out] row-major, per layer
+  std::vector<int> mlp_biases;
+};
+
 class Model {
  public:
   struct Table {
@@ -89,6 +107,10 @@ class Model {
   virtual double Compute(const Batch& batch, int begin, int end, float scale,
                          const StepParameters& params, Gradients* grads,
                          float* predictions) const = 0;
+
+  // The model's structure for other executors; null if it has none (then
+  // only Compute runs it).
+  virtual const CtrModelParts* ctr_parts() const { return nullptr; }
 
   // Gradients shaped for `params` (zeroed).
   Gradients NewGradients(size_t unique_ids) const;

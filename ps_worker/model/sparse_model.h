@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ps_worker/model/linear_part.h"
+#include "ps_worker/model/mlp.h"
 #include "ps_worker/model/model.h"
 
 namespace psrt {
@@ -22,6 +23,27 @@ class SparseModel : public Model {
   LinearPart::AddDense dense_adder() {
     return [this](const std::string& n, std::vector<int64_t> shape,
                   InitializerSpec init) { return AddDense(n, shape, init); };
+  }
+
+  const CtrModelParts* ctr_parts() const override { return &parts_; }
+
+  // Records the structure (call at the end of the subclass's constructor;
+  // fm_table / deep_table -1 where the model has no such part).
+  void SetParts(const LinearPart& linear, int fm_table, int deep_table,
+                const Mlp* mlp) {
+    parts_.linear_table = linear.table();
+    parts_.linear_bias = linear.bias();
+    parts_.linear_dense = linear.dense();
+    parts_.fm_table = fm_table;
+    parts_.deep_table = deep_table;
+    parts_.fields = config_.fields;
+    parts_.embedding_dim = config_.embedding_dim;
+    if (mlp != nullptr) {
+      parts_.mlp_in = mlp->in();
+      parts_.mlp_sizes = mlp->sizes();
+      parts_.mlp_weights = mlp->weight_indices();
+      parts_.mlp_biases = mlp->bias_indices();
+    }
   }
 
   absl::Status Check(const Batch& batch) const override {
@@ -42,6 +64,7 @@ class SparseModel : public Model {
 
  private:
   const bool fixed_fields_;
+  CtrModelParts parts_;
 };
 
 }  // namespace psrt

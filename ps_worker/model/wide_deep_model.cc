@@ -19,6 +19,7 @@ class WideDeepModel final : public SparseModel {
     mlp_.Declare("wide_deep/deep",
                  config.fields * config.embedding_dim + config.dense_dim,
                  config.hidden, 1, config.seed + 100, dense_adder());
+    SetParts(wide_, -1, embeddings_, &mlp_);
   }
 
   double Compute(const Batch& b, int begin, int end, float scale,

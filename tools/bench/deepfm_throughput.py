@@ -24,26 +24,27 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, "bazel-bin")
+BIN = os.environ.get("PSRT_BIN_DIR", os.path.join(ROOT, "bazel-bin"))
 DONE = re.compile(r"done: steps=(\d+) examples=(\d+) seconds=([\d.]+) examples/s=([\d.]+)")
 PROGRESS = re.compile(r"data_ms=([\d.]+) pull_ms=([\d.]+) compute_ms=([\d.]+) push_ms=([\d.]+)")
 
 
-def ensure_data(data_dir, examples):
+def ensure_data(data_dir, examples, fmt="tfrecord"):
     if os.path.exists(os.path.join(data_dir, "planted.json")):
         return
     subprocess.check_call([
         os.path.join(BIN, "tools/ctr_datagen/ctr_datagen"), f"--output_dir={data_dir}",
-        f"--train_examples={examples}", "--test_examples=10000", "--format=tfrecord"])
+        f"--train_examples={examples}", "--test_examples=10000", f"--format={fmt}"])
 
 
-def run_psrt(hosts, data_dir, steps, batch, towers):
+def run_psrt(hosts, data_dir, steps, batch, towers, worker_flags=()):
     logs = tempfile.mkdtemp(prefix=f"psrt_bench_{hosts}h_")
     cmd = [sys.executable, os.path.join(ROOT, "deploy/local/launch.py"), f"--hosts={hosts}",
-           f"--logs={logs}", "--base_port=24000", "--",
+           f"--logs={logs}", "--base_port=24000", f"--bin_dir={BIN}", "--",
            os.path.join(BIN, "ps_worker/ps_worker"), "--model=deepfm",
            f"--train_files={data_dir}/train-*", "--epochs=0", f"--max_steps={steps}",
-           f"--batch_size={batch}", f"--towers={towers}", "--log_every_steps=50"]
+           f"--batch_size={batch}", f"--towers={towers}", "--log_every_steps=50",
+           *worker_flags]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     total, breakdowns = 0.0, []
     for w in range(hosts):
@@ -58,11 +59,11 @@ def run_psrt(hosts, data_dir, steps, batch, towers):
     return total, dict(zip(["data_ms", "pull_ms", "compute_ms", "push_ms"], mean))
 
 
-def run_torch(data_dir, examples, batch):
+def run_torch(data_dir, examples, batch, device="cpu"):
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "tools/bench/torch_deepfm.py"),
          f"--train={data_dir}/train-*", "--epochs=100", f"--max_examples={examples}",
-         f"--batch_size={batch}", "--json"],
+         f"--batch_size={batch}", f"--device={device}", "--json"],
         check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])["examples_per_s"]
 

@@ -36,6 +36,18 @@ def example_class():
     return tf_example_pb2.Example
 
 
+def read_libsvm(pattern, fields):
+    """Lines of `label id:value ...` with exactly `fields` pairs."""
+    rows = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path) as f:
+            text = f.read().replace(":", " ")
+        rows.append(np.array(text.split(), np.float64).reshape(-1, 1 + 2 * fields))
+    a = np.concatenate(rows)
+    return (a[:, 0].astype(np.float32), a[:, 1::2].astype(np.int64),
+            a[:, 2::2].astype(np.float32))
+
+
 def read_tfrecords(pattern, fields):
     Example = example_class()
     labels, ids, values = [], [], []
@@ -92,6 +104,7 @@ def main():
                    help="stop after this many examples (0: all epochs)")
     p.add_argument("--dense_embedding_gradients", action="store_true",
                    help="dense instead of sparse embedding gradients")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -102,27 +115,31 @@ def main():
         arrays = np.load(cache)
         labels, ids, values = arrays["labels"], arrays["ids"], arrays["values"]
     else:
-        labels, ids, values = read_tfrecords(args.train, args.fields)
+        read = read_libsvm if args.train.endswith(".libsvm") or glob.glob(
+            args.train)[0].endswith(".libsvm") else read_tfrecords
+        labels, ids, values = read(args.train, args.fields)
         np.savez(cache, labels=labels, ids=ids, values=values)
     unique, inverse = np.unique(ids, return_inverse=True)
     ids = inverse.reshape(ids.shape)
     print(f"torch_deepfm: {len(labels)} examples, {len(unique)} distinct ids, "
           f"read in {time.time() - t0:.1f} s; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads", flush=True)
+          f"{torch.get_num_threads()} threads, device {args.device}", flush=True)
+    device = torch.device(args.device)
     model = DeepFM(len(unique), args.fields, args.embedding_dim,
                    [int(h) for h in args.hidden.split(",")],
-                   sparse=not args.dense_embedding_gradients)
+                   sparse=not args.dense_embedding_gradients).to(device)
     sparse = torch.optim.Adagrad(list(model.linear.parameters()) +
                                  list(model.factors.parameters()), lr=0.05,
                                  initial_accumulator_value=0.1)
     dense = torch.optim.Adam(list(model.mlp.parameters()) + [model.bias], lr=0.001)
-    ids_t, values_t, labels_t = map(torch.from_numpy, (ids, values, labels))
+    ids_t, values_t, labels_t = (torch.from_numpy(a).to(device)
+                                 for a in (ids, values, labels))
     loss_fn = torch.nn.BCEWithLogitsLoss()
     n = len(labels)
     start = time.time()
     examples = 0
     for epoch in range(args.epochs):
-        order = torch.randperm(n)
+        order = torch.randperm(n, device=device)
         for b in range(0, n, args.batch_size):
             idx = order[b:b + args.batch_size]
             loss = loss_fn(model(ids_t[idx], values_t[idx]), labels_t[idx])
@@ -135,13 +152,15 @@ def main():
             if args.max_examples and examples >= args.max_examples:
                 break
         print(f"torch_deepfm: epoch {epoch} loss={loss.item():.4f}", flush=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     seconds = time.time() - start
     rate = examples / seconds
     print(f"torch_deepfm ({'dense' if args.dense_embedding_gradients else 'sparse'}"
           f" embedding gradients): {examples} examples in {seconds:.1f} s: "
           f"examples/s={rate:.1f}", flush=True)
     if args.json:
-        print(json.dumps({"system": "pytorch-single-process",
+        print(json.dumps({"system": "pytorch-single-process", "device": args.device,
                           "embedding_gradients":
                               "dense" if args.dense_embedding_gradients else "sparse",
                           "examples": examples,
