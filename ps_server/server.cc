@@ -61,6 +61,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       static_cast<int>(options.limits.max_message_bytes + (1 << 20)));
   builder.SetMaxSendMessageSize(
       static_cast<int>(options.limits.max_message_bytes + (1 << 20)));
+  // Clients ping every 10 s to find a cut network (see clients/cpp/
+  // ps_connection.cc); accept those pings, also between calls.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(

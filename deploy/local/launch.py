@@ -7,13 +7,20 @@ puts them; every process gets its own ports and TF_CONFIG.
     deploy/local/launch.py --hosts=2 --workers=0          # servers only
     deploy/local/launch.py --hosts=2 --restart_ps=3 \
         --ps_flag=--checkpoint_uri=out/ckpt --ps_flag=--checkpoint_every_secs=60 -- ...
+    deploy/local/launch.py --hosts=3 --netns=psrt -- ...   # 3 namespaces (root)
 
 The worker command runs once per worker with TF_CONFIG set ({"task":
 {"type": "worker", "index": i}}) and "{index}" in its arguments replaced by
 i. Logs go to --logs/<role>_<index>.log; worker output is also echoed with a
 prefix. With --restart_ps=N a ps_server that dies is started again (up to N
 times) with --restore=auto, so it reloads its shards from the latest
-checkpoint while the workers wait for it. When every worker has exited the servers get SIGTERM. Ctrl-C or
+checkpoint while the workers wait for it; --restart_workers=N does the same
+for workers (a restarted async worker rejoins at the servers' step). With
+--netns=PREFIX every host is a network namespace of its own (deploy/local/
+netns.py: addresses 10.77.0.<i> on a bridge, host names algo-1..algo-N, the
+same ports on every host), created at start and removed at the end; host i
+runs ps_server i and worker i (worker j on host j % hosts). When every
+worker has exited the servers get SIGTERM. Ctrl-C or
 SIGTERM stops everything cleanly. Exit status: 0 if every process succeeded,
 1 if any failed (its log tail is printed), 2 on bad usage.
 """
@@ -104,6 +111,14 @@ def main():
     parser.add_argument("--restart_ps", type=int, default=0,
                         help="restart a ps_server that dies, up to N times each, "
                              "with --restore=auto (give it --ps_flag=--checkpoint_uri=...)")
+    parser.add_argument("--restart_workers", type=int, default=0,
+                        help="restart a worker that dies (killed, or a non-zero exit), "
+                             "up to N times each")
+    parser.add_argument("--netns", default="",
+                        help="run each host in its own network namespace named "
+                             "PREFIX-h<i> (needs root and iproute2)")
+    parser.add_argument("--netns_subnet", default="10.77.0",
+                        help="first three octets of the hosts' addresses")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- worker command and arguments")
     args = parser.parse_args()
@@ -117,15 +132,43 @@ def main():
         parser.error(f"{server} not found; build it: bazel build //ps_server")
     os.makedirs(args.logs, exist_ok=True)
 
-    ports = pick_ports(args.base_port, 2 * args.hosts + max(workers, 1))
-    ps_ports = ports[:args.hosts]
-    metrics_ports = ports[args.hosts:2 * args.hosts]
-    worker_ports = ports[2 * args.hosts:2 * args.hosts + workers]
-    cluster = {"ps": [f"localhost:{p}" for p in ps_ports],
-               "worker": [f"localhost:{p}" for p in worker_ports]}
-    print(f"launch: {args.hosts} ps_server(s) on ports {ps_ports} "
-          f"(metrics {metrics_ports}), {workers} worker(s); logs in {args.logs}",
-          flush=True)
+    network = None
+    if args.netns:
+        import netns
+        why = netns.available()
+        if why:
+            parser.error(f"--netns: {why}")
+        network = netns.HostNetwork(args.netns, args.hosts, args.netns_subnet)
+        network.create()
+        ps_ports = [args.base_port] * args.hosts
+        metrics_ports = [args.base_port + 1] * args.hosts
+        cluster = {"ps": [f"{network.hostname(i)}:{args.base_port}" for i in range(args.hosts)],
+                   "worker": [f"{network.hostname(j % args.hosts)}:{args.base_port + 2}"
+                              for j in range(workers)]}
+        print(f"launch: {args.hosts} hosts in network namespaces {args.netns}-h1.."
+              f"{args.netns}-h{args.hosts} ({args.netns_subnet}.1..), ps_servers at "
+              f"{cluster['ps']}, {workers} worker(s); logs in {args.logs}", flush=True)
+    else:
+        ports = pick_ports(args.base_port, 2 * args.hosts + max(workers, 1))
+        ps_ports = ports[:args.hosts]
+        metrics_ports = ports[args.hosts:2 * args.hosts]
+        worker_ports = ports[2 * args.hosts:2 * args.hosts + workers]
+        cluster = {"ps": [f"localhost:{p}" for p in ps_ports],
+                   "worker": [f"localhost:{p}" for p in worker_ports]}
+        print(f"launch: {args.hosts} ps_server(s) on ports {ps_ports} "
+              f"(metrics {metrics_ports}), {workers} worker(s); logs in {args.logs}",
+              flush=True)
+    try:
+        return supervise(args, command, workers, server, cluster, ps_ports,
+                         metrics_ports, network)
+    finally:
+        if network is not None:
+            network.destroy()
+
+
+def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, network):
+    def on_host(i):
+        return network.exec_prefix(i) if network is not None else []
 
     stopping = threading.Event()
 
@@ -143,13 +186,13 @@ def main():
     servers = []
     for i in range(args.hosts):
         env = dict(os.environ, TF_CONFIG=tf_config("ps", i))
-        servers.append(Process("ps", i, [server, f"--metrics_port={metrics_ports[i]}"]
-                               + args.ps_flag, env, args.logs, echo=False))
+        argv = on_host(i) + [server, f"--metrics_port={metrics_ports[i]}"]
+        servers.append(Process("ps", i, argv + args.ps_flag, env, args.logs, echo=False))
     workers_procs = []
     for i in range(workers):
         env = dict(os.environ, TF_CONFIG=tf_config("worker", i),
                    PSRT_WORKER_INDEX=str(i))
-        argv = [a.replace("{index}", str(i)) for a in command]
+        argv = on_host(i % args.hosts) + [a.replace("{index}", str(i)) for a in command]
         workers_procs.append(Process("worker", i, argv, env, args.logs, echo=True))
 
     failed = []
@@ -170,10 +213,20 @@ def main():
                 servers[i] = restarted
                 continue
             failed.append(p)
-        for p in workers_procs:
+        for i, p in enumerate(workers_procs):
             code = p.proc.poll()
-            if code not in (None, 0) and p not in failed:
-                failed.append(p)
+            if code in (None, 0) or p in failed:
+                continue
+            if p.restarts < args.restart_workers:
+                print(f"launch: {p.name} exited (status {code}); restarting it "
+                      f"({p.restarts + 1} of {args.restart_workers})", flush=True)
+                p.thread.join(timeout=5)
+                restarted = Process("worker", i, p.argv, p.env, args.logs, echo=True,
+                                    append=True)
+                restarted.restarts = p.restarts + 1
+                workers_procs[i] = restarted
+                continue
+            failed.append(p)
         if failed:
             break
         if workers_procs and all(p.proc.poll() is not None for p in workers_procs):
