@@ -60,6 +60,11 @@ DEFINE_double(checkpoint_every_secs, 0,
               "(0: off).");
 DEFINE_int64(checkpoint_every_steps, 0,
              "PS 0: checkpoint every N global steps (0: off).");
+DEFINE_bool(checkpoint_storage_per_host, false,
+            "--checkpoint_uri is this host's own storage on every PS (a local "
+            "disk; SageMaker's /opt/ml/checkpoints, synced to S3): PS 0 then "
+            "sends every PS the manifest, so a PS restarted on its host can "
+            "restore alone. Leave off for shared storage (S3, EFS).");
 DEFINE_int32(keep_checkpoints, 5,
              "Complete checkpoints kept under --checkpoint_uri (0: all).");
 DEFINE_int32(checkpoint_threads, 2,
@@ -239,6 +244,7 @@ int Run() {
   options.security = *security;
   options.checkpoint.uri = FLAGS_checkpoint_uri;
   options.checkpoint.keep = FLAGS_keep_checkpoints;
+  options.checkpoint.storage_per_host = FLAGS_checkpoint_storage_per_host;
   options.checkpoint.threads = FLAGS_checkpoint_threads;
   options.checkpoint.max_bytes_per_sec =
       static_cast<int64_t>(FLAGS_checkpoint_max_mb_per_sec * 1e6);

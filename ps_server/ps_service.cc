@@ -356,6 +356,18 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
   });
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::CommitCheckpoint(
+    grpc::CallbackServerContext* context,
+    const CommitCheckpointRequest* request,
+    CommitCheckpointResponse* response) {
+  return RunDetached(context, "CommitCheckpoint", response, [this, request] {
+    absl::Status s = checkpoints_->CommitCheckpoint(*request);
+    return s.ok() ? absl::StatusOr<CommitCheckpointResponse>(
+                        CommitCheckpointResponse())
+                  : absl::StatusOr<CommitCheckpointResponse>(s);
+  });
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
     grpc::CallbackServerContext* context, const ListVariablesRequest*,
     ListVariablesResponse* response) {

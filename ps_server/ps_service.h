@@ -34,14 +34,15 @@ struct MethodMetrics {
 };
 
 using ParameterServerCallbackBase =
-    ParameterServer::WithCallbackMethod_Checkpoint<
-        ParameterServer::WithCallbackMethod_SaveShards<
-            ParameterServer::WithCallbackMethod_CreateVariables<
-                ParameterServer::WithCallbackMethod_ListVariables<
-                    ParameterServer::WithCallbackMethod_GetStats<
-                        ParameterServer::WithRawCallbackMethod_Pull<
-                            ParameterServer::WithRawCallbackMethod_Push<
-                                ParameterServer::Service>>>>>>>;
+    ParameterServer::WithCallbackMethod_CommitCheckpoint<
+        ParameterServer::WithCallbackMethod_Checkpoint<
+            ParameterServer::WithCallbackMethod_SaveShards<
+                ParameterServer::WithCallbackMethod_CreateVariables<
+                    ParameterServer::WithCallbackMethod_ListVariables<
+                        ParameterServer::WithCallbackMethod_GetStats<
+                            ParameterServer::WithRawCallbackMethod_Pull<
+                                ParameterServer::WithRawCallbackMethod_Push<
+                                    ParameterServer::Service>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -59,6 +60,10 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerUnaryReactor* SaveShards(grpc::CallbackServerContext* context,
                                        const SaveShardsRequest* request,
                                        SaveShardsResponse* response) override;
+  grpc::ServerUnaryReactor* CommitCheckpoint(
+      grpc::CallbackServerContext* context,
+      const CommitCheckpointRequest* request,
+      CommitCheckpointResponse* response) override;
 
   grpc::ServerUnaryReactor* CreateVariables(
       grpc::CallbackServerContext* context,

@@ -71,6 +71,76 @@ absl::Status CheckpointCoordinator::DeleteCheckpoint(Storage& root,
   return absl::OkStatus();
 }
 
+absl::Status CheckpointCoordinator::Publish(Storage& root,
+                                            const std::string& name,
+                                            const std::string& manifest_json) {
+  if (absl::Status s =
+          root.Write(absl::StrCat(name, "/", kManifestName), manifest_json);
+      !s.ok()) {
+    (void)DeleteCheckpoint(root, name);
+    return absl::Status(s.code(),
+                        absl::StrCat("writing the manifest: ", s.message()));
+  }
+  if (absl::Status s = root.Write(kLatestName, name + "\n"); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("complete, but updating ", kLatestName,
+                                     " failed: ", s.message()));
+  }
+  Retain(root);
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointCoordinator::CommitCheckpoint(
+    const CommitCheckpointRequest& request) {
+  if (request.name().empty() || request.manifest_json().empty()) {
+    return absl::InvalidArgumentError(
+        "CommitCheckpoint needs a checkpoint name and its manifest");
+  }
+  auto root = OpenStorage(request.root_uri(), options_.s3);
+  if (!root.ok()) return root.status();
+  absl::MutexLock lock(&run_mu_);
+  if (absl::Status s = Publish(**root, request.name(), request.manifest_json());
+      !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("PS ", store_->ps_task(), ": checkpoint ",
+                                     request.name(), ": ", s.message()));
+  }
+  LOG(INFO) << "checkpoint " << request.name() << ": manifest recorded in "
+            << (*root)->Describe();
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointCoordinator::CommitOnOthers(
+    const std::string& root_uri, const std::string& name,
+    const std::string& manifest_json) {
+  CommitCheckpointRequest request;
+  request.set_root_uri(root_uri);
+  request.set_name(name);
+  request.set_manifest_json(manifest_json);
+  const int n = static_cast<int>(ps_addresses_.size());
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int t = 1; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
+      CommitCheckpointResponse response;
+      const grpc::Status s =
+          stubs_[t]->CommitCheckpoint(&context, request, &response);
+      if (!s.ok()) {
+        errors[t] = absl::StrCat("PS ", t, " (", ps_addresses_[t],
+                                 "): ", s.error_message());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::string joined;
+  for (const std::string& e : errors) {
+    if (!e.empty()) absl::StrAppend(&joined, joined.empty() ? "" : "; ", e);
+  }
+  return joined.empty() ? absl::OkStatus() : absl::UnavailableError(joined);
+}
+
 void CheckpointCoordinator::Retain(Storage& root) {
   auto listing = ListCheckpoints(root);
   if (!listing.ok()) {
@@ -207,20 +277,22 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
     *manifest.add_variables() = v->layout->spec;
   }
   manifest.set_save_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  if (absl::Status s = (*root)->Write(absl::StrCat(name, "/", kManifestName),
-                                      ManifestJson(manifest));
-      !s.ok()) {
-    (void)DeleteCheckpoint(**root, name);
+  const std::string manifest_json = ManifestJson(manifest);
+  if (absl::Status s = Publish(**root, name, manifest_json); !s.ok()) {
     return absl::Status(s.code(),
-                        absl::StrCat("checkpoint ", uri,
-                                     ": writing the manifest: ", s.message()));
+                        absl::StrCat("checkpoint ", uri, ": ", s.message()));
   }
-  if (absl::Status s = (*root)->Write(kLatestName, name + "\n"); !s.ok()) {
-    return absl::Status(
-        s.code(), absl::StrCat("checkpoint ", uri, " is complete but updating ",
-                               kLatestName, " failed: ", s.message()));
+  if (options_.storage_per_host) {
+    // The checkpoint is complete (PS 0's manifest names every file); a PS
+    // that misses its copy can still be restored from the synced whole.
+    if (absl::Status s = CommitOnOthers(root_uri, name, manifest_json);
+        !s.ok()) {
+      LOG(WARNING) << "checkpoint " << uri
+                   << " is complete, but not every PS could record it on its "
+                      "host (a PS restarted alone there cannot restore it): "
+                   << s;
+    }
   }
-  Retain(**root);
   set_last(start, manifest.global_step());
   CheckpointResponse response;
   response.set_uri(uri);

@@ -27,6 +27,11 @@ struct CheckpointOptions {
   int threads = 2;                // shard files written at once per PS
   int64_t max_bytes_per_sec = 0;  // per PS; 0: unlimited
   absl::Duration save_timeout = absl::Hours(2);
+  // Every PS's `uri` is storage of its own host (SageMaker's
+  // /opt/ml/checkpoints, a local disk): PS 0 then also sends each PS the
+  // manifest (CommitCheckpoint), so a PS restarted on its host finds a
+  // complete checkpoint there. Off: the storage is shared (S3, EFS).
+  bool storage_per_host = false;
 };
 
 class CheckpointCoordinator {
@@ -47,6 +52,10 @@ class CheckpointCoordinator {
   absl::StatusOr<SaveShardsResponse> SaveShards(
       const SaveShardsRequest& request);
 
+  // Writes PS 0's manifest and `latest` into this PS's own storage (the
+  // CommitCheckpoint RPC; see storage_per_host).
+  absl::Status CommitCheckpoint(const CommitCheckpointRequest& request);
+
   // When and at which global step the last successful checkpoint was taken
   // (start-up time and step until then).
   absl::Time last_time() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -57,6 +66,13 @@ class CheckpointCoordinator {
 
  private:
   absl::Status DeleteCheckpoint(Storage& root, const std::string& name);
+  // Writes the manifest, then `latest`, then applies retention.
+  absl::Status Publish(Storage& root, const std::string& name,
+                       const std::string& manifest_json);
+  // CommitCheckpoint on every other PS, at once; their errors, joined.
+  absl::Status CommitOnOthers(const std::string& root_uri,
+                              const std::string& name,
+                              const std::string& manifest_json);
   void Retain(Storage& root);
 
   ShardStore* const store_;

@@ -6,34 +6,12 @@ worker killed with SIGKILL that the launcher restarts. Namespaces need root:
 the tests skip, saying why, where they cannot be made.
 """
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 
-import pytest
-
-ROOT = os.path.join(os.environ.get("TEST_SRCDIR", ""), "psrt") \
-    if os.environ.get("TEST_SRCDIR") else os.path.dirname(os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "deploy", "local"))
-import netns  # noqa: E402
-
-WHY_NOT = netns.available()
-needs_netns = pytest.mark.skipif(WHY_NOT is not None, reason=f"no network namespaces: {WHY_NOT}")
-DONE = re.compile(r"done: steps=(\d+) examples=(\d+) seconds=([\d.]+) examples/s=([\d.]+) "
-                  r"bad_records=\d+ ps_recoveries=(\d+) lost_pushes=(\d+)")
-AUC = re.compile(r"final eval_auc=([\d.]+)")
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ctr")
-    subprocess.run([os.path.join(ROOT, "tools/ctr_datagen/ctr_datagen"), f"--output_dir={out}",
-                    "--train_examples=60000", "--test_examples=5000", "--format=tfrecord"],
-                   check=True, capture_output=True)
-    return out
+from netns_util import AUC, DONE, ROOT, needs_netns, netns, read, wait_for
 
 
 def launch(logs, data, hosts, extra, worker_flags):
@@ -44,20 +22,6 @@ def launch(logs, data, hosts, extra, worker_flags):
          f"--train_files={data}/train-*", f"--eval_files={data}/test.tfrecords",
          "--batch_size=256", "--log_every_steps=20", *worker_flags],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def read(path):
-    with open(path, errors="replace") as f:
-        return f.read()
-
-
-def wait_for(path, pattern, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path) and re.search(pattern, read(path)):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{path} never matched {pattern!r}:\n{read(path)[-2000:]}")
 
 
 def finish(proc, timeout=300):

@@ -1,0 +1,317 @@
+#!/usr/bin/python3
+"""SageMaker training-container entry point: one ps_server and one ps_worker
+on this host, as SageMaker's `parameter_server` distribution lays them out.
+
+SageMaker starts the container on every host with `train` as its argument;
+this script then
+  1. reads the hosts (SM_HOSTS / SM_CURRENT_HOST, else
+     /opt/ml/input/config/resourceconfig.json), the hyperparameters
+     (/opt/ml/input/config/hyperparameters.json) and the channels
+     (SM_CHANNEL_<NAME>, or /opt/ml/input/data/<name>; Pipe mode from
+     inputdataconfig.json: FIFOs <name>_<epoch>);
+  2. builds TF_CONFIG (ps = every host's :2222, worker = every host's :2223;
+     this host is ps i and worker i, i = its position in the host list;
+     worker 0 on algo-1 is the chief);
+  3. starts ps_server (checkpoints to hyperparameter checkpoint_uri, else
+     /opt/ml/checkpoints -- which SageMaker syncs with checkpoint_s3_uri --
+     restoring the latest one there) and ps_worker (every other
+     hyperparameter becomes a flag: {"model": "deepfm"} -> --model=deepfm;
+     ps_<flag> keys go to ps_server as --<flag>);
+  4. ends training the way a parameter-server job must: a host whose worker
+     is done keeps its ps_server up; the chief waits for every worker (each
+     entry point answers on :2224 with its worker's state), then stops its
+     ps_server, which takes the final checkpoint of all shards; the other
+     hosts stop theirs once the chief's entry point is gone. SIGTERM (a
+     stopped job) is forwarded to both processes.
+
+Exit status: 0 on success; the worker's status if it failed (its last lines
+go to /opt/ml/output/failure, which SageMaker shows as the failure reason);
+143 after SIGTERM. The chief writes /opt/ml/model/psrt_model.json (model,
+final metrics, checkpoint location). PSRT_SM_ROOT replaces /opt/ml and
+PSRT_BIN_DIR says where the binaries are (tests, local runs).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+PS_PORT, WORKER_PORT, STATUS_PORT = 2222, 2223, 2224
+# Hyperparameters that configure this script, not ps_worker.
+OWN_KEYS = {"checkpoint_uri", "wait_for_workers_secs", "train_channel", "eval_channel"}
+
+
+def log(message):
+    print(f"psrt-sagemaker: {message}", flush=True)
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+
+
+def hyperparameter_value(value):
+    """SageMaker's SDK stores every value as a JSON-encoded string."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def find_binary(name):
+    bin_dir = os.environ.get("PSRT_BIN_DIR", "/opt/psrt/bin")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(bin_dir, name, name), os.path.join(bin_dir, name),
+                 os.path.join(here, "..", "..", "bazel-bin", name, name),
+                 shutil.which(name) or ""):
+        if path and os.access(path, os.X_OK):
+            return os.path.abspath(path)
+    raise SystemExit(f"psrt-sagemaker: cannot find {name} (set PSRT_BIN_DIR)")
+
+
+class Config:
+    def __init__(self, root):
+        self.root = root
+        config = os.path.join(root, "input", "config")
+        resource = read_json(os.path.join(config, "resourceconfig.json"), {})
+        hosts = os.environ.get("SM_HOSTS")
+        self.hosts = json.loads(hosts) if hosts else resource.get("hosts")
+        self.current = os.environ.get("SM_CURRENT_HOST") or resource.get("current_host")
+        if not self.hosts or not self.current:
+            raise SystemExit("psrt-sagemaker: no host list: set SM_HOSTS and SM_CURRENT_HOST "
+                             f"or provide {config}/resourceconfig.json")
+        self.hosts = sorted(self.hosts)  # algo-1, algo-2, ... as SageMaker numbers them
+        if self.current not in self.hosts:
+            raise SystemExit(f"psrt-sagemaker: current host {self.current} is not in "
+                             f"{self.hosts}")
+        self.index = self.hosts.index(self.current)
+        self.chief = self.index == 0
+        raw = read_json(os.path.join(config, "hyperparameters.json"), {})
+        self.hyperparameters = {k: hyperparameter_value(v) for k, v in raw.items()}
+        self.input_modes = {name: spec.get("TrainingInputMode", "File") for name, spec in
+                            read_json(os.path.join(config, "inputdataconfig.json"), {}).items()}
+        self.model_dir = os.environ.get("SM_MODEL_DIR", os.path.join(root, "model"))
+        self.output_dir = os.path.join(root, "output")
+
+    def channel_files(self, name):
+        """ps_worker's file pattern for channel `name`, or None if absent."""
+        data = os.path.join(self.root, "input", "data")
+        if self.input_modes.get(name) == "Pipe":
+            return os.path.join(data, f"{name}_{{epoch}}")
+        path = os.environ.get(f"SM_CHANNEL_{name.upper()}", os.path.join(data, name))
+        if not os.path.isdir(path):
+            return None
+        return os.path.join(path, "*")
+
+    def tf_config(self, role):
+        cluster = {"ps": [f"{h}:{PS_PORT}" for h in self.hosts],
+                   "worker": [f"{h}:{WORKER_PORT}" for h in self.hosts]}
+        return json.dumps({"cluster": cluster, "task": {"type": role, "index": self.index}})
+
+
+class WorkerState:
+    """This host's worker state, served on STATUS_PORT as JSON."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.state = {"worker": "running", "finished": False}
+
+    def set(self, **kv):
+        with self.lock:
+            self.state.update(kv)
+
+    def get(self):
+        with self.lock:
+            return dict(self.state)
+
+    def serve(self):
+        state = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps(state.get()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = HTTPServer(("0.0.0.0", STATUS_PORT), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+def peer_state(host, timeout=2.0):
+    """A host's entry-point state, or None if it does not answer."""
+    try:
+        with socket.create_connection((host, STATUS_PORT), timeout=timeout) as s:
+            s.sendall(f"GET / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+        return json.loads(data.split(b"\r\n\r\n", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stream(proc, prefix, tail):
+    for raw in proc.stdout:
+        line = raw.decode(errors="replace")
+        tail.append(line)
+        del tail[:-50]
+        sys.stdout.write(f"[{prefix}] {line}")
+        sys.stdout.flush()
+
+
+def main():
+    root = os.environ.get("PSRT_SM_ROOT", "/opt/ml")
+    cfg = Config(root)
+    hp = dict(cfg.hyperparameters)
+    train = cfg.channel_files(hp.get("train_channel", "train"))
+    if train is None:
+        raise SystemExit("psrt-sagemaker: no training channel (SM_CHANNEL_TRAIN or "
+                         f"{root}/input/data/train)")
+    eval_files = None
+    for name in [hp.get("eval_channel")] if hp.get("eval_channel") else ["eval", "test",
+                                                                           "validation"]:
+        eval_files = cfg.channel_files(name)
+        if eval_files:
+            break
+    checkpoint_uri = hp.get("checkpoint_uri") or os.path.join(root, "checkpoints")
+    wait_for_workers = float(hp.get("wait_for_workers_secs", 3600))
+
+    ps_flags = [f"--checkpoint_uri={checkpoint_uri}", "--restore=auto"]
+    worker_flags = [f"--train_files={train}"]
+    if eval_files:
+        worker_flags.append(f"--eval_files={eval_files}")
+    for key, value in hp.items():
+        if key in OWN_KEYS:
+            continue
+        if key.startswith("ps_"):
+            ps_flags.append(f"--{key[3:]}={value}")
+        else:
+            worker_flags.append(f"--{key}={value}")
+    log(f"host {cfg.current} ({cfg.index + 1} of {len(cfg.hosts)}"
+        f"{', chief' if cfg.chief else ''}); train {train}; eval {eval_files}; "
+        f"checkpoints {checkpoint_uri}")
+    os.makedirs(cfg.output_dir, exist_ok=True)
+    if not checkpoint_uri.startswith("s3://"):
+        os.makedirs(checkpoint_uri, exist_ok=True)
+
+    state = WorkerState()
+    status_server = state.serve()
+    terminated = threading.Event()
+    procs = {}
+
+    def on_sigterm(signum, frame):
+        log("SIGTERM: stopping ps_worker and ps_server (the servers checkpoint first)")
+        terminated.set()
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, on_sigterm)
+
+    def start(role, argv):
+        env = dict(os.environ, TF_CONFIG=cfg.tf_config(role))
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        tail = []
+        thread = threading.Thread(target=stream, args=(proc, role, tail), daemon=True)
+        thread.start()
+        procs[role] = proc
+        return proc, tail, thread
+
+    ps, ps_tail, ps_thread = start("ps", [find_binary("ps_server")] + ps_flags)
+    worker, worker_tail, worker_thread = start(
+        "worker", [find_binary("ps_worker")] + worker_flags)
+    code = worker.wait()
+    worker_thread.join(timeout=5)
+    state.set(worker="succeeded" if code == 0 else "failed", exit_status=code)
+    log(f"ps_worker exited with status {code}")
+
+    if code == 0 and not terminated.is_set():
+        if cfg.chief:
+            # Other workers still push to every PS: wait for all of them.
+            deadline = time.time() + wait_for_workers
+            pending = set(cfg.hosts[1:])
+            while pending and time.time() < deadline and not terminated.is_set():
+                for host in list(pending):
+                    s = peer_state(host)
+                    if s is not None and s.get("worker") != "running":
+                        log(f"{host}: worker {s['worker']}")
+                        pending.discard(host)
+                time.sleep(1)
+            if pending:
+                log(f"workers on {sorted(pending)} still running after "
+                    f"{wait_for_workers:.0f} s; stopping anyway")
+        else:
+            # Keep this PS serving until the chief has finished (it takes the
+            # final checkpoint through every PS) or has been gone for 30 s.
+            chief, silent = cfg.hosts[0], 0
+            while silent < 30 and not terminated.is_set():
+                s = peer_state(chief)
+                if s is not None and s.get("finished"):
+                    break
+                silent = silent + 1 if s is None else 0
+                time.sleep(1)
+            log(f"chief {chief} {'gone' if silent >= 30 else 'finished'}; stopping ps_server")
+    if ps.poll() is None:
+        ps.send_signal(signal.SIGTERM)
+    ps_code = ps.wait()
+    ps_thread.join(timeout=5)
+    if ps_code not in (0, -signal.SIGTERM):
+        log(f"ps_server exited with status {ps_code}")
+
+    if code == 0 and cfg.chief:
+        metrics = {}
+        for line in worker_tail:
+            m = re.search(r"final (.*)", line)
+            if m:
+                metrics = dict(kv.split("=", 1) for kv in m.group(1).split())
+        os.makedirs(cfg.model_dir, exist_ok=True)
+        with open(os.path.join(cfg.model_dir, "psrt_model.json"), "w") as f:
+            json.dump({"hyperparameters": cfg.hyperparameters, "hosts": cfg.hosts,
+                       "checkpoint_uri": checkpoint_uri, "final": metrics}, f, indent=1)
+    state.set(finished=True)
+    if cfg.chief and len(cfg.hosts) > 1:
+        time.sleep(3)  # let the others see "finished" before the port closes
+    status_server.shutdown()
+
+    if terminated.is_set():
+        return 143
+    if code != 0:
+        with open(os.path.join(cfg.output_dir, "failure"), "w") as f:
+            f.write(f"ps_worker on {cfg.current} exited with status {code}:\n")
+            f.writelines(worker_tail[-20:])
+        return code if code > 0 else 1
+    if ps_code not in (0, -signal.SIGTERM):
+        with open(os.path.join(cfg.output_dir, "failure"), "w") as f:
+            f.write(f"ps_server on {cfg.current} exited with status {ps_code}:\n")
+            f.writelines(ps_tail[-20:])
+        return 1
+    log("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""deploy/sagemaker/entry.py on hosts named algo-1..algo-N, each a network
+namespace in which the host's own simulated tree is bind-mounted on /opt/ml
+(`ip netns exec` gives every host a private mount namespace), as SageMaker
+starts a training container on every host. Skips where namespaces cannot be
+made.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+from netns_util import ROOT, needs_netns, netns, read, wait_for
+
+ENTRY = os.path.join(ROOT, "deploy/sagemaker/entry.py")
+
+
+def sm_tree(root, data, hosts, current, hyperparameters, pipe=False):
+    """A host's /opt/ml as SageMaker lays it out, and the container's env."""
+    config = os.path.join(root, "input", "config")
+    os.makedirs(config)
+    train = os.path.join(root, "input", "data", "train")
+    evaluation = os.path.join(root, "input", "data", "eval")
+    os.makedirs(evaluation)
+    os.symlink(os.path.join(data, "test.tfrecords"), os.path.join(evaluation, "test.tfrecords"))
+    if pipe:
+        os.mkfifo(os.path.join(root, "input", "data", "train_0"))
+    else:
+        os.makedirs(train)
+        for name in os.listdir(data):
+            if name.startswith("train-"):
+                os.symlink(os.path.join(data, name), os.path.join(train, name))
+    with open(os.path.join(config, "resourceconfig.json"), "w") as f:
+        json.dump({"current_host": current, "hosts": hosts}, f)
+    # The SageMaker SDK JSON-encodes every hyperparameter value.
+    with open(os.path.join(config, "hyperparameters.json"), "w") as f:
+        json.dump({k: json.dumps(v) for k, v in hyperparameters.items()}, f)
+    with open(os.path.join(config, "inputdataconfig.json"), "w") as f:
+        json.dump({"train": {"TrainingInputMode": "Pipe" if pipe else "File"},
+                   "eval": {"TrainingInputMode": "File"}}, f)
+    os.makedirs(os.path.join(root, "checkpoints"))  # checkpoint_s3_uri's local side
+    env = dict(os.environ, PSRT_BIN_DIR=ROOT, SM_HOSTS=json.dumps(hosts),
+               SM_CURRENT_HOST=current, SM_MODEL_DIR="/opt/ml/model",
+               SM_CHANNEL_EVAL="/opt/ml/input/data/eval")
+    env.pop("PSRT_SM_ROOT", None)
+    if not pipe:
+        env["SM_CHANNEL_TRAIN"] = "/opt/ml/input/data/train"
+    return env
+
+
+class Job:
+    """One entry point per host, each in its host's namespace."""
+
+    def __init__(self, tmp_path, data, prefix, subnet, hosts, hyperparameters, pipe=False):
+        self.net = netns.HostNetwork(prefix, hosts, subnet)
+        self.net.create()
+        self.names = [self.net.hostname(i) for i in range(hosts)]
+        self.roots = [os.path.join(tmp_path, n) for n in self.names]
+        self.logs = [os.path.join(tmp_path, f"{n}.log") for n in self.names]
+        self.procs = []
+        os.makedirs("/opt/ml", exist_ok=True)  # the mount point
+        for i, name in enumerate(self.names):
+            env = sm_tree(self.roots[i], data, self.names, name, hyperparameters, pipe)
+            container = (f'mount --bind "{self.roots[i]}" /opt/ml && '
+                         f'exec "{sys.executable}" "{ENTRY}" train')
+            with open(self.logs[i], "w") as log:
+                self.procs.append(subprocess.Popen(
+                    self.net.exec_prefix(i) + ["sh", "-c", container], env=env,
+                    stdout=log, stderr=subprocess.STDOUT))
+
+    def wait(self, timeout=300):
+        deadline = time.time() + timeout
+        codes = []
+        for p in self.procs:
+            codes.append(p.wait(timeout=max(1, deadline - time.time())))
+        return codes
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.net.destroy()
+
+
+def checkpoint_dirs(root):
+    ckpt = os.path.join(root, "checkpoints")
+    return sorted(d for d in os.listdir(ckpt) if d.startswith("ckpt-"))
+
+
+@needs_netns
+def test_three_hosts_train_and_checkpoint(data, tmp_path):
+    job = Job(tmp_path, data, "psrtsm1", "10.80.0", 3,
+              {"model": "deepfm", "epochs": 2, "batch_size": 256, "log_every_steps": 50})
+    try:
+        codes = job.wait()
+    finally:
+        job.close()
+    logs = [read(p) for p in job.logs]
+    assert codes == [0, 0, 0], "\n".join(l[-3000:] for l in logs)
+    assert "algo-1 (1 of 3, chief)" in logs[0]
+    for log in logs[1:]:
+        assert "chief algo-1 finished; stopping ps_server" in log
+    model = json.load(open(os.path.join(job.roots[0], "model", "psrt_model.json")))
+    print(f"final metrics: {model['final']}")
+    assert float(model["final"]["eval_auc"]) > 0.75
+    assert model["hosts"] == ["algo-1", "algo-2", "algo-3"]
+    # PS 0 (algo-1) wrote the final checkpoint's manifest; PS i wrote its
+    # shards into its own host's /opt/ml/checkpoints (SageMaker uploads every
+    # host's to the same checkpoint_s3_uri, and downloads them all to
+    # restore).
+    final = checkpoint_dirs(job.roots[0])[-1]
+    manifest = json.load(open(os.path.join(job.roots[0], "checkpoints", final,
+                                           "MANIFEST.json")))
+    listed = {f["path"] for f in manifest["files"]}
+    found = set()
+    for i, root in enumerate(job.roots):
+        assert final in checkpoint_dirs(root), root
+        files = set(os.listdir(os.path.join(root, "checkpoints", final)))
+        print(f"algo-{i + 1}: {len(files)} files of {final}")
+        assert ("MANIFEST.json" in files) == (i == 0)
+        # Every host holds a third of each embedding table's shards.
+        assert sum(".shard-" in f and "-of-00003" in f for f in files) == 2, files
+        found |= files
+    assert listed <= found, listed - found
+
+
+@needs_netns
+def test_sigterm_is_forwarded_and_checkpoints(data, tmp_path):
+    job = Job(tmp_path, data, "psrtsm2", "10.81.0", 2,
+              {"model": "deepfm", "epochs": 0, "max_steps": 1000000, "batch_size": 256,
+               "log_every_steps": 20})
+    try:
+        wait_for(job.logs[0], r"step=100 ")
+        for p in job.procs:  # SageMaker's StopTrainingJob
+            p.send_signal(signal.SIGTERM)
+        codes = job.wait(timeout=120)
+    finally:
+        job.close()
+    assert codes == [143, 143], [read(p)[-2000:] for p in job.logs]
+    assert "SIGTERM: stopping ps_worker and ps_server" in read(job.logs[0])
+    final = checkpoint_dirs(job.roots[0])
+    assert final, read(job.logs[0])[-3000:]
+    assert os.path.exists(os.path.join(job.roots[0], "checkpoints", final[-1], "MANIFEST.json"))
+
+
+@needs_netns
+def test_pipe_mode_and_a_failing_worker(data, tmp_path):
+    # Pipe mode: the training channel arrives through the FIFO train_0.
+    job = Job(os.path.join(tmp_path, "pipe"), data, "psrtsm3", "10.82.0", 1,
+              {"model": "deepfm", "epochs": 1, "batch_size": 256}, pipe=True)
+
+    def feed():
+        with open(os.path.join(job.roots[0], "input", "data", "train_0"), "wb") as fifo:
+            for name in sorted(os.listdir(data)):
+                if name.startswith("train-"):
+                    with open(os.path.join(data, name), "rb") as f:
+                        fifo.write(f.read())
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        codes = job.wait()
+    finally:
+        job.close()
+    log = read(job.logs[0])
+    assert codes == [0], log[-3000:]
+    assert "train_{epoch}" in log
+    assert "done: steps=235 examples=60000" in log, log[-2000:]
+
+    # A bad hyperparameter: the worker fails, the entry point reports why.
+    job = Job(os.path.join(tmp_path, "bad"), data, "psrtsm4", "10.83.0", 1,
+              {"model": "nonsense", "epochs": 1})
+    try:
+        codes = job.wait()
+    finally:
+        job.close()
+    assert codes[0] not in (0, 143)
+    failure = read(os.path.join(job.roots[0], "output", "failure"))
+    assert "ps_worker on algo-1 exited with status" in failure
+    assert "nonsense" in failure, failure
