@@ -17,7 +17,11 @@ this script then
      restoring the latest one there) and ps_worker (every other
      hyperparameter becomes a flag: {"model": "deepfm"} -> --model=deepfm;
      ps_<flag> keys go to ps_server as --<flag>);
-  4. ends training the way a parameter-server job must: a host whose worker
+  4. supervises them: a ps_server that dies is started again (it restores
+     its shards from the latest checkpoint; async workers wait for it), a
+     worker killed by a signal is started again (it rejoins at the
+     servers' step), each up to hyperparameter `restarts` (default 3) times;
+  5. ends training the way a parameter-server job must: a host whose worker
      is done keeps its ps_server up; the chief waits for every worker (each
      entry point answers on :2224 with its worker's state), then stops its
      ps_server, which takes the final checkpoint of all shards; the other
@@ -44,7 +48,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 PS_PORT, WORKER_PORT, STATUS_PORT = 2222, 2223, 2224
 # Hyperparameters that configure this script, not ps_worker.
-OWN_KEYS = {"checkpoint_uri", "wait_for_workers_secs", "train_channel", "eval_channel"}
+OWN_KEYS = {"checkpoint_uri", "wait_for_workers_secs", "train_channel", "eval_channel",
+            "restarts"}
 
 
 def log(message):
@@ -196,9 +201,14 @@ def main():
         if eval_files:
             break
     checkpoint_uri = hp.get("checkpoint_uri") or os.path.join(root, "checkpoints")
+    # /opt/ml/checkpoints is each host's own disk: PS 0 sends every PS the
+    # manifest, so a PS restarted on its host restores from its own files.
+    per_host = not hp.get("checkpoint_uri")
     wait_for_workers = float(hp.get("wait_for_workers_secs", 3600))
+    restarts = int(hp.get("restarts", 3))
 
-    ps_flags = [f"--checkpoint_uri={checkpoint_uri}", "--restore=auto"]
+    ps_flags = [f"--checkpoint_uri={checkpoint_uri}", "--restore=auto",
+                f"--checkpoint_storage_per_host={'true' if per_host else 'false'}"]
     worker_flags = [f"--train_files={train}"]
     if eval_files:
         worker_flags.append(f"--eval_files={eval_files}")
@@ -241,11 +251,36 @@ def main():
         procs[role] = proc
         return proc, tail, thread
 
-    ps, ps_tail, ps_thread = start("ps", [find_binary("ps_server")] + ps_flags)
-    worker, worker_tail, worker_thread = start(
-        "worker", [find_binary("ps_worker")] + worker_flags)
-    code = worker.wait()
-    worker_thread.join(timeout=5)
+    ps_argv = [find_binary("ps_server")] + ps_flags
+    worker_argv = [find_binary("ps_worker")] + worker_flags
+    ps, ps_tail, ps_thread = start("ps", ps_argv)
+    worker, worker_tail, worker_thread = start("worker", worker_argv)
+    ps_restarts = worker_restarts = 0
+    while True:
+        code = worker.poll()
+        if code is not None:
+            worker_thread.join(timeout=5)
+            if code < 0 and not terminated.is_set() and worker_restarts < restarts:
+                worker_restarts += 1
+                log(f"ps_worker killed (status {code}); restarting it "
+                    f"({worker_restarts} of {restarts})")
+                worker, worker_tail, worker_thread = start("worker", worker_argv)
+                continue
+            break
+        if ps.poll() is not None and not terminated.is_set():
+            ps_thread.join(timeout=5)
+            if ps_restarts >= restarts:
+                log(f"ps_server exited (status {ps.returncode}) {restarts} times; "
+                    "stopping the worker")
+                worker.send_signal(signal.SIGTERM)
+                worker.wait()
+                break
+            ps_restarts += 1
+            log(f"ps_server exited (status {ps.returncode}); restarting it "
+                f"({ps_restarts} of {restarts}); it restores the latest checkpoint")
+            ps, ps_tail, ps_thread = start("ps", ps_argv)
+        time.sleep(0.2)
+    code = worker.returncode
     state.set(worker="succeeded" if code == 0 else "failed", exit_status=code)
     log(f"ps_worker exited with status {code}")
 

@@ -6,6 +6,7 @@ made.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -108,10 +109,10 @@ def test_three_hosts_train_and_checkpoint(data, tmp_path):
     print(f"final metrics: {model['final']}")
     assert float(model["final"]["eval_auc"]) > 0.75
     assert model["hosts"] == ["algo-1", "algo-2", "algo-3"]
-    # PS 0 (algo-1) wrote the final checkpoint's manifest; PS i wrote its
-    # shards into its own host's /opt/ml/checkpoints (SageMaker uploads every
-    # host's to the same checkpoint_s3_uri, and downloads them all to
-    # restore).
+    # PS i wrote its shards into its own host's /opt/ml/checkpoints
+    # (SageMaker uploads every host's to the same checkpoint_s3_uri, and
+    # downloads them all to restore); PS 0 wrote the manifest and sent it to
+    # every PS (--checkpoint_storage_per_host), so each host also holds it.
     final = checkpoint_dirs(job.roots[0])[-1]
     manifest = json.load(open(os.path.join(job.roots[0], "checkpoints", final,
                                            "MANIFEST.json")))
@@ -121,7 +122,10 @@ def test_three_hosts_train_and_checkpoint(data, tmp_path):
         assert final in checkpoint_dirs(root), root
         files = set(os.listdir(os.path.join(root, "checkpoints", final)))
         print(f"algo-{i + 1}: {len(files)} files of {final}")
-        assert ("MANIFEST.json" in files) == (i == 0)
+        with open(os.path.join(root, "checkpoints", final, "MANIFEST.json")) as f:
+            assert json.load(f) == manifest
+        with open(os.path.join(root, "checkpoints", "latest")) as f:
+            assert f.read().strip() == final
         # Every host holds a third of each embedding table's shards.
         assert sum(".shard-" in f and "-of-00003" in f for f in files) == 2, files
         found |= files
@@ -145,6 +149,45 @@ def test_sigterm_is_forwarded_and_checkpoints(data, tmp_path):
     final = checkpoint_dirs(job.roots[0])
     assert final, read(job.logs[0])[-3000:]
     assert os.path.exists(os.path.join(job.roots[0], "checkpoints", final[-1], "MANIFEST.json"))
+
+
+def pid_on_host(job, i, program):
+    """The pid of `program` running in host i's namespace."""
+    in_host = set(subprocess.run(["ip", "netns", "pids", job.net.namespace(i)],
+                                 capture_output=True, text=True, check=True).stdout.split())
+    for pid in subprocess.run(["pgrep", "-f", program], capture_output=True,
+                              text=True).stdout.split():
+        if pid in in_host:
+            return int(pid)
+    raise AssertionError(f"no {program} on {job.names[i]}")
+
+
+@needs_netns
+def test_entry_point_restarts_a_killed_ps_and_worker(data, tmp_path):
+    job = Job(tmp_path, data, "psrtsm5", "10.84.0", 2,
+              {"model": "deepfm", "epochs": 0, "max_steps": 700, "batch_size": 256,
+               "log_every_steps": 20, "ps_checkpoint_every_steps": 50})
+    try:
+        wait_for(job.logs[0], r"step=200 ")
+        os.kill(pid_on_host(job, 1, "ps_server/ps_server"), signal.SIGKILL)
+        wait_for(job.logs[1], r"ps_server exited \(status -9\); restarting it \(1 of 3\)")
+        wait_for(job.logs[0], r"step=400 ")
+        os.kill(pid_on_host(job, 1, "ps_worker/ps_worker"), signal.SIGKILL)
+        wait_for(job.logs[1], r"ps_worker killed \(status -9\); restarting it \(1 of 3\)")
+        codes = job.wait()
+    finally:
+        job.close()
+    logs = [read(p) for p in job.logs]
+    assert codes == [0, 0], "\n".join(l[-3000:] for l in logs)
+    # The restarted PS restored its shards; both workers waited and went on.
+    assert "restore: '" in logs[1], logs[1][-3000:]
+    assert re.search(r"\[worker 0\] done: steps=700 .* ps_recoveries=[1-9]", logs[0])
+    # The restarted worker trained again up to the budget.
+    assert logs[1].count("training deepfm") == 2
+    assert re.search(r"\[worker 1\] done: steps=700 ", logs[1])
+    model = json.load(open(os.path.join(job.roots[0], "model", "psrt_model.json")))
+    print(f"after a PS and a worker were killed: {model['final']}")
+    assert float(model["final"]["eval_auc"]) > 0.75
 
 
 @needs_netns
