@@ -176,16 +176,26 @@ class Client:
     def create_variables(self, specs):
         """Creates (idempotently) `specs` at the end of the catalog, PS 0
         first; every process must create the same variables in the same
-        order (or call refresh_catalog())."""
+        order (or call refresh_catalog()). If they all exist already, the
+        whole catalog is sent to every PS again, so a PS that restarted empty
+        learns it (and restores its shards, if started with --restore) --
+        as the C++ client does."""
         specs = [normalize(self._copy(s)) for s in specs]
         with self._lock:
             self._refresh_locked()
-            # Specs already in the catalog are placed where they are (the
-            # servers check); new ones go at the end.
-            existing = self._map.find(specs[0].name) if specs else None
-            first = existing.index if existing is not None else len(self._map.variables)
-            request = ps_pb2.CreateVariablesRequest(first_index=first, specs=specs,
-                                                    num_ps=self.num_ps)
+            known = [self._map.find(s.name) for s in specs]
+            if specs and all(v is not None and v.spec == s for v, s in zip(known, specs)):
+                request = ps_pb2.CreateVariablesRequest(
+                    first_index=0, specs=[v.spec for v in self._map.variables],
+                    num_ps=self.num_ps)
+            else:
+                # Specs already in the catalog are placed where they are (the
+                # servers check them, and refuse a different one by name); new
+                # ones go at the end.
+                existing = self._map.find(specs[0].name) if specs else None
+                first = existing.index if existing is not None else len(self._map.variables)
+                request = ps_pb2.CreateVariablesRequest(first_index=first, specs=specs,
+                                                        num_ps=self.num_ps)
             for ps in range(self.num_ps):
                 self._call(ps, lambda ps=ps: self._stubs[ps].CreateVariables(
                     request, timeout=max(self.timeout, 600), metadata=self._metadata), "CreateVariables")

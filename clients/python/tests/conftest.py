@@ -54,6 +54,17 @@ class Cluster:
         client.wait_for_servers(30)
         client.close()
 
+    def restart(self, i, flags=()):
+        """Kills PS i (SIGKILL) and starts it again on its port."""
+        self.procs[i].kill()
+        self.procs[i].wait()
+        log = open(os.path.join(self.logs, f"ps_{i}.log"), "a")
+        self.procs[i] = subprocess.Popen(self.procs[i].args + list(flags), stdout=log,
+                                         stderr=subprocess.STDOUT)
+        client = self.client()
+        client.wait_for_servers(30)
+        client.close()
+
     def client(self, **kwargs):
         return psrt.Client(self.spec, **{**self.client_kwargs, **kwargs})
 

@@ -110,6 +110,26 @@ def test_errors_are_exceptions_with_the_servers_message(cluster2):
     assert "already exists" in str(e.value)
 
 
+def test_a_restarted_ps_gets_the_catalog_again_and_restores(make_cluster, tmp_path):
+    cluster = make_cluster(2, [f"--checkpoint_uri={tmp_path}"])
+    specs = [psrt.dense("a", (6,), num_shards=2), psrt.embedding("b", 100, 4, num_shards=2)]
+    client = cluster.client()
+    client.create_variables(specs[:1])  # as two modules would, one by one
+    client.create_variables(specs[1:])
+    client.push_dense("a", np.arange(6, dtype=np.float32))
+    client.push_rows("b", np.array([3, 97]), np.ones((2, 4), np.float32))
+    before_a, before_b = client.pull_dense("a"), client.pull_rows("b", np.array([3, 97]))
+    client.checkpoint()
+    cluster.restart(1, ["--restore=auto"])  # empty until told its variables
+    with pytest.raises(psrt.PsError) as e:
+        client.pull_dense("a")
+    assert e.value.code.name == "NOT_FOUND" and e.value.ps == 1
+    # Only "b" again (nothing new): the whole catalog goes to every PS.
+    client.create_variables(specs[1:])
+    assert np.array_equal(client.pull_dense("a"), before_a)
+    assert np.array_equal(client.pull_rows("b", np.array([3, 97])), before_b)
+
+
 def test_create_is_idempotent_across_clients_and_checkpoint(make_cluster, tmp_path):
     cluster = make_cluster(2, [f"--checkpoint_uri={tmp_path}"])
     specs = [psrt.dense("a", (4,)), psrt.embedding("b", 10, 2)]
