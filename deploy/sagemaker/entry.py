@@ -100,7 +100,9 @@ class Config:
         if not self.hosts or not self.current:
             raise SystemExit("psrt-sagemaker: no host list: set SM_HOSTS and SM_CURRENT_HOST "
                              f"or provide {config}/resourceconfig.json")
-        self.hosts = sorted(self.hosts)  # algo-1, algo-2, ... as SageMaker numbers them
+        # algo-1, algo-2, ..., algo-10 (numerically), the same on every host.
+        self.hosts = sorted(self.hosts, key=lambda h: [int(p) if p.isdigit() else p
+                                                       for p in re.split(r"(\d+)", h)])
         if self.current not in self.hosts:
             raise SystemExit(f"psrt-sagemaker: current host {self.current} is not in "
                              f"{self.hosts}")
