@@ -11,16 +11,6 @@ std::unique_ptr<TowerRunner> CpuTowers(const Model* model, int towers) {
   return std::make_unique<Towers>(model, towers > 0 ? towers : 1);
 }
 
-// Why the GPU path cannot run this model here (OK if it can).
-absl::Status GpuUnusable(const Model* model) {
-  if (model->ctr_parts() == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model ", model->config().name,
-                     " has no GPU kernels (lr, fm, deepfm and wide_deep do)"));
-  }
-  return ProbeGpus().status();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TowerRunner>> CreateTowerRunner(
@@ -30,31 +20,31 @@ absl::StatusOr<std::unique_ptr<TowerRunner>> CreateTowerRunner(
     return absl::InvalidArgumentError(
         absl::StrCat("--towers=", towers, ": must be >= 0 (0: default)"));
   }
+  if (device != "cpu" && device != "gpu" && device != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", device, ": expected cpu, gpu or auto"));
+  }
   std::unique_ptr<TowerRunner> runner;
   if (device == "cpu") {
     runner = CpuTowers(model, towers);
-  } else if (device == "gpu" || device == "auto") {
-    absl::Status unusable = GpuUnusable(model);
-    if (unusable.ok()) {
-      absl::StatusOr<std::unique_ptr<TowerRunner>> gpu =
-          NewGpuTowers(model, towers);
-      if (!gpu.ok()) unusable = gpu.status();
-      if (gpu.ok()) runner = std::move(*gpu);
+  } else {
+    // NewGpuTowers says why it cannot: no kernels for the model, no usable
+    // GPU, a CUDA or cuBLAS failure.
+    absl::StatusOr<std::unique_ptr<TowerRunner>> gpu =
+        NewGpuTowers(model, towers);
+    if (!gpu.ok() && device == "gpu") {
+      return absl::Status(
+          gpu.status().code(),
+          absl::StrCat("--device=gpu: ", gpu.status().message()));
     }
-    if (!unusable.ok()) {
-      if (device == "gpu") {
-        return absl::Status(unusable.code(),
-                            absl::StrCat("--device=gpu: ", unusable.message()));
-      }
+    if (!gpu.ok()) {
       runner = CpuTowers(model, towers);
-      *choice = absl::StrCat("--device=auto: ", unusable.message(),
+      *choice = absl::StrCat("--device=auto: ", gpu.status().message(),
                              "; training on the CPU with ", runner->size(),
                              " tower(s)");
       return runner;
     }
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device=", device, ": expected cpu, gpu or auto"));
+    runner = *std::move(gpu);
   }
   *choice = absl::StrCat("computing on ", runner->device(), " with ",
                          runner->size(), " tower(s)");

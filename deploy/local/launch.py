@@ -87,6 +87,13 @@ class Process:
                     sys.stdout.write(f"[{self.name}] {line}")
                     sys.stdout.flush()
 
+    def restarted(self, argv, log_dir):
+        """The same process started again (its log appended to)."""
+        self.thread.join(timeout=5)
+        again = Process(self.role, self.index, argv, self.env, log_dir, self.echo, append=True)
+        again.restarts = self.restarts + 1
+        return again
+
     def signal(self, sig):
         if self.proc.poll() is None:
             try:
@@ -208,11 +215,7 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
                       f"({p.restarts + 1} of {args.restart_ps}) with --restore=auto",
                       flush=True)
                 argv = [a for a in p.argv if not a.startswith("--restore=")]
-                argv.append("--restore=auto")
-                p.thread.join(timeout=5)
-                restarted = Process("ps", i, argv, p.env, args.logs, echo=False, append=True)
-                restarted.restarts = p.restarts + 1
-                servers[i] = restarted
+                servers[i] = p.restarted(argv + ["--restore=auto"], args.logs)
                 continue
             failed.append(p)
         for i, p in enumerate(workers_procs):
@@ -222,11 +225,7 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
             if p.restarts < args.restart_workers:
                 print(f"launch: {p.name} exited (status {code}); restarting it "
                       f"({p.restarts + 1} of {args.restart_workers})", flush=True)
-                p.thread.join(timeout=5)
-                restarted = Process("worker", i, p.argv, p.env, args.logs, echo=True,
-                                    append=True)
-                restarted.restarts = p.restarts + 1
-                workers_procs[i] = restarted
+                workers_procs[i] = p.restarted(p.argv, args.logs)
                 continue
             failed.append(p)
         if failed:

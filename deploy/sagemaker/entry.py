@@ -39,11 +39,11 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 PS_PORT, WORKER_PORT, STATUS_PORT = 2222, 2223, 2224
@@ -169,13 +169,9 @@ class WorkerState:
 def peer_state(host, timeout=2.0):
     """A host's entry-point state, or None if it does not answer."""
     try:
-        with socket.create_connection((host, STATUS_PORT), timeout=timeout) as s:
-            s.sendall(f"GET / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
-            data = b""
-            while chunk := s.recv(4096):
-                data += chunk
-        return json.loads(data.split(b"\r\n\r\n", 1)[1])
-    except (OSError, ValueError, IndexError):
+        with urllib.request.urlopen(f"http://{host}:{STATUS_PORT}/", timeout=timeout) as r:
+            return json.load(r)
+    except (OSError, ValueError):
         return None
 
 
@@ -334,17 +330,19 @@ def main():
         time.sleep(3)  # let the others see "finished" before the port closes
     status_server.shutdown()
 
+    def fail(program, status, tail):
+        """SageMaker shows /opt/ml/output/failure as the job's failure reason."""
+        with open(os.path.join(cfg.output_dir, "failure"), "w") as f:
+            f.write(f"{program} on {cfg.current} exited with status {status}:\n")
+            f.writelines(tail[-20:])
+
     if terminated.is_set():
         return 143
     if code != 0:
-        with open(os.path.join(cfg.output_dir, "failure"), "w") as f:
-            f.write(f"ps_worker on {cfg.current} exited with status {code}:\n")
-            f.writelines(worker_tail[-20:])
+        fail("ps_worker", code, worker_tail)
         return code if code > 0 else 1
     if ps_code not in (0, -signal.SIGTERM):
-        with open(os.path.join(cfg.output_dir, "failure"), "w") as f:
-            f.write(f"ps_server on {cfg.current} exited with status {ps_code}:\n")
-            f.writelines(ps_tail[-20:])
+        fail("ps_server", ps_code, ps_tail)
         return 1
     log("done")
     return 0

@@ -1,6 +1,8 @@
 #include "ps_server/checkpoint/checkpoint_coordinator.h"
 
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,17 @@
 #include "ps_server/checkpoint/checkpoint_saver.h"
 
 namespace psrt {
+namespace {
+
+// call(t) for PS tasks t in [first, n), each on a thread of its own; returns
+// when all have.
+void OnEachPs(int first, int n, const std::function<void(int)>& call) {
+  std::vector<std::thread> threads;
+  for (int t = first; t < n; ++t) threads.emplace_back(call, t);
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace
 
 CheckpointCoordinator::CheckpointCoordinator(
     ShardStore* store, std::vector<std::string> ps_addresses,
@@ -119,21 +132,17 @@ absl::Status CheckpointCoordinator::CommitOnOthers(
   request.set_manifest_json(manifest_json);
   const int n = static_cast<int>(ps_addresses_.size());
   std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int t = 1; t < n; ++t) {
-    threads.emplace_back([&, t] {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
-      CommitCheckpointResponse response;
-      const grpc::Status s =
-          stubs_[t]->CommitCheckpoint(&context, request, &response);
-      if (!s.ok()) {
-        errors[t] = absl::StrCat("PS ", t, " (", ps_addresses_[t],
-                                 "): ", s.error_message());
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  OnEachPs(1, n, [&](int t) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
+    CommitCheckpointResponse response;
+    const grpc::Status s =
+        stubs_[t]->CommitCheckpoint(&context, request, &response);
+    if (!s.ok()) {
+      errors[t] = absl::StrCat("PS ", t, " (", ps_addresses_[t],
+                               "): ", s.error_message());
+    }
+  });
   std::string joined;
   for (const std::string& e : errors) {
     if (!e.empty()) absl::StrAppend(&joined, joined.empty() ? "" : "; ", e);
@@ -198,29 +207,24 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
   SaveShardsRequest request;
   request.set_checkpoint_uri(uri);
   request.set_final(final);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < n; ++t) {
-    threads.emplace_back([&, t] {
-      if (stubs_[t] == nullptr) {
-        results[t] = SaveShards(request);
-        return;
-      }
-      grpc::ClientContext context;
-      context.set_deadline(
-          absl::ToChronoTime(absl::Now() + options_.save_timeout));
-      context.set_wait_for_ready(false);
-      SaveShardsResponse response;
-      const grpc::Status s =
-          stubs_[t]->SaveShards(&context, request, &response);
-      if (s.ok()) {
-        results[t] = std::move(response);
-      } else {
-        results[t] = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                                  s.error_message());
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  OnEachPs(0, n, [&](int t) {
+    if (stubs_[t] == nullptr) {
+      results[t] = SaveShards(request);
+      return;
+    }
+    grpc::ClientContext context;
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.save_timeout));
+    context.set_wait_for_ready(false);
+    SaveShardsResponse response;
+    const grpc::Status s = stubs_[t]->SaveShards(&context, request, &response);
+    if (s.ok()) {
+      results[t] = std::move(response);
+    } else {
+      results[t] = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                                s.error_message());
+    }
+  });
 
   CheckpointManifest manifest;
   absl::Status failure;

@@ -14,6 +14,20 @@
 #endif
 
 namespace psrt {
+namespace {
+
+// The model's structure for the GPU kernels, or why it has none.
+absl::StatusOr<const CtrModelParts*> GpuParts(const Model* model) {
+  const CtrModelParts* parts = model->ctr_parts();
+  if (parts == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", model->config().name,
+                     " has no GPU kernels (lr, fm, deepfm and wide_deep do)"));
+  }
+  return parts;
+}
+
+}  // namespace
 
 #ifndef PSRT_HAVE_CUDA
 
@@ -23,7 +37,9 @@ absl::StatusOr<GpuInfo> ProbeGpus() {
       "or /usr/local/cuda when it was compiled)");
 }
 
-absl::StatusOr<std::unique_ptr<TowerRunner>> NewGpuTowers(const Model*, int) {
+absl::StatusOr<std::unique_ptr<TowerRunner>> NewGpuTowers(const Model* model,
+                                                          int) {
+  if (absl::Status s = GpuParts(model).status(); !s.ok()) return s;
   return ProbeGpus().status();
 }
 
@@ -180,6 +196,7 @@ class GpuTowers final : public TowerRunner {
     DeviceBuffer<int32_t> ints;  // offsets, slots, example of each feature
     DeviceBuffer<float> floats;  // values, labels, dense features
     DeviceBuffer<float> z, dz, fm_sums, ones, delta[2];
+    int64_t ones_filled = 0;  // leading elements of `ones` set to 1
     std::vector<DeviceBuffer<float>> layers;  // MLP input, then each output
     DeviceBuffer<double> loss;
     DeviceBuffer<float> prob;
@@ -340,7 +357,10 @@ absl::Status GpuTowers::Forward(Tower& t, const gpu::DeviceBatch& b,
         t.host_loss.Reserve(n), t.host_prob.Reserve(n)}) {
     if (!s.ok()) return s;
   }
-  gpu::Fill(t.ones.get(), 1.0f, n, t.stream);
+  if (n > t.ones_filled) {  // (a grown buffer is always refilled here)
+    gpu::Fill(t.ones.get(), 1.0f, n, t.stream);
+    t.ones_filled = n;
+  }
 
   gpu::LinearForward(
       b, table(parts_.linear_table), dense(parts_.linear_bias),
@@ -529,19 +549,15 @@ absl::StatusOr<GpuInfo> ProbeGpus() {
 
 absl::StatusOr<std::unique_ptr<TowerRunner>> NewGpuTowers(const Model* model,
                                                           int towers) {
-  const CtrModelParts* parts = model->ctr_parts();
-  if (parts == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model ", model->config().name,
-                     " has no GPU kernels (lr, fm, deepfm and wide_deep do)"));
-  }
+  absl::StatusOr<const CtrModelParts*> parts = GpuParts(model);
+  if (!parts.ok()) return parts.status();
   absl::StatusOr<GpuInfo> gpus = ProbeGpus();
   if (!gpus.ok()) return gpus.status();
   absl::StatusOr<const gpu::CublasLibrary*> blas = gpu::LoadCublas();
   if (!blas.ok()) return blas.status();
   if (towers <= 0) towers = gpus->count;
   auto runner = std::make_unique<GpuTowers>(
-      model, *parts, *blas, gpus->count,
+      model, **parts, *blas, gpus->count,
       absl::StrCat(gpus->names, ", cuBLAS from ", (*blas)->path));
   if (absl::Status s = runner->Init(towers); !s.ok()) return s;
   return runner;
