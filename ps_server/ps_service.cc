@@ -225,12 +225,13 @@ class ParameterServerService::PushReactor final
 ParameterServerService::ParameterServerService(
     ShardStore* store, MetricsRegistry* metrics, ServiceLimits limits,
     CheckpointCoordinator* checkpoints, std::string restored_from,
-    std::string auth_token)
+    std::string auth_token, ClusterMembers* checkpoint_callers)
     : store_(store),
       metrics_(metrics),
       checkpoints_(checkpoints),
       restored_from_(std::move(restored_from)),
       auth_token_(std::move(auth_token)),
+      checkpoint_callers_(checkpoint_callers),
       limits_(limits),
       coordinator_(store->ps_task(), &dedup_),
       pull_(MakeMethodMetrics("Pull")),
@@ -321,6 +322,14 @@ grpc::ServerUnaryReactor* ParameterServerService::RunDetached(
     Response* response, Work work) {
   if (auto* rejected = RejectUnauthenticated(context, method)) return rejected;
   auto* reactor = context->DefaultReactor();
+  if (checkpoint_callers_ != nullptr) {
+    if (absl::Status s = checkpoint_callers_->Check(context->peer(), method);
+        !s.ok()) {
+      LOG(WARNING) << "refused: " << s.message();
+      reactor->Finish(Fail(method, s));
+      return reactor;
+    }
+  }
   if (checkpoints_ == nullptr) {
     reactor->Finish(Fail(
         method, absl::UnimplementedError("checkpoints are not configured")));

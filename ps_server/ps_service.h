@@ -16,6 +16,7 @@
 #include "ps_server/push_dedup.h"
 #include "ps_server/shard_store.h"
 #include "ps_server/step_coordinator.h"
+#include "security/cluster_members.h"
 
 namespace psrt {
 
@@ -48,11 +49,15 @@ class ParameterServerService final : public ParameterServerCallbackBase {
  public:
   // `store` and `metrics` must outlive the service.
   // `checkpoints` may be null (Checkpoint and SaveShards then fail).
+  // `checkpoint_callers`: when set, the checkpoint RPCs (Checkpoint,
+  // SaveShards, CommitCheckpoint) are served only to these peers; it must
+  // outlive the service.
   ParameterServerService(ShardStore* store, MetricsRegistry* metrics,
                          ServiceLimits limits,
                          CheckpointCoordinator* checkpoints = nullptr,
                          std::string restored_from = "",
-                         std::string auth_token = "");
+                         std::string auth_token = "",
+                         ClusterMembers* checkpoint_callers = nullptr);
 
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
                                        const CheckpointRequest* request,
@@ -112,6 +117,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   CheckpointCoordinator* const checkpoints_;
   const std::string restored_from_;
   const std::string auth_token_;  // empty: no check
+  ClusterMembers* const checkpoint_callers_;  // null: anyone with the token
   std::atomic<bool> final_saved_{false};
   const ServiceLimits limits_;
   PushDedup dedup_;

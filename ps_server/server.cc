@@ -1,11 +1,37 @@
 #include "ps_server/server.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 
 namespace psrt {
+namespace {
+
+bool IsLoopbackHost(absl::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         absl::StartsWith(host, "127.");
+}
+
+// Anyone who reaches an unsecured port can read and change every parameter
+// and trigger checkpoints: say so where operators look.
+void WarnIfExposed(const ServerOptions& options) {
+  if (!options.security.auth_token.empty() || options.security.tls()) return;
+  const size_t colon = options.listen_address.rfind(':');
+  const absl::string_view host =
+      absl::string_view(options.listen_address).substr(0, colon);
+  if (IsLoopbackHost(host)) return;
+  LOG(WARNING) << "SECURITY: listening on " << options.listen_address
+               << " with neither TLS nor an auth token: anyone who can reach "
+                  "this port can read and overwrite every parameter and "
+                  "trigger checkpoints. Use --auth_token_file (and "
+                  "--tls_cert_file/--tls_key_file) on any network you do not "
+                  "fully trust, or --bind_address=127.0.0.1 on one machine "
+                  "(docs/operations.md, Security model).";
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (options.ps_task < 0 || options.ps_task >= options.cluster.num_ps()) {
@@ -43,10 +69,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       server->store_.get(), options.cluster.ps, options.checkpoint,
       options.security);
   server->checkpoints_->set_last(absl::Now(), server->store_->global_step());
+  // Secured clusters serve checkpoint RPCs only to their own hosts.
+  if (!options.security.auth_token.empty() ||
+      options.security.require_client_cert) {
+    std::vector<std::string> members = options.cluster.ps;
+    members.insert(members.end(), options.cluster.workers.begin(),
+                   options.cluster.workers.end());
+    server->checkpoint_callers_ =
+        std::make_unique<ClusterMembers>(std::move(members));
+  }
   server->service_ = std::make_unique<ParameterServerService>(
       server->store_.get(), &server->registry_, options.limits,
       server->checkpoints_.get(), options.restore_uri,
-      options.security.auth_token);
+      options.security.auth_token, server->checkpoint_callers_.get());
 
   auto credentials = MakeServerCredentials(options.security);
   if (!credentials.ok()) return credentials.status();
@@ -79,6 +114,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     if (!metrics.ok()) return metrics.status();
     server->metrics_ = std::move(*metrics);
   }
+  WarnIfExposed(options);
   LOG(INFO) << "ps_server task " << options.ps_task << " of "
             << options.cluster.num_ps() << " serving on port " << server->port_
             << (server->metrics_ ? absl::StrCat(", metrics on port ",

@@ -20,6 +20,7 @@
 #include "ps_server/metrics_http_server.h"
 #include "ps_server/ps_service.h"
 #include "ps_server/shard_store.h"
+#include "security/cluster_members.h"
 #include "security/security.h"
 
 namespace psrt {
@@ -69,6 +70,7 @@ class Server {
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<CheckpointRestorer> restorer_;
   std::unique_ptr<CheckpointCoordinator> checkpoints_;
+  std::unique_ptr<ClusterMembers> checkpoint_callers_;
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;

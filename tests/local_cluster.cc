@@ -40,7 +40,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
   cluster->options_ = options;
   for (int i = 0; i < options.num_ps; ++i) {
-    cluster->spec_.ps.push_back(absl::StrCat("127.0.0.1:", PickUnusedPort()));
+    cluster->spec_.ps.push_back(
+        absl::StrCat(options.host, ":", PickUnusedPort()));
     cluster->metrics_ports_.push_back(PickUnusedPort());
     const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
     cluster->logs_.push_back(
@@ -48,7 +49,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
   for (int i = 0; i < std::max(1, options.num_workers); ++i) {
     cluster->spec_.workers.push_back(
-        absl::StrCat("127.0.0.1:", PickUnusedPort()));
+        absl::StrCat(options.host, ":", PickUnusedPort()));
   }
   cluster->pids_.assign(options.num_ps, -1);
   for (int i = 0; i < options.num_ps; ++i) {
@@ -67,7 +68,7 @@ absl::Status LocalCluster::Launch(int ps) {
       options_.binary,
       absl::StrCat("--cluster=", ClusterSpecToJson(spec_)),
       absl::StrCat("--task_index=", ps),
-      "--bind_address=127.0.0.1",
+      absl::StrCat("--bind_address=", options_.host),
       absl::StrCat("--metrics_port=", metrics_ports_[ps]),
       "--metrics_bind_address=127.0.0.1",
       "--shutdown_grace_secs=2",

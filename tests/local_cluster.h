@@ -28,6 +28,9 @@ class LocalCluster {
     int num_workers = 1;                   // worker entries in the cluster spec
     std::vector<std::string> extra_flags;  // for every ps_server
     std::string binary = "ps_server/ps_server";  // relative to runfiles
+    // The loopback address every PS binds to and the cluster spec names
+    // (PS and workers); callers still connect from 127.0.0.1.
+    std::string host = "127.0.0.1";
     // How the test's clients connect (TLS, token), matching extra_flags.
     SecurityOptions client_security;
   };

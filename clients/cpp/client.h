@@ -174,8 +174,9 @@ class Client {
   absl::StatusOr<std::vector<ListVariablesResponse>> ListVariables();
   absl::StatusOr<std::vector<StatsResponse>> Stats();
 
-  // Asks PS 0 for a checkpoint of every PS under `uri` (empty: the
-  // servers' --checkpoint_uri) and waits up to `timeout` for it.
+  // Asks PS 0 for a checkpoint of every PS under the servers'
+  // --checkpoint_uri and waits up to `timeout` for it. A non-empty `uri`
+  // must name that same root (PERMISSION_DENIED otherwise).
   absl::StatusOr<CheckpointResponse> Checkpoint(
       const std::string& uri = "", absl::Duration timeout = absl::Hours(1));
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,39 @@
 
 namespace psrt {
 
+namespace {
+bool IsDigits(absl::string_view s) {
+  if (s.empty() || s.size() > 19) return false;
+  for (char c : s) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+absl::string_view WithoutTrailingSlashes(absl::string_view uri) {
+  while (uri.size() > 1 && uri.back() == '/' && !absl::EndsWith(uri, "://")) {
+    uri.remove_suffix(1);
+  }
+  return uri;
+}
+
+// A name a checkpoint file may have inside its directory: one component
+// of letters, digits, '.', '_', '-' and '%' (ShardFileName's escapes),
+// never "." or "..".
+bool IsSafeFileName(absl::string_view name) {
+  if (name.empty() || name.size() > 512 || name == "." || name == "..") {
+    return false;
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '_' && c != '-' && c != '%') {
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
 std::string CheckpointName(int64_t global_step, absl::Time now) {
   return absl::StrFormat("ckpt-%010d-%013d", global_step,
                          absl::ToUnixMillis(now));
@@ -21,11 +56,77 @@ std::string CheckpointName(int64_t global_step, absl::Time now) {
 
 std::string JoinUri(absl::string_view root, absl::string_view name) {
   if (name.empty()) return std::string(root);
-  absl::string_view r = root;
-  while (r.size() > 1 && r.back() == '/' && !absl::EndsWith(r, "://")) {
-    r.remove_suffix(1);
-  }
+  const absl::string_view r = WithoutTrailingSlashes(root);
   return absl::StrCat(r, absl::EndsWith(r, "/") ? "" : "/", name);
+}
+
+absl::Status CheckCheckpointName(absl::string_view name) {
+  std::vector<absl::string_view> parts = absl::StrSplit(name, '-');
+  if (parts.size() != 3 || parts[0] != "ckpt" || !IsDigits(parts[1]) ||
+      !IsDigits(parts[2])) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", absl::CHexEscape(name.substr(0, 100)),
+        "' is not a checkpoint name (ckpt-<step>-<unix ms>, digits only)"));
+  }
+  return absl::OkStatus();
+}
+
+bool SameCheckpointRoot(absl::string_view a, absl::string_view b) {
+  return WithoutTrailingSlashes(a) == WithoutTrailingSlashes(b);
+}
+
+absl::StatusOr<std::string> CheckpointNameUnder(absl::string_view root,
+                                                absl::string_view uri) {
+  std::string prefix = JoinUri(root, "x");  // root, separator, "x"
+  prefix.pop_back();
+  absl::string_view rest = uri;
+  if (!absl::ConsumePrefix(&rest, prefix)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint location '", absl::CHexEscape(uri.substr(0, 200)),
+        "' is not under this PS's --checkpoint_uri '", root,
+        "'; a PS writes checkpoints only there"));
+  }
+  if (absl::Status s = CheckCheckpointName(rest); !s.ok()) return s;
+  return std::string(rest);
+}
+
+absl::Status CheckManifest(const CheckpointManifest& manifest,
+                           absl::string_view described_as) {
+  auto corrupt = [&](absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint manifest ", described_as, ": ", why));
+  };
+  if (manifest.format_version() != 1 || manifest.num_ps() <= 0) {
+    return corrupt(absl::StrCat("format_version ", manifest.format_version(),
+                                " and num_ps ", manifest.num_ps(),
+                                "; expected format 1 and at least one PS"));
+  }
+  if (manifest.global_step() < 0 || manifest.total_bytes() < 0) {
+    return corrupt("negative global_step or total_bytes");
+  }
+  absl::flat_hash_set<std::string> variables;
+  for (const VariableSpec& v : manifest.variables()) {
+    variables.insert(v.name());
+  }
+  for (const CheckpointFile& f : manifest.files()) {
+    if (!IsSafeFileName(f.path())) {
+      return corrupt(absl::StrCat(
+          "file path '", absl::CHexEscape(f.path().substr(0, 100)),
+          "' is not a plain file name inside the checkpoint"));
+    }
+    if (!variables.contains(f.variable())) {
+      return corrupt(absl::StrCat("lists file ", f.path(),
+                                  " of unknown variable '", f.variable(),
+                                  "'"));
+    }
+    if (f.bytes() < 0 || f.num_rows() < 0 || f.row_begin() < 0 ||
+        f.shard() < 0 || f.ps_task() < 0 || f.ps_task() >= manifest.num_ps()) {
+      return corrupt(absl::StrCat("file ", f.path(),
+                                  " has a negative size, row count, row, "
+                                  "shard or a PS task outside [0, num_ps)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -75,21 +176,24 @@ absl::StatusOr<CheckpointManifest> ReadManifest(Storage& storage,
     }
     return json.status();
   }
+  return ParseManifest(*json, storage.Describe(key));
+}
+
+absl::StatusOr<CheckpointManifest> ParseManifest(
+    absl::string_view json, absl::string_view described_as) {
   CheckpointManifest manifest;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;
-  auto status =
-      google::protobuf::util::JsonStringToMessage(*json, &manifest, options);
+  auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &manifest,
+      options);
   if (!status.ok()) {
     return absl::DataLossError(absl::StrCat(
-        "checkpoint manifest ", storage.Describe(key), " is corrupt (",
-        json->size(), " bytes): ", status.ToString()));
+        "checkpoint manifest ", described_as, " is corrupt (", json.size(),
+        " bytes): ", status.ToString()));
   }
-  if (manifest.format_version() != 1 || manifest.num_ps() <= 0) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint manifest ", storage.Describe(key), " has format_version ",
-        manifest.format_version(), " and num_ps ", manifest.num_ps(),
-        "; expected format 1 and at least one PS"));
+  if (absl::Status s = CheckManifest(manifest, described_as); !s.ok()) {
+    return s;
   }
   return manifest;
 }
@@ -107,7 +211,7 @@ absl::StatusOr<std::string> ReadLatest(Storage& root) {
   auto latest = root.Read(kLatestName);
   if (!latest.ok()) return latest.status();
   const std::string name(absl::StripAsciiWhitespace(*latest));
-  if (!absl::StartsWith(name, "ckpt-") || absl::StrContains(name, "/")) {
+  if (!CheckCheckpointName(name).ok()) {
     return absl::DataLossError(absl::StrCat(root.Describe(kLatestName),
                                             " does not name a checkpoint: '",
                                             name.substr(0, 80), "'"));

@@ -29,6 +29,27 @@ std::string CheckpointName(int64_t global_step, absl::Time now);
 // root + "/" + name, for either kind of URI.
 std::string JoinUri(absl::string_view root, absl::string_view name);
 
+// OK if `name` has the form CheckpointName makes ("ckpt-<digits>-<digits>",
+// each number at most 19 digits): no '/', "..", or control characters can
+// reach a storage key through it. INVALID_ARGUMENT naming it otherwise.
+absl::Status CheckCheckpointName(absl::string_view name);
+
+// Whether two checkpoint roots name the same place (trailing '/' ignored).
+bool SameCheckpointRoot(absl::string_view a, absl::string_view b);
+
+// The checkpoint name in `uri` = JoinUri(root, name), checked with
+// CheckCheckpointName. PERMISSION_DENIED naming both when `uri` is not
+// directly under `root`: a request may not make a PS write elsewhere.
+absl::StatusOr<std::string> CheckpointNameUnder(absl::string_view root,
+                                                absl::string_view uri);
+
+// Checks a manifest's structure before it is trusted: format 1, at least
+// one PS, file paths that are single safe names, every file of a listed
+// variable, sizes and counts not negative. `described_as` names it in
+// errors (DATA_LOSS).
+absl::Status CheckManifest(const CheckpointManifest& manifest,
+                           absl::string_view described_as);
+
 struct CheckpointListing {
   std::string name;
   bool complete = false;  // has a manifest
@@ -46,6 +67,10 @@ absl::StatusOr<std::vector<CheckpointListing>> ListCheckpoints(Storage& root);
 absl::StatusOr<CheckpointManifest> ReadManifest(Storage& storage,
                                                 absl::string_view name);
 std::string ManifestJson(const CheckpointManifest& manifest);
+// Parses and checks (CheckManifest) a manifest's JSON. DATA_LOSS naming
+// `described_as` if it does not parse or fails a check.
+absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view json,
+                                                 absl::string_view described_as);
 
 // The checkpoint `latest` names (NOT_FOUND when there is none).
 absl::StatusOr<std::string> ReadLatest(Storage& root);

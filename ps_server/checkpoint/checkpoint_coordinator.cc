@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -42,13 +43,29 @@ CheckpointCoordinator::CheckpointCoordinator(
   }
 }
 
+absl::Status CheckpointCoordinator::CheckConfigured(
+    absl::string_view method) const {
+  if (options_.uri.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        method, ": this PS (", store_->ps_task(),
+        ") has no --checkpoint_uri, so it writes no checkpoints"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
     const SaveShardsRequest& request) {
-  if (request.checkpoint_uri().empty()) {
-    return absl::InvalidArgumentError("SaveShards needs a checkpoint_uri");
+  if (absl::Status s = CheckConfigured("SaveShards"); !s.ok()) return s;
+  // Only into a checkpoint directly under this PS's own root, whatever the
+  // request says.
+  auto name = CheckpointNameUnder(options_.uri, request.checkpoint_uri());
+  if (!name.ok()) {
+    return absl::Status(name.status().code(),
+                        absl::StrCat("SaveShards on PS ", store_->ps_task(),
+                                     ": ", name.status().message()));
   }
   absl::MutexLock lock(&save_mu_);
-  return SaveLocalShards(*store_, request.checkpoint_uri(), options_.s3,
+  return SaveLocalShards(*store_, JoinUri(options_.uri, *name), options_.s3,
                          options_.threads, options_.max_bytes_per_sec);
 }
 
@@ -105,14 +122,43 @@ absl::Status CheckpointCoordinator::Publish(Storage& root,
 
 absl::Status CheckpointCoordinator::CommitCheckpoint(
     const CommitCheckpointRequest& request) {
-  if (request.name().empty() || request.manifest_json().empty()) {
-    return absl::InvalidArgumentError(
-        "CommitCheckpoint needs a checkpoint name and its manifest");
+  if (absl::Status s = CheckConfigured("CommitCheckpoint"); !s.ok()) return s;
+  if (!options_.storage_per_host) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CommitCheckpoint: PS ", store_->ps_task(),
+        " shares its checkpoint storage with PS 0 (no "
+        "--checkpoint_storage_per_host); PS 0 writes the manifest itself"));
   }
-  auto root = OpenStorage(request.root_uri(), options_.s3);
+  if (!SameCheckpointRoot(request.root_uri(), options_.uri)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "CommitCheckpoint: root '",
+        absl::CHexEscape(request.root_uri().substr(0, 200)),
+        "' is not this PS's --checkpoint_uri '", options_.uri, "'"));
+  }
+  if (absl::Status s = CheckCheckpointName(request.name()); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CommitCheckpoint: ", s.message()));
+  }
+  // Parsed and checked before a byte is written; what is written is the
+  // parsed manifest, never the request's bytes.
+  auto manifest = ParseManifest(request.manifest_json(),
+                                absl::StrCat("from PS 0 for ", request.name()));
+  if (!manifest.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CommitCheckpoint: ", manifest.status().message()));
+  }
+  const int num_ps = static_cast<int>(ps_addresses_.size());
+  if (manifest->name() != request.name() || manifest->num_ps() != num_ps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CommitCheckpoint: the manifest names checkpoint '",
+        absl::CHexEscape(manifest->name().substr(0, 100)), "' of ",
+        manifest->num_ps(), " PS; the request names '", request.name(),
+        "' and this cluster has ", num_ps, " PS"));
+  }
+  auto root = OpenStorage(options_.uri, options_.s3);
   if (!root.ok()) return root.status();
   absl::MutexLock lock(&run_mu_);
-  if (absl::Status s = Publish(**root, request.name(), request.manifest_json());
+  if (absl::Status s = Publish(**root, request.name(), ManifestJson(*manifest));
       !s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("PS ", store_->ps_task(), ": checkpoint ",
@@ -179,12 +225,17 @@ void CheckpointCoordinator::Retain(Storage& root) {
 
 absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
     absl::string_view uri_arg, bool final) {
-  const std::string root_uri(uri_arg.empty() ? options_.uri : uri_arg);
-  if (root_uri.empty()) {
+  if (options_.uri.empty()) {
     return absl::FailedPreconditionError(
-        "no checkpoint location: start ps_server with --checkpoint_uri or "
-        "name one in the request (psctl checkpoint --checkpoint_uri=...)");
+        "no checkpoint location: start ps_server with --checkpoint_uri");
   }
+  if (!uri_arg.empty() && !SameCheckpointRoot(uri_arg, options_.uri)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint requested under '", absl::CHexEscape(uri_arg.substr(0, 200)),
+        "', but this PS writes checkpoints only under its --checkpoint_uri '",
+        options_.uri, "'"));
+  }
+  const std::string& root_uri = options_.uri;
   if (store_->ps_task() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this is PS ", store_->ps_task(),

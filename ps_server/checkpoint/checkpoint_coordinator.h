@@ -43,17 +43,23 @@ class CheckpointCoordinator {
                         CheckpointOptions options,
                         const SecurityOptions& security = SecurityOptions());
 
-  // Runs one checkpoint under `uri` (empty: options.uri).
+  // Runs one checkpoint under options.uri; `uri` may repeat it (or be
+  // empty), never name another root.
   absl::StatusOr<CheckpointResponse> Checkpoint(absl::string_view uri,
                                                 bool final = false)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Requests are checked against this PS's configuration before anything
+  // is written: checkpoints go only under options.uri (PERMISSION_DENIED
+  // for any other root), names have CheckpointName's form, and a manifest
+  // from PS 0 is parsed and checked, then written as parsed.
+  //
   // This PS's part of a checkpoint (the SaveShards RPC).
   absl::StatusOr<SaveShardsResponse> SaveShards(
       const SaveShardsRequest& request);
 
   // Writes PS 0's manifest and `latest` into this PS's own storage (the
-  // CommitCheckpoint RPC; see storage_per_host).
+  // CommitCheckpoint RPC); FAILED_PRECONDITION unless storage_per_host.
   absl::Status CommitCheckpoint(const CommitCheckpointRequest& request);
 
   // When and at which global step the last successful checkpoint was taken
@@ -65,6 +71,8 @@ class CheckpointCoordinator {
   const CheckpointOptions& options() const { return options_; }
 
  private:
+  // FAILED_PRECONDITION naming `method` when options.uri is empty.
+  absl::Status CheckConfigured(absl::string_view method) const;
   absl::Status DeleteCheckpoint(Storage& root, const std::string& name);
   // Writes the manifest, then `latest`, then applies retention.
   absl::Status Publish(Storage& root, const std::string& name,

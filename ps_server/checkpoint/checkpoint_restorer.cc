@@ -53,14 +53,6 @@ absl::StatusOr<std::unique_ptr<CheckpointRestorer>> CheckpointRestorer::Open(
   for (const VariableSpec& spec : r->manifest_.variables()) {
     r->specs_[spec.name()] = &spec;
   }
-  for (const CheckpointFile& f : r->manifest_.files()) {
-    if (!r->specs_.contains(f.variable())) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint manifest ",
-                       r->storage_->Describe(kManifestName), " lists file ",
-                       f.path(), " of unknown variable '", f.variable(), "'"));
-    }
-  }
   return r;
 }
 

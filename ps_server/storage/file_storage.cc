@@ -140,6 +140,7 @@ class FileStorage final : public Storage {
 
   absl::StatusOr<std::unique_ptr<StorageWriter>> NewWriter(
       absl::string_view key) override {
+    if (absl::Status s = CheckStorageKey(key); !s.ok()) return s;
     const std::string path = Path(key);
     const std::string dir = DirName(path);
     if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
@@ -153,6 +154,7 @@ class FileStorage final : public Storage {
   }
 
   absl::StatusOr<std::string> Read(absl::string_view key) override {
+    if (absl::Status s = CheckStorageKey(key); !s.ok()) return s;
     const std::string path = Path(key);
     const int fd = open(path.c_str(), O_RDONLY);
     if (fd < 0) return Errno("cannot open", path);
@@ -178,6 +180,9 @@ class FileStorage final : public Storage {
 
   absl::StatusOr<std::vector<StorageObject>> List(
       absl::string_view prefix) override {
+    if (absl::Status s = CheckStorageKey(prefix, /*prefix=*/true); !s.ok()) {
+      return s;
+    }
     std::vector<StorageObject> out;
     // Walk from the deepest directory the prefix names.
     const std::string prefix_str(prefix);
@@ -193,6 +198,7 @@ class FileStorage final : public Storage {
   }
 
   absl::Status Delete(absl::string_view key) override {
+    if (absl::Status s = CheckStorageKey(key); !s.ok()) return s;
     const std::string path = Path(key);
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
       return Errno("cannot delete", path);

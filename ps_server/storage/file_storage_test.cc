@@ -80,5 +80,26 @@ TEST(FileStorageTest, WriteErrorsNameThePathAndLeaveNoTemporaries) {
   EXPECT_EQ((*storage)->List("")->size(), 1u);
 }
 
+TEST(FileStorageTest, KeysCannotLeaveTheRoot) {
+  const std::string root = TempRoot("fs4");
+  auto storage = OpenStorage(root + "/inner");
+  ASSERT_TRUE(storage.ok());
+  for (const char* key : {"../outside", "a/../../outside", "/etc/x", "a//b",
+                          "a/./b", "..", ".", "", "a\nb", "a/"}) {
+    absl::Status s = (*storage)->Write(key, "data");
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << "'" << key << "': " << s;
+    EXPECT_TRUE(absl::IsInvalidArgument((*storage)->Read(key).status()))
+        << key;
+    EXPECT_TRUE(absl::IsInvalidArgument((*storage)->Delete(key))) << key;
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument((*storage)->List("../").status()));
+  auto outside = OpenStorage(root);
+  EXPECT_TRUE((*outside)->List("")->empty()) << "something was written";
+  // Prefixes may end in a partial or empty component.
+  EXPECT_TRUE(CheckStorageKey("ckpt-", /*prefix=*/true).ok());
+  EXPECT_TRUE(CheckStorageKey("ckpt-1/", /*prefix=*/true).ok());
+  EXPECT_TRUE(CheckStorageKey("ckpt-1/w.shard-00000-of-00002").ok());
+}
+
 }  // namespace
 }  // namespace psrt

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -82,10 +84,12 @@ class S3Storage final : public Storage {
 
   absl::StatusOr<std::unique_ptr<StorageWriter>> NewWriter(
       absl::string_view key) override {
+    if (absl::Status s = CheckStorageKey(key); !s.ok()) return s;
     return std::unique_ptr<StorageWriter>(new Writer(this, ObjectKey(key)));
   }
 
   absl::StatusOr<std::string> Read(absl::string_view key) override {
+    if (absl::Status s = CheckStorageKey(key); !s.ok()) return s;
     const std::string object = ObjectKey(key);
     auto r = Send("GET", object, "", {}, "");
     if (!r.ok()) return r.status();
@@ -95,6 +99,9 @@ class S3Storage final : public Storage {
 
   absl::StatusOr<std::vector<StorageObject>> List(
       absl::string_view prefix) override {
+    if (absl::Status s = CheckStorageKey(prefix, /*prefix=*/true); !s.ok()) {
+      return s;
+    }
     std::vector<StorageObject> out;
     const std::string full_prefix = ObjectKey(prefix);
     std::string token;
@@ -118,8 +125,17 @@ class S3Storage final : public Storage {
         if (!absl::SimpleAtoi(XmlFirst(c, "Size"), &object.bytes)) {
           object.bytes = -1;
         }
-        if (!prefix_.empty())
+        // Keys come back with the prefix; a listing with any other key
+        // (a broken or hostile endpoint) is an error, not a crash.
+        if (!absl::StartsWith(object.key, full_prefix)) {
+          return absl::DataLossError(absl::StrCat(
+              "S3 LIST of s3://", bucket_, "/", full_prefix,
+              " returned key '", absl::CHexEscape(object.key.substr(0, 200)),
+              "' outside that prefix"));
+        }
+        if (!prefix_.empty()) {
           object.key = object.key.substr(prefix_.size() + 1);
+        }
         out.push_back(std::move(object));
       }
       token = XmlFirst(r->body, "IsTruncated") == "true"
@@ -134,6 +150,7 @@ class S3Storage final : public Storage {
   }
 
   absl::Status Delete(absl::string_view key) override {
+    if (absl::Status s = CheckStorageKey(key); !s.ok()) return s;
     const std::string object = ObjectKey(key);
     auto r = Send("DELETE", object, "", {}, "");
     if (!r.ok()) return r.status();

@@ -1,7 +1,11 @@
 #include "ps_server/storage/storage.h"
 
+#include <vector>
+
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "ps_server/storage/file_storage.h"
 #include "ps_server/storage/s3_storage.h"
@@ -13,6 +17,32 @@ absl::Status Storage::Write(absl::string_view key, absl::string_view data) {
   if (!writer.ok()) return writer.status();
   if (absl::Status s = (*writer)->Append(data); !s.ok()) return s;
   return (*writer)->Close();
+}
+
+absl::Status CheckStorageKey(absl::string_view key, bool prefix) {
+  if (key.empty() && prefix) return absl::OkStatus();
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("storage key '", absl::CHexEscape(key.substr(0, 200)),
+                     "' ", why));
+  };
+  if (key.size() > 1024) return bad("is longer than 1024 bytes");
+  for (char c : key) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return bad("holds a control character");
+    }
+  }
+  std::vector<absl::string_view> parts = absl::StrSplit(key, '/');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    if (parts[i].empty() && !(prefix && last)) {
+      return bad("has an empty path component (or starts with '/')");
+    }
+    if (parts[i] == "." || parts[i] == "..") {
+      return bad("has a '.' or '..' component");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(absl::string_view uri,

@@ -80,6 +80,13 @@ struct S3Options {
 absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(
     absl::string_view uri, const S3Options& s3_options = S3Options());
 
+// OK if `key` stays inside the storage root: '/'-separated components,
+// none empty, "." or "..", no leading '/', no control characters. With
+// `prefix`, the last component may be empty or partial (List("ckpt-"),
+// List("name/")). Every Storage checks its keys with it, so no caller can
+// reach outside the root whatever a request or a manifest says.
+absl::Status CheckStorageKey(absl::string_view key, bool prefix = false);
+
 }  // namespace psrt
 
 #endif  // PSRT_PS_SERVER_STORAGE_STORAGE_H_

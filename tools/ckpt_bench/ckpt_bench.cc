@@ -41,7 +41,8 @@ DEFINE_double(push_interval_ms, 2,
               "time); 0: back to back, saturating the server.");
 DEFINE_int32(checkpoints, 2, "Checkpoints taken while pushing.");
 DEFINE_string(checkpoint_uri, "",
-              "Where to checkpoint (empty: the servers' --checkpoint_uri).");
+              "The servers' --checkpoint_uri (empty: wherever they are "
+              "configured to write; the servers refuse any other root).");
 DEFINE_bool(json, false, "Also print the results as one JSON line.");
 
 namespace psrt {

@@ -26,8 +26,9 @@ DEFINE_string(cluster, "",
               "else one PS on localhost:2223.");
 DEFINE_double(timeout_secs, 10, "How long to wait for every PS to answer.");
 DEFINE_string(checkpoint_uri, "",
-              "checkpoint: where to save (empty: the servers' "
-              "--checkpoint_uri); checkpoints: where to list (required).");
+              "checkpoint: the servers' --checkpoint_uri, to check (empty: "
+              "wherever the servers are configured to write; another root "
+              "is refused); checkpoints: where to list (required).");
 DEFINE_double(checkpoint_timeout_secs, 3600,
               "checkpoint: how long to wait for the save.");
 DEFINE_string(s3_endpoint, "", "checkpoints: S3-compatible endpoint.");

@@ -242,8 +242,10 @@ class Client:
             for ps in range(self.num_ps)]
 
     def checkpoint(self, uri="", timeout=3600.0):
-        """Every PS saves its shards (PS 0 coordinates); returns
-        CheckpointResponse (uri, global_step, bytes, seconds)."""
+        """Every PS saves its shards (PS 0 coordinates) under the servers'
+        --checkpoint_uri; returns CheckpointResponse (uri, global_step,
+        bytes, seconds). A non-empty `uri` must name that same root (the
+        servers refuse any other)."""
         return self._call(0, lambda: self._stubs[0].Checkpoint(
             ps_pb2.CheckpointRequest(checkpoint_uri=uri), timeout=timeout,
             metadata=self._metadata), "Checkpoint")
