@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "util/finite.h"
 
 namespace psrt {
 namespace {
@@ -11,16 +12,6 @@ namespace {
 std::string Where(RequestKind kind, const TensorItem& item) {
   return absl::StrCat(kind == RequestKind::kPull ? "pull of '" : "push to '",
                       item.variable(), "' shard ", item.shard(), ": ");
-}
-
-bool SpanFinite(const float* v, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, v + i, sizeof(bits));
-    bad |= (bits & 0x7f800000u) + 0x00800000u;  // top bit set iff exponent 255
-  }
-  return (bad & 0x80000000u) == 0;
 }
 
 // True if every id routes to `shard`. Written as branch-free reductions so
@@ -65,15 +56,12 @@ bool IdsBelongToShard(const VariableLayout& layout, int shard,
 bool AllFinite(const PayloadView& values, size_t* first_bad, float* bad_value) {
   bool finite = true;
   ForEachFloatRun(values, [&](const float* v, size_t n, size_t first) {
-    if (!finite || SpanFinite(v, n)) return;
-    for (size_t i = 0; i < n; ++i) {
-      if (!std::isfinite(v[i])) {
-        *first_bad = first + i;
-        *bad_value = v[i];
-        finite = false;
-        return;
-      }
-    }
+    if (!finite) return;
+    const size_t i = FirstNonFinite(v, n);
+    if (i == n) return;
+    *first_bad = first + i;
+    *bad_value = v[i];
+    finite = false;
   });
   return finite;
 }

@@ -179,11 +179,13 @@ TEST_F(BadInputTest, MalformedItemsAreRejectedWithActionableMessages) {
 }
 
 TEST_F(BadInputTest, NonFiniteGradientsAreRejectedAndCounted) {
+  // The client checks a whole push before sending any of it.
   std::vector<float> grad(8, 0.5f);
   grad[5] = NAN;
   absl::Status s = client_->PushDense("w", grad.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("push to 'w' shard 0: gradient element 5 is nan"),
+  EXPECT_NE(s.message().find("push of 'w': gradient element 5 is nan; "
+                             "nothing was sent to any PS"),
             std::string::npos)
       << s;
   std::vector<int64_t> ids = {1, 2};
@@ -193,9 +195,30 @@ TEST_F(BadInputTest, NonFiniteGradientsAreRejectedAndCounted) {
   std::vector<float> fine(8, 1.0f);
   s = client_->Push(
       {PushOp::Dense("w", fine.data()), PushOp::Rows("emb", ids, rows.data())});
-  EXPECT_NE(s.message().find("is -inf"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("the row of id 2 (summed over its repeats) is "
+                             "-inf"),
+            std::string::npos)
+      << s;
+  // Finite rows whose repeats sum past float's range.
+  std::vector<int64_t> repeated = {7, 7};
+  std::vector<float> big(32, 3e38f);
+  s = client_->PushRows("emb", repeated, big.data());
+  EXPECT_NE(s.message().find("the row of id 7 (summed over its repeats) is "
+                             "inf"),
+            std::string::npos)
+      << s;
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].push_requests(), 0) << "a bad push reached the PS";
   ExpectUnchangedAndServing();
 
+  // The server checks too, whoever sends the bytes.
+  ExpectStatus(PushFrames({PushFrame("w", 0, {}, grad)}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "push to 'w' shard 0: gradient element 5 is nan");
+  ExpectStatus(PushFrames({PushFrame("emb", 0, {1, 2}, rows)}),
+               grpc::StatusCode::INVALID_ARGUMENT, "is -inf");
+  ExpectUnchangedAndServing();
   auto metrics = FetchMetrics(cluster_->metrics_port(0));
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ(MetricValue(*metrics, "psrt_rejected_nonfinite_pushes_total"), 2)
@@ -204,7 +227,7 @@ TEST_F(BadInputTest, NonFiniteGradientsAreRejectedAndCounted) {
                 *metrics,
                 "psrt_errors_total{method=\"Push\",code=\"INVALID_ARGUMENT\"}"),
             2);
-  auto stats = client_->Stats();
+  stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ((*stats)[0].rejected_nonfinite_pushes(), 2);
 }

@@ -2,6 +2,8 @@
 // clients: results equal to a reference computation.
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -307,6 +309,83 @@ TEST_F(ClusterTest, HashEmbeddingCreatesRowsOnPushAndEnforcesCapacity) {
   // The three rows pushed before kept their values.
   ASSERT_TRUE(client->PullRows("h", ids, rows.data()).ok());
   EXPECT_FLOAT_EQ(rows[0], init.Value(ids[0], 0) - 1.0f);
+}
+
+// A push spanning both PS is checked whole by the client before anything is
+// sent: a NaN in the dense part leaves the rows on the other PS untouched.
+// Where a PS still refuses or breaks off, the error says which PS applied.
+TEST_F(ClusterTest, PushIsAllOrNothingAcrossPsAndFailuresNameWhatApplied) {
+  auto client = NewClient();
+  VariableSpec d = Spec("d", DENSE, {8}, 1, OptimizerSpec::SGD, 1.0f);
+  VariableSpec e = Spec("e", EMBEDDING, {100, 4}, 2, OptimizerSpec::SGD, 1.0f);
+  VariableSpec h = Spec("h", HASH_EMBEDDING, {4, 4}, 2, OptimizerSpec::SGD,
+                        1.0f, PartitionSpec::HASH);
+  ASSERT_TRUE(client->CreateVariables({d, e, h}).ok());
+  const int dense_ps = client->Find("d")->shards[0].ps_task;
+  const int other_ps = 1 - dense_ps;
+  ASSERT_NE(client->Find("e")->shards[0].ps_task,
+            client->Find("e")->shards[1].ps_task);
+
+  std::vector<int64_t> ids = {1, 99};  // one per shard, so one per PS
+  std::vector<float> rows(8, 1.0f), dense(8, 1.0f), out(8, -1.0f);
+  dense[3] = NAN;
+  absl::Status s = client->Push(
+      {PushOp::Rows("e", ids, rows.data()), PushOp::Dense("d", dense.data())});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("push of 'd': gradient element 3 is nan; "
+                             "nothing was sent to any PS"),
+            std::string::npos)
+      << s;
+  ASSERT_TRUE(client->PullRows("e", ids, out.data()).ok());
+  EXPECT_EQ(out, std::vector<float>(8, 0.0f)) << "rows changed on some PS";
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].push_requests() + (*stats)[1].push_requests(), 0);
+
+  // A push the client cannot know is bad: the hash table's shard on the
+  // other PS is full. The dense part is applied on its PS, and the error
+  // says so.
+  dense[3] = 1.0f;
+  std::vector<int64_t> many(64);
+  std::iota(many.begin(), many.end(), 1000);
+  std::vector<float> many_grads(64 * 4, 1.0f);
+  std::vector<PushOp> ops = {PushOp::Dense("d", dense.data())};
+  std::vector<int64_t> other_ids;
+  for (int64_t id : many) {
+    if (client->Find("h")->shards[client->Find("h")->ShardOf(id)].ps_task ==
+        other_ps) {
+      other_ids.push_back(id);
+    }
+  }
+  ops.push_back(PushOp::Rows("h", other_ids, many_grads.data()));
+  s = client->Push(ops);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find(absl::StrCat("applied on PS ", dense_ps, " (")),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find(absl::StrCat("not applied on PS ", other_ps)),
+            std::string::npos)
+      << s;
+  ASSERT_TRUE(client->PullDense("d", out.data()).ok());
+  EXPECT_EQ(out, std::vector<float>(8, -1.0f));
+
+  // The other PS dies: its part's fate is unknown, and the error says so.
+  ClientOptions o = cluster_->MakeClientOptions();
+  o.max_attempts = 1;
+  o.call_timeout = absl::Seconds(5);
+  auto short_client = Client::Connect(o);
+  ASSERT_TRUE(short_client.ok());
+  ASSERT_TRUE((*short_client)->RefreshCatalog().ok());
+  cluster_->Kill(other_ps, SIGKILL);
+  s = (*short_client)->Push(
+      {PushOp::Rows("e", ids, rows.data()), PushOp::Dense("d", dense.data())});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(absl::StrCat("applied on PS ", dense_ps, " (")),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find(absl::StrCat("unknown on PS ", other_ps)),
+            std::string::npos)
+      << s;
 }
 
 // A 64 MiB dense variable moves through 1 MiB messages both ways.

@@ -1,11 +1,13 @@
 #include "clients/cpp/step_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "clients/cpp/id_index.h"
+#include "util/finite.h"
 
 namespace psrt {
 namespace {
@@ -124,6 +126,32 @@ void AddDenseShards(const VariableLayout& v, float* out, const float* grad,
   }
 }
 
+// Every gradient the plan would send is finite (after repeats are summed):
+// a push is checked whole before anything goes to any PS, so a bad value
+// anywhere changes nothing anywhere.
+absl::Status CheckFinite(const StepPlan& plan) {
+  for (const std::vector<PlannedItem>& items : plan.items_by_ps) {
+    for (const PlannedItem& item : items) {
+      const bool dense = item.layout->kind() == DENSE;
+      const float* grad = dense ? item.dense_grad : item.grad_rows();
+      const size_t n = static_cast<size_t>(item.value_floats());
+      const size_t bad = FirstNonFinite(grad, n);
+      if (bad == n) continue;
+      const ShardLayout& shard = item.layout->shards[item.shard];
+      const std::string where =
+          dense ? absl::StrCat("element ",
+                               shard.row_begin * item.width() +
+                                   static_cast<int64_t>(bad))
+                : absl::StrCat("the row of id ", item.ids[bad / item.width()],
+                               " (summed over its repeats)");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push of '", item.layout->spec.name(), "': gradient ", where, " is ",
+          grad[bad], "; nothing was sent to any PS"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StepPlan> PlanPull(const ShardMap& catalog,
@@ -179,9 +207,10 @@ absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
         Lookup(catalog, op.variable, !op.ids.empty(), op.grad, "push");
     if (!layout.ok()) return layout.status();
     const VariableLayout& v = **layout;
-    if (!(op.learning_rate >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push of '", op.variable, "': learning_rate must be >= 0"));
+    if (!(std::isfinite(op.learning_rate) && op.learning_rate >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push of '", op.variable, "': learning_rate ",
+                       op.learning_rate, " must be finite and >= 0"));
     }
     if (v.kind() == DENSE) {
       AddDenseShards(v, nullptr, op.grad, op.learning_rate, &plan);
@@ -230,6 +259,7 @@ absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
       }
     }
   }
+  if (absl::Status s = CheckFinite(plan); !s.ok()) return s;
   return plan;
 }
 

@@ -218,6 +218,44 @@ bool StepRequest::Retryable(const grpc::Status& status) const {
              std::string::npos;
 }
 
+absl::Status StepRequest::WithPushOutcomes(const absl::Status& failure) const {
+  // A push's calls are independent: name what each PS did, so that a
+  // caller knows whether anything was applied. Every call is finished here.
+  std::string applied, rejected, unknown;
+  for (const Call& call : calls_) {
+    if (call.rpc == nullptr) continue;
+    const grpc::Status& s = call.rpc->status();
+    std::string* list = &unknown;
+    if (s.ok()) {
+      list = &applied;
+    } else if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+               s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
+               s.error_code() != grpc::StatusCode::CANCELLED &&
+               s.error_code() != grpc::StatusCode::ABORTED &&
+               s.error_code() != grpc::StatusCode::UNKNOWN &&
+               s.error_code() != grpc::StatusCode::INTERNAL) {
+      // The PS answered with a refusal: it validates a whole push before
+      // applying any of it.
+      list = &rejected;
+    }
+    absl::StrAppend(list, list->empty() ? "" : ", ",
+                    call.connection->Describe());
+  }
+  std::string outcome =
+      applied.empty() && unknown.empty()
+          ? "nothing was applied on any PS"
+          : absl::StrCat("applied on ", applied.empty() ? "no PS" : applied,
+                         "; not applied on ",
+                         rejected.empty() ? "no PS" : rejected);
+  if (!unknown.empty()) {
+    absl::StrAppend(&outcome, "; unknown on ", unknown,
+                    " (the call broke off: that PS may or may not have "
+                    "applied it)");
+  }
+  return absl::Status(failure.code(),
+                      absl::StrCat(failure.message(), " [", outcome, "]"));
+}
+
 absl::Status StepRequest::Wait() {
   const ClientOptions& options = *context_.options;
   absl::Status result;
@@ -238,7 +276,11 @@ absl::Status StepRequest::Wait() {
         result = FromGrpc(s, *call.connection, push_ ? "push" : "pull");
       }
     }
-    if (!result.ok() || retry.empty()) break;
+    if (!result.ok()) {
+      if (push_) result = WithPushOutcomes(result);
+      break;
+    }
+    if (retry.empty()) break;
     int attempts = 0;
     for (Call* call : retry) attempts = std::max(attempts, call->attempts);
     absl::Duration backoff =

@@ -57,6 +57,9 @@ class StepRequest {
   void BuildPushCalls();
   void Launch(Call* call);
   bool Retryable(const grpc::Status& status) const;
+  // `failure` with what each PS did with this push appended ("applied on
+  // PS 0 (...); not applied on PS 1 (...)"). REQUIRES: no call in flight.
+  absl::Status WithPushOutcomes(const absl::Status& failure) const;
 
   const Context context_;
   const bool push_;

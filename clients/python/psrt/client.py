@@ -1,6 +1,7 @@
 """psrt.Client: the Python counterpart of clients/cpp/client.h."""
 import concurrent.futures
 import json
+import numbers
 import os
 import random
 import threading
@@ -53,14 +54,31 @@ def load_cluster(cluster=None):
     return list(ps)
 
 
-def _float32(name, array, expected_size):
+def _gradient(name, array, shapes):
+    """`array` as a flat float32 array, if it is float32 and has one of
+    `shapes` (a list, in the order errors name them); TypeError / ValueError naming the variable otherwise. Nothing
+    is converted silently: a float64 gradient is a TypeError."""
     a = np.asarray(array)
-    if a.dtype.kind != "f":
-        raise TypeError(f"'{name}': gradients must be floating point, got {a.dtype}")
-    a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
-    if a.size != expected_size:
-        raise ValueError(f"'{name}': got {a.size} floats, expected {expected_size}")
-    return a
+    if a.dtype != np.float32:
+        raise TypeError(f"'{name}': gradients must be float32 arrays, got {a.dtype} "
+                        f"(convert with .astype(np.float32))")
+    if a.shape not in shapes:
+        want = " or ".join(str(s) for s in dict.fromkeys(shapes))
+        raise ValueError(f"'{name}': gradient has shape {a.shape}, expected {want}")
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def _check_finite(name, grads, ids=None, row_width=1):
+    """ValueError naming the first NaN/Inf (its element, or its id's row)."""
+    finite = np.isfinite(grads)
+    if finite.all():
+        return
+    bad = int(np.argmin(finite.reshape(-1)))
+    value = grads.reshape(-1)[bad]
+    where = (f"element {bad}" if ids is None else
+             f"the row of id {int(ids[bad // row_width])} (summed over its repeats)")
+    raise ValueError(f"push of '{name}': gradient {where} is {value}; "
+                     f"nothing was sent to any PS")
 
 
 def _ids(name, ids):
@@ -68,6 +86,32 @@ def _ids(name, ids):
     if a.dtype.kind not in "iu":
         raise TypeError(f"'{name}': ids must be integers, got {a.dtype}")
     return np.ascontiguousarray(a, dtype=np.int64).reshape(-1)
+
+
+# Failures after which a PS may or may not have applied a push (the call
+# broke off). Any other code is the PS refusing it: a PS checks a whole push
+# before applying any of it. The C++ client (step_request.cc) uses the same.
+_BROKE_OFF = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+              grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED,
+              grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+
+
+def _push_outcome(jobs, errors):
+    """What each PS did with a push, as the C++ client words it."""
+    applied = [f"PS {job[0]}" for job, e in zip(jobs, errors) if e is None]
+    refused = [f"PS {job[0]}" for job, e in zip(jobs, errors)
+               if isinstance(e, PsError) and e.code not in _BROKE_OFF]
+    unknown = [f"PS {job[0]}" for job, e in zip(jobs, errors)
+               if e is not None and not (isinstance(e, PsError) and e.code not in _BROKE_OFF)]
+    if not applied and not unknown:
+        text = "nothing was applied on any PS"
+    else:
+        text = (f"applied on {', '.join(applied) or 'no PS'}; "
+                f"not applied on {', '.join(refused) or 'no PS'}")
+    if unknown:
+        text += (f"; unknown on {', '.join(unknown)} (the call broke off: that PS "
+                 f"may or may not have applied it)")
+    return text
 
 
 class Client:
@@ -305,23 +349,30 @@ class Client:
         """fn(ps, items, *args) for every PS with items, in parallel."""
         self._run_jobs(fn, [(ps, items, *args) for ps, items in enumerate(per_ps) if items])
 
-    def _run_jobs(self, fn, jobs):
+    def _run_jobs(self, fn, jobs, outcome=None):
         """fn(*job) for every job, in parallel (the last one on this
-        thread); raises the first error after all finished."""
+        thread); raises the first error after all finished. With `outcome`,
+        a PsError's message gets outcome(jobs, errors) appended (errors[i]:
+        job i's exception or None)."""
         futures = [self._pool.submit(fn, *job) for job in jobs[:-1]]
-        error = None
+        errors = [None] * len(jobs)
         if jobs:
             try:
                 fn(*jobs[-1])
             except Exception as e:  # still wait for the others
-                error = e
-        for f in futures:
+                errors[-1] = e
+        for i, f in enumerate(futures):
             try:
                 f.result()
             except Exception as e:
-                error = error or e
-        if error is not None:
-            raise error
+                errors[i] = e
+        error = next((e for e in errors if e is not None), None)
+        if error is None:
+            return
+        if outcome is not None and isinstance(error, PsError):
+            raise PsError(error.code, f"{error.server_message} [{outcome(jobs, errors)}]",
+                          error.ps) from None
+        raise error
 
     # ---- pull -------------------------------------------------------------
 
@@ -452,16 +503,27 @@ class Client:
     # ---- push -------------------------------------------------------------
 
     def push(self, ops, step=0, learning_rates=None):
-        """Batched push: `ops` maps name -> gradient (dense, the variable's
-        size) or (ids, grads) with grads [len(ids), dim]; repeated ids are
-        summed. One Push call per PS, in parallel; all or nothing per PS."""
+        """Batched push: `ops` maps name -> gradient (dense: float32 of the
+        variable's shape, or flat) or (ids, grads) with float32 grads of shape
+        [len(ids), *row shape]; repeated ids are summed. Every op is checked
+        (dtype, shape, ids in range, finite values after summing, learning
+        rate) before anything is sent, so a bad push changes nothing on any
+        PS. One Push call per PS, in parallel; if one PS refuses or a call
+        breaks off, the PsError says which PS applied its part."""
         learning_rates = learning_rates or {}
         per_ps = [[] for _ in range(self.num_ps)]  # (item, ids, grads)
         for name, op in ops.items():
             v = self.layout(name)
-            lr = float(learning_rates.get(name, 0.0))
+            lr = learning_rates.get(name, 0.0)
+            if not (isinstance(lr, numbers.Real) and np.isfinite(lr) and lr >= 0):
+                raise ValueError(f"push of '{name}': learning_rate {lr!r} must be a "
+                                 f"finite number >= 0 (0 = the variable's own)")
+            lr = float(lr)
+            shape = tuple(int(d) for d in v.spec.shape)
+            row_shape = shape[1:]
             if v.kind == DENSE:
-                grad = _float32(name, op, v.rows * v.row_width)
+                grad = _gradient(name, op, [shape, (v.rows * v.row_width,)])
+                _check_finite(name, grad)
                 limit = MESSAGE_BYTES // 4
                 for sh in v.shards:
                     base = sh.row_begin * v.row_width
@@ -474,8 +536,11 @@ class Client:
                                                    grad[base + off:base + off + count]))
             else:
                 ids, grads = op
+                id_shape = np.shape(ids)
                 ids = _ids(name, ids)
-                grads = _float32(name, grads, ids.size * v.row_width).reshape(-1, v.row_width)
+                grads = _gradient(name, grads, [(ids.size,) + row_shape,
+                                                tuple(id_shape) + row_shape]
+                                  ).reshape(-1, v.row_width)
                 unique, inverse, groups = self._plan_rows(v, ids)
                 if inverse is None:
                     summed = grads
@@ -486,6 +551,7 @@ class Client:
                 else:
                     summed = np.empty_like(grads)
                     summed[inverse] = grads
+                _check_finite(name, summed, unique, v.row_width)
                 rows_per_item = max(1, MESSAGE_BYTES // (4 * v.row_width))
                 for shard, s, e in groups:
                     for a in range(s, e, rows_per_item):
@@ -496,7 +562,8 @@ class Client:
         with self._lock:
             self._request_id += 1
             request_id = self._request_id
-        self._fan_out(self._push_one, per_ps, step, request_id)
+        jobs = [(ps, items, step, request_id) for ps, items in enumerate(per_ps) if items]
+        self._run_jobs(self._push_one, jobs, outcome=_push_outcome)
 
     def _push_one(self, ps, items, step, request_id):
         messages, header, payloads, size = [], ps_pb2.PushRequestHeader(), [], 0

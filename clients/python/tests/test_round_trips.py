@@ -85,11 +85,27 @@ def test_updates_equal_the_cpp_clients(cluster2, cpp_push):
 def test_errors_are_exceptions_with_the_servers_message(cluster2):
     client = cluster2.client()
     client.create_variables([psrt.embedding("e", 100, 4, num_shards=2),
-                             psrt.dense("d", (10,), num_shards=1)])
-    with pytest.raises(TypeError, match="floating point"):
+                             psrt.dense("d", (10,), num_shards=1),
+                             psrt.dense("m", (10, 3), num_shards=1)])
+    # Only float32 gradients, never converted silently.
+    with pytest.raises(TypeError, match="float32"):
         client.push_dense("d", np.arange(10))
-    with pytest.raises(ValueError, match="expected 10"):
+    with pytest.raises(TypeError, match="float64"):
+        client.push_dense("d", np.zeros(10))
+    with pytest.raises(TypeError, match="float16"):
+        client.push_rows("e", [1], np.zeros((1, 4), np.float16))
+    # Shapes, not element counts.
+    with pytest.raises(ValueError, match=r"shape \(11,\), expected"):
         client.push_dense("d", np.zeros(11, np.float32))
+    with pytest.raises(ValueError, match=r"shape \(3, 10\), expected \(10, 3\)"):
+        client.push_dense("m", np.zeros((3, 10), np.float32))
+    with pytest.raises(ValueError, match=r"shape \(4, 2\), expected \(2, 4\)"):
+        client.push_rows("e", [1, 2], np.zeros((4, 2), np.float32))
+    client.push_dense("m", np.zeros((10, 3), np.float32))  # its own shape
+    client.push_dense("m", np.zeros(30, np.float32))       # or flat, as pulled
+    client.push_rows("e", np.array([[1, 2]]), np.zeros((1, 2, 4), np.float32))
+    with pytest.raises(ValueError, match="learning_rate"):
+        client.push_dense("d", np.zeros(10, np.float32), learning_rate=float("inf"))
     with pytest.raises(TypeError, match="integers"):
         client.pull_rows("e", np.array([1.5]))
     with pytest.raises(ValueError, match=r"ids must lie in \[0, 100\)"):
@@ -99,15 +115,40 @@ def test_errors_are_exceptions_with_the_servers_message(cluster2):
     assert e.value.code.name == "NOT_FOUND"
     bad = np.zeros(10, np.float32)
     bad[3] = np.nan
-    with pytest.raises(psrt.PsError) as e:
+    with pytest.raises(ValueError, match="gradient element 3 is nan; nothing was sent"):
         client.push_dense("d", bad)
-    assert e.value.code.name == "INVALID_ARGUMENT"
-    assert "'d'" in e.value.server_message and "nan" in e.value.server_message
     assert np.count_nonzero(client.pull_dense("d")) == 0  # nothing applied
+    # All or nothing across PS: rows on both PS and a bad dense part.
+    ones = np.ones((2, 4), np.float32)
+    with pytest.raises(ValueError, match="'d'"):
+        client.push({"e": (np.array([1, 99]), ones), "d": bad})
+    assert np.count_nonzero(client.pull_rows("e", [1, 99])) == 0
+    # Finite rows whose repeats sum to inf.
+    with pytest.raises(ValueError, match=r"row of id 7 \(summed over its repeats\) is inf"):
+        client.push_rows("e", [7, 7], np.full((2, 4), 3e38, np.float32))
+    assert sum(s.push_requests for s in client.stats()) == 3  # only the good ones
     # A spec that differs from an existing one is refused by name.
     with pytest.raises(psrt.PsError) as e:
         client.create_variables([psrt.embedding("e", 100, 8, num_shards=2)])
     assert "already exists" in str(e.value)
+
+
+def test_a_push_one_ps_refuses_names_where_it_was_applied(cluster2):
+    client = cluster2.client()
+    client.create_variables([psrt.dense("d", (8,), num_shards=1),
+                             psrt.hash_embedding("h", 4, capacity=4, num_shards=2)])
+    dense_ps = client.layout("d").shards[0].ps_task
+    other = 1 - dense_ps
+    h = client.layout("h")
+    ids = np.arange(1000, 1064)
+    ids = ids[[h.shards[s].ps_task == other for s in h.shard_of(ids)]]
+    with pytest.raises(psrt.PsError) as e:
+        client.push({"d": np.ones(8, np.float32),
+                     "h": (ids, np.ones((ids.size, 4), np.float32))})
+    assert e.value.code.name == "RESOURCE_EXHAUSTED"
+    assert f"applied on PS {dense_ps}; not applied on PS {other}" in str(e.value)
+    assert np.allclose(client.pull_dense("d"), -0.01)  # SGD, lr 0.01: applied
+
 
 
 def test_a_restarted_ps_gets_the_catalog_again_and_restores(make_cluster, tmp_path):

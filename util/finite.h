@@ -1,0 +1,37 @@
+// Whether float buffers hold only finite values (no NaN, no +-Inf): the
+// check every push gets, on the client before anything is sent and on the
+// server before anything is applied. Branch-free, so it vectorizes.
+#ifndef PSRT_UTIL_FINITE_H_
+#define PSRT_UTIL_FINITE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace psrt {
+
+// True if none of v[0, n) is NaN or +-Inf.
+inline bool SpanFinite(const float* v, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    bad |= (bits & 0x7f800000u) + 0x00800000u;  // top bit set iff exponent 255
+  }
+  return (bad & 0x80000000u) == 0;
+}
+
+// The index of the first NaN or +-Inf in v[0, n), or n if there is none.
+inline size_t FirstNonFinite(const float* v, size_t n) {
+  if (SpanFinite(v, n)) return n;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    if ((bits & 0x7f800000u) == 0x7f800000u) return i;
+  }
+  return n;
+}
+
+}  // namespace psrt
+
+#endif  // PSRT_UTIL_FINITE_H_
