@@ -44,6 +44,10 @@ class ParameterServerService::PullReactor final
     PullRequestHeader header;
     absl::Status s = frame_.Parse(*request);
     if (s.ok()) s = frame_.ParseHeader(&header);
+    if (s.ok()) {
+      s = service_->coordinator_.CheckStepFields(
+          header.consistency(), header.worker_index(), header.step());
+    }
     if (!s.ok()) {
       Finish(service_->Fail("Pull", s));
       return;
@@ -187,7 +191,14 @@ class ParameterServerService::PushReactor final
     // End of the stream: the client finished writing (or went away; then
     // the final message is missing and Finish refuses to apply).
     service_->push_.bytes_in->Add(static_cast<int64_t>(handler_->bytes()));
-    const Consistency consistency = handler_->first_header().consistency();
+    const PushRequestHeader& first = handler_->first_header();
+    const Consistency consistency = first.consistency();
+    if (absl::Status s = service_->coordinator_.CheckStepFields(
+            consistency, first.worker_index(), first.step());
+        handler_->complete() && !s.ok()) {
+      Finish(service_->Fail("Push", s));
+      return;
+    }
     absl::StatusOr<PushResponse> result;
     if (consistency.mode() == Consistency::SYNC && handler_->complete()) {
       // Held for the step's barrier; applied with the other workers'.
@@ -233,7 +244,7 @@ ParameterServerService::ParameterServerService(
       auth_token_(std::move(auth_token)),
       checkpoint_callers_(checkpoint_callers),
       limits_(limits),
-      coordinator_(store->ps_task(), &dedup_),
+      coordinator_(store->ps_task(), limits.max_workers, &dedup_),
       pull_(MakeMethodMetrics("Pull")),
       push_(MakeMethodMetrics("Push")),
       create_(MakeMethodMetrics("CreateVariables")),

@@ -23,6 +23,9 @@ namespace psrt {
 struct ServiceLimits {
   size_t max_message_bytes = 16 << 20;      // one Pull response message at most
   size_t max_push_bytes = size_t{2} << 30;  // one Push call at most
+  // Workers a SYNC/SSP request may declare: the cluster spec's worker count
+  // (at least 1). Server::Create sets it from the cluster.
+  int max_workers = 1;
 };
 
 // Metrics of one RPC method.

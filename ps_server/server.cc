@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         absl::StrCat("--task_index=", options.ps_task, " but the cluster has ",
                      options.cluster.num_ps(), " PS tasks"));
   }
+  options.limits.max_workers = std::max(1, options.cluster.num_workers());
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   server->store_ = std::make_unique<ShardStore>(

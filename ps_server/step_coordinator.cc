@@ -1,14 +1,62 @@
 #include "ps_server/step_coordinator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 
 namespace psrt {
 
-StepCoordinator::StepCoordinator(int ps_task, PushDedup* dedup)
-    : ps_task_(ps_task), dedup_(dedup) {
+StepCoordinator::StepCoordinator(int ps_task, int max_workers,
+                                 PushDedup* dedup)
+    : ps_task_(ps_task), max_workers_(std::max(1, max_workers)), dedup_(dedup) {
   timeouts_ = std::thread([this] { TimeoutLoop(); });
+}
+
+absl::Status StepCoordinator::CheckStepFields(const Consistency& c,
+                                              int worker_index,
+                                              int64_t step) const {
+  auto invalid = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(parts...));
+  };
+  if (!Consistency::Mode_IsValid(c.mode())) {
+    return invalid("consistency mode ", c.mode(),
+                   " is not ASYNC (0), SYNC (1) or SSP (2)");
+  }
+  if (step < 0 || step > kMaxStep) {
+    return invalid("step ", step, " is outside [0, ", kMaxStep, "]");
+  }
+  if (c.workers() < 0 || c.workers() > max_workers_) {
+    return invalid("the request says ", c.workers(),
+                   " workers; this cluster's spec lists ", max_workers_,
+                   " (give every process the same cluster spec)");
+  }
+  if (!(c.timeout_seconds() >= 0 && c.timeout_seconds() <= kMaxTimeoutSeconds)) {
+    return invalid("timeout_seconds ", c.timeout_seconds(), " is outside [0, ",
+                   kMaxTimeoutSeconds, "]");
+  }
+  if (c.mode() == Consistency::ASYNC) {
+    if (worker_index < -1 || worker_index >= max_workers_) {
+      return invalid("worker_index ", worker_index, " is outside [-1, ",
+                     max_workers_, ")");
+    }
+    return absl::OkStatus();
+  }
+  const char* mode = c.mode() == Consistency::SYNC ? "sync" : "ssp";
+  if (c.workers() < 1) {
+    return invalid(mode, " needs the number of workers (consistency.workers "
+                   ">= 1)");
+  }
+  if (worker_index < 0 || worker_index >= c.workers()) {
+    return invalid(mode, " request from worker ", worker_index, " of ",
+                   c.workers(), ": the worker index must be in [0, workers)");
+  }
+  if (c.staleness() < 0 || c.staleness() > kMaxStep) {
+    return invalid("staleness ", c.staleness(), " is outside [0, ", kMaxStep,
+                   "]");
+  }
+  return absl::OkStatus();
 }
 
 StepCoordinator::~StepCoordinator() {

@@ -37,7 +37,23 @@ class StepCoordinator {
  public:
   using Ready = std::function<void(absl::Status)>;
 
-  StepCoordinator(int ps_task, PushDedup* dedup);
+  // `max_workers`: the cluster's worker count; requests declaring more are
+  // refused (each declared worker costs memory and time here).
+  StepCoordinator(int ps_task, int max_workers, PushDedup* dedup);
+
+  // Steps above this are refused: no training runs this long, and a step
+  // from the wire must neither overflow the global step nor name absurd
+  // checkpoints.
+  static constexpr int64_t kMaxStep = int64_t{1} << 40;
+  // Longest a pull may ask to wait for other workers.
+  static constexpr float kMaxTimeoutSeconds = 24 * 3600;
+
+  // OK if a request's mode, worker count, worker index, step, staleness
+  // and timeout are within what this cluster allows; INVALID_ARGUMENT
+  // naming the field and the bound otherwise. Every pull and push is
+  // checked before it waits, is held, or is applied.
+  absl::Status CheckStepFields(const Consistency& consistency,
+                               int worker_index, int64_t step) const;
   // Fails the pulls still waiting with UNAVAILABLE.
   ~StepCoordinator();
   StepCoordinator(const StepCoordinator&) = delete;
@@ -76,6 +92,7 @@ class StepCoordinator {
   void TimeoutLoop();
 
   const int ps_task_;
+  const int max_workers_;
   PushDedup* const dedup_;
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // waiters added, or stopping

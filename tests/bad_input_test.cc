@@ -276,5 +276,78 @@ TEST_F(BadInputTest, OversizedAndGarbageMessagesLeaveTheServerServing) {
   ExpectUnchangedAndServing();
 }
 
+// Worker counts, indices, steps and timeouts from the wire are bounded by
+// the cluster spec (one worker here) before they cost memory or time.
+TEST_F(BadInputTest, StepFieldsAreBoundedByTheClusterSpec) {
+  auto push_with = [&](Consistency::Mode mode, int workers, int worker,
+                       int64_t step, int staleness = 0) {
+    Frame f = PushFrame("w", 0, {}, std::vector<float>(8, 1.0f));
+    PushRequestHeader header;
+    header.ParseFromString(f.header());
+    header.mutable_consistency()->set_mode(mode);
+    header.mutable_consistency()->set_workers(workers);
+    header.mutable_consistency()->set_staleness(staleness);
+    header.set_worker_index(worker);
+    header.set_step(step);
+    f.set_header(header.SerializeAsString());
+    return PushFrames({f});
+  };
+  auto pull_with = [&](Consistency::Mode mode, int workers, int worker,
+                       int64_t step, float timeout = 1) {
+    PullRequestHeader header;
+    TensorItem* t = header.add_items();
+    t->set_variable("w");
+    t->set_count(8);
+    header.mutable_consistency()->set_mode(mode);
+    header.mutable_consistency()->set_workers(workers);
+    header.mutable_consistency()->set_timeout_seconds(timeout);
+    header.set_worker_index(worker);
+    header.set_step(step);
+    Frame f;
+    f.set_header(header.SerializeAsString());
+    return RawPull(f.SerializeAsString());
+  };
+  const absl::Time start = absl::Now();
+  // The pushes that grew a PS by 1 GiB and more.
+  ExpectStatus(push_with(Consistency::SSP, 134217728, 0, 1),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "the request says 134217728 workers; this cluster's spec "
+               "lists 1");
+  ExpectStatus(push_with(Consistency::SSP, 2147483647, 5, 1),
+               grpc::StatusCode::INVALID_ARGUMENT, "2147483647 workers");
+  ExpectStatus(push_with(Consistency::SYNC, 1, 3, 0),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "worker index must be in [0, workers)");
+  ExpectStatus(push_with(Consistency::SSP, 1, 0, 1, -4),
+               grpc::StatusCode::INVALID_ARGUMENT, "staleness -4");
+  ExpectStatus(push_with(static_cast<Consistency::Mode>(7), 1, 0, 1),
+               grpc::StatusCode::INVALID_ARGUMENT, "consistency mode 7");
+  // Steps that overflowed the global step or named absurd checkpoints.
+  ExpectStatus(push_with(Consistency::ASYNC, 0, -1, INT64_MAX),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "step 9223372036854775807 is outside [0, 1099511627776]");
+  ExpectStatus(push_with(Consistency::ASYNC, 0, -1, int64_t{1} << 62),
+               grpc::StatusCode::INVALID_ARGUMENT, "is outside");
+  ExpectStatus(push_with(Consistency::ASYNC, 0, -1, -1),
+               grpc::StatusCode::INVALID_ARGUMENT, "step -1 is outside");
+  // The pull that took 35 s and 230 MiB: refused at once.
+  ExpectStatus(pull_with(Consistency::SSP, 1000000, 0, 5),
+               grpc::StatusCode::INVALID_ARGUMENT, "1000000 workers");
+  ExpectStatus(pull_with(Consistency::SYNC, 1, 0, 5, 1e9f),
+               grpc::StatusCode::INVALID_ARGUMENT, "timeout_seconds");
+  ExpectStatus(pull_with(Consistency::SYNC, 1, 0, 5, NAN),
+               grpc::StatusCode::INVALID_ARGUMENT, "timeout_seconds");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].global_step(), 0);
+  ExpectUnchangedAndServing();
+  // Within the bounds, a push is applied.
+  EXPECT_TRUE(push_with(Consistency::SSP, 1, 0, 41).ok());
+  stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].global_step(), 42);
+}
+
 }  // namespace
 }  // namespace psrt
