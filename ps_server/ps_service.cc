@@ -295,160 +295,215 @@ grpc::Status ParameterServerService::Fail(const char* method,
   return ToGrpc(status);
 }
 
-grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
-    grpc::CallbackServerContext* context, const CreateVariablesRequest* request,
-    CreateVariablesResponse* response) {
-  if (auto* rejected = RejectUnauthenticated(context, "CreateVariables")) {
-    return rejected;
+namespace {
+
+// The request's bytes as `Request`; INVALID_ARGUMENT naming the method if
+// they are not one (gRPC's own parsing would answer with no detail).
+template <typename Request>
+absl::StatusOr<Request> ParseRequest(const grpc::ByteBuffer& bytes,
+                                     const char* method) {
+  std::vector<grpc::Slice> slices;
+  Request request;
+  if (!bytes.Dump(&slices).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, ": unreadable request"));
   }
-  auto* reactor = context->DefaultReactor();
-  create_.requests->Add();
-  std::vector<VariableSpec> specs(request->specs().begin(),
-                                  request->specs().end());
-  absl::StatusOr<int> size =
-      store_->CreateVariables(request->first_index(), specs, request->num_ps());
-  if (!size.ok()) {
-    reactor->Finish(Fail("CreateVariables", size.status()));
-    return reactor;
+  std::string data;
+  data.reserve(bytes.Length());
+  for (const grpc::Slice& slice : slices) {
+    data.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
-  response->set_catalog_size(*size);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  if (!request.ParseFromString(data)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        method, ": the request (", data.size(), " bytes) is not a valid ",
+        Request::descriptor()->full_name(), " message"));
+  }
+  return request;
 }
 
-grpc::ServerUnaryReactor* ParameterServerService::RejectUnauthenticated(
-    grpc::CallbackServerContext* context, const char* method) {
-  absl::Status s = CheckToken(context, auth_token_);
-  if (s.ok()) return nullptr;
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(Fail(method, s));
-  return reactor;
+template <typename Response>
+void SerializeResponse(const Response& response, grpc::ByteBuffer* out) {
+  grpc::Slice slice(response.SerializeAsString());
+  *out = grpc::ByteBuffer(&slice, 1);
 }
 
-// Checkpoints take seconds to minutes: `work` runs on its own thread, not
-// on gRPC's callback threads, and its result finishes the call.
-template <typename Response, typename Work>
-grpc::ServerUnaryReactor* ParameterServerService::RunDetached(
+}  // namespace
+
+// One unary method: token, parse, `handle` (on a thread of its own when
+// `detached`: checkpoints take seconds to minutes, longer than gRPC's
+// callback threads may be held), respond.
+template <typename Request, typename Handle>
+grpc::ServerUnaryReactor* ParameterServerService::ServeUnary(
     grpc::CallbackServerContext* context, const char* method,
-    Response* response, Work work) {
-  if (auto* rejected = RejectUnauthenticated(context, method)) return rejected;
+    const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes,
+    bool detached, Handle handle) {
   auto* reactor = context->DefaultReactor();
-  if (checkpoint_callers_ != nullptr) {
-    if (absl::Status s = checkpoint_callers_->Check(context->peer(), method);
-        !s.ok()) {
-      LOG(WARNING) << "refused: " << s.message();
-      reactor->Finish(Fail(method, s));
-      return reactor;
-    }
-  }
-  if (checkpoints_ == nullptr) {
-    reactor->Finish(Fail(
-        method, absl::UnimplementedError("checkpoints are not configured")));
+  absl::Status s = CheckToken(context, auth_token_);
+  absl::StatusOr<Request> request =
+      s.ok() ? ParseRequest<Request>(*request_bytes, method)
+             : absl::StatusOr<Request>(s);
+  if (!request.ok()) {
+    reactor->Finish(Fail(method, request.status()));
     return reactor;
   }
-  std::thread([this, reactor, method, response, work = std::move(work)] {
-    absl::StatusOr<Response> result = work();
+  auto respond = [this, reactor, method, response_bytes, handle,
+                  request = *std::move(request)] {
+    auto result = handle(request);
     if (result.ok()) {
-      *response = *std::move(result);
+      SerializeResponse(*result, response_bytes);
       reactor->Finish(grpc::Status::OK);
     } else {
       reactor->Finish(Fail(method, result.status()));
     }
-  }).detach();
+  };
+  if (detached) {
+    std::thread(std::move(respond)).detach();
+  } else {
+    respond();
+  }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<CreateVariablesRequest>(
+      context, "CreateVariables", request, response, /*detached=*/false,
+      [this](const CreateVariablesRequest& r)
+          -> absl::StatusOr<CreateVariablesResponse> {
+        create_.requests->Add();
+        std::vector<VariableSpec> specs(r.specs().begin(), r.specs().end());
+        absl::StatusOr<int> size =
+            store_->CreateVariables(r.first_index(), specs, r.num_ps());
+        if (!size.ok()) return size.status();
+        CreateVariablesResponse out;
+        out.set_catalog_size(*size);
+        return out;
+      });
+}
+
+absl::Status ParameterServerService::CheckCheckpointCaller(
+    grpc::CallbackServerContext* context, const char* method) {
+  if (checkpoint_callers_ != nullptr) {
+    absl::Status s = checkpoint_callers_->Check(context->peer(), method);
+    if (!s.ok()) {
+      LOG(WARNING) << "refused: " << s.message();
+      return s;
+    }
+  }
+  if (checkpoints_ == nullptr) {
+    return absl::UnimplementedError("checkpoints are not configured");
+  }
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
-    grpc::CallbackServerContext* context, const CheckpointRequest* request,
-    CheckpointResponse* response) {
-  return RunDetached(context, "Checkpoint", response, [this, request] {
-    return checkpoints_->Checkpoint(request->checkpoint_uri());
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "Checkpoint");
+  return ServeUnary<CheckpointRequest>(
+      context, "Checkpoint", request, response, /*detached=*/caller.ok(),
+      [this, caller](const CheckpointRequest& r)
+          -> absl::StatusOr<CheckpointResponse> {
+        if (!caller.ok()) return caller;
+        return checkpoints_->Checkpoint(r.checkpoint_uri());
+      });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
-    grpc::CallbackServerContext* context, const SaveShardsRequest* request,
-    SaveShardsResponse* response) {
-  return RunDetached(context, "SaveShards", response, [this, request] {
-    auto result = checkpoints_->SaveShards(*request);
-    if (result.ok() && request->final()) final_saved_.store(true);
-    return result;
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "SaveShards");
+  return ServeUnary<SaveShardsRequest>(
+      context, "SaveShards", request, response, /*detached=*/caller.ok(),
+      [this, caller](const SaveShardsRequest& r)
+          -> absl::StatusOr<SaveShardsResponse> {
+        if (!caller.ok()) return caller;
+        auto result = checkpoints_->SaveShards(r);
+        if (result.ok() && r.final()) final_saved_.store(true);
+        return result;
+      });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::CommitCheckpoint(
-    grpc::CallbackServerContext* context,
-    const CommitCheckpointRequest* request,
-    CommitCheckpointResponse* response) {
-  return RunDetached(context, "CommitCheckpoint", response, [this, request] {
-    absl::Status s = checkpoints_->CommitCheckpoint(*request);
-    return s.ok() ? absl::StatusOr<CommitCheckpointResponse>(
-                        CommitCheckpointResponse())
-                  : absl::StatusOr<CommitCheckpointResponse>(s);
-  });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "CommitCheckpoint");
+  return ServeUnary<CommitCheckpointRequest>(
+      context, "CommitCheckpoint", request, response, /*detached=*/caller.ok(),
+      [this, caller](const CommitCheckpointRequest& r)
+          -> absl::StatusOr<CommitCheckpointResponse> {
+        if (!caller.ok()) return caller;
+        if (absl::Status s = checkpoints_->CommitCheckpoint(r); !s.ok()) {
+          return s;
+        }
+        return CommitCheckpointResponse();
+      });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
-    grpc::CallbackServerContext* context, const ListVariablesRequest*,
-    ListVariablesResponse* response) {
-  if (auto* rejected = RejectUnauthenticated(context, "ListVariables")) {
-    return rejected;
-  }
-  response->set_ps_task(store_->ps_task());
-  response->set_num_ps(store_->num_ps());
-  for (const LocalVariable* v : store_->Variables()) {
-    VariableInfo* info = response->add_variables();
-    *info->mutable_spec() = v->layout->spec;
-    for (int s = 0; s < v->layout->num_shards(); ++s) {
-      if (!v->Holds(s)) continue;
-      const ShardLayout& layout = v->layout->shards[s];
-      ShardInfo* shard = info->add_shards();
-      shard->set_shard(s);
-      shard->set_ps_task(layout.ps_task);
-      shard->set_row_begin(layout.row_begin);
-      if (v->is_dense()) {
-        shard->set_num_rows(layout.num_rows);
-        shard->set_bytes(v->dense[s]->bytes());
-        shard->set_version(v->dense[s]->version());
-      } else {
-        shard->set_num_rows(v->rows[s]->num_rows());
-        shard->set_bytes(v->rows[s]->bytes());
-        shard->set_version(v->rows[s]->version());
-      }
-    }
-  }
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<ListVariablesRequest>(
+      context, "ListVariables", request, response, /*detached=*/false,
+      [this](const ListVariablesRequest&)
+          -> absl::StatusOr<ListVariablesResponse> {
+        ListVariablesResponse out;
+        out.set_ps_task(store_->ps_task());
+        out.set_num_ps(store_->num_ps());
+        for (const LocalVariable* v : store_->Variables()) {
+          VariableInfo* info = out.add_variables();
+          *info->mutable_spec() = v->layout->spec;
+          for (int s = 0; s < v->layout->num_shards(); ++s) {
+            if (!v->Holds(s)) continue;
+            const ShardLayout& layout = v->layout->shards[s];
+            ShardInfo* shard = info->add_shards();
+            shard->set_shard(s);
+            shard->set_ps_task(layout.ps_task);
+            shard->set_row_begin(layout.row_begin);
+            if (v->is_dense()) {
+              shard->set_num_rows(layout.num_rows);
+              shard->set_bytes(v->dense[s]->bytes());
+              shard->set_version(v->dense[s]->version());
+            } else {
+              shard->set_num_rows(v->rows[s]->num_rows());
+              shard->set_bytes(v->rows[s]->bytes());
+              shard->set_version(v->rows[s]->version());
+            }
+          }
+        }
+        return out;
+      });
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::GetStats(
-    grpc::CallbackServerContext* context, const StatsRequest*,
-    StatsResponse* response) {
-  if (auto* rejected = RejectUnauthenticated(context, "GetStats")) {
-    return rejected;
-  }
-  response->set_ps_task(store_->ps_task());
-  response->set_parameter_bytes(store_->parameter_bytes());
-  response->set_num_shards(store_->num_local_shards());
-  response->set_pull_requests(pull_.requests->value());
-  response->set_push_requests(push_.requests->value());
-  response->set_rejected_pushes(
-      metrics_
-          ->GetCounter("psrt_errors_total", "RPCs that failed, by status code",
-                       {{"method", "Push"}, {"code", "INVALID_ARGUMENT"}})
-          ->value());
-  response->set_rejected_nonfinite_pushes(rejected_nonfinite_->value());
-  response->set_bytes_in(pull_.bytes_in->value() + push_.bytes_in->value());
-  response->set_bytes_out(pull_.bytes_out->value());
-  response->set_rows_pulled(pull_.rows->value());
-  response->set_rows_pushed(push_.rows->value());
-  response->set_uptime_seconds(SecondsSince(started_));
-  response->set_global_step(store_->global_step());
-  response->set_restored_from(restored_from_);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<StatsRequest>(
+      context, "GetStats", request, response, /*detached=*/false,
+      [this](const StatsRequest&) -> absl::StatusOr<StatsResponse> {
+        StatsResponse out;
+        out.set_ps_task(store_->ps_task());
+        out.set_parameter_bytes(store_->parameter_bytes());
+        out.set_num_shards(store_->num_local_shards());
+        out.set_pull_requests(pull_.requests->value());
+        out.set_push_requests(push_.requests->value());
+        out.set_rejected_pushes(
+            metrics_
+                ->GetCounter("psrt_errors_total",
+                             "RPCs that failed, by status code",
+                             {{"method", "Push"}, {"code", "INVALID_ARGUMENT"}})
+                ->value());
+        out.set_rejected_nonfinite_pushes(rejected_nonfinite_->value());
+        out.set_bytes_in(pull_.bytes_in->value() + push_.bytes_in->value());
+        out.set_bytes_out(pull_.bytes_out->value());
+        out.set_rows_pulled(pull_.rows->value());
+        out.set_rows_pushed(push_.rows->value());
+        out.set_uptime_seconds(SecondsSince(started_));
+        out.set_global_step(store_->global_step());
+        out.set_restored_from(restored_from_);
+        return out;
+      });
 }
 
 namespace {

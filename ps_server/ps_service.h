@@ -37,13 +37,15 @@ struct MethodMetrics {
   Histogram* latency;
 };
 
+// Every method takes raw bytes: requests are parsed here, so that one that
+// does not parse is INVALID_ARGUMENT naming the method.
 using ParameterServerCallbackBase =
-    ParameterServer::WithCallbackMethod_CommitCheckpoint<
-        ParameterServer::WithCallbackMethod_Checkpoint<
-            ParameterServer::WithCallbackMethod_SaveShards<
-                ParameterServer::WithCallbackMethod_CreateVariables<
-                    ParameterServer::WithCallbackMethod_ListVariables<
-                        ParameterServer::WithCallbackMethod_GetStats<
+    ParameterServer::WithRawCallbackMethod_CommitCheckpoint<
+        ParameterServer::WithRawCallbackMethod_Checkpoint<
+            ParameterServer::WithRawCallbackMethod_SaveShards<
+                ParameterServer::WithRawCallbackMethod_CreateVariables<
+                    ParameterServer::WithRawCallbackMethod_ListVariables<
+                        ParameterServer::WithRawCallbackMethod_GetStats<
                             ParameterServer::WithRawCallbackMethod_Pull<
                                 ParameterServer::WithRawCallbackMethod_Push<
                                     ParameterServer::Service>>>>>>>>;
@@ -62,27 +64,26 @@ class ParameterServerService final : public ParameterServerCallbackBase {
                          std::string auth_token = "",
                          ClusterMembers* checkpoint_callers = nullptr);
 
+  // Unary methods; request and response are the serialized messages of
+  // proto/ps.proto (CheckpointRequest -> CheckpointResponse, ...).
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
-                                       const CheckpointRequest* request,
-                                       CheckpointResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* SaveShards(grpc::CallbackServerContext* context,
-                                       const SaveShardsRequest* request,
-                                       SaveShardsResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CommitCheckpoint(
-      grpc::CallbackServerContext* context,
-      const CommitCheckpointRequest* request,
-      CommitCheckpointResponse* response) override;
-
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CreateVariables(
-      grpc::CallbackServerContext* context,
-      const CreateVariablesRequest* request,
-      CreateVariablesResponse* response) override;
-  grpc::ServerUnaryReactor* ListVariables(
-      grpc::CallbackServerContext* context, const ListVariablesRequest* request,
-      ListVariablesResponse* response) override;
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListVariables(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
-                                     const StatsRequest* request,
-                                     StatsResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
@@ -102,14 +103,15 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   Counter* rejected_nonfinite() const { return rejected_nonfinite_; }
 
  private:
-  // A reactor already finished with UNAUTHENTICATED if the call lacks the
-  // token; nullptr if it may proceed.
-  grpc::ServerUnaryReactor* RejectUnauthenticated(
-      grpc::CallbackServerContext* context, const char* method);
-  template <typename Response, typename Work>
-  grpc::ServerUnaryReactor* RunDetached(grpc::CallbackServerContext* context,
-                                        const char* method, Response* response,
-                                        Work work);
+  template <typename Request, typename Handle>
+  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
+                                       const char* method,
+                                       const grpc::ByteBuffer* request_bytes,
+                                       grpc::ByteBuffer* response_bytes,
+                                       bool detached, Handle handle);
+  // OK if `context`'s peer may call the checkpoint RPC `method`.
+  absl::Status CheckCheckpointCaller(grpc::CallbackServerContext* context,
+                                     const char* method);
 
   class PullReactor;
   class PushReactor;

@@ -74,6 +74,19 @@ class BadInputTest : public ::testing::Test {
     writer->WritesDone();
     return writer->Finish();
   }
+  // Raw bytes as the request of a unary method ("CreateVariables", ...).
+  grpc::Status RawUnary(const std::string& name, const std::string& bytes) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    const std::string path = "/psrt.ParameterServer/" + name;
+    grpc::internal::RpcMethod method(path.c_str(),
+                                     grpc::internal::RpcMethod::NORMAL_RPC);
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    return grpc::internal::BlockingUnaryCall(channel_.get(), method, &context,
+                                             request, &response);
+  }
   grpc::Status RawPull(const std::string& bytes) {
     grpc::ClientContext context;
     grpc::internal::RpcMethod method(
@@ -347,6 +360,36 @@ TEST_F(BadInputTest, StepFieldsAreBoundedByTheClusterSpec) {
   stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ((*stats)[0].global_step(), 42);
+}
+
+// A request that is not the method's protobuf message is INVALID_ARGUMENT
+// naming the method (gRPC's own parsing answered UNIMPLEMENTED, no detail).
+TEST_F(BadInputTest, UnparseableUnaryRequestsAreInvalidArgumentNamingTheMethod) {
+  // Field 1 as a length-delimited record running past the end.
+  const std::string truncated = "\x0a\x7f\x01\x02";
+  for (const std::string method :
+       {"CreateVariables", "ListVariables", "GetStats", "Checkpoint",
+        "SaveShards", "CommitCheckpoint"}) {
+    const grpc::Status s = RawUnary(method, truncated);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << s.error_code() << " " << s.error_message();
+    EXPECT_NE(s.error_message().find(method + ": the request (4 bytes) is "
+                                              "not a valid psrt."),
+              std::string::npos)
+        << s.error_message();
+  }
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200; ++i) {
+    std::string junk(1 + rng() % 200, '\0');
+    for (char& c : junk) c = static_cast<char>(rng());
+    const grpc::Status s = RawUnary(i % 2 ? "CreateVariables" : "GetStats",
+                                    junk);
+    EXPECT_TRUE(s.ok() ||
+                s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                s.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+        << s.error_code() << " " << s.error_message();
+  }
+  ExpectUnchangedAndServing();
 }
 
 }  // namespace
