@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "ps_server/parallel_for.h"
 #include "ps_server/thread_pool.h"
 
@@ -95,29 +96,68 @@ void DenseShard::RestoreVersion(int64_t version) {
 
 void DenseShard::Apply(absl::Span<const Piece> pieces, float learning_rate) {
   absl::MutexLock lock(&mu_);
+  ApplyLocked(pieces, learning_rate);
+}
+
+// Calls fn(piece) for every piece; on several threads when the update is
+// big (pieces are disjoint ranges). A big update is applied after its whole
+// push has arrived, so it is on the critical path of the pushing worker.
+template <typename Fn>
+static void ForEachPiece(absl::Span<const DenseShard::Piece> pieces, Fn&& fn) {
+  int64_t floats = 0;
+  for (const DenseShard::Piece& piece : pieces) floats += piece.count;
+  if (floats < kParallelFloats || pieces.size() < 2) {
+    for (const DenseShard::Piece& piece : pieces) fn(piece);
+  } else {
+    PoolParallelFor(static_cast<int64_t>(pieces.size()), 1,
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) fn(pieces[i]);
+                    });
+  }
+}
+
+absl::Status DenseShard::CheckUpdateLocked(absl::Span<const Piece> pieces,
+                                           float learning_rate) const {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
-  auto apply = [&](const Piece& piece) {
+  absl::Mutex bad_mu;
+  int64_t bad_at = -1;
+  float bad_value = 0;
+  ForEachPiece(pieces, [&](const Piece& piece) {
+    ForEachFloatRun(piece.grad, [&](const float* g, size_t n, size_t first) {
+      const int64_t at = piece.offset + static_cast<int64_t>(first);
+      const float* slots[2] = {slots_[0] ? slots_[0].get() + at : nullptr,
+                               slots_[1] ? slots_[1].get() + at : nullptr};
+      float value;
+      const size_t i = optimizer_->FirstNonFiniteResult(
+          params_.get() + at, slots, g, n, context,
+          &value);
+      if (i == n) return;
+      absl::MutexLock lock(&bad_mu);
+      if (bad_at < 0 || at + static_cast<int64_t>(i) < bad_at) {
+        bad_at = at + static_cast<int64_t>(i);
+        bad_value = value;
+      }
+    });
+  });
+  if (bad_at < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the update would make element ", bad_at, " of the shard ", bad_value,
+      " (from ", params_.get()[bad_at], ")"));
+}
+
+void DenseShard::ApplyLocked(absl::Span<const Piece> pieces,
+                             float learning_rate) {
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  ForEachPiece(pieces, [&](const Piece& piece) {
     ForEachFloatRun(piece.grad, [&](const float* g, size_t n, size_t first) {
       const int64_t at = piece.offset + static_cast<int64_t>(first);
       float* slots[2] = {slots_[0] ? slots_[0].get() + at : nullptr,
                          slots_[1] ? slots_[1].get() + at : nullptr};
       optimizer_->Apply(params_.get() + at, slots, g, n, context);
     });
-  };
-  int64_t floats = 0;
-  for (const Piece& piece : pieces) floats += piece.count;
-  if (floats < kParallelFloats || pieces.size() < 2) {
-    for (const Piece& piece : pieces) apply(piece);
-  } else {
-    // Pieces are disjoint ranges: split them over the cores. A big update
-    // is applied after its whole push has arrived, so it is on the critical
-    // path of the pushing worker.
-    PoolParallelFor(static_cast<int64_t>(pieces.size()), 1,
-                    [&](int64_t begin, int64_t end) {
-                      for (int64_t i = begin; i < end; ++i) apply(pieces[i]);
-                    });
-  }
+  });
   ++version_;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "partitioner/shard_map.h"
@@ -44,7 +45,20 @@ class DenseShard {
     int64_t count;
     PayloadView grad;
   };
-  void Apply(absl::Span<const Piece> pieces, float learning_rate);
+  void Apply(absl::Span<const Piece> pieces, float learning_rate)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The two halves of Apply, for a caller that holds the locks of every
+  // shard a push touches (mutex()) so that the whole push is checked before
+  // any of it is applied. CheckUpdateLocked: INVALID_ARGUMENT naming the
+  // first element (shard-local) the update would make NaN or +-Inf;
+  // changes nothing.
+  absl::Mutex* mutex() const ABSL_LOCK_RETURNED(mu_) { return &mu_; }
+  absl::Status CheckUpdateLocked(absl::Span<const Piece> pieces,
+                                 float learning_rate) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyLocked(absl::Span<const Piece> pieces, float learning_rate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Checkpointing, in rows of the variable's dim 0: a checkpoint row is
   // [values | slot 0 | slot 1], row_width floats each (row_stride()).

@@ -1,10 +1,15 @@
 #include "ps_server/embedding_shard.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "ps_server/parallel_for.h"
 #include "ps_server/thread_pool.h"
+#include "util/finite.h"
 
 namespace psrt {
 namespace {
@@ -12,6 +17,19 @@ namespace {
 constexpr size_t kPrefetchDistance = 16;
 // Gathers and updates of at least this many rows are split over the cores.
 constexpr int64_t kParallelRows = 16384;
+
+// Copies a row aside for undo with streaming stores: the copy is read back
+// only if the push is refused, so it should not evict the table's rows
+// from the caches. `to` is 16-byte aligned where rows are 4-float multiples.
+void SaveRow(const float* from, int64_t floats, float* to) {
+  if (floats % 4 != 0 || reinterpret_cast<uintptr_t>(to) % 16 != 0) {
+    std::memcpy(to, from, floats * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < floats; i += 4) {
+    _mm_stream_ps(to + i, _mm_loadu_ps(from + i));
+  }
+}
 }  // namespace
 
 EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
@@ -57,16 +75,18 @@ int64_t EmbeddingShard::Gather(absl::Span<const int64_t> ids,
   return version_;
 }
 
-void EmbeddingShard::Apply(absl::Span<const int64_t> ids,
-                           absl::Span<const PayloadView> grads,
-                           float learning_rate) {
-  absl::MutexLock lock(&mu_);
+absl::Status EmbeddingShard::ApplyLocked(absl::Span<const int64_t> ids,
+                                         absl::Span<const PayloadView> grads,
+                                         float learning_rate, float* undo) {
   float* data = data_.get();
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  absl::Mutex bad_mu;
+  size_t bad_row = ids.size();  // the smallest id index gone non-finite
   // Rows of pieces [first, last) of the gradient; `row` is the id index of
   // the first of them.
   auto apply = [&](size_t first, size_t last, size_t row) {
+    size_t bad = ids.size();
     for (size_t p = first; p < last; ++p) {
       const size_t rows = grads[p].size() / (width_ * sizeof(float));
       const size_t end = row + rows;
@@ -82,9 +102,19 @@ void EmbeddingShard::Apply(absl::Span<const int64_t> ids,
         }
         float* values = data + layout_.LocalRow(shard_, ids[i]) * stride_;
         float* slots[2] = {values + width_, values + 2 * width_};
+        if (undo != nullptr) SaveRow(values, stride_, undo + i * stride_);
         optimizer_->Apply(values, slots, g, width_, context);
+        if (undo != nullptr && bad == ids.size() &&
+            !SpanFinite(values, stride_)) {
+          bad = i;
+        }
       });
       row = end;
+    }
+    if (undo != nullptr) _mm_sfence();  // saved rows visible to UndoLocked
+    if (bad != ids.size()) {
+      absl::MutexLock lock(&bad_mu);
+      bad_row = std::min(bad_row, bad);
     }
   };
   if (ids.size() < static_cast<size_t>(kParallelRows) || grads.size() < 2) {
@@ -103,6 +133,22 @@ void EmbeddingShard::Apply(absl::Span<const int64_t> ids,
                     });
   }
   ++version_;
+  if (bad_row == ids.size()) return absl::OkStatus();
+  const float* now = data + layout_.LocalRow(shard_, ids[bad_row]) * stride_;
+  const float* old = undo + bad_row * stride_;
+  int64_t column = 0;
+  while (column < stride_ && std::isfinite(now[column])) ++column;
+  return NonFiniteRowError(ids[bad_row], column, now[column], old[column]);
+}
+
+void EmbeddingShard::UndoLocked(absl::Span<const int64_t> ids,
+                                const float* undo) {
+  float* data = data_.get();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(data + layout_.LocalRow(shard_, ids[i]) * stride_,
+                undo + i * stride_, stride_ * sizeof(float));
+  }
+  --version_;
 }
 
 int64_t EmbeddingShard::ExportRows(int64_t first, int64_t count, int64_t* ids,

@@ -24,8 +24,13 @@ class EmbeddingShard final : public RowShard {
                  const Optimizer* optimizer, const Initializer& init);
 
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
-  void Apply(absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
-             float learning_rate) override;
+  absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
+  absl::Status ApplyLocked(absl::Span<const int64_t> ids,
+                           absl::Span<const PayloadView> grads,
+                           float learning_rate, float* undo) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UndoLocked(absl::Span<const int64_t> ids, const float* undo) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ExportRows(int64_t first, int64_t count, int64_t* ids, float* out,
                      int64_t* version) const override;
   absl::Status ImportRows(absl::Span<const int64_t> ids,

@@ -1,10 +1,12 @@
 #include "ps_server/hash_embedding_shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "util/finite.h"
 
 namespace psrt {
 
@@ -82,20 +84,41 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
   return absl::OkStatus();
 }
 
-void HashEmbeddingShard::Apply(absl::Span<const int64_t> ids,
-                               absl::Span<const PayloadView> grads,
-                               float learning_rate) {
-  absl::MutexLock lock(&mu_);
+absl::Status HashEmbeddingShard::ApplyLocked(
+    absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
+    float learning_rate, float* undo) {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  size_t bad = ids.size();
   ForEachGradientRow(grads, width_, [&](size_t i, const float* g) {
     auto it = index_.find(ids[i]);
     const uint32_t r = it == index_.end() ? CreateRow(ids[i]) : it->second;
     float* row = Row(r);
     float* slots[2] = {row + width_, row + 2 * width_};
+    if (undo != nullptr) {
+      std::memcpy(undo + i * stride_, row, stride_ * sizeof(float));
+    }
     optimizer_->Apply(row, slots, g, width_, context);
+    if (undo != nullptr && bad == ids.size() && !SpanFinite(row, stride_)) {
+      bad = i;
+    }
   });
   ++version_;
+  if (bad == ids.size()) return absl::OkStatus();
+  const float* now = Row(index_.find(ids[bad])->second);
+  const float* old = undo + bad * stride_;
+  int64_t column = 0;
+  while (column < stride_ && std::isfinite(now[column])) ++column;
+  return NonFiniteRowError(ids[bad], column, now[column], old[column]);
+}
+
+void HashEmbeddingShard::UndoLocked(absl::Span<const int64_t> ids,
+                                    const float* undo) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(Row(index_.find(ids[i])->second), undo + i * stride_,
+                stride_ * sizeof(float));
+  }
+  --version_;
 }
 
 int64_t HashEmbeddingShard::ExportRows(int64_t first, int64_t count,

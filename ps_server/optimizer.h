@@ -46,6 +46,15 @@ class Optimizer {
   virtual void Apply(float* params, float* const* slots, const float* grad,
                      size_t n, const UpdateContext& context) const = 0;
 
+  // The first i in [0, n) where Apply with these arguments would leave the
+  // parameter or a slot NaN or +-Inf (finite inputs can overflow: a 3e38
+  // gradient), or n if none would. Computes on copies in small chunks;
+  // changes nothing. *bad_value gets the offending result.
+  size_t FirstNonFiniteResult(const float* params, const float* const* slots,
+                              const float* grad, size_t n,
+                              const UpdateContext& context,
+                              float* bad_value) const;
+
  protected:
   Optimizer(int num_slots, float slot0_initial, float slot1_initial)
       : num_slots_(num_slots),

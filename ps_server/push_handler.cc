@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/buffer_pool.h"
 #include "ps_server/dense_shard.h"
 
 namespace psrt {
@@ -215,13 +216,72 @@ absl::Status PushHandler::Apply(float scale) {
       return s;
     }
   }
-  for (ShardUpdate& u : updates) {
+  // Every shard of the push is locked (in catalog order, so two pushes
+  // cannot deadlock) and the whole update is checked for results that are
+  // not finite before the locks are released: all or nothing, and no pull
+  // sees a part of a push that is refused. Dense shards are checked by a
+  // dry run (sequential memory, cheap to read twice), then rows are updated
+  // saving their old floats, and undone if one went non-finite; dense
+  // shards are updated last.
+  std::sort(updates.begin(), updates.end(),
+            [](const ShardUpdate& a, const ShardUpdate& b) {
+              return std::make_pair(a.variable->layout->index, a.shard) <
+                     std::make_pair(b.variable->layout->index, b.shard);
+            });
+  std::vector<absl::Mutex*> locks;
+  locks.reserve(updates.size());
+  size_t undo_floats = 0;
+  for (const ShardUpdate& u : updates) {
     if (u.variable->is_dense()) {
-      u.variable->dense[u.shard]->Apply(u.dense, u.learning_rate);
+      locks.push_back(u.variable->dense[u.shard]->mutex());
     } else {
-      u.variable->rows[u.shard]->Apply(u.ids, u.grads, u.learning_rate);
+      locks.push_back(u.variable->rows[u.shard]->mutex());
+      undo_floats += u.ids.size() * u.variable->rows[u.shard]->row_stride();
     }
   }
+  PooledBuffer undo = BufferPool::Default().Acquire(undo_floats * sizeof(float));
+  for (absl::Mutex* mu : locks) mu->Lock();
+  absl::Status checked;
+  const ShardUpdate* refused = nullptr;
+  for (const ShardUpdate& u : updates) {
+    if (!u.variable->is_dense()) continue;
+    checked = u.variable->dense[u.shard]->CheckUpdateLocked(u.dense,
+                                                            u.learning_rate);
+    if (!checked.ok()) {
+      refused = &u;
+      break;
+    }
+  }
+  // Rows applied so far, with where their old floats went.
+  std::vector<std::pair<const ShardUpdate*, float*>> applied_rows;
+  float* next_undo = reinterpret_cast<float*>(undo.data());
+  for (const ShardUpdate& u : updates) {
+    if (!checked.ok()) break;
+    if (u.variable->is_dense()) continue;
+    RowShard& shard = *u.variable->rows[u.shard];
+    checked = shard.ApplyLocked(u.ids, u.grads, u.learning_rate, next_undo);
+    applied_rows.push_back({&u, next_undo});
+    next_undo += u.ids.size() * shard.row_stride();
+    if (!checked.ok()) refused = &u;
+  }
+  if (checked.ok()) {
+    for (const ShardUpdate& u : updates) {
+      if (u.variable->is_dense()) {
+        u.variable->dense[u.shard]->ApplyLocked(u.dense, u.learning_rate);
+      }
+    }
+  } else {
+    for (auto& [u, saved] : applied_rows) {
+      u->variable->rows[u->shard]->UndoLocked(u->ids, saved);
+    }
+    checked = absl::InvalidArgumentError(absl::StrCat(
+        "push to '", refused->variable->name(), "' shard ", refused->shard,
+        ": ", checked.message(),
+        "; the push was rejected and nothing was applied"));
+    checked.SetPayload(kNonFiniteGradient, absl::Cord());
+  }
+  for (auto it = locks.rbegin(); it != locks.rend(); ++it) (*it)->Unlock();
+  if (!checked.ok()) return checked;
   store_->ObserveStep(first_header_.step());
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/frame_reader.h"
 
@@ -31,9 +32,28 @@ class RowShard {
   // Applies one update: `grads` are payloads holding, in order, one row of
   // gradient per id (each payload whole rows). The version advances once.
   // REQUIRES: ids unique and routed here, rows ensured, values finite.
-  virtual void Apply(absl::Span<const int64_t> ids,
-                     absl::Span<const PayloadView> grads,
-                     float learning_rate) = 0;
+  void Apply(absl::Span<const int64_t> ids,
+             absl::Span<const PayloadView> grads, float learning_rate) {
+    absl::MutexLock lock(mutex());
+    ApplyLocked(ids, grads, learning_rate, nullptr).IgnoreError();
+  }
+
+  // Apply, for a caller that holds the locks of every shard a push touches
+  // (mutex()), so that the whole push is checked before it becomes
+  // visible. With `undo` (ids.size() * row_stride() floats), each row's
+  // floats are saved there before its update, and INVALID_ARGUMENT names
+  // the first id whose row (values or slots) the update made NaN or +-Inf;
+  // the update stays applied until UndoLocked(ids, undo) restores every row
+  // and the version. Saving as rows are updated costs one copy of a row
+  // already in cache; a separate checking pass would fetch each randomly
+  // placed row twice.
+  // REQUIRES: *mutex() held; Apply's requirements.
+  virtual absl::Mutex* mutex() const = 0;
+  virtual absl::Status ApplyLocked(absl::Span<const int64_t> ids,
+                                   absl::Span<const PayloadView> grads,
+                                   float learning_rate, float* undo) = 0;
+  virtual void UndoLocked(absl::Span<const int64_t> ids,
+                          const float* undo) = 0;
 
   // Checkpointing. A checkpoint row is [values | slot 0 | slot 1], the
   // row width each (row_stride() floats).
@@ -58,6 +78,11 @@ class RowShard {
   virtual int64_t bytes() const = 0;
   virtual int64_t version() const = 0;
 };
+
+// The error ApplyLocked returns for the row of `id`, column `column` of
+// which became `value` (from `old`).
+absl::Status NonFiniteRowError(int64_t id, int64_t column, float value,
+                               float old);
 
 // Calls fn(i, row) for i over ids' positions with the gradient row of ids[i],
 // walking the pieces in order.

@@ -64,6 +64,31 @@ BENCHMARK(BM_Apply)
                    {100000, 1000000}})
     ->Unit(benchmark::kMillisecond);
 
+// The push path's apply: rows saved for undo as they are updated and
+// checked for non-finite results (RowShard::ApplyLocked with undo).
+void BM_ApplyChecked(benchmark::State& state) {
+  const auto kind = static_cast<OptimizerSpec::Kind>(state.range(0));
+  const int64_t vocab = state.range(1);
+  Table table(kind, vocab, 16);
+  const auto batches = RandomBatches(vocab, 100000);
+  std::vector<float> grads(100000 * 16, 0.01f);
+  std::vector<float> undo(100000 * table.shard->row_stride());
+  const PayloadView view =
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
+  size_t next = 0;
+  for (auto _ : state) {
+    absl::MutexLock lock(table.shard->mutex());
+    table.shard->ApplyLocked(batches[next++ % 16], {view}, 0.01f, undo.data())
+        .IgnoreError();
+  }
+  state.SetItemsProcessed(state.iterations() * 100000);
+  state.SetLabel(OptimizerSpec::Kind_Name(kind));
+}
+BENCHMARK(BM_ApplyChecked)
+    ->ArgsProduct({{OptimizerSpec::SGD, OptimizerSpec::ADAGRAD},
+                   {100000, 1000000}})
+    ->Unit(benchmark::kMillisecond);
+
 void BM_Gather(benchmark::State& state) {
   Table table(OptimizerSpec::ADAGRAD, 1000000, 16);
   const auto batches = RandomBatches(1000000, 100000);

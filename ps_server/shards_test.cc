@@ -90,6 +90,41 @@ TEST(EmbeddingShardTest, ModRoutedRowsKeepSlotsBesideValues) {
   EXPECT_EQ(after[1], rows[5]);
 }
 
+// An update that overflows one row is reported, and UndoLocked puts every
+// row (values and slots) and the version back exactly.
+TEST(EmbeddingShardTest, OverflowingUpdateIsReportedAndUndoneExactly) {
+  ShardMap map =
+      MapWith(Spec(EMBEDDING, {100, 4}, 1, OptimizerSpec::ADAGRAD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  EmbeddingShard shard(layout, 0, opt.get(), init);
+  std::vector<int64_t> ids = {7, 40, 99};
+  int64_t version;
+  std::vector<float> all_before(100 * shard.row_stride());
+  shard.ExportRows(0, 100, nullptr, all_before.data(), &version);
+  std::vector<float> g = {1, 1, 1, 1, 2e19f, 0, 0, 0, 1, 1, 1, 1};
+  std::vector<float> undo(3 * shard.row_stride());
+  {
+    absl::MutexLock lock(shard.mutex());
+    absl::Status s = shard.ApplyLocked(ids, {View(g)}, 1.0f, undo.data());
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find("row of id 40 inf at float 4"),
+              std::string::npos)
+        << s;
+    shard.UndoLocked(ids, undo.data());
+  }
+  std::vector<float> all_after(all_before.size());
+  int64_t version_after;
+  shard.ExportRows(0, 100, nullptr, all_after.data(), &version_after);
+  EXPECT_EQ(all_after, all_before);
+  EXPECT_EQ(version_after, version);
+  // A finite update through the same path is applied.
+  g[4] = 1;
+  absl::MutexLock lock(shard.mutex());
+  EXPECT_TRUE(shard.ApplyLocked(ids, {View(g)}, 1.0f, undo.data()).ok());
+}
+
 TEST(HashEmbeddingShardTest, CapacityIsAHardLimitAndPullsStoreNothing) {
   ShardMap map = MapWith(Spec(HASH_EMBEDDING, {10, 2}, 1, OptimizerSpec::SGD));
   const VariableLayout& layout = *map.Find("v");

@@ -392,5 +392,62 @@ TEST_F(BadInputTest, UnparseableUnaryRequestsAreInvalidArgumentNamingTheMethod) 
   ExpectUnchangedAndServing();
 }
 
+// Finite gradients can still overflow a parameter or a slot. Such an
+// update is refused whole: the other shards of the push keep their values.
+TEST_F(BadInputTest, UpdatesWithNonFiniteResultsAreRejectedWhole) {
+  VariableSpec big, acc;
+  big.set_name("big");
+  big.set_kind(DENSE);
+  big.add_shape(4);
+  big.mutable_optimizer()->set_learning_rate(1);
+  acc.set_name("acc");
+  acc.set_kind(EMBEDDING);
+  acc.add_shape(10);
+  acc.add_shape(2);
+  acc.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  acc.mutable_optimizer()->set_learning_rate(1);
+  ASSERT_TRUE(client_->CreateVariables({big, acc}).ok());
+  std::vector<float> huge(4, 3e38f), out(4);
+  // 0 - 3e38 is finite: applied.
+  ASSERT_TRUE(client_->PushDense("big", huge.data()).ok());
+  ASSERT_TRUE(client_->PullDense("big", out.data()).ok());
+  EXPECT_EQ(out, std::vector<float>(4, -3e38f));
+  // -3e38 - 3e38 overflows: refused, together with the good rows beside it.
+  std::vector<int64_t> ids = {3};
+  std::vector<float> row = {0.5f, 0.5f}, pulled(2);
+  ASSERT_TRUE(client_->PullRows("acc", ids, pulled.data()).ok());
+  const std::vector<float> before = pulled;
+  absl::Status s = client_->Push(
+      {PushOp::Rows("acc", ids, row.data()), PushOp::Dense("big", huge.data())});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("push to 'big' shard 0: the update would make "
+                             "element 0 of the shard -inf (from -3e+38); the "
+                             "push was rejected and nothing was applied"),
+            std::string::npos)
+      << s;
+  ASSERT_TRUE(client_->PullDense("big", out.data()).ok());
+  EXPECT_EQ(out, std::vector<float>(4, -3e38f));
+  ASSERT_TRUE(client_->PullRows("acc", ids, pulled.data()).ok());
+  EXPECT_EQ(pulled, before) << "the good part of a refused push was applied";
+  // Adagrad's accumulator overflowing (grad^2 = 4e38) is refused too.
+  std::vector<float> steep = {2e19f, 0.0f};
+  s = client_->PushRows("acc", ids, steep.data());
+  EXPECT_NE(s.message().find("push to 'acc' shard 0: the update would make "
+                             "the row of id 3 inf at float 2 of its values "
+                             "and slots (from 0.1)"),
+            std::string::npos)
+      << s;
+  ASSERT_TRUE(client_->PullRows("acc", ids, pulled.data()).ok());
+  EXPECT_EQ(pulled, before);
+  // Rows that stay finite are applied as ever.
+  ASSERT_TRUE(client_->PushRows("acc", ids, row.data()).ok());
+  ASSERT_TRUE(client_->PullRows("acc", ids, pulled.data()).ok());
+  EXPECT_LT(pulled[0], before[0]);
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].rejected_nonfinite_pushes(), 2);
+  ExpectUnchangedAndServing();
+}
+
 }  // namespace
 }  // namespace psrt
