@@ -140,7 +140,7 @@ TEST_F(CheckpointRpcTest, CommitCheckpointWritesOnlyCheckedManifestsUnderRoot) {
   // Manifests that do not parse, or do not check out.
   for (const std::string bad :
        {std::string("{{{"), std::string(""),
-        absl::StrCat("{\"format_version\": 2, \"name\": \"", name,
+        absl::StrCat("{\"format_version\": 3, \"name\": \"", name,
                      "\", \"num_ps\": 1}"),
         // Written for another checkpoint or cluster size.
         ValidManifest("ckpt-0000000009-0000000000001"),

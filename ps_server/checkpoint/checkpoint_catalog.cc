@@ -96,10 +96,14 @@ absl::Status CheckManifest(const CheckpointManifest& manifest,
     return absl::DataLossError(
         absl::StrCat("checkpoint manifest ", described_as, ": ", why));
   };
-  if (manifest.format_version() != 1 || manifest.num_ps() <= 0) {
+  if (manifest.format_version() < 1 ||
+      manifest.format_version() > kManifestFormatVersion ||
+      manifest.num_ps() <= 0) {
     return corrupt(absl::StrCat("format_version ", manifest.format_version(),
                                 " and num_ps ", manifest.num_ps(),
-                                "; expected format 1 and at least one PS"));
+                                "; expected format 1 to ",
+                                kManifestFormatVersion,
+                                " and at least one PS"));
   }
   if (manifest.global_step() < 0 || manifest.total_bytes() < 0) {
     return corrupt("negative global_step or total_bytes");

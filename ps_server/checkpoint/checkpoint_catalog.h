@@ -21,6 +21,9 @@
 namespace psrt {
 
 inline constexpr char kManifestName[] = "MANIFEST.json";
+// 2: files' crc32c is of the whole file (1: of all but its last 4 bytes).
+// Both are read.
+inline constexpr int kManifestFormatVersion = 2;
 inline constexpr char kLatestName[] = "latest";
 
 // "ckpt-<10-digit step>-<13-digit unix ms>": sorts by step, then time.

@@ -323,7 +323,7 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
     }
     return failure;
   }
-  manifest.set_format_version(1);
+  manifest.set_format_version(kManifestFormatVersion);
   manifest.set_name(name);
   manifest.set_created(
       absl::FormatTime(absl::RFC3339_sec, start, absl::UTCTimeZone()));

@@ -118,7 +118,12 @@ absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
           absl::StrCat("checkpoint file ", name, " has ", data->size(),
                        " bytes but the manifest recorded ", f->bytes()));
     }
-    if (ShardFileCrc(*data) != f->crc32c()) {
+    // Format 1 recorded the trailer's CRC (of every byte but the last 4);
+    // format 2 the whole file's, as standard tools compute it.
+    const uint32_t recorded_as = manifest_.format_version() >= 2
+                                     ? ShardFileWholeCrc(*data)
+                                     : ShardFileCrc(*data);
+    if (recorded_as != f->crc32c()) {
       return absl::DataLossError(
           absl::StrCat("checkpoint file ", name,
                        " does not carry the CRC32C the manifest recorded"));

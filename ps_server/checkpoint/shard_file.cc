@@ -112,13 +112,20 @@ absl::Status WriteShardFile(const LocalVariable& variable, int shard,
   std::string crc_bytes;
   PutU32(&crc_bytes, crc);
   if (absl::Status s = out->Append(crc_bytes); !s.ok()) return s;
-  *crc_out = crc;
+  // The manifest records the CRC32C of the whole file, as standard tools
+  // compute it (rhash --crc32c, gsutil hash -c, S3's x-amz-checksum-crc32c).
+  *crc_out = Crc32cExtend(crc, crc_bytes.data(), crc_bytes.size());
   *bytes_out = bytes + 4;
   return absl::OkStatus();
 }
 
 uint32_t ShardFileCrc(absl::string_view data) {
   return data.size() < 4 ? 0 : GetU32(data.data() + data.size() - 4);
+}
+
+uint32_t ShardFileWholeCrc(absl::string_view data) {
+  if (data.size() < 4) return Crc32c(data.data(), data.size());
+  return Crc32cExtend(ShardFileCrc(data), data.data() + data.size() - 4, 4);
 }
 
 absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,

@@ -54,6 +54,10 @@ absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
 
 // The CRC32C a file ends with (of every byte before it).
 uint32_t ShardFileCrc(absl::string_view data);
+// The CRC32C of the whole file (what a manifest of format 2 records), from
+// its trailer: Crc32cExtend(trailer CRC, the trailer's 4 bytes). Equals
+// Crc32c(data) whenever the trailer is right.
+uint32_t ShardFileWholeCrc(absl::string_view data);
 
 // The file name of a shard inside a checkpoint: the variable name with
 // anything outside [A-Za-z0-9._-] percent-encoded, plus the shard number.
