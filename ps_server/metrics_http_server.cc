@@ -12,8 +12,16 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   (void)initialized;
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->registry_ = registry;
-  const char* options[] = {"listening_ports", bind_address.c_str(),
-                           "num_threads", "2", nullptr};
+  // A connection holds a thread until its request arrives or
+  // request_timeout_ms passes: with kThreads threads, k idle or half-open
+  // connections delay a scrape by at most ceil(k / kThreads) timeouts (16
+  // of them: 1 s). Was 2 threads and civetweb's 30 s.
+  const std::string threads = absl::StrCat(kThreads);
+  const std::string timeout_ms = absl::StrCat(kRequestTimeoutMs);
+  const char* options[] = {"listening_ports",    bind_address.c_str(),
+                           "num_threads",        threads.c_str(),
+                           "request_timeout_ms", timeout_ms.c_str(),
+                           nullptr};
   mg_callbacks callbacks{};
   server->context_ = mg_start(&callbacks, server.get(), options);
   if (server->context_ == nullptr) {

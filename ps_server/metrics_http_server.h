@@ -15,6 +15,12 @@ namespace psrt {
 
 class MetricsHttpServer {
  public:
+  // Threads serving connections, and how long one may take to send its
+  // request before it is dropped: idle or half-open connections (a port
+  // scan, a stuck client) must not starve the scraper.
+  static constexpr int kThreads = 8;
+  static constexpr int kRequestTimeoutMs = 1000;
+
   // Listens on `bind_address` ("0.0.0.0:9100", "127.0.0.1:0" for any free
   // port). `registry` must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(

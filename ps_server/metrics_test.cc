@@ -1,6 +1,12 @@
 #include "ps_server/metrics.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "ps_server/metrics_http_server.h"
@@ -75,6 +81,45 @@ TEST(MetricsHttpServerTest, ServesTheRegistryOverHttp) {
   auto clash = MetricsHttpServer::Start(
       "127.0.0.1:" + std::to_string((*server)->port()), &registry);
   EXPECT_EQ(clash.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Idle connections that never send a request (half-open scans, stuck
+// clients) hold civetweb threads until the request timeout. With 2 threads
+// and 30 s, two of them blocked a scrape for 30 s; now 16 delay it by about
+// one request timeout.
+TEST(MetricsHttpServerTest, IdleConnectionsDoNotStarveTheScraper) {
+  MetricsRegistry registry;
+  registry.GetCounter("psrt_up", "test")->Add(1);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons((*server)->port());
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  std::vector<int> idle;
+  for (int i = 0; i < 2 * MetricsHttpServer::kThreads; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+              0);
+    if (i % 2) (void)!write(fd, "GET /metr", 9);  // a request never finished
+    idle.push_back(fd);
+  }
+  usleep(100 * 1000);  // the idle connections take the threads first
+  CURL* curl = curl_easy_init();
+  std::string body;
+  const std::string url =
+      "http://127.0.0.1:" + std::to_string((*server)->port()) + "/metrics";
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Append);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  // A scraper's usual timeout is 10 s (Prometheus' default scrape_timeout);
+  // the old server answered after 30 s.
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
+  const CURLcode result = curl_easy_perform(curl);
+  curl_easy_cleanup(curl);
+  for (int fd : idle) close(fd);
+  ASSERT_EQ(result, CURLE_OK) << curl_easy_strerror(result);
+  EXPECT_NE(body.find("psrt_up 1"), std::string::npos) << body;
 }
 
 }  // namespace
