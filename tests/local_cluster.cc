@@ -63,7 +63,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   return cluster;
 }
 
-absl::Status LocalCluster::Launch(int ps) {
+absl::Status LocalCluster::Launch(int ps,
+                                  const std::vector<std::string>& more_flags) {
   std::vector<std::string> args = {
       options_.binary,
       absl::StrCat("--cluster=", ClusterSpecToJson(spec_)),
@@ -75,6 +76,7 @@ absl::Status LocalCluster::Launch(int ps) {
   };
   args.insert(args.end(), options_.extra_flags.begin(),
               options_.extra_flags.end());
+  args.insert(args.end(), more_flags.begin(), more_flags.end());
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
@@ -111,8 +113,8 @@ int LocalCluster::Kill(int ps, int signal) {
   return status;
 }
 
-absl::Status LocalCluster::Restart(int ps) {
-  if (absl::Status s = Launch(ps); !s.ok()) return s;
+absl::Status LocalCluster::Restart(int ps, std::vector<std::string> more_flags) {
+  if (absl::Status s = Launch(ps, more_flags); !s.ok()) return s;
   ClientOptions options = MakeClientOptions();
   options.ps_addresses = {spec_.ps[ps]};
   auto client = Client::Connect(options);

@@ -55,8 +55,9 @@ class LocalCluster {
   // Kills PS `ps` with `signal` and waits for it to exit; returns its exit
   // status as from waitpid.
   int Kill(int ps, int signal);
-  // Starts PS `ps` again on its port and waits until it is healthy.
-  absl::Status Restart(int ps);
+  // Starts PS `ps` again on its port, with `more_flags` after the others
+  // (a later flag wins), and waits until it is healthy.
+  absl::Status Restart(int ps, std::vector<std::string> more_flags = {});
   bool Running(int ps) const { return pids_[ps] > 0; }
 
   // Runs `binary` (relative to runfiles) as each worker in `indices`, all
@@ -69,7 +70,7 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
-  absl::Status Launch(int ps);
+  absl::Status Launch(int ps, const std::vector<std::string>& more_flags = {});
 
   Options options_;
   ClusterSpec spec_;

@@ -145,15 +145,26 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
   // catalog moved meanwhile.
   for (int attempt = 0;; ++attempt) {
     if (absl::Status s = RefreshCatalogLocked(); !s.ok()) return s;
-    CreateVariablesRequest request;
+    // PS 0 orders concurrent creators and gets only what is new (at the
+    // end of its catalog). Every other PS gets the whole catalog, PS 0's
+    // plus the new specs, so that one that fell behind -- it refused a
+    // variable PS 0 accepted, or restarted empty (and restores its shards
+    // if started with --restore) -- catches up; known specs are accepted
+    // again unchanged.
+    CreateVariablesRequest request, whole;
     request.set_num_ps(num_ps());
+    whole.set_num_ps(num_ps());
     {
       absl::ReaderMutexLock catalog_lock(&catalog_mu_);
       request.set_first_index(static_cast<int>(catalog_.variables().size()));
+      for (const VariableLayout& v : catalog_.variables()) {
+        *whole.add_specs() = v.spec;
+      }
       for (const VariableSpec& spec : specs) {
         const VariableLayout* existing = catalog_.Find(spec.name());
         if (existing == nullptr) {
           *request.add_specs() = spec;
+          *whole.add_specs() = spec;
         } else if (!SameSpec(existing->spec, spec)) {
           return absl::AlreadyExistsError(
               absl::StrCat("variable '", spec.name(),
@@ -164,21 +175,13 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
         }
       }
     }
-    // Nothing new: still send the whole catalog to every PS (idempotent),
-    // so that a PS that restarted empty learns it again (and restores its
-    // shards from its checkpoint, if it was started with --restore).
-    if (request.specs_size() == 0) {
-      absl::ReaderMutexLock catalog_lock(&catalog_mu_);
-      request.set_first_index(0);
-      for (const VariableLayout& v : catalog_.variables()) {
-        *request.add_specs() = v.spec;
-      }
-    }
+    if (request.specs_size() == 0) request = whole;  // PS 0 may have restarted
     bool moved = false;
     for (const auto& c : connections_) {
       CreateVariablesResponse response;
+      const CreateVariablesRequest& sent = c->ps_task() == 0 ? request : whole;
       grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
-        return c->stub()->CreateVariables(ctx, request, &response);
+        return c->stub()->CreateVariables(ctx, sent, &response);
       });
       if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
           c->ps_task() == 0 && attempt < 10) {

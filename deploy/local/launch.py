@@ -204,6 +204,10 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
         argv = on_host(i % args.hosts) + [a.replace("{index}", str(i)) for a in command]
         workers_procs.append(Process("worker", i, argv, env, args.logs, echo=True))
 
+    # In sync and SSP modes the other workers wait for a dead one and then
+    # fail naming it (--sync_timeout_secs): let them say so rather than
+    # stopping everything the moment one worker dies.
+    stepped = any(m in a for a in command for m in ("--mode=sync", "--mode=ssp"))
     failed = []
     while not stopping.is_set():
         for i, p in enumerate(servers):
@@ -228,9 +232,14 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
                 workers_procs[i] = p.restarted(p.argv, args.logs)
                 continue
             failed.append(p)
-        if failed:
+            if stepped and any(q.proc.poll() is None for q in workers_procs):
+                print(f"launch: {p.name} failed (exit status {code}); the other "
+                      "workers run on until they finish or name it as missing "
+                      "(--sync_timeout_secs)", flush=True)
+        running = [q for q in workers_procs if q.proc.poll() is None]
+        if any(q.role == "ps" for q in failed) or (failed and not (stepped and running)):
             break
-        if workers_procs and all(p.proc.poll() is not None for p in workers_procs):
+        if workers_procs and not running:
             break
         time.sleep(0.2)
 

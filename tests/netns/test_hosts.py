@@ -100,3 +100,24 @@ def test_killed_worker_is_restarted_and_rejoins(data, tmp_path):
     rows = done_lines(tmp_path, 2)
     # The other worker was never disturbed; the restarted one trained again.
     assert int(rows[0][0]) == 300 and int(rows[1][0]) == 300
+
+
+def test_sync_mode_names_a_dead_worker_under_the_launcher(data, tmp_path):
+    """In sync mode a worker that dies does not make the launcher stop the
+    others at once: they wait --sync_timeout_secs and then fail naming it,
+    as the docs promise. No namespaces needed."""
+    worker = " ".join([
+        os.path.join(ROOT, "ps_worker/ps_worker"), "--model=lr",
+        f"--train_files={data}/train-*", "--batch_size=256", "--mode=sync",
+        "--max_steps=200", "--sync_timeout_secs=5", "--log_every_steps=50"])
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "deploy/local/launch.py"), "--hosts=2",
+         f"--logs={tmp_path}", f"--bin_dir={ROOT}", "--base_port=26300", "--",
+         "/bin/sh", "-c",
+         f'if [ "$PSRT_WORKER_INDEX" = 1 ]; then echo dying; exit 3; fi; exec {worker}'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 1, out[-4000:]
+    assert "worker1 failed (exit status 3); the other workers run on" in out, out[-4000:]
+    log = read(os.path.join(tmp_path, "worker_0.log"))
+    assert "still missing: worker 1" in log, log[-4000:]

@@ -7,6 +7,7 @@
 //   psctl checkpoints --checkpoint_uri=URI
 //                     every checkpoint: step, bytes, bytes per PS
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -58,9 +59,15 @@ int Status(Client* client, const ClusterSpec& cluster) {
   std::cout << absl::StrFormat("%-4s %-22s %7s %12s %10s %10s %9s %9s\n", "PS",
                                "address", "shards", "parameters", "pulls",
                                "pushes", "rejected", "uptime");
-  for (const StatsResponse& s : *stats) {
+  for (size_t i = 0; i < stats->size(); ++i) {
+    const StatsResponse& s = (*stats)[i];
+    if (s.ps_task() != static_cast<int>(i)) {
+      std::cerr << "psctl: " << cluster.ps[i] << " says it is PS "
+                << s.ps_task() << ", but the cluster spec lists it as PS "
+                << i << " (different cluster specs?)\n";
+    }
     std::cout << absl::StrFormat("%-4d %-22s %7d %12s %10d %10d %9d %8.0fs\n",
-                                 s.ps_task(), cluster.ps[s.ps_task()],
+                                 static_cast<int>(i), cluster.ps[i],
                                  s.num_shards(), Bytes(s.parameter_bytes()),
                                  s.pull_requests(), s.push_requests(),
                                  s.rejected_pushes(), s.uptime_seconds());
@@ -74,10 +81,38 @@ int Variables(Client* client) {
     std::cerr << "psctl: " << lists.status() << "\n";
     return 1;
   }
+  // Every PS should hold the same catalog; whatever they answer, list
+  // what each holds and say where they differ (never index past a list).
   const auto& catalog = (*lists)[0].variables();
+  int drifted = 0;
+  for (size_t p = 1; p < lists->size(); ++p) {
+    const auto& other = (*lists)[p].variables();
+    int first_difference = -1;
+    for (int i = 0; i < std::max(catalog.size(), other.size()); ++i) {
+      if (i >= catalog.size() || i >= other.size() ||
+          !SameSpec(catalog[i].spec(), other[i].spec())) {
+        first_difference = i;
+        break;
+      }
+    }
+    if (first_difference >= 0) {
+      ++drifted;
+      std::cout << absl::StrFormat(
+          "catalog drift: PS %d holds %d variables, PS 0 holds %d; they "
+          "differ from #%d on (creating the variables again from a worker "
+          "repairs a PS that is behind)\n",
+          static_cast<int>(p), other.size(), catalog.size(), first_difference);
+    }
+  }
   for (int i = 0; i < catalog.size(); ++i) {
     std::cout << "#" << i << " " << DescribeSpec(catalog[i].spec()) << "\n";
     for (const auto& ps : *lists) {
+      if (i >= ps.variables_size() ||
+          ps.variables(i).spec().name() != catalog[i].spec().name()) {
+        std::cout << absl::StrFormat("    PS %-3d does not hold it\n",
+                                     ps.ps_task());
+        continue;
+      }
       for (const ShardInfo& shard : ps.variables(i).shards()) {
         std::cout << absl::StrFormat(
             "    shard %-4d PS %-3d rows %-12d %12s  version %d\n",
@@ -87,7 +122,7 @@ int Variables(Client* client) {
     }
   }
   if (catalog.empty()) std::cout << "no variables\n";
-  return 0;
+  return drifted > 0 ? 1 : 0;
 }
 
 int Balance(Client* client) {
@@ -233,6 +268,12 @@ int main(int argc, char** argv) {
   if (auto s = (*client)->WaitForServers(absl::Seconds(FLAGS_timeout_secs));
       !s.ok()) {
     std::cerr << "psctl: " << s << "\n";
+    if (FLAGS_cluster.empty() && std::getenv("TF_CONFIG") == nullptr) {
+      std::cerr << "psctl: no --cluster and no TF_CONFIG, so psctl looked for "
+                   "one PS on localhost:2223; name the cluster with "
+                   "--cluster='{\"cluster\": {\"ps\": [\"host:port\", ...]}}' "
+                   "(or a file) or set TF_CONFIG\n";
+    }
     return 1;
   }
   const std::string command = argv[1];

@@ -227,22 +227,28 @@ class Client:
         specs = [normalize(self._copy(s)) for s in specs]
         with self._lock:
             self._refresh_locked()
-            known = [self._map.find(s.name) for s in specs]
-            if specs and all(v is not None and v.spec == s for v, s in zip(known, specs)):
-                request = ps_pb2.CreateVariablesRequest(
-                    first_index=0, specs=[v.spec for v in self._map.variables],
-                    num_ps=self.num_ps)
-            else:
-                # Specs already in the catalog are placed where they are (the
-                # servers check them, and refuse a different one by name); new
-                # ones go at the end.
-                existing = self._map.find(specs[0].name) if specs else None
-                first = existing.index if existing is not None else len(self._map.variables)
-                request = ps_pb2.CreateVariablesRequest(first_index=first, specs=specs,
-                                                        num_ps=self.num_ps)
+            catalog = [v.spec for v in self._map.variables]
+            fresh = []
+            for s in specs:
+                v = self._map.find(s.name)
+                if v is None:
+                    fresh.append(s)
+                elif v.spec != s:
+                    raise PsError(grpc.StatusCode.ALREADY_EXISTS,
+                                  f"variable '{s.name}' already exists with a different spec: "
+                                  f"existing {{{v.spec}}}, requested {{{s}}}".replace("\n", " "))
+            # PS 0 gets what is new at the end of its catalog; every other PS
+            # the whole catalog, so one that fell behind catches up (as the
+            # C++ client does).
+            whole = ps_pb2.CreateVariablesRequest(first_index=0, specs=catalog + fresh,
+                                                  num_ps=self.num_ps)
+            first = (ps_pb2.CreateVariablesRequest(first_index=len(catalog), specs=fresh,
+                                                   num_ps=self.num_ps) if fresh else whole)
             for ps in range(self.num_ps):
-                self._call(ps, lambda ps=ps: self._stubs[ps].CreateVariables(
-                    request, timeout=max(self.timeout, 600), metadata=self._metadata), "CreateVariables")
+                request = first if ps == 0 else whole
+                self._call(ps, lambda ps=ps, request=request: self._stubs[ps].CreateVariables(
+                    request, timeout=max(self.timeout, 600), metadata=self._metadata),
+                    "CreateVariables")
             self._refresh_locked()
 
     def refresh_catalog(self):
