@@ -35,6 +35,10 @@ run_tests() {
   bazel test //...
   # The same suites again with AddressSanitizer and UBSan (servers too).
   bazel test --config=asan --test_tag_filters=-heavy //...
+  # libFuzzer on what crosses the wire and the disk (requests, checkpoint
+  # files, S3 answers, input files), 30 s a target; longer runs:
+  # tests/fuzz/run_fuzzers.sh SECONDS [TARGET...]
+  tests/fuzz/run_fuzzers.sh 30
 }
 
 case "${1:-}" in

@@ -16,6 +16,7 @@ packages=(
   awscli
   python3-torch python3-setuptools python3-pip python3-yaml
   iproute2 procps rhash
+  clang libclang-rt-14-dev
 )
 # Node.js and npm run s3rver, the S3 server the checkpoint tests use. A
 # machine with Node from elsewhere (e.g. NodeSource, which bundles npm)

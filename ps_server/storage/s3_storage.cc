@@ -23,41 +23,12 @@
 #include "glog/logging.h"
 #include "ps_server/storage/aws_credentials.h"
 #include "ps_server/storage/http_client.h"
+#include "ps_server/storage/s3_xml.h"
 
 namespace psrt {
 namespace {
 
 constexpr int64_t kMinPartBytes = 5 << 20;
-
-std::string XmlUnescape(absl::string_view s) {
-  return absl::StrReplaceAll(s, {{"&lt;", "<"},
-                                 {"&gt;", ">"},
-                                 {"&quot;", "\""},
-                                 {"&apos;", "'"},
-                                 {"&#34;", "\""},
-                                 {"&amp;", "&"}});
-}
-
-// Text of every <tag>...</tag> in xml, in order.
-std::vector<std::string> XmlAll(absl::string_view xml, absl::string_view tag) {
-  std::vector<std::string> out;
-  const std::string open = absl::StrCat("<", tag, ">");
-  const std::string close = absl::StrCat("</", tag, ">");
-  size_t pos = 0;
-  while ((pos = xml.find(open, pos)) != absl::string_view::npos) {
-    pos += open.size();
-    const size_t end = xml.find(close, pos);
-    if (end == absl::string_view::npos) break;
-    out.push_back(XmlUnescape(xml.substr(pos, end - pos)));
-    pos = end + close.size();
-  }
-  return out;
-}
-
-std::string XmlFirst(absl::string_view xml, absl::string_view tag) {
-  std::vector<std::string> all = XmlAll(xml, tag);
-  return all.empty() ? "" : all[0];
-}
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -118,29 +89,15 @@ class S3Storage final : public Storage {
       auto r = Send("GET", "", query, {}, "");
       if (!r.ok()) return r.status();
       if (absl::Status s = Check(*r, "LIST", full_prefix); !s.ok()) return s;
-      const std::vector<std::string> contents = XmlAll(r->body, "Contents");
-      for (const std::string& c : contents) {
-        StorageObject object;
-        object.key = XmlFirst(c, "Key");
-        if (!absl::SimpleAtoi(XmlFirst(c, "Size"), &object.bytes)) {
-          object.bytes = -1;
-        }
-        // Keys come back with the prefix; a listing with any other key
-        // (a broken or hostile endpoint) is an error, not a crash.
-        if (!absl::StartsWith(object.key, full_prefix)) {
-          return absl::DataLossError(absl::StrCat(
-              "S3 LIST of s3://", bucket_, "/", full_prefix,
-              " returned key '", absl::CHexEscape(object.key.substr(0, 200)),
-              "' outside that prefix"));
-        }
-        if (!prefix_.empty()) {
-          object.key = object.key.substr(prefix_.size() + 1);
-        }
-        out.push_back(std::move(object));
+      std::string next;
+      if (absl::Status s = ParseListPage(
+              r->body, full_prefix, prefix_.empty() ? 0 : prefix_.size() + 1,
+              token, &out, &next);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("s3://", bucket_, ": ",
+                                                   s.message()));
       }
-      token = XmlFirst(r->body, "IsTruncated") == "true"
-                  ? XmlFirst(r->body, "NextContinuationToken")
-                  : "";
+      token = std::move(next);
     } while (!token.empty());
     std::sort(out.begin(), out.end(),
               [](const StorageObject& a, const StorageObject& b) {

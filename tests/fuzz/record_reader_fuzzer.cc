@@ -1,0 +1,50 @@
+// Training input files: the first byte picks the format (LibSVM/LibFFM,
+// TFRecord of tf.Example, plain or gzip, Criteo TSV, CSV with the Adult
+// schema) and whether bad records are skipped; the rest is the file.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "ps_worker/data/criteo_tsv_reader.h"
+#include "ps_worker/data/csv_reader.h"
+#include "ps_worker/data/libsvm_reader.h"
+#include "ps_worker/data/tfrecord_reader.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  static const std::string path =
+      "/dev/shm/psrt_record_fuzz_" + std::to_string(getpid());
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return 0;
+  std::fwrite(data + 1, 1, size - 1, f);
+  std::fclose(f);
+  auto file = psrt::InputFile::Open(path);
+  if (!file.ok()) return 0;
+  psrt::ReaderOptions options;
+  options.skip_bad_records = (data[0] & 4) != 0;
+  std::unique_ptr<psrt::RecordReader> reader;
+  switch (data[0] % 4) {
+    case 0:
+      reader = psrt::NewLibsvmReader(std::move(*file), options);
+      break;
+    case 1:
+      reader = psrt::NewTfRecordReader(std::move(*file), options);
+      break;
+    case 2:
+      options.criteo_buckets = (data[0] & 8) ? 1000 : 0;
+      reader = psrt::NewCriteoTsvReader(std::move(*file), options);
+      break;
+    default:
+      reader = psrt::NewCsvReader(std::move(*file), options);
+      break;
+  }
+  if (reader == nullptr) return 0;
+  psrt::Example example;
+  for (int i = 0; i < 100000; ++i) {
+    auto more = reader->Next(&example);
+    if (!more.ok() || !*more) break;
+  }
+  return 0;
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds psrt's libFuzzer targets with clang (-fsanitize=fuzzer,address,
+# undefined) against Debian's libraries and runs each for a fixed time from
+# its seed corpus (tests/fuzz/corpus/<target>). Fails on any crash, leak,
+# UB report or timeout, leaving the input under out/fuzz/crashes/.
+#
+#   tests/fuzz/run_fuzzers.sh              # every target, 30 s each (CI)
+#   tests/fuzz/run_fuzzers.sh 3600         # an hour each
+#   tests/fuzz/run_fuzzers.sh 600 request_fuzzer
+#
+# The corpus grown during a run stays in out/fuzz/corpus/<target>; the
+# repo's seeds are never modified.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds="${1:-30}"
+shift || true
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  targets=(request_fuzzer unary_request_fuzzer checkpoint_files_fuzzer
+           s3_response_fuzzer record_reader_fuzzer)
+fi
+out=out/fuzz
+mkdir -p "$out/gen" "$out/obj" "$out/crashes"
+
+modules="grpc++ protobuf libglog libcurl libcrypto zlib absl_status absl_statusor
+  absl_strings absl_str_format absl_synchronization absl_time absl_flat_hash_map
+  absl_flat_hash_set absl_hash absl_random_random"
+# shellcheck disable=SC2086
+cflags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined
+  -fno-sanitize=vptr -fno-sanitize-recover=undefined -DEIGEN_FAST_MATH=0
+  -I. -I$out/gen $(pkg-config --cflags $modules eigen3)"
+# shellcheck disable=SC2086
+libs="$(pkg-config --libs $modules) -lgflags"
+
+protoc -I. --cpp_out="$out/gen" proto/ps.proto proto/tf_example.proto
+
+# The library code the targets reach: wire format, partitioner, shards,
+# optimizers, request handling, checkpoint files, storage, data readers.
+sources=(
+  "$out/gen/proto/ps.pb.cc" "$out/gen/proto/tf_example.pb.cc"
+  proto/buffer_pool.cc proto/frame_reader.cc proto/frame_writer.cc
+  proto/slice_lease.cc
+  partitioner/cluster_spec.cc partitioner/shard_map.cc partitioner/variable_spec.cc
+  util/crc32c.cc
+  ps_server/adagrad.cc ps_server/adam.cc ps_server/ftrl.cc ps_server/momentum.cc
+  ps_server/optimizer.cc ps_server/sgd.cc ps_server/initializer.cc
+  ps_server/dense_shard.cc ps_server/embedding_shard.cc ps_server/float_array.cc
+  ps_server/hash_embedding_shard.cc ps_server/row_shard.cc
+  ps_server/shard_store.cc ps_server/thread_pool.cc
+  ps_server/request_item.cc ps_server/pull_handler.cc ps_server/push_handler.cc
+  ps_server/push_dedup.cc
+  ps_server/checkpoint/checkpoint_catalog.cc ps_server/checkpoint/shard_file.cc
+  ps_server/storage/storage.cc ps_server/storage/file_storage.cc
+  ps_server/storage/s3_storage.cc ps_server/storage/s3_xml.cc
+  ps_server/storage/http_client.cc ps_server/storage/aws_credentials.cc
+  ps_worker/data/input_file.cc ps_worker/data/record_reader.cc
+  ps_worker/data/libsvm_reader.cc ps_worker/data/tfrecord_reader.cc
+  ps_worker/data/criteo_tsv_reader.cc ps_worker/data/csv_reader.cc
+  ps_worker/data/idx_reader.cc
+)
+objects=()
+pids=()
+for src in "${sources[@]}"; do
+  obj="$out/obj/$(echo "$src" | tr '/' '_').o"
+  objects+=("$obj")
+  if [[ ! -f "$obj" || "$src" -nt "$obj" ]]; then
+    # shellcheck disable=SC2086
+    clang++ $cflags -fsanitize=fuzzer-no-link -c "$src" -o "$obj" &
+    pids+=($!)
+    if ((${#pids[@]} >= $(nproc))); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  fi
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+failed=()
+for t in "${targets[@]}"; do
+  echo "fuzz: building $t"
+  # shellcheck disable=SC2086
+  clang++ $cflags -fsanitize=fuzzer "tests/fuzz/$t.cc" "${objects[@]}" $libs \
+    -o "$out/$t"
+  mkdir -p "$out/corpus/$t"
+  echo "fuzz: running $t for $seconds s"
+  if ! (cd "$out" && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+        UBSAN_OPTIONS=print_stacktrace=1 \
+        "./$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 \
+          -max_len=65536 -print_final_stats=1 \
+          -artifact_prefix="crashes/$t-" "corpus/$t" "../../tests/fuzz/corpus/$t" \
+          > "$t.log" 2>&1); then
+    failed+=("$t")
+    echo "fuzz: $t FAILED; log $out/$t.log, inputs $out/crashes/$t-*"
+    tail -n 60 "$out/$t.log"
+  else
+    grep -E "stat::number_of_executed_units|cov:" "$out/$t.log" | tail -n 2 || true
+  fi
+done
+echo "fuzz: ${#targets[@]} targets, ${#failed[@]} failed ${failed[*]:-}"
+((${#failed[@]} == 0))
