@@ -33,8 +33,10 @@ main_job() {
 run_tests() {
   tools/install_deps.sh
   bazel test //...
+  tools/report_skipped.sh bazel-testlogs
   # The same suites again with AddressSanitizer and UBSan (servers too).
   bazel test --config=asan --test_tag_filters=-heavy //...
+  tools/report_skipped.sh bazel-asan-testlogs
   # libFuzzer on what crosses the wire and the disk (requests, checkpoint
   # files, S3 answers, input files), 30 s a target; longer runs:
   # tests/fuzz/run_fuzzers.sh SECONDS [TARGET...]

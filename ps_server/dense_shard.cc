@@ -130,8 +130,7 @@ absl::Status DenseShard::CheckUpdateLocked(absl::Span<const Piece> pieces,
                                slots_[1] ? slots_[1].get() + at : nullptr};
       float value;
       const size_t i = optimizer_->FirstNonFiniteResult(
-          params_.get() + at, slots, g, n, context,
-          &value);
+          params_.get() + at, slots, g, n, context, &value);
       if (i == n) return;
       absl::MutexLock lock(&bad_mu);
       if (bad_at < 0 || at + static_cast<int64_t>(i) < bad_at) {
@@ -141,9 +140,9 @@ absl::Status DenseShard::CheckUpdateLocked(absl::Span<const Piece> pieces,
     });
   });
   if (bad_at < 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "the update would make element ", bad_at, " of the shard ", bad_value,
-      " (from ", params_.get()[bad_at], ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("the update would make element ", bad_at, " of the shard ",
+                   bad_value, " (from ", params_.get()[bad_at], ")"));
 }
 
 void DenseShard::ApplyLocked(absl::Span<const Piece> pieces,

@@ -12,14 +12,15 @@ namespace psrt {
 
 HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
                                        const Optimizer* optimizer,
-                                       const Initializer& init)
+                                       const Initializer& init, Reserve reserve)
     : layout_(layout),
       shard_(shard),
       optimizer_(optimizer),
       init_(init),
       width_(layout.row_width),
       stride_(layout.row_width * (1 + optimizer->num_slots())),
-      capacity_(layout.shards[shard].num_rows) {}
+      capacity_(layout.shards[shard].num_rows),
+      reserve_(std::move(reserve)) {}
 
 float* HashEmbeddingShard::Row(uint32_t row) {
   return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
@@ -74,6 +75,17 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
         " new would pass its capacity of ", limit,
         " rows (shape[0] = ", layout_.rows, " over ", layout_.num_shards(),
         " shards); raise shape[0] or the shard count"));
+  }
+  const int64_t new_blocks =
+      (rows_ + missing + kRowsPerBlock - 1) / kRowsPerBlock -
+      static_cast<int64_t>(blocks_.size());
+  if (new_blocks > 0 && reserve_) {
+    if (absl::Status s = reserve_(new_blocks * block_bytes()); !s.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("hash embedding '", layout_.spec.name(), "' shard ",
+                       shard_, " cannot grow by ", missing, " rows (", rows_,
+                       " held): ", s.message()));
+    }
   }
   if (missing > 0) {
     index_.reserve(rows_ + missing);

@@ -7,10 +7,13 @@
 // id -> row map; each row keeps [values | slot 0 | slot 1] side by side.
 // The row capacity (shape[0] split over the shards, 0 = unbounded) is a hard
 // limit: a push that would pass it fails with RESOURCE_EXHAUSTED and
-// creates nothing.
+// creates nothing. So is the PS's memory: each new block of rows is
+// reserved first (ShardStore::ReserveMemory), and a push that would pass
+// --memory_limit_bytes fails the same way.
 #ifndef PSRT_PS_SERVER_HASH_EMBEDDING_SHARD_H_
 #define PSRT_PS_SERVER_HASH_EMBEDDING_SHARD_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,10 +30,24 @@ namespace psrt {
 class HashEmbeddingShard final : public RowShard {
  public:
   static constexpr int64_t kRowsPerBlock = 4096;
+  // An id's index entry (key, row, control byte, slack) and its row_ids_
+  // entry.
+  static constexpr int64_t kIndexBytesPerRow = 32;
 
-  // `layout` and `optimizer` must outlive the shard.
+  // Bytes a block of rows costs: the rows, and their index and id entries.
+  int64_t block_bytes() const {
+    return kRowsPerBlock *
+           (stride_ * static_cast<int64_t>(sizeof(float)) + kIndexBytesPerRow);
+  }
+
+  // Takes `bytes` more for the shard's rows, or says why not.
+  using Reserve = std::function<absl::Status(int64_t bytes)>;
+
+  // `layout` and `optimizer` must outlive the shard. `reserve` (may be
+  // empty: no limit) is asked before every new block of rows.
   HashEmbeddingShard(const VariableLayout& layout, int shard,
-                     const Optimizer* optimizer, const Initializer& init);
+                     const Optimizer* optimizer, const Initializer& init,
+                     Reserve reserve = nullptr);
 
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
   absl::Status EnsureRows(absl::Span<const int64_t> ids) override;
@@ -52,6 +69,11 @@ class HashEmbeddingShard final : public RowShard {
   int64_t version() const override;
 
   int64_t capacity() const { return capacity_; }
+  // What the shard has reserved through `reserve`: its blocks.
+  int64_t reserved_bytes() const {
+    absl::ReaderMutexLock lock(&mu_);
+    return static_cast<int64_t>(blocks_.size()) * block_bytes();
+  }
 
  private:
   float* Row(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -66,6 +88,7 @@ class HashEmbeddingShard final : public RowShard {
   const int64_t width_;
   const int64_t stride_;
   const int64_t capacity_;  // 0 = unbounded
+  const Reserve reserve_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);

@@ -43,8 +43,10 @@ DEFINE_int64(max_message_bytes, 16 << 20,
 DEFINE_int64(max_push_bytes, int64_t{2} << 30,
              "Largest Push call (all its messages) accepted.");
 DEFINE_int64(memory_limit_bytes, 0,
-             "Refuse to create variables whose shards on this PS would pass "
-             "this many bytes. 0: 90% of the memory available at creation.");
+             "Bytes of shards this PS may hold: creating variables, and "
+             "hash-embedding tables growing on push, are refused "
+             "(RESOURCE_EXHAUSTED) past it. 0: 90% of the memory available "
+             "at each creation or growth.");
 DEFINE_int32(apply_threads, 0,
              "Helper threads that split large updates and reads (dense >= 1 "
              "MiB, >= 16k embedding rows) over the cores. 0: cores - 1.");

@@ -18,9 +18,12 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   // of them: 1 s). Was 2 threads and civetweb's 30 s.
   const std::string threads = absl::StrCat(kThreads);
   const std::string timeout_ms = absl::StrCat(kRequestTimeoutMs);
-  const char* options[] = {"listening_ports",    bind_address.c_str(),
-                           "num_threads",        threads.c_str(),
-                           "request_timeout_ms", timeout_ms.c_str(),
+  const char* options[] = {"listening_ports",
+                           bind_address.c_str(),
+                           "num_threads",
+                           threads.c_str(),
+                           "request_timeout_ms",
+                           timeout_ms.c_str(),
                            nullptr};
   mg_callbacks callbacks{};
   server->context_ = mg_start(&callbacks, server.get(), options);

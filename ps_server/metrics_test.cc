@@ -99,8 +99,7 @@ TEST(MetricsHttpServerTest, IdleConnectionsDoNotStarveTheScraper) {
   std::vector<int> idle;
   for (int i = 0; i < 2 * MetricsHttpServer::kThreads; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
-              0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     if (i % 2) (void)!write(fd, "GET /metr", 9);  // a request never finished
     idle.push_back(fd);
   }

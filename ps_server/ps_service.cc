@@ -373,8 +373,32 @@ grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
           -> absl::StatusOr<CreateVariablesResponse> {
         create_.requests->Add();
         std::vector<VariableSpec> specs(r.specs().begin(), r.specs().end());
-        absl::StatusOr<int> size =
-            store_->CreateVariables(r.first_index(), specs, r.num_ps());
+        absl::StatusOr<int> size;
+        switch (r.phase()) {
+          case CreateVariablesRequest::PREPARE:
+            size = store_->PrepareVariables(r.creation_id(), r.first_index(),
+                                            specs, r.num_ps());
+            break;
+          case CreateVariablesRequest::COMMIT:
+            size = store_->CommitVariables(r.creation_id());
+            break;
+          case CreateVariablesRequest::ABORT: {
+            const absl::Status aborted =
+                store_->AbortVariables(r.creation_id());
+            if (aborted.ok()) {
+              size = 0;
+            } else {
+              size = aborted;
+            }
+            break;
+          }
+          case CreateVariablesRequest::CREATE:
+            size = store_->CreateVariables(r.first_index(), specs, r.num_ps());
+            break;
+          default:
+            size = absl::InvalidArgumentError(
+                absl::StrCat("CreateVariables: unknown phase ", r.phase()));
+        }
         if (!size.ok()) return size.status();
         CreateVariablesResponse out;
         out.set_catalog_size(*size);
@@ -403,8 +427,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
   absl::Status caller = CheckCheckpointCaller(context, "Checkpoint");
   return ServeUnary<CheckpointRequest>(
       context, "Checkpoint", request, response, /*detached=*/caller.ok(),
-      [this, caller](const CheckpointRequest& r)
-          -> absl::StatusOr<CheckpointResponse> {
+      [this, caller](
+          const CheckpointRequest& r) -> absl::StatusOr<CheckpointResponse> {
         if (!caller.ok()) return caller;
         return checkpoints_->Checkpoint(r.checkpoint_uri());
       });
@@ -416,8 +440,8 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
   absl::Status caller = CheckCheckpointCaller(context, "SaveShards");
   return ServeUnary<SaveShardsRequest>(
       context, "SaveShards", request, response, /*detached=*/caller.ok(),
-      [this, caller](const SaveShardsRequest& r)
-          -> absl::StatusOr<SaveShardsResponse> {
+      [this, caller](
+          const SaveShardsRequest& r) -> absl::StatusOr<SaveShardsResponse> {
         if (!caller.ok()) return caller;
         auto result = checkpoints_->SaveShards(r);
         if (result.ok() && r.final()) final_saved_.store(true);

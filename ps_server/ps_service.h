@@ -121,7 +121,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   MetricsRegistry* const metrics_;
   CheckpointCoordinator* const checkpoints_;
   const std::string restored_from_;
-  const std::string auth_token_;  // empty: no check
+  const std::string auth_token_;              // empty: no check
   ClusterMembers* const checkpoint_callers_;  // null: anyone with the token
   std::atomic<bool> final_saved_{false};
   const ServiceLimits limits_;

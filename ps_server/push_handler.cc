@@ -239,14 +239,15 @@ absl::Status PushHandler::Apply(float scale) {
       undo_floats += u.ids.size() * u.variable->rows[u.shard]->row_stride();
     }
   }
-  PooledBuffer undo = BufferPool::Default().Acquire(undo_floats * sizeof(float));
+  PooledBuffer undo =
+      BufferPool::Default().Acquire(undo_floats * sizeof(float));
   for (absl::Mutex* mu : locks) mu->Lock();
   absl::Status checked;
   const ShardUpdate* refused = nullptr;
   for (const ShardUpdate& u : updates) {
     if (!u.variable->is_dense()) continue;
-    checked = u.variable->dense[u.shard]->CheckUpdateLocked(u.dense,
-                                                            u.learning_rate);
+    checked =
+        u.variable->dense[u.shard]->CheckUpdateLocked(u.dense, u.learning_rate);
     if (!checked.ok()) {
       refused = &u;
       break;
@@ -274,10 +275,10 @@ absl::Status PushHandler::Apply(float scale) {
     for (auto& [u, saved] : applied_rows) {
       u->variable->rows[u->shard]->UndoLocked(u->ids, saved);
     }
-    checked = absl::InvalidArgumentError(absl::StrCat(
-        "push to '", refused->variable->name(), "' shard ", refused->shard,
-        ": ", checked.message(),
-        "; the push was rejected and nothing was applied"));
+    checked = absl::InvalidArgumentError(
+        absl::StrCat("push to '", refused->variable->name(), "' shard ",
+                     refused->shard, ": ", checked.message(),
+                     "; the push was rejected and nothing was applied"));
     checked.SetPayload(kNonFiniteGradient, absl::Cord());
   }
   for (auto it = locks.rbegin(); it != locks.rend(); ++it) (*it)->Unlock();

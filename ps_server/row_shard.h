@@ -32,8 +32,8 @@ class RowShard {
   // Applies one update: `grads` are payloads holding, in order, one row of
   // gradient per id (each payload whole rows). The version advances once.
   // REQUIRES: ids unique and routed here, rows ensured, values finite.
-  void Apply(absl::Span<const int64_t> ids,
-             absl::Span<const PayloadView> grads, float learning_rate) {
+  void Apply(absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
+             float learning_rate) {
     absl::MutexLock lock(mutex());
     ApplyLocked(ids, grads, learning_rate, nullptr).IgnoreError();
   }
@@ -52,8 +52,7 @@ class RowShard {
   virtual absl::Status ApplyLocked(absl::Span<const int64_t> ids,
                                    absl::Span<const PayloadView> grads,
                                    float learning_rate, float* undo) = 0;
-  virtual void UndoLocked(absl::Span<const int64_t> ids,
-                          const float* undo) = 0;
+  virtual void UndoLocked(absl::Span<const int64_t> ids, const float* undo) = 0;
 
   // Checkpointing. A checkpoint row is [values | slot 0 | slot 1], the
   // row width each (row_stride() floats).

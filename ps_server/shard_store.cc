@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/embedding_shard.h"
 #include "ps_server/hash_embedding_shard.h"
@@ -38,9 +40,9 @@ ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes)
       memory_limit_bytes_(memory_limit_bytes),
       map_(num_ps) {}
 
-absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
-                                                std::vector<VariableSpec> specs,
-                                                int num_ps) {
+absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
+    int first_index, std::vector<VariableSpec> specs, int num_ps,
+    int64_t* new_bytes_out) {
   if (num_ps != num_ps_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the client assumes ", num_ps, " PS tasks but this is PS ", ps_task_,
@@ -49,7 +51,6 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
   for (VariableSpec& spec : specs) {
     if (absl::Status s = NormalizeVariableSpec(&spec); !s.ok()) return s;
   }
-  absl::MutexLock create_lock(&create_mu_);
   const int size = static_cast<int>(map_.variables().size());
   if (first_index < 0 || first_index > size) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -96,7 +97,9 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
       to_add.push_back(&spec);
     }
   }
-  if (to_add.empty()) return size;
+  std::vector<std::unique_ptr<LocalVariable>> created;
+  *new_bytes_out = 0;
+  if (to_add.empty()) return created;
 
   // Plan on a copy so a memory refusal leaves the catalog untouched.
   ShardMap plan = map_;
@@ -109,7 +112,7 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
       }
     }
   }
-  const int64_t held = parameter_bytes();
+  const int64_t held = accounted_bytes_.load();
   const int64_t limit = memory_limit_bytes_ > 0
                             ? memory_limit_bytes_ - held
                             : AvailableMemoryBytes() / 10 * 9;
@@ -121,9 +124,11 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
         "tasks or smaller variables"));
   }
 
-  std::vector<std::unique_ptr<LocalVariable>> created;
   for (const VariableSpec* spec : to_add) {
-    if (absl::Status s = map_.Add(*spec); !s.ok()) return s;
+    if (absl::Status s = map_.Add(*spec); !s.ok()) {
+      Discard(&created);
+      return s;
+    }
     auto v = std::make_unique<LocalVariable>();
     v->layout = map_.Find(spec->name());
     v->optimizer = CreateOptimizer(spec->optimizer());
@@ -147,24 +152,145 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
           break;
         default:
           v->rows[s] = std::make_unique<HashEmbeddingShard>(
-              *v->layout, s, v->optimizer.get(), init);
+              *v->layout, s, v->optimizer.get(), init,
+              [this](int64_t bytes) { return ReserveMemory(bytes); });
           break;
       }
     }
     created.push_back(std::move(v));
     if (fill_hook_) {
       if (absl::Status s = fill_hook_(*created.back()); !s.ok()) {
-        for (size_t i = 0; i < created.size(); ++i) map_.PopBack();
+        Discard(&created);
         return s;
       }
     }
   }
+  accounted_bytes_ += new_bytes;  // reserved now; Discard gives it back
+  *new_bytes_out = new_bytes;
+  return created;
+}
+
+void ShardStore::Discard(std::vector<std::unique_ptr<LocalVariable>>* created) {
+  for (const auto& v : *created) {
+    map_.PopBack();
+    // Hash rows a restore imported gave their memory back too.
+    for (const auto& shard : v->rows) {
+      if (auto* h = dynamic_cast<HashEmbeddingShard*>(shard.get())) {
+        accounted_bytes_ -= h->reserved_bytes();
+      }
+    }
+  }
+  created->clear();
+}
+
+void ShardStore::Publish(std::vector<std::unique_ptr<LocalVariable>> created) {
   absl::MutexLock lock(&catalog_mu_);
   for (auto& v : created) {
     by_name_[v->name()] = v.get();
     variables_.push_back(std::move(v));
   }
-  return static_cast<int>(variables_.size());
+}
+
+absl::Status ShardStore::CheckNoneInProgress() {
+  if (!prepared_.has_value()) return absl::OkStatus();
+  if (absl::Now() > prepared_->deadline) {
+    LOG(WARNING) << "PS " << ps_task_ << ": creation " << prepared_->id
+                 << " was prepared but never committed within " << kPreparedTtl
+                 << "; discarding it";
+    accounted_bytes_ -= prepared_->new_bytes;
+    Discard(&prepared_->variables);
+    prepared_.reset();
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("another creation of variables (", prepared_->id,
+                   ") is in progress on PS ", ps_task_, "; try again"));
+}
+
+absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
+                                                std::vector<VariableSpec> specs,
+                                                int num_ps) {
+  absl::MutexLock create_lock(&create_mu_);
+  if (absl::Status s = CheckNoneInProgress(); !s.ok()) return s;
+  int64_t new_bytes = 0;
+  auto created = Build(first_index, std::move(specs), num_ps, &new_bytes);
+  if (!created.ok()) return created.status();
+  Publish(*std::move(created));
+  return static_cast<int>(map_.variables().size());
+}
+
+absl::StatusOr<int> ShardStore::PrepareVariables(
+    uint64_t creation_id, int first_index, std::vector<VariableSpec> specs,
+    int num_ps) {
+  if (creation_id == 0) {
+    return absl::InvalidArgumentError("a prepared creation needs an id");
+  }
+  absl::MutexLock create_lock(&create_mu_);
+  if (prepared_.has_value() && prepared_->id == creation_id) {
+    return static_cast<int>(map_.variables().size());  // a retried prepare
+  }
+  if (absl::Status s = CheckNoneInProgress(); !s.ok()) return s;
+  int64_t new_bytes = 0;
+  auto created = Build(first_index, std::move(specs), num_ps, &new_bytes);
+  if (!created.ok()) return created.status();
+  prepared_.emplace(Prepared{creation_id, absl::Now() + kPreparedTtl,
+                             *std::move(created), new_bytes});
+  return static_cast<int>(map_.variables().size());
+}
+
+absl::StatusOr<int> ShardStore::CommitVariables(uint64_t creation_id) {
+  absl::MutexLock create_lock(&create_mu_);
+  if (prepared_.has_value() && prepared_->id == creation_id) {
+    Publish(std::move(prepared_->variables));
+    prepared_.reset();
+    last_committed_ = creation_id;
+    return static_cast<int>(map_.variables().size());
+  }
+  if (creation_id != 0 && creation_id == last_committed_) {
+    return static_cast<int>(map_.variables().size());
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "creation ", creation_id, " is not prepared on PS ", ps_task_,
+      " (it was discarded after ", absl::FormatDuration(kPreparedTtl),
+      ", aborted, or this PS restarted); create the variables again"));
+}
+
+absl::Status ShardStore::AbortVariables(uint64_t creation_id) {
+  absl::MutexLock create_lock(&create_mu_);
+  if (prepared_.has_value() && prepared_->id == creation_id) {
+    accounted_bytes_ -= prepared_->new_bytes;
+    Discard(&prepared_->variables);
+    prepared_.reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::ReserveMemory(int64_t bytes) {
+  if (memory_limit_bytes_ <= 0) {
+    const int64_t available = AvailableMemoryBytes() / 10 * 9;
+    if (available > 0 && bytes > available) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "needs ", bytes, " bytes but only ", available, " are free on PS ",
+          ps_task_,
+          " (90% of MemAvailable); set --memory_limit_bytes, bound the table "
+          "(shape[0]) or use more PS tasks"));
+    }
+    accounted_bytes_ += bytes;
+    return absl::OkStatus();
+  }
+  int64_t held = accounted_bytes_.load();
+  while (true) {
+    if (held + bytes > memory_limit_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "needs ", bytes, " bytes more, but PS ", ps_task_, " holds ", held,
+          " of its --memory_limit_bytes=", memory_limit_bytes_,
+          "; bound the table (shape[0]), raise the limit or use more PS "
+          "tasks"));
+    }
+    if (accounted_bytes_.compare_exchange_weak(held, held + bytes)) {
+      return absl::OkStatus();
+    }
+  }
 }
 
 void ShardStore::set_fill_hook(FillHook hook) {

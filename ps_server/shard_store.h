@@ -13,12 +13,14 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/dense_shard.h"
 #include "ps_server/initializer.h"
@@ -61,6 +63,22 @@ class ShardStore {
                                       std::vector<VariableSpec> specs,
                                       int num_ps);
 
+  // Creation in two phases, so that a client can create variables on every
+  // PS all or nothing. PrepareVariables checks, allocates and restores like
+  // CreateVariables, but keeps the new variables unseen under `creation_id`
+  // (returning the catalog size they would make); CommitVariables publishes
+  // them; AbortVariables discards them (nothing was ever visible). One
+  // creation is prepared at a time: CreateVariables or another Prepare
+  // meanwhile is FAILED_PRECONDITION ("in progress"; the client retries),
+  // and one not committed within kPreparedTtl is discarded. Commit of an
+  // id just committed answers again; of an unknown one FAILED_PRECONDITION.
+  static constexpr absl::Duration kPreparedTtl = absl::Seconds(60);
+  absl::StatusOr<int> PrepareVariables(uint64_t creation_id, int first_index,
+                                       std::vector<VariableSpec> specs,
+                                       int num_ps);
+  absl::StatusOr<int> CommitVariables(uint64_t creation_id);
+  absl::Status AbortVariables(uint64_t creation_id);
+
   // nullptr if no such variable. The pointer stays valid for the store's
   // lifetime. Thread-safe.
   const LocalVariable* Find(absl::string_view name) const;
@@ -90,17 +108,49 @@ class ShardStore {
   int64_t parameter_bytes() const;
   int64_t num_local_shards() const;
 
+  // Accounts `bytes` more of shard memory (hash embeddings growing) if the
+  // total stays within --memory_limit_bytes (or, without one, if they are
+  // at most 90% of the memory available now); RESOURCE_EXHAUSTED saying
+  // how much is held and allowed otherwise. Thread-safe, lock-free.
+  absl::Status ReserveMemory(int64_t bytes);
+
  private:
   const int ps_task_;
   const int num_ps_;
   const int64_t memory_limit_bytes_;
 
   std::atomic<int64_t> global_step_{0};
+  // Planned bytes of this PS's dense and embedding shards plus the blocks
+  // its hash shards reserved: what --memory_limit_bytes is checked against.
+  std::atomic<int64_t> accounted_bytes_{0};
+
+  // Checks a creation, adds its layouts to map_ and allocates (and fills)
+  // its local shards, unpublished; nothing changes on error.
+  absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> Build(
+      int first_index, std::vector<VariableSpec> specs, int num_ps,
+      int64_t* new_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  void Publish(std::vector<std::unique_ptr<LocalVariable>> created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  // Takes `created` (the last entries of map_) back out of map_ and gives
+  // their memory back.
+  void Discard(std::vector<std::unique_ptr<LocalVariable>>* created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  // FAILED_PRECONDITION while another creation is prepared (discarding it
+  // first if it outlived kPreparedTtl).
+  absl::Status CheckNoneInProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
 
   // Serializes creations (held while shards are allocated).
   absl::Mutex create_mu_;
   FillHook fill_hook_ ABSL_GUARDED_BY(create_mu_);
   ShardMap map_ ABSL_GUARDED_BY(create_mu_);
+  struct Prepared {  // (no member initializers: clang's std::optional)
+    uint64_t id;
+    absl::Time deadline;
+    std::vector<std::unique_ptr<LocalVariable>> variables;
+    int64_t new_bytes;
+  };
+  std::optional<Prepared> prepared_ ABSL_GUARDED_BY(create_mu_);
+  uint64_t last_committed_ ABSL_GUARDED_BY(create_mu_) = 0;
 
   // Guards the published catalog read by every request.
   mutable absl::Mutex catalog_mu_;

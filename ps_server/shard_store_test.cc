@@ -1,6 +1,7 @@
 #include "ps_server/shard_store.h"
 
 #include "gtest/gtest.h"
+#include "ps_server/hash_embedding_shard.h"
 
 namespace psrt {
 namespace {
@@ -70,6 +71,50 @@ TEST(ShardStoreTest, RefusesVariablesBeyondTheMemoryLimit) {
       << too_big.status();
   EXPECT_TRUE(store.Variables().empty());
   EXPECT_TRUE(store.CreateVariables(0, {Spec("fits", 1000, 1)}, 1).ok());
+}
+
+// An unbounded hash table grows on push: its blocks count against
+// --memory_limit_bytes like the other shards, and a push that would pass
+// the limit creates nothing.
+TEST(ShardStoreTest, HashEmbeddingGrowthCountsAgainstTheMemoryLimit) {
+  VariableSpec h;
+  h.set_name("h");
+  h.set_kind(HASH_EMBEDDING);
+  h.add_shape(0);  // unbounded
+  h.add_shape(16);
+  h.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  h.mutable_optimizer()->set_learning_rate(0.1f);
+  // 1 MiB of dense parameters, then room for a few blocks of rows.
+  ShardStore store(0, 1, int64_t{4} << 20);
+  ASSERT_TRUE(store.CreateVariables(0, {Spec("d", 1 << 18, 1), h}, 1).ok());
+  RowShard& shard = *store.Find("h")->rows[0];
+  const int64_t block =
+      static_cast<HashEmbeddingShard&>(shard).block_bytes();  // ~640 KiB
+  ASSERT_GT(block, 600 << 10);
+  int64_t next_id = 0;
+  absl::Status s;
+  int64_t rows = 0;
+  while (s.ok() && next_id < 1000000) {
+    std::vector<int64_t> ids(1000);
+    for (int64_t& id : ids) id = next_id++ * 7919;
+    s = shard.EnsureRows(ids);
+    if (s.ok()) rows += 1000;
+  }
+  ASSERT_FALSE(s.ok()) << "the table grew past the limit";
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(s.message().find("hash embedding 'h' shard 0 cannot grow"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("--memory_limit_bytes=4194304"), std::string::npos)
+      << s;
+  // Everything accepted fits: the dense MiB plus whole blocks within 4 MiB.
+  EXPECT_EQ(shard.num_rows(), rows);
+  EXPECT_LE((1 << 20) + (rows + 4095) / 4096 * block, 4 << 20);
+  // ... and the refused 1,000 rows would not have.
+  EXPECT_GT((1 << 20) + (rows + 1000 + 4095) / 4096 * block, 4 << 20);
+  // And nothing more can be created either.
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      store.CreateVariables(2, {Spec("more", 1 << 18, 1)}, 1).status()));
 }
 
 }  // namespace

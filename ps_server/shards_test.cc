@@ -93,8 +93,7 @@ TEST(EmbeddingShardTest, ModRoutedRowsKeepSlotsBesideValues) {
 // An update that overflows one row is reported, and UndoLocked puts every
 // row (values and slots) and the version back exactly.
 TEST(EmbeddingShardTest, OverflowingUpdateIsReportedAndUndoneExactly) {
-  ShardMap map =
-      MapWith(Spec(EMBEDDING, {100, 4}, 1, OptimizerSpec::ADAGRAD));
+  ShardMap map = MapWith(Spec(EMBEDDING, {100, 4}, 1, OptimizerSpec::ADAGRAD));
   const VariableLayout& layout = *map.Find("v");
   auto opt = CreateOptimizer(layout.spec.optimizer());
   Initializer init(layout.spec.initializer());

@@ -8,8 +8,7 @@
 
 namespace psrt {
 
-StepCoordinator::StepCoordinator(int ps_task, int max_workers,
-                                 PushDedup* dedup)
+StepCoordinator::StepCoordinator(int ps_task, int max_workers, PushDedup* dedup)
     : ps_task_(ps_task), max_workers_(std::max(1, max_workers)), dedup_(dedup) {
   timeouts_ = std::thread([this] { TimeoutLoop(); });
 }
@@ -32,7 +31,8 @@ absl::Status StepCoordinator::CheckStepFields(const Consistency& c,
                    " workers; this cluster's spec lists ", max_workers_,
                    " (give every process the same cluster spec)");
   }
-  if (!(c.timeout_seconds() >= 0 && c.timeout_seconds() <= kMaxTimeoutSeconds)) {
+  if (!(c.timeout_seconds() >= 0 &&
+        c.timeout_seconds() <= kMaxTimeoutSeconds)) {
     return invalid("timeout_seconds ", c.timeout_seconds(), " is outside [0, ",
                    kMaxTimeoutSeconds, "]");
   }
@@ -45,7 +45,8 @@ absl::Status StepCoordinator::CheckStepFields(const Consistency& c,
   }
   const char* mode = c.mode() == Consistency::SYNC ? "sync" : "ssp";
   if (c.workers() < 1) {
-    return invalid(mode, " needs the number of workers (consistency.workers "
+    return invalid(mode,
+                   " needs the number of workers (consistency.workers "
                    ">= 1)");
   }
   if (worker_index < 0 || worker_index >= c.workers()) {

@@ -52,8 +52,8 @@ class StepCoordinator {
   // and timeout are within what this cluster allows; INVALID_ARGUMENT
   // naming the field and the bound otherwise. Every pull and push is
   // checked before it waits, is held, or is applied.
-  absl::Status CheckStepFields(const Consistency& consistency,
-                               int worker_index, int64_t step) const;
+  absl::Status CheckStepFields(const Consistency& consistency, int worker_index,
+                               int64_t step) const;
   // Fails the pulls still waiting with UNAVAILABLE.
   ~StepCoordinator();
   StepCoordinator(const StepCoordinator&) = delete;

@@ -100,9 +100,11 @@ absl::Status ClusterMembers::Check(const std::string& peer,
     Resolve();
     if (ips_.contains(ip)) return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(absl::StrCat(
-      method, " is served only to the cluster's own hosts (its PS and "
-      "workers); caller ", peer, " is not one of them"));
+  return absl::PermissionDeniedError(
+      absl::StrCat(method,
+                   " is served only to the cluster's own hosts (its PS and "
+                   "workers); caller ",
+                   peer, " is not one of them"));
 }
 
 }  // namespace psrt

@@ -364,7 +364,8 @@ TEST_F(BadInputTest, StepFieldsAreBoundedByTheClusterSpec) {
 
 // A request that is not the method's protobuf message is INVALID_ARGUMENT
 // naming the method (gRPC's own parsing answered UNIMPLEMENTED, no detail).
-TEST_F(BadInputTest, UnparseableUnaryRequestsAreInvalidArgumentNamingTheMethod) {
+TEST_F(BadInputTest,
+       UnparseableUnaryRequestsAreInvalidArgumentNamingTheMethod) {
   // Field 1 as a length-delimited record running past the end.
   const std::string truncated = "\x0a\x7f\x01\x02";
   for (const std::string method :
@@ -382,8 +383,8 @@ TEST_F(BadInputTest, UnparseableUnaryRequestsAreInvalidArgumentNamingTheMethod) 
   for (int i = 0; i < 200; ++i) {
     std::string junk(1 + rng() % 200, '\0');
     for (char& c : junk) c = static_cast<char>(rng());
-    const grpc::Status s = RawUnary(i % 2 ? "CreateVariables" : "GetStats",
-                                    junk);
+    const grpc::Status s =
+        RawUnary(i % 2 ? "CreateVariables" : "GetStats", junk);
     EXPECT_TRUE(s.ok() ||
                 s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
                 s.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
@@ -417,8 +418,8 @@ TEST_F(BadInputTest, UpdatesWithNonFiniteResultsAreRejectedWhole) {
   std::vector<float> row = {0.5f, 0.5f}, pulled(2);
   ASSERT_TRUE(client_->PullRows("acc", ids, pulled.data()).ok());
   const std::vector<float> before = pulled;
-  absl::Status s = client_->Push(
-      {PushOp::Rows("acc", ids, row.data()), PushOp::Dense("big", huge.data())});
+  absl::Status s = client_->Push({PushOp::Rows("acc", ids, row.data()),
+                                  PushOp::Dense("big", huge.data())});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("push to 'big' shard 0: the update would make "
                              "element 0 of the shard -inf (from -3e+38); the "
@@ -447,6 +448,38 @@ TEST_F(BadInputTest, UpdatesWithNonFiniteResultsAreRejectedWhole) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ((*stats)[0].rejected_nonfinite_pushes(), 2);
   ExpectUnchangedAndServing();
+}
+
+// A push retried with the same (client id, request id) -- what the client
+// does after UNAVAILABLE or a deadline, when it cannot know whether the
+// first attempt was applied -- is acknowledged as a duplicate and applied
+// once; another request id is applied again.
+TEST_F(BadInputTest, RetriedPushIsAppliedOnce) {
+  auto push = [&](uint64_t request_id, PushResponse* response) {
+    Frame f = PushFrame("w", 0, {}, std::vector<float>(8, 1.0f));
+    PushRequestHeader header;
+    header.ParseFromString(f.header());
+    header.set_client_id(4242);
+    header.set_request_id(request_id);
+    f.set_header(header.SerializeAsString());
+    grpc::ClientContext context;
+    auto writer = stub_->Push(&context, response);
+    writer->Write(f);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  std::vector<float> w(8);
+  PushResponse first, retry, next;
+  ASSERT_TRUE(push(17, &first).ok());
+  EXPECT_FALSE(first.duplicate());
+  ASSERT_TRUE(push(17, &retry).ok());
+  EXPECT_TRUE(retry.duplicate());
+  ASSERT_TRUE(client_->PullDense("w", w.data()).ok());
+  EXPECT_EQ(w, std::vector<float>(8, 1.0f));  // 2 - 1 x lr 1, once
+  ASSERT_TRUE(push(18, &next).ok());
+  EXPECT_FALSE(next.duplicate());
+  ASSERT_TRUE(client_->PullDense("w", w.data()).ok());
+  EXPECT_EQ(w, std::vector<float>(8, 0.0f));
 }
 
 }  // namespace

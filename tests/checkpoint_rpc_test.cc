@@ -26,9 +26,9 @@ bool Exists(const std::string& path) {
 // Every regular file under `dir` (find's output), for "nothing was written".
 std::string FilesUnder(const std::string& dir) {
   const std::string list = absl::StrCat(dir, ".files");
-  std::system(absl::StrCat("find '", dir, "' -type f 2>/dev/null | sort > '",
-                           list, "'")
-                  .c_str());
+  std::system(
+      absl::StrCat("find '", dir, "' -type f 2>/dev/null | sort > '", list, "'")
+          .c_str());
   std::ifstream in(list);
   std::stringstream s;
   s << in.rdbuf();
@@ -109,8 +109,8 @@ TEST_F(CheckpointRpcTest, CommitCheckpointIsRefusedWithoutPerHostStorage) {
   grpc::Status s = Commit(victim_, "../../..", "{{{");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << s.error_message();
-  EXPECT_TRUE(absl::StrContains(s.error_message(),
-                                "--checkpoint_storage_per_host"))
+  EXPECT_TRUE(
+      absl::StrContains(s.error_message(), "--checkpoint_storage_per_host"))
       << s.error_message();
   // Even a well-formed one: PS 0 writes manifests on shared storage.
   s = Commit(root_, "ckpt-0000000003-0000000000001",
@@ -159,9 +159,9 @@ TEST_F(CheckpointRpcTest, CommitCheckpointWritesOnlyCheckedManifestsUnderRoot) {
   // The real thing works and writes the parsed manifest and `latest`.
   s = Commit(root_, name, ValidManifest(name));
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(FilesUnder(base_),
-            absl::StrCat(root_, "/", name, "/MANIFEST.json\n", root_,
-                         "/latest\n"));
+  EXPECT_EQ(
+      FilesUnder(base_),
+      absl::StrCat(root_, "/", name, "/MANIFEST.json\n", root_, "/latest\n"));
 }
 
 TEST_F(CheckpointRpcTest, SaveShardsAndCheckpointStayUnderTheConfiguredRoot) {
@@ -190,8 +190,8 @@ TEST_F(CheckpointRpcTest, SaveShardsAndCheckpointStayUnderTheConfiguredRoot) {
   EXPECT_EQ(response.files(), 1);
   s = Save(root_ + "/ckpt-0000000001-0000000000001");
   EXPECT_TRUE(s.ok()) << s.error_message();
-  EXPECT_TRUE(Exists(
-      root_ + "/ckpt-0000000001-0000000000001/w.shard-00000-of-00001"));
+  EXPECT_TRUE(
+      Exists(root_ + "/ckpt-0000000001-0000000000001/w.shard-00000-of-00001"));
   EXPECT_FALSE(Exists(victim_));
 }
 

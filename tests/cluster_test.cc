@@ -377,8 +377,9 @@ TEST_F(ClusterTest, PushIsAllOrNothingAcrossPsAndFailuresNameWhatApplied) {
   ASSERT_TRUE(short_client.ok());
   ASSERT_TRUE((*short_client)->RefreshCatalog().ok());
   cluster_->Kill(other_ps, SIGKILL);
-  s = (*short_client)->Push(
-      {PushOp::Rows("e", ids, rows.data()), PushOp::Dense("d", dense.data())});
+  s = (*short_client)
+          ->Push({PushOp::Rows("e", ids, rows.data()),
+                  PushOp::Dense("d", dense.data())});
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find(absl::StrCat("applied on PS ", dense_ps, " (")),
             std::string::npos)
@@ -386,6 +387,163 @@ TEST_F(ClusterTest, PushIsAllOrNothingAcrossPsAndFailuresNameWhatApplied) {
   EXPECT_NE(s.message().find(absl::StrCat("unknown on PS ", other_ps)),
             std::string::npos)
       << s;
+}
+
+// SYNC with two workers: a step is applied once both have pushed it, as
+// the mean of their gradients (TF's SyncReplicasOptimizer), one update.
+// Power-of-two values keep every sum exact, so the check is equality.
+TEST_F(ClusterTest, SyncStepAppliesTheMeanOfEveryWorkersGradient) {
+  // The cluster spec must list the workers (requests declaring more are
+  // refused).
+  cluster_.reset();
+  cluster_ = std::move(*LocalCluster::Start({.num_ps = 2, .num_workers = 2}));
+  VariableSpec d = Spec("d", DENSE, {8}, 2, OptimizerSpec::SGD, 0.5f);
+  auto setup = NewClient();
+  ASSERT_TRUE(setup->CreateVariables({d}).ok());
+  std::unique_ptr<Client> workers[2];
+  for (int w = 0; w < 2; ++w) {
+    ClientOptions o = cluster_->MakeClientOptions();
+    o.worker_index = w;
+    workers[w] = std::move(*Client::Connect(o));
+    ASSERT_TRUE(workers[w]->RefreshCatalog().ok());
+  }
+  StepOptions step;
+  step.consistency.set_mode(Consistency::SYNC);
+  step.consistency.set_workers(2);
+  step.consistency.set_timeout_seconds(20);
+  std::vector<float> g0 = {4, 8, 2, 0, -4, 1, 16, 2};
+  std::vector<float> g1 = {0, 8, 6, 2, 4, 3, -16, 2};
+  std::vector<float> out(8);
+  for (int64_t k = 0; k < 3; ++k) {
+    step.step = k;
+    // Worker 0 alone: held, nothing applied yet.
+    ASSERT_TRUE(workers[0]->Push({PushOp::Dense("d", g0.data())}, step).ok());
+    ASSERT_TRUE(setup->PullDense("d", out.data()).ok());
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(out[i], -0.5f * k * (g0[i] + g1[i]) / 2) << "step " << k;
+    }
+    ASSERT_TRUE(workers[1]->Push({PushOp::Dense("d", g1.data())}, step).ok());
+    ASSERT_TRUE(setup->PullDense("d", out.data()).ok());
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(out[i], -0.5f * (k + 1) * (g0[i] + g1[i]) / 2)
+          << "step " << k << " element " << i;
+    }
+  }
+  // One version step per shard per applied step, not one per push.
+  auto lists = setup->ListVariables();
+  ASSERT_TRUE(lists.ok());
+  for (const auto& ps : *lists) {
+    for (const auto& shard : ps.variables(0).shards()) {
+      EXPECT_EQ(shard.version(), 3);
+    }
+  }
+}
+
+// SSP with staleness 2: a worker may pull step t only once every worker
+// has pushed step t - 3; a faster one is held (and named after the
+// timeout), then released when the slowest catches up.
+TEST_F(ClusterTest, SspHoldsAFastWorkerAtMostStalenessStepsAheadAndReleasesIt) {
+  cluster_.reset();
+  cluster_ = std::move(*LocalCluster::Start({.num_ps = 2, .num_workers = 3}));
+  VariableSpec d = Spec("d", DENSE, {4}, 1, OptimizerSpec::SGD, 1.0f);
+  auto setup = NewClient();
+  ASSERT_TRUE(setup->CreateVariables({d}).ok());
+  std::unique_ptr<Client> workers[3];
+  for (int w = 0; w < 3; ++w) {
+    ClientOptions o = cluster_->MakeClientOptions();
+    o.worker_index = w;
+    o.call_timeout = absl::Seconds(20);
+    workers[w] = std::move(*Client::Connect(o));
+    ASSERT_TRUE(workers[w]->RefreshCatalog().ok());
+  }
+  StepOptions step;
+  step.consistency.set_mode(Consistency::SSP);
+  step.consistency.set_workers(3);
+  step.consistency.set_staleness(2);
+  step.consistency.set_timeout_seconds(1);
+  std::vector<float> g(4, 1.0f), out(4);
+  // Workers 0 and 1 push steps 0..4; worker 2 pushes step 0 only.
+  for (int64_t k = 0; k < 5; ++k) {
+    step.step = k;
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_TRUE(workers[w]->Push({PushOp::Dense("d", g.data())}, step).ok());
+    }
+  }
+  step.step = 0;
+  ASSERT_TRUE(workers[2]->Push({PushOp::Dense("d", g.data())}, step).ok());
+  // Worker 2 has pushed step 0 (clock 1): pulls up to step 1 + 2 = 3 go.
+  step.step = 3;
+  EXPECT_TRUE(workers[0]->Pull({PullOp::Dense("d", out.data())}, step).ok());
+  // Step 4 is 3 ahead of worker 2: held, then refused naming it.
+  step.step = 4;
+  absl::Status held = workers[0]->Pull({PullOp::Dense("d", out.data())}, step);
+  EXPECT_EQ(held.code(), absl::StatusCode::kDeadlineExceeded) << held;
+  EXPECT_NE(held.message().find("worker 2 (at step 1)"), std::string::npos)
+      << held;
+  // Released as soon as worker 2 pushes step 1.
+  step.consistency.set_timeout_seconds(15);
+  absl::Status released;
+  absl::Time returned;
+  std::thread pull([&] {
+    released = workers[1]->Pull({PullOp::Dense("d", out.data())}, step);
+    returned = absl::Now();
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Time pushed = absl::Now();
+  StepOptions slow = step;
+  slow.step = 1;
+  ASSERT_TRUE(workers[2]->Push({PushOp::Dense("d", g.data())}, slow).ok());
+  pull.join();
+  EXPECT_TRUE(released.ok()) << released;
+  EXPECT_GE(returned, pushed)
+      << "the pull went ahead before worker 2 caught up";
+  EXPECT_EQ(out[0], -12.0f);  // 5 + 5 + 2 pushes of 1, all applied on arrival
+}
+
+// Every series docs/operations.md lists, from a live server, with values
+// that follow from what the test did.
+TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
+  auto client = NewClient();
+  VariableSpec d = Spec("d", DENSE, {1000}, 1, OptimizerSpec::SGD, 1.0f);
+  VariableSpec e = Spec("e", EMBEDDING, {100, 4}, 1, OptimizerSpec::SGD, 1.0f);
+  ASSERT_TRUE(client->CreateVariables({d, e}).ok());
+  const int ps = client->Find("d")->shards[0].ps_task;
+  ASSERT_EQ(client->Find("e")->shards[0].ps_task, 1 - ps);
+  std::vector<float> dense(1000, 1.0f), rows(12, 1.0f);
+  std::vector<int64_t> ids = {1, 2, 3};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client->PushDense("d", dense.data()).ok());
+    ASSERT_TRUE(client->PullDense("d", dense.data()).ok());
+  }
+  ASSERT_TRUE(client->PushRows("e", ids, rows.data()).ok());
+  auto metrics = FetchMetrics(cluster_->metrics_port(ps));
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const std::string& m = *metrics;
+  auto value = [&](const std::string& sample) {
+    return MetricValue(m, sample);
+  };
+  EXPECT_EQ(value("psrt_requests_total{method=\"Push\"}"), 3) << m;
+  EXPECT_EQ(value("psrt_requests_total{method=\"Pull\"}"), 3) << m;
+  EXPECT_GE(value("psrt_requests_total{method=\"CreateVariables\"}"), 1) << m;
+  EXPECT_GE(value("psrt_bytes_in_total{method=\"Push\"}"), 3 * 4000) << m;
+  EXPECT_EQ(value("psrt_bytes_out_total{method=\"Pull\"}"), 3 * 4000) << m;
+  EXPECT_EQ(value("psrt_rows_total{method=\"Push\"}"), 3) << m;
+  EXPECT_EQ(value("psrt_request_seconds_count{method=\"Push\"}"), 3) << m;
+  EXPECT_GT(value("psrt_request_seconds_sum{method=\"Push\"}"), 0) << m;
+  EXPECT_EQ(value("psrt_push_apply_seconds_count"), 3) << m;
+  EXPECT_EQ(value("psrt_rejected_nonfinite_pushes_total"), 0) << m;
+  EXPECT_EQ(value(absl::StrCat("psrt_parameter_bytes{ps_task=\"", ps, "\"}")),
+            4000)
+      << m;
+  EXPECT_EQ(value(absl::StrCat("psrt_local_shards{ps_task=\"", ps, "\"}")), 1)
+      << m;
+  EXPECT_GT(value("psrt_uptime_seconds"), 0) << m;
+  // The embedding push went to the other PS: its three rows count there.
+  // (psrt_errors_total by code: bad_input_test.)
+  metrics = FetchMetrics(cluster_->metrics_port(1 - ps));
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(MetricValue(*metrics, "psrt_rows_total{method=\"Push\"}"), 3)
+      << *metrics;
 }
 
 // A 64 MiB dense variable moves through 1 MiB messages both ways.

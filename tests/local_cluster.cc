@@ -113,7 +113,8 @@ int LocalCluster::Kill(int ps, int signal) {
   return status;
 }
 
-absl::Status LocalCluster::Restart(int ps, std::vector<std::string> more_flags) {
+absl::Status LocalCluster::Restart(int ps,
+                                   std::vector<std::string> more_flags) {
   if (absl::Status s = Launch(ps, more_flags); !s.ok()) return s;
   ClientOptions options = MakeClientOptions();
   options.ps_addresses = {spec_.ps[ps]};
@@ -144,7 +145,8 @@ LocalCluster::~LocalCluster() {
 
 std::vector<LocalCluster::WorkerRun> LocalCluster::RunWorkers(
     const std::string& binary, const std::vector<std::string>& args,
-    const std::vector<int>& indices, absl::Duration timeout) {
+    const std::vector<int>& indices, absl::Duration timeout,
+    const std::string& log_prefix) {
   std::vector<std::string> tf_configs;
   for (int index : indices) {
     ClusterSpec spec = spec_;
@@ -152,18 +154,22 @@ std::vector<LocalCluster::WorkerRun> LocalCluster::RunWorkers(
     spec.task = {"worker", index};
     tf_configs.push_back(ClusterSpecToJson(spec));
   }
-  return RunPrograms(binary, args, tf_configs, timeout);
+  return RunPrograms(binary, args, tf_configs, timeout, log_prefix);
 }
 
 std::vector<LocalCluster::WorkerRun> RunPrograms(
     const std::string& binary, const std::vector<std::string>& args,
-    const std::vector<std::string>& tf_configs, absl::Duration timeout) {
+    const std::vector<std::string>& tf_configs, absl::Duration timeout,
+    const std::string& log_prefix) {
   std::vector<pid_t> pids;
   std::vector<std::string> logs;
   const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
   for (size_t p = 0; p < tf_configs.size(); ++p) {
-    logs.push_back(absl::StrCat(dir ? dir : "/tmp", "/run_", p, "_", getpid(),
-                                "_", absl::ToUnixMicros(absl::Now()), ".log"));
+    logs.push_back(log_prefix.empty()
+                       ? absl::StrCat(dir ? dir : "/tmp", "/run_", p, "_",
+                                      getpid(), "_",
+                                      absl::ToUnixMicros(absl::Now()), ".log")
+                       : absl::StrCat(log_prefix, p, ".log"));
     const pid_t pid = fork();
     if (pid == 0) {
       const int log =

@@ -59,14 +59,17 @@ class LocalCluster {
   // (a later flag wins), and waits until it is healthy.
   absl::Status Restart(int ps, std::vector<std::string> more_flags = {});
   bool Running(int ps) const { return pids_[ps] > 0; }
+  pid_t pid(int ps) const { return pids_[ps]; }
 
   // Runs `binary` (relative to runfiles) as each worker in `indices`, all
   // at once, with TF_CONFIG naming that worker, and waits for them (killing
-  // them after `timeout`).
+  // them after `timeout`). With `log_prefix`, worker i's output goes to
+  // <log_prefix><i>.log as it runs (to watch it from another thread).
   std::vector<WorkerRun> RunWorkers(const std::string& binary,
                                     const std::vector<std::string>& args,
                                     const std::vector<int>& indices,
-                                    absl::Duration timeout);
+                                    absl::Duration timeout,
+                                    const std::string& log_prefix = "");
 
  private:
   LocalCluster() = default;
@@ -84,7 +87,8 @@ class LocalCluster {
 // after `timeout`).
 std::vector<LocalCluster::WorkerRun> RunPrograms(
     const std::string& binary, const std::vector<std::string>& args,
-    const std::vector<std::string>& tf_configs, absl::Duration timeout);
+    const std::vector<std::string>& tf_configs, absl::Duration timeout,
+    const std::string& log_prefix = "");
 
 // An empty directory `name` under the test's temporary directory.
 std::string FreshTestDir(const std::string& name);

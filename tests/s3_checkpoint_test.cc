@@ -24,6 +24,7 @@
 #include "ps_server/storage/aws_credentials.h"
 #include "ps_server/storage/http_client.h"
 #include "tests/checkpoint_test_util.h"
+#include "tests/ci.h"
 #include "tests/local_cluster.h"
 #include "util/crc32c.h"
 
@@ -302,8 +303,9 @@ TEST_F(S3CheckpointTest, AwsCliReadsWhatTheServersWrote) {
     if (access(c, X_OK) == 0) aws = c;
   }
   if (aws.empty()) {
-    GTEST_SKIP() << "the AWS CLI is not installed (apt install awscli); "
-                    "skipping the cross-check against it";
+    PSRT_SKIP_UNLESS_CI(
+        "the AWS CLI is not installed (apt install awscli); skipping the "
+        "cross-check against it");
   }
   const std::string root = "s3://psrt/cli";
   const std::string uri = SaveFromTwoPs(root, /*train=*/false);

@@ -16,6 +16,7 @@
 #include "ps_server/optimizer.h"
 #include "ps_worker/trainer.h"
 #include "tests/local_cluster.h"
+#include "tests/tfrecord_split.h"
 #include "tests/worker_output.h"
 
 namespace psrt {
@@ -33,24 +34,55 @@ std::unique_ptr<LocalCluster> StartCluster(int num_ps, int num_workers) {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
+// --eval_every_steps: worker 0 evaluates every N steps and at the end.
+TEST(TrainDeepFmTest, EvaluatesEveryNSteps) {
   auto cluster = StartCluster(1, 1);
   ASSERT_NE(cluster, nullptr);
   auto runs = cluster->RunWorkers(
       kWorker,
-      {"--model=deepfm", absl::StrCat("--train_files=", kVal),
-       absl::StrCat("--eval_files=", kVal), "--vocab=117581", "--epochs=4",
-       "--batch_size=256", "--log_every_steps=20", "--shuffle_buffer=0"},
+      {"--model=lr", absl::StrCat("--train_files=", kVal),
+       absl::StrCat("--eval_files=", kVal), "--vocab=117581", "--batch_size=64",
+       "--max_steps=30", "--eval_every_steps=10", "--log_every_steps=10"},
+      {0}, absl::Minutes(3));
+  ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
+  const std::regex eval_line(R"(eval examples=(\d+) auc=)");
+  int evals = 0;
+  const std::string& out = runs[0].output;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), eval_line);
+       it != std::sregex_iterator(); ++it) {
+    ++evals;
+    EXPECT_EQ((*it)[1], "10000");  // the whole eval file each time
+  }
+  // After steps 10 and 20, and at the end (step 30).
+  EXPECT_EQ(evals, 3) << out;
+}
+
+TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
+  auto cluster = StartCluster(1, 1);
+  ASSERT_NE(cluster, nullptr);
+  // 8,000 records to train on, the other 2,000 held out for evaluation.
+  const std::string dir = FreshTestDir("deepfm_split");
+  ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
+                             dir + "/eval.tfrecords")
+                  .ok());
+  auto runs = cluster->RunWorkers(
+      kWorker,
+      {"--model=deepfm",
+       absl::StrCat("--train_files=", dir, "/train.tfrecords"),
+       absl::StrCat("--eval_files=", dir, "/eval.tfrecords"), "--vocab=117581",
+       "--epochs=4", "--batch_size=256", "--log_every_steps=20",
+       "--shuffle_buffer=0"},
       {0}, absl::Minutes(5));
   ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
   const std::string& out = runs[0].output;
   // Every record of every epoch was read (CRCs checked by the reader).
-  EXPECT_EQ(LastMetric(out, "examples"), 40000) << out;
+  EXPECT_EQ(LastMetric(out, "examples"), 32000) << out;
   EXPECT_EQ(LastMetric(out, "bad_records"), 0);
   const std::vector<double> loss = MetricValues(out, "loss");
   ASSERT_GE(loss.size(), 4u) << out;
   EXPECT_LT(loss.back(), loss.front() - 0.05) << out;
-  EXPECT_GT(LastMetric(out, "eval_auc"), 0.78) << out;
+  EXPECT_GT(LastMetric(out, "eval_auc"), 0.68)
+      << out;  // held out: 0.714-0.717 in 3 runs
 
   // The SageMaker metric_definitions regexes of docs/operations.md find
   // the same numbers (the first capture group of each matching line).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/ci.h"
 #include "tests/local_cluster.h"
 #include "tests/worker_output.h"
 
@@ -81,7 +82,7 @@ TEST(TrainQualityTest, MlpOnFashionMnist) {
   const std::string train =
       "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   if (!std::ifstream(train)) {
-    GTEST_SKIP() << train << " missing: install dataset-fashion-mnist";
+    PSRT_SKIP_UNLESS_CI(train << " missing: install dataset-fashion-mnist");
   }
   auto runs = TrainOnTwoHosts(
       {"--model=mlp", "--classes=10", "--format=idx", "--train_files=" + train,

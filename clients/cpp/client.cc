@@ -147,10 +147,9 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
     if (absl::Status s = RefreshCatalogLocked(); !s.ok()) return s;
     // PS 0 orders concurrent creators and gets only what is new (at the
     // end of its catalog). Every other PS gets the whole catalog, PS 0's
-    // plus the new specs, so that one that fell behind -- it refused a
-    // variable PS 0 accepted, or restarted empty (and restores its shards
-    // if started with --restore) -- catches up; known specs are accepted
-    // again unchanged.
+    // plus the new specs, so that one that fell behind -- it restarted
+    // empty (and restores its shards if started with --restore), or missed
+    // a commit -- catches up; known specs are accepted again unchanged.
     CreateVariablesRequest request, whole;
     request.set_num_ps(num_ps());
     whole.set_num_ps(num_ps());
@@ -176,21 +175,66 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
       }
     }
     if (request.specs_size() == 0) request = whole;  // PS 0 may have restarted
-    bool moved = false;
-    for (const auto& c : connections_) {
+    // All or nothing across PS: prepare everywhere (PS 0 first: it orders
+    // concurrent creators), then commit everywhere, PS 0 last so that no
+    // other creator gets past it before every PS has committed this one.
+    const uint64_t creation_id =
+        client_id_ ^ (next_request_id_.fetch_add(1) * 0x9E3779B97F4A7C15ull);
+    auto call = [&](const PsConnection& c, CreateVariablesRequest r,
+                    CreateVariablesRequest::Phase phase) {
+      r.set_phase(phase);
+      r.set_creation_id(creation_id);
+      if (phase != CreateVariablesRequest::PREPARE) r.clear_specs();
       CreateVariablesResponse response;
-      const CreateVariablesRequest& sent = c->ps_task() == 0 ? request : whole;
-      grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
-        return c->stub()->CreateVariables(ctx, sent, &response);
+      return CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
+        return c.stub()->CreateVariables(ctx, r, &response);
       });
-      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-          c->ps_task() == 0 && attempt < 10) {
-        moved = true;  // lost a race at PS 0; nothing was created anywhere
+    };
+    std::vector<const PsConnection*> prepared;
+    grpc::Status failed;
+    const PsConnection* failed_at = nullptr;
+    for (const auto& c : connections_) {
+      failed = call(*c, c->ps_task() == 0 ? request : whole,
+                    CreateVariablesRequest::PREPARE);
+      if (!failed.ok()) {
+        failed_at = c.get();
         break;
       }
-      if (!s.ok()) return FromGrpc(s, *c, "CreateVariables");
+      prepared.push_back(c.get());
     }
-    if (!moved) break;
+    if (failed_at != nullptr) {
+      for (const PsConnection* c : prepared) {
+        (void)call(*c, request, CreateVariablesRequest::ABORT);
+      }
+      if (failed.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          failed_at->ps_task() == 0 && attempt < 20) {
+        // Lost a race at PS 0 (the catalog moved, or another creation is
+        // in progress): nothing was created anywhere; look again.
+        absl::SleepFor(absl::Milliseconds(20 * (attempt + 1)));
+        continue;
+      }
+      absl::Status s = FromGrpc(failed, *failed_at, "CreateVariables");
+      return absl::Status(s.code(), absl::StrCat(s.message(),
+                                                 " [nothing was created on any "
+                                                 "PS]"));
+    }
+    std::string uncommitted;
+    for (auto it = connections_.rbegin(); it != connections_.rend(); ++it) {
+      const grpc::Status s =
+          call(**it, request, CreateVariablesRequest::COMMIT);
+      if (!s.ok()) {
+        absl::StrAppend(&uncommitted, uncommitted.empty() ? "" : "; ",
+                        (*it)->Describe(), ": ", s.error_message());
+      }
+    }
+    if (!uncommitted.empty()) {
+      return absl::UnavailableError(absl::StrCat(
+          "CreateVariables: prepared on every PS but not committed on ",
+          uncommitted,
+          " (that PS died or restarted); creating the variables again once "
+          "it is back repairs it"));
+    }
+    break;
   }
   return RefreshCatalogLocked();
 }

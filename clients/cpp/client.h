@@ -138,9 +138,13 @@ class Client {
   absl::Status WaitForServers(absl::Duration timeout);
 
   // Creates variables (idempotent: specs that already exist identically are
-  // accepted), appending new ones to the cluster's catalog: PS 0 first, which
-  // orders concurrent creators, then the others. The client's catalog is
-  // refreshed first, so processes creating the same model agree.
+  // accepted), appending new ones to the cluster's catalog, on every PS or
+  // on none: each PS prepares them (PS 0 first, which orders concurrent
+  // creators; a restore happens here), and only if all succeed does each
+  // commit; otherwise the prepared ones are aborted and the error says
+  // nothing was created. Every PS is sent the whole catalog, so one that
+  // restarted empty learns it again. The client's catalog is refreshed
+  // first, so processes creating the same model agree.
   absl::Status CreateVariables(std::vector<VariableSpec> specs);
 
   // Reloads the catalog (specs and their order) from PS 0, for processes that

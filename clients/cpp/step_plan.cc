@@ -139,9 +139,8 @@ absl::Status CheckFinite(const StepPlan& plan) {
       if (bad == n) continue;
       const ShardLayout& shard = item.layout->shards[item.shard];
       const std::string where =
-          dense ? absl::StrCat("element ",
-                               shard.row_begin * item.width() +
-                                   static_cast<int64_t>(bad))
+          dense ? absl::StrCat("element ", shard.row_begin * item.width() +
+                                               static_cast<int64_t>(bad))
                 : absl::StrCat("the row of id ", item.ids[bad / item.width()],
                                " (summed over its repeats)");
       return absl::InvalidArgumentError(absl::StrCat(

@@ -99,11 +99,10 @@ absl::Status CheckManifest(const CheckpointManifest& manifest,
   if (manifest.format_version() < 1 ||
       manifest.format_version() > kManifestFormatVersion ||
       manifest.num_ps() <= 0) {
-    return corrupt(absl::StrCat("format_version ", manifest.format_version(),
-                                " and num_ps ", manifest.num_ps(),
-                                "; expected format 1 to ",
-                                kManifestFormatVersion,
-                                " and at least one PS"));
+    return corrupt(absl::StrCat(
+        "format_version ", manifest.format_version(), " and num_ps ",
+        manifest.num_ps(), "; expected format 1 to ", kManifestFormatVersion,
+        " and at least one PS"));
   }
   if (manifest.global_step() < 0 || manifest.total_bytes() < 0) {
     return corrupt("negative global_step or total_bytes");
@@ -114,14 +113,13 @@ absl::Status CheckManifest(const CheckpointManifest& manifest,
   }
   for (const CheckpointFile& f : manifest.files()) {
     if (!IsSafeFileName(f.path())) {
-      return corrupt(absl::StrCat(
-          "file path '", absl::CHexEscape(f.path().substr(0, 100)),
-          "' is not a plain file name inside the checkpoint"));
+      return corrupt(
+          absl::StrCat("file path '", absl::CHexEscape(f.path().substr(0, 100)),
+                       "' is not a plain file name inside the checkpoint"));
     }
     if (!variables.contains(f.variable())) {
       return corrupt(absl::StrCat("lists file ", f.path(),
-                                  " of unknown variable '", f.variable(),
-                                  "'"));
+                                  " of unknown variable '", f.variable(), "'"));
     }
     if (f.bytes() < 0 || f.num_rows() < 0 || f.row_begin() < 0 ||
         f.shard() < 0 || f.ps_task() < 0 || f.ps_task() >= manifest.num_ps()) {
@@ -192,9 +190,9 @@ absl::StatusOr<CheckpointManifest> ParseManifest(
       google::protobuf::StringPiece(json.data(), json.size()), &manifest,
       options);
   if (!status.ok()) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint manifest ", described_as, " is corrupt (", json.size(),
-        " bytes): ", status.ToString()));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint manifest ", described_as, " is corrupt (",
+                     json.size(), " bytes): ", status.ToString()));
   }
   if (absl::Status s = CheckManifest(manifest, described_as); !s.ok()) {
     return s;

@@ -72,8 +72,8 @@ absl::StatusOr<CheckpointManifest> ReadManifest(Storage& storage,
 std::string ManifestJson(const CheckpointManifest& manifest);
 // Parses and checks (CheckManifest) a manifest's JSON. DATA_LOSS naming
 // `described_as` if it does not parse or fails a check.
-absl::StatusOr<CheckpointManifest> ParseManifest(absl::string_view json,
-                                                 absl::string_view described_as);
+absl::StatusOr<CheckpointManifest> ParseManifest(
+    absl::string_view json, absl::string_view described_as);
 
 // The checkpoint `latest` names (NOT_FOUND when there is none).
 absl::StatusOr<std::string> ReadLatest(Storage& root);

@@ -46,9 +46,9 @@ CheckpointCoordinator::CheckpointCoordinator(
 absl::Status CheckpointCoordinator::CheckConfigured(
     absl::string_view method) const {
   if (options_.uri.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        method, ": this PS (", store_->ps_task(),
-        ") has no --checkpoint_uri, so it writes no checkpoints"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(method, ": this PS (", store_->ps_task(),
+                     ") has no --checkpoint_uri, so it writes no checkpoints"));
   }
   return absl::OkStatus();
 }
@@ -149,11 +149,11 @@ absl::Status CheckpointCoordinator::CommitCheckpoint(
   }
   const int num_ps = static_cast<int>(ps_addresses_.size());
   if (manifest->name() != request.name() || manifest->num_ps() != num_ps) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CommitCheckpoint: the manifest names checkpoint '",
-        absl::CHexEscape(manifest->name().substr(0, 100)), "' of ",
-        manifest->num_ps(), " PS; the request names '", request.name(),
-        "' and this cluster has ", num_ps, " PS"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CommitCheckpoint: the manifest names checkpoint '",
+                     absl::CHexEscape(manifest->name().substr(0, 100)), "' of ",
+                     manifest->num_ps(), " PS; the request names '",
+                     request.name(), "' and this cluster has ", num_ps, " PS"));
   }
   auto root = OpenStorage(options_.uri, options_.s3);
   if (!root.ok()) return root.status();
@@ -231,7 +231,8 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
   }
   if (!uri_arg.empty() && !SameCheckpointRoot(uri_arg, options_.uri)) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "checkpoint requested under '", absl::CHexEscape(uri_arg.substr(0, 200)),
+        "checkpoint requested under '",
+        absl::CHexEscape(uri_arg.substr(0, 200)),
         "', but this PS writes checkpoints only under its --checkpoint_uri '",
         options_.uri, "'"));
   }

@@ -88,8 +88,7 @@ TEST(FileStorageTest, KeysCannotLeaveTheRoot) {
                           "a/./b", "..", ".", "", "a\nb", "a/"}) {
     absl::Status s = (*storage)->Write(key, "data");
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << "'" << key << "': " << s;
-    EXPECT_TRUE(absl::IsInvalidArgument((*storage)->Read(key).status()))
-        << key;
+    EXPECT_TRUE(absl::IsInvalidArgument((*storage)->Read(key).status())) << key;
     EXPECT_TRUE(absl::IsInvalidArgument((*storage)->Delete(key))) << key;
   }
   EXPECT_TRUE(absl::IsInvalidArgument((*storage)->List("../").status()));

@@ -94,8 +94,8 @@ class S3Storage final : public Storage {
               r->body, full_prefix, prefix_.empty() ? 0 : prefix_.size() + 1,
               token, &out, &next);
           !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("s3://", bucket_, ": ",
-                                                   s.message()));
+        return absl::Status(s.code(),
+                            absl::StrCat("s3://", bucket_, ": ", s.message()));
       }
       token = std::move(next);
     } while (!token.empty());

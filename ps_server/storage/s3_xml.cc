@@ -67,9 +67,9 @@ absl::Status ParseListPage(absl::string_view xml, absl::string_view full_prefix,
                     ? XmlFirst(xml, "NextContinuationToken")
                     : "";
   if (!next_token->empty() && *next_token == token) {
-    return absl::DataLossError(absl::StrCat(
-        "S3 LIST of '", full_prefix,
-        "' answered the same continuation token again; stopping"));
+    return absl::DataLossError(
+        absl::StrCat("S3 LIST of '", full_prefix,
+                     "' answered the same continuation token again; stopping"));
   }
   return absl::OkStatus();
 }

@@ -22,9 +22,8 @@ absl::Status Storage::Write(absl::string_view key, absl::string_view data) {
 absl::Status CheckStorageKey(absl::string_view key, bool prefix) {
   if (key.empty() && prefix) return absl::OkStatus();
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("storage key '", absl::CHexEscape(key.substr(0, 200)),
-                     "' ", why));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage key '", absl::CHexEscape(key.substr(0, 200)), "' ", why));
   };
   if (key.size() > 1024) return bad("is longer than 1024 bytes");
   for (char c : key) {

@@ -10,6 +10,7 @@
 #include "ps_worker/data/csv_reader.h"
 #include "ps_worker/data/record_reader.h"
 #include "ps_worker/data/tfrecord_writer.h"
+#include "tests/ci.h"
 
 namespace psrt {
 namespace {
@@ -259,7 +260,7 @@ TEST(IdxReaderTest, ReadsFashionMnist) {
   const std::string images =
       "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
   if (!std::ifstream(images)) {
-    GTEST_SKIP() << images << " missing: install dataset-fashion-mnist";
+    PSRT_SKIP_UNLESS_CI(images << " missing: install dataset-fashion-mnist");
   }
   ReaderOptions options;
   options.format = "idx";

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from netns_util import AUC, DONE, ROOT, needs_netns, netns, read, wait_for
 
 
@@ -121,3 +123,49 @@ def test_sync_mode_names_a_dead_worker_under_the_launcher(data, tmp_path):
     assert "worker1 failed (exit status 3); the other workers run on" in out, out[-4000:]
     log = read(os.path.join(tmp_path, "worker_0.log"))
     assert "still missing: worker 1" in log, log[-4000:]
+
+
+def ps_pid(index, port):
+    """The pid of the ps_server whose TF_CONFIG names PS `index` of the
+    cluster on `port` (the launcher passes the task in the environment)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"ps_server/ps_server" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if (f'"type": "ps", "index": {index}'.encode() in env
+                and f":{port}".encode() in env):
+            return int(pid)
+    raise AssertionError(f"no ps_server for PS {index} on port {port}")
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_killed_ps_is_restarted_and_restores(data, tmp_path, victim):
+    """launch.py --restart_ps: a PS killed with SIGKILL -- PS 0 too, which
+    coordinates checkpoints and holds the catalog workers read -- is started
+    again with --restore=auto, restores its shards from the newest
+    checkpoint, and training completes. No namespaces needed."""
+    ckpt = os.path.join(tmp_path, "ckpt")
+    port = 26400 + 10 * victim
+    proc = launch(tmp_path, data, 2,
+                  ["--restart_ps=1", f"--base_port={port}",
+                   f"--ps_flag=--checkpoint_uri={ckpt}",
+                   "--ps_flag=--checkpoint_every_steps=20"],
+                  ["--epochs=0", "--max_steps=400", "--log_every_steps=20"])
+    try:
+        wait_for(os.path.join(tmp_path, "ps_0.log"), r"checkpoint \S+: \d+ files")
+        os.kill(ps_pid(victim, port), signal.SIGKILL)
+    except Exception:
+        proc.kill()
+        raise
+    out = finish(proc)
+    assert (f"launch: ps{victim} exited (status -9); restarting it (1 of 1) "
+            "with --restore=auto") in out, out[-4000:]
+    log = read(os.path.join(tmp_path, f"ps_{victim}.log"))
+    assert "restoring from" in log, log[-3000:]
+    for row in done_lines(tmp_path, 2):
+        assert int(row[0]) == 400

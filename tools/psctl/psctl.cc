@@ -63,8 +63,8 @@ int Status(Client* client, const ClusterSpec& cluster) {
     const StatsResponse& s = (*stats)[i];
     if (s.ps_task() != static_cast<int>(i)) {
       std::cerr << "psctl: " << cluster.ps[i] << " says it is PS "
-                << s.ps_task() << ", but the cluster spec lists it as PS "
-                << i << " (different cluster specs?)\n";
+                << s.ps_task() << ", but the cluster spec lists it as PS " << i
+                << " (different cluster specs?)\n";
     }
     std::cout << absl::StrFormat("%-4d %-22s %7d %12s %10d %10d %9d %8.0fs\n",
                                  static_cast<int>(i), cluster.ps[i],

@@ -238,17 +238,42 @@ class Client:
                                   f"variable '{s.name}' already exists with a different spec: "
                                   f"existing {{{v.spec}}}, requested {{{s}}}".replace("\n", " "))
             # PS 0 gets what is new at the end of its catalog; every other PS
-            # the whole catalog, so one that fell behind catches up (as the
-            # C++ client does).
+            # the whole catalog, so one that fell behind catches up. All or
+            # nothing across PS, as the C++ client: prepare everywhere (PS 0
+            # first), commit everywhere (PS 0 last), or abort where prepared.
             whole = ps_pb2.CreateVariablesRequest(first_index=0, specs=catalog + fresh,
                                                   num_ps=self.num_ps)
             first = (ps_pb2.CreateVariablesRequest(first_index=len(catalog), specs=fresh,
                                                    num_ps=self.num_ps) if fresh else whole)
-            for ps in range(self.num_ps):
-                request = first if ps == 0 else whole
-                self._call(ps, lambda ps=ps, request=request: self._stubs[ps].CreateVariables(
-                    request, timeout=max(self.timeout, 600), metadata=self._metadata),
+            self._request_id += 1
+            creation = (self._client_id ^ (self._request_id * 0x9E3779B97F4A7C15)) % (1 << 64)
+            Phase = ps_pb2.CreateVariablesRequest
+
+            def send(ps, request, phase):
+                r = ps_pb2.CreateVariablesRequest()
+                r.CopyFrom(request)
+                r.phase, r.creation_id = phase, creation
+                if phase != Phase.PREPARE:
+                    del r.specs[:]
+                return self._call(ps, lambda: self._stubs[ps].CreateVariables(
+                    r, timeout=max(self.timeout, 600), metadata=self._metadata),
                     "CreateVariables")
+
+            prepared = []
+            try:
+                for ps in range(self.num_ps):
+                    send(ps, first if ps == 0 else whole, Phase.PREPARE)
+                    prepared.append(ps)
+            except PsError as e:
+                for ps in prepared:
+                    try:
+                        send(ps, first, Phase.ABORT)
+                    except PsError:
+                        pass  # a prepared creation is discarded after 60 s anyway
+                raise PsError(e.code, f"{e.server_message} [nothing was created on any PS]",
+                              e.ps) from None
+            for ps in reversed(range(self.num_ps)):
+                send(ps, first, Phase.COMMIT)
             self._refresh_locked()
 
     def refresh_catalog(self):
