@@ -57,23 +57,31 @@ size_t Append(char* data, size_t size, size_t n, void* out) {
   return size * n;
 }
 
+// GET http://127.0.0.1:port/metrics within 10 s (a scraper's usual
+// timeout): the curl result, the body and the HTTP code.
+CURLcode Scrape(int port, std::string* body, long* code) {
+  CURL* curl = curl_easy_init();
+  const std::string url =
+      "http://127.0.0.1:" + std::to_string(port) + "/metrics";
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Append);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, body);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
+  const CURLcode result = curl_easy_perform(curl);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, code);
+  curl_easy_cleanup(curl);
+  return result;
+}
+
 TEST(MetricsHttpServerTest, ServesTheRegistryOverHttp) {
   MetricsRegistry registry;
   registry.GetCounter("psrt_up", "test")->Add(7);
   auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->port(), 0);
-  CURL* curl = curl_easy_init();
   std::string body;
-  const std::string url =
-      "http://127.0.0.1:" + std::to_string((*server)->port()) + "/metrics";
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Append);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  ASSERT_EQ(curl_easy_perform(curl), CURLE_OK);
   long code = 0;
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
-  curl_easy_cleanup(curl);
+  ASSERT_EQ(Scrape((*server)->port(), &body, &code), CURLE_OK);
   EXPECT_EQ(code, 200);
   EXPECT_NE(body.find("psrt_up 7"), std::string::npos) << body;
 
@@ -104,18 +112,11 @@ TEST(MetricsHttpServerTest, IdleConnectionsDoNotStarveTheScraper) {
     idle.push_back(fd);
   }
   usleep(100 * 1000);  // the idle connections take the threads first
-  CURL* curl = curl_easy_init();
+  // Prometheus' default scrape_timeout is 10 s; the old server answered
+  // after 30 s.
   std::string body;
-  const std::string url =
-      "http://127.0.0.1:" + std::to_string((*server)->port()) + "/metrics";
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Append);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  // A scraper's usual timeout is 10 s (Prometheus' default scrape_timeout);
-  // the old server answered after 30 s.
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
-  const CURLcode result = curl_easy_perform(curl);
-  curl_easy_cleanup(curl);
+  long code = 0;
+  const CURLcode result = Scrape((*server)->port(), &body, &code);
   for (int fd : idle) close(fd);
   ASSERT_EQ(result, CURLE_OK) << curl_easy_strerror(result);
   EXPECT_NE(body.find("psrt_up 1"), std::string::npos) << body;

@@ -8,11 +8,11 @@
 #include <random>
 
 #include "grpcpp/create_channel.h"
-#include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/raw_rpc.h"
 
 namespace psrt {
 namespace {
@@ -58,48 +58,15 @@ class BadInputTest : public ::testing::Test {
     return writer->Finish();
   }
 
-  // Raw bytes as one message of a method.
+  // Raw bytes as one message of a method (tests/raw_rpc.h).
   grpc::Status RawPush(const std::string& bytes) {
-    grpc::ClientContext context;
-    grpc::ByteBuffer response;
-    grpc::internal::RpcMethod method(
-        "/psrt.ParameterServer/Push",
-        grpc::internal::RpcMethod::CLIENT_STREAMING);
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-            channel_.get(), method, &context, &response));
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer message(&slice, 1);
-    writer->Write(message);
-    writer->WritesDone();
-    return writer->Finish();
+    return psrt::RawPush(channel_.get(), {bytes});
   }
-  // Raw bytes as the request of a unary method ("CreateVariables", ...).
   grpc::Status RawUnary(const std::string& name, const std::string& bytes) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-    const std::string path = "/psrt.ParameterServer/" + name;
-    grpc::internal::RpcMethod method(path.c_str(),
-                                     grpc::internal::RpcMethod::NORMAL_RPC);
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer request(&slice, 1), response;
-    return grpc::internal::BlockingUnaryCall(channel_.get(), method, &context,
-                                             request, &response);
+    return psrt::RawUnary(channel_.get(), name, bytes);
   }
   grpc::Status RawPull(const std::string& bytes) {
-    grpc::ClientContext context;
-    grpc::internal::RpcMethod method(
-        "/psrt.ParameterServer/Pull",
-        grpc::internal::RpcMethod::SERVER_STREAMING);
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer request(&slice, 1), response;
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-            channel_.get(), method, &context, request));
-    while (reader->Read(&response)) {
-    }
-    return reader->Finish();
+    return psrt::RawPull(channel_.get(), bytes);
   }
 
   static Frame PushFrame(const std::string& variable, int shard,

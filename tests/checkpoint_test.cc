@@ -188,6 +188,13 @@ std::string RestoreError(const std::string& uri) {
   return s.ToString();
 }
 
+// Damages one byte of a file in place.
+void OverwriteByte(const std::string& path, int64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset);
+  f.put('\x5a');
+}
+
 std::string FileOf(const CheckpointManifest& m, const std::string& variable) {
   for (const CheckpointFile& f : m.files()) {
     if (f.variable() == variable) return f.path();
@@ -201,11 +208,7 @@ TEST_F(CheckpointTest, CorruptOrMissingDataFilesAreRefusedByName) {
   {
     const std::string copy = FreshTestDir("corrupt") + "/ckpt";
     CopyTree(*uri_, copy);
-    std::fstream f(copy + "/" + file,
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(100);
-    f.put('\x5a');
-    f.close();
+    OverwriteByte(copy + "/" + file, 100);
     const std::string error = RestoreError(copy);
     EXPECT_TRUE(absl::StrContains(error, file)) << error;
     EXPECT_TRUE(absl::StrContains(error, "DATA_LOSS")) << error;
@@ -234,11 +237,7 @@ TEST_F(CheckpointTest, RestoreFailingOnOnePsLeavesNothingOnAny) {
   ASSERT_FALSE(file.empty());
   const std::string copy = FreshTestDir("corrupt_on_ps1") + "/ckpt";
   CopyTree(*uri_, copy);
-  std::fstream f(copy + "/" + file,
-                 std::ios::in | std::ios::out | std::ios::binary);
-  f.seekp(20);
-  f.put('\x5a');
-  f.close();
+  OverwriteByte(copy + "/" + file, 20);
   const std::string error = RestoreError(copy);
   EXPECT_TRUE(absl::StrContains(error, file)) << error;
   EXPECT_TRUE(absl::StrContains(error, "DATA_LOSS")) << error;

@@ -16,12 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/generic/generic_stub.h"
-#include "grpcpp/impl/client_unary_call.h"
-#include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/raw_rpc.h"
 
 namespace psrt {
 namespace {
@@ -91,51 +89,13 @@ class GarbageTest : public ::testing::Test {
   }
 
   grpc::Status Unary(const std::string& method, const std::string& bytes) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-    const std::string path = "/psrt.ParameterServer/" + method;
-    grpc::internal::RpcMethod rpc(path.c_str(),
-                                  grpc::internal::RpcMethod::NORMAL_RPC);
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer request(&slice, 1), response;
-    return grpc::internal::BlockingUnaryCall(channel_.get(), rpc, &context,
-                                             request, &response);
+    return RawUnary(channel_.get(), method, bytes);
   }
   grpc::Status Push(const std::vector<std::string>& messages) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-    grpc::ByteBuffer response;
-    grpc::internal::RpcMethod rpc(
-        "/psrt.ParameterServer/Push",
-        grpc::internal::RpcMethod::CLIENT_STREAMING);
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-            channel_.get(), rpc, &context, &response));
-    for (const std::string& m : messages) {
-      grpc::Slice slice(m);
-      grpc::ByteBuffer message(&slice, 1);
-      if (!writer->Write(message)) break;
-    }
-    writer->WritesDone();
-    return writer->Finish();
+    return RawPush(channel_.get(), messages);
   }
   grpc::Status Pull(const std::string& bytes) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-    grpc::internal::RpcMethod rpc(
-        "/psrt.ParameterServer/Pull",
-        grpc::internal::RpcMethod::SERVER_STREAMING);
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer request(&slice, 1), response;
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-            channel_.get(), rpc, &context, request));
-    while (reader->Read(&response)) {
-    }
-    return reader->Finish();
+    return RawPull(channel_.get(), bytes);
   }
 
   // A Frame: header bytes and payloads, as the wire has them.
@@ -164,19 +124,19 @@ class GarbageTest : public ::testing::Test {
     };
     const std::string floats(64, '\0');
     for (const TensorItem& t :
-         {item("w", 0, 0, int64_t{1} << 40, -1, 0),
-          item("w", 0, -5, 4, -1, 0), item("w", 0, 1 << 30, 4, -1, 0),
-          item("w", 0, 0, 16, -1, 7), item("w", 7, 0, 16, -1, 0),
-          item("e", 0, 0, 0, 0, 1), item("e", 0, 0, 0, 9, 1),
-          item("h", 1, 0, 0, 0, 1), item(std::string(5000, 'x'), 0, 0, 1, -1, 0),
+         {item("w", 0, 0, int64_t{1} << 40, -1, 0), item("w", 0, -5, 4, -1, 0),
+          item("w", 0, 1 << 30, 4, -1, 0), item("w", 0, 0, 16, -1, 7),
+          item("w", 7, 0, 16, -1, 0), item("e", 0, 0, 0, 0, 1),
+          item("e", 0, 0, 0, 9, 1), item("h", 1, 0, 0, 0, 1),
+          item(std::string(5000, 'x'), 0, 0, 1, -1, 0),
           item("e", -3, 0, 0, 0, 1)}) {
       PushRequestHeader h;
       *h.add_items() = t;
       h.set_last(true);
       h.set_request_id(1);
-      out.push_back(FrameBytes(h.SerializeAsString(),
-                               {std::string("\x01\0\0\0\0\0\0\x80", 8),
-                                floats}));
+      out.push_back(
+          FrameBytes(h.SerializeAsString(),
+                     {std::string("\x01\0\0\0\0\0\0\x80", 8), floats}));
     }
     PushRequestHeader absurd;
     absurd.set_last(true);
@@ -266,8 +226,8 @@ TEST_F(GarbageTest, ServerSurvivesPassesOfGarbageWithinItsMemoryBound) {
     ExpectServing();
     rss.push_back(RssBytes(cluster_->pid(0)));
     std::cout << "pass " << pass << ": " << errors << " errors, RSS "
-              << rss.back() / (1 << 20) << " MiB (start "
-              << start / (1 << 20) << " MiB)" << std::endl;
+              << rss.back() / (1 << 20) << " MiB (start " << start / (1 << 20)
+              << " MiB)" << std::endl;
   }
   // The bound docs/operations.md states: within 64 MiB of the server's
   // size at start whatever the number of passes, and flat after the first
