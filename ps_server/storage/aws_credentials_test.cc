@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -43,6 +45,10 @@ class FakeCredentialServer {
     absl::MutexLock l(&mu_);
     return token_requests_;
   }
+  int expiring_requests() {
+    absl::MutexLock l(&mu_);
+    return expiring_requests_;
+  }
 
  private:
   static void Reply(mg_connection* conn, int status, const std::string& body) {
@@ -57,6 +63,25 @@ class FakeCredentialServer {
     const mg_request_info* info = mg_get_request_info(conn);
     const std::string uri = info->local_uri;
     const std::string method = info->request_method;
+    // Container credentials expiring `minutes` from now, a new key each
+    // time they are fetched ("ASIA1", "ASIA2", ...).
+    for (int minutes : {4, 60}) {
+      if (uri == absl::StrCat("/v2/credentials/expires-in-", minutes)) {
+        int n;
+        {
+          absl::MutexLock l(&self->mu_);
+          n = ++self->expiring_requests_;
+        }
+        const std::string expiration = absl::FormatTime(
+            "%Y-%m-%dT%H:%M:%SZ", absl::Now() + absl::Minutes(minutes),
+            absl::UTCTimeZone());
+        Reply(conn, 200,
+              absl::StrCat(R"({"AccessKeyId": "ASIA)", n,
+                           R"(", "SecretAccessKey": "s", "Token": "t)", n,
+                           R"(", "Expiration": ")", expiration, R"("})"));
+        return 1;
+      }
+    }
     // Container endpoint: the relative URI, with the authorization token.
     if (uri == "/v2/credentials/abc") {
       const char* auth = mg_get_header(conn, "Authorization");
@@ -94,6 +119,7 @@ class FakeCredentialServer {
   int port_ = 0;
   absl::Mutex mu_;
   int token_requests_ = 0;
+  int expiring_requests_ = 0;
 };
 
 class AwsCredentialsTest : public ::testing::Test {
@@ -169,6 +195,33 @@ TEST_F(AwsCredentialsTest, ContainerEndpointAsSageMakerProvidesIt) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("401"), std::string::npos)
       << bad.status();
+}
+
+// Temporary credentials are cached while they have more than 5 minutes
+// left, and fetched again (with their new session token) once they do not.
+TEST_F(AwsCredentialsTest, TemporaryCredentialsAreRefreshedBeforeExpiry) {
+  FakeCredentialServer server;
+  setenv("PSRT_AWS_CONTAINER_CREDENTIALS_HOST", server.base().c_str(), 1);
+  setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+         "/v2/credentials/expires-in-60", 1);
+  AwsCredentialsProvider lasting;
+  for (int i = 0; i < 3; ++i) {
+    auto c = lasting.Get();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->access_key_id, "ASIA1");  // cached: an hour left
+  }
+  EXPECT_EQ(server.expiring_requests(), 1);
+  setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+         "/v2/credentials/expires-in-4", 1);
+  AwsCredentialsProvider expiring;
+  auto first = expiring.Get();
+  auto second = expiring.Get();
+  ASSERT_TRUE(first.ok() && second.ok());
+  // 4 minutes left is inside the 5-minute margin: fetched again.
+  EXPECT_EQ(first->access_key_id, "ASIA2");
+  EXPECT_EQ(second->access_key_id, "ASIA3");
+  EXPECT_EQ(second->session_token, "t3");
+  EXPECT_EQ(server.expiring_requests(), 3);
 }
 
 TEST_F(AwsCredentialsTest, InstanceMetadataV2) {
