@@ -91,7 +91,7 @@ class S3CheckpointTest : public ::testing::Test {
     unsetenv("AWS_PROFILE");
   }
   static void TearDownTestSuite() {
-    for (pid_t pid : {s3rver_, proxies_[0], proxies_[1]}) {
+    for (pid_t pid : {s3rver_, proxies_[0], proxies_[1], proxies_[2]}) {
       if (pid > 0) {
         kill(pid, SIGTERM);
         waitpid(pid, nullptr, 0);
@@ -99,15 +99,17 @@ class S3CheckpointTest : public ::testing::Test {
     }
   }
 
-  // Starts a proxy answering every `fail_every`th request 503 (0: never).
-  static int StartProxy(int fail_every) {
+  // Starts a proxy answering every `fail_every`th request 503 (0: never),
+  // or one requiring `session_token` (temporary credentials).
+  static int StartProxy(int fail_every, const std::string& session_token = "") {
     const int port = PickUnusedPort();
-    proxies_[fail_every > 0] =
-        Spawn({"/usr/bin/python3", "tests/s3/sigv4_proxy.py",
-               absl::StrCat("--port=", port),
-               absl::StrCat("--upstream=127.0.0.1:", s3rver_port_),
-               absl::StrCat("--fail_every=", fail_every)},
-              absl::StrCat(*dir_, "/proxy", fail_every, ".log"));
+    const int slot = !session_token.empty() ? 2 : fail_every > 0;
+    proxies_[slot] = Spawn({"/usr/bin/python3", "tests/s3/sigv4_proxy.py",
+                            absl::StrCat("--port=", port),
+                            absl::StrCat("--upstream=127.0.0.1:", s3rver_port_),
+                            absl::StrCat("--fail_every=", fail_every),
+                            absl::StrCat("--session_token=", session_token)},
+                           absl::StrCat(*dir_, "/proxy", slot, ".log"));
     return port;
   }
 
@@ -155,13 +157,13 @@ class S3CheckpointTest : public ::testing::Test {
   static std::string* dir_;
   static int s3rver_port_;
   static pid_t s3rver_;
-  static pid_t proxies_[2];
+  static pid_t proxies_[3];
   static int proxy_port_;
 };
 std::string* S3CheckpointTest::dir_ = nullptr;
 int S3CheckpointTest::s3rver_port_ = 0;
 pid_t S3CheckpointTest::s3rver_ = 0;
-pid_t S3CheckpointTest::proxies_[2] = {0, 0};
+pid_t S3CheckpointTest::proxies_[3] = {0, 0, 0};
 int S3CheckpointTest::proxy_port_ = 0;
 
 std::vector<VariableSpec> SpecsWithBigDense(int shards) {
@@ -254,6 +256,28 @@ TEST_F(S3CheckpointTest, ServerErrorsAreRetried) {
     EXPECT_TRUE(*back == big);
   }
   EXPECT_GE(ProxyStats(flaky).at("injected_503"), 5);
+}
+
+// Temporary credentials (SageMaker's role, IMDS): the session token goes in
+// x-amz-security-token, signed; the proxy refuses requests without it.
+TEST_F(S3CheckpointTest, SessionTokenIsSentAndSigned) {
+  const int port = StartProxy(0, "temporary-session-token");
+  ASSERT_TRUE(WaitForPort(port, absl::Seconds(30)));
+  setenv("AWS_SESSION_TOKEN", "temporary-session-token", 1);
+  auto storage = OpenStorage("s3://psrt/session", Options(port));
+  ASSERT_TRUE(storage.ok());
+  std::string big(7 << 20, 'x');  // multipart too
+  absl::Status s = (*storage)->Write("ckpt-1/file", big);
+  EXPECT_TRUE(s.ok()) << s;
+  auto back = (*storage)->Read("ckpt-1/file");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->size(), big.size());
+  unsetenv("AWS_SESSION_TOKEN");
+  auto without = OpenStorage("s3://psrt/session", Options(port));
+  s = (*without)->Write("ckpt-1/other", "data");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("InvalidToken"), std::string::npos) << s;
+  EXPECT_GE(ProxyStats(port)["accepted"], 3);
 }
 
 TEST_F(S3CheckpointTest, WrongSecretAndMissingBucketAreClearErrors) {

@@ -56,8 +56,10 @@ def canonical_query(raw):
     return "&".join(f"{k}={v}" for k, v in pairs)
 
 
-def verify(method, raw_path, headers, body, access_key, secret_key):
-    """Returns None if the request is correctly signed, else (code, message)."""
+def verify(method, raw_path, headers, body, access_key, secret_key, session_token=""):
+    """Returns None if the request is correctly signed, else (code, message).
+    With `session_token` (temporary credentials), the request must carry it
+    in x-amz-security-token, and sign that header, as S3 requires."""
     auth = headers.get("authorization", "")
     if not auth.startswith("AWS4-HMAC-SHA256 "):
         return ("AccessDenied", "missing or non-SigV4 Authorization header")
@@ -78,6 +80,11 @@ def verify(method, raw_path, headers, body, access_key, secret_key):
     for required in ("host", "x-amz-date", "x-amz-content-sha256"):
         if required not in signed_headers:
             return ("AccessDenied", f"header {required} is not signed")
+    if session_token:
+        if headers.get("x-amz-security-token", "") != session_token:
+            return ("InvalidToken", "the security token is missing or wrong")
+        if "x-amz-security-token" not in signed_headers:
+            return ("AccessDenied", "header x-amz-security-token is not signed")
     amz_date = headers.get("x-amz-date", "")
     try:
         when = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(
@@ -131,7 +138,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._reply(200, data, {"Content-Type": "application/json"})
         headers = {k.lower(): v for k, v in self.headers.items()}
         error = verify(self.command, self.path, headers, body,
-                       self.server.access_key, self.server.secret_key)
+                       self.server.access_key, self.server.secret_key,
+                       self.server.session_token)
         if error is not None:
             with LOCK:
                 STATS["rejected"] += 1
@@ -188,6 +196,8 @@ def main():
     p.add_argument("--upstream", required=True, help="host:port of the S3 server")
     p.add_argument("--access_key", default="S3RVER")
     p.add_argument("--secret_key", default="S3RVER")
+    p.add_argument("--session_token", default="",
+                   help="require this x-amz-security-token (temporary credentials)")
     p.add_argument("--port_file", help="write the bound port here")
     p.add_argument("--fail_every", type=int, default=0,
                    help="answer every Nth signed request 503 SlowDown (retry tests)")
@@ -195,6 +205,7 @@ def main():
     server = Server(("127.0.0.1", args.port), Handler)
     server.upstream = args.upstream
     server.access_key, server.secret_key = args.access_key, args.secret_key
+    server.session_token = args.session_token
     server.fail_every = args.fail_every
     port = server.server_address[1]
     if args.port_file:
