@@ -280,6 +280,28 @@ TEST_F(S3CheckpointTest, SessionTokenIsSentAndSigned) {
   EXPECT_GE(ProxyStats(port)["accepted"], 3);
 }
 
+// A multipart upload abandoned midway (a failed save, a PS stopping) is
+// aborted, so S3 does not keep (and bill) its parts, and no object appears.
+TEST_F(S3CheckpointTest, AbandonedMultipartUploadIsAborted) {
+  auto storage = OpenStorage("s3://psrt/abandoned", Options(proxy_port_));
+  ASSERT_TRUE(storage.ok());
+  const int aborts_before = ProxyStats(proxy_port_)["aborts"];
+  const int parts_before = ProxyStats(proxy_port_)["parts"];
+  {
+    auto writer = (*storage)->NewWriter("ckpt-1/big");
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    const std::string part(6 << 20, 'p');  // past one 5 MiB part
+    ASSERT_TRUE((*writer)->Append(part).ok());
+    ASSERT_TRUE((*writer)->Append(part).ok());
+  }  // destroyed without Close()
+  EXPECT_GT(ProxyStats(proxy_port_)["parts"], parts_before)
+      << "no part was uploaded: the test did not start a multipart upload";
+  EXPECT_EQ(ProxyStats(proxy_port_)["aborts"], aborts_before + 1);
+  auto listing = (*storage)->List("ckpt-1/");
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  EXPECT_TRUE(listing->empty());
+}
+
 TEST_F(S3CheckpointTest, WrongSecretAndMissingBucketAreClearErrors) {
   setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret", 1);
   auto storage = OpenStorage("s3://psrt/denied", Options(proxy_port_));
