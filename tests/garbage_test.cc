@@ -220,7 +220,7 @@ TEST_F(GarbageTest, ServerSurvivesPassesOfGarbageWithinItsMemoryBound) {
   std::mt19937 rng(11);
   const int64_t start = RssBytes(cluster_->pid(0));
   std::vector<int64_t> rss;
-  for (int pass = 0; pass < 8; ++pass) {
+  for (int pass = 0; pass < 12; ++pass) {
     const int errors = Pass(rng);
     EXPECT_GT(errors, 950) << "garbage was accepted in pass " << pass;
     ExpectServing();
@@ -230,10 +230,11 @@ TEST_F(GarbageTest, ServerSurvivesPassesOfGarbageWithinItsMemoryBound) {
               << " MiB)" << std::endl;
   }
   // The bound docs/operations.md states: within 64 MiB of the server's
-  // size at start whatever the number of passes, and flat after the first
-  // few (allocator arenas and gRPC's buffers reach their working size;
-  // measured here: 24 MiB at start, 48 MiB from the fifth pass on). Before
-  // the step fields were bounded, one such pass grew a server by 1 GiB.
+  // size at start whatever the number of passes, and flat once warm
+  // (allocator arenas and gRPC's buffers reach their working size; measured
+  // here: 23-24 MiB at start, 47-48 MiB by the eighth pass, on a busy
+  // machine too). Before the step fields were bounded, one such pass grew a
+  // server by 1 GiB.
 #if defined(__SANITIZE_ADDRESS__)
   // ASan's quarantine keeps freed memory on purpose: the bound is the
   // optimized build's; here only survival is checked.
@@ -242,8 +243,8 @@ TEST_F(GarbageTest, ServerSurvivesPassesOfGarbageWithinItsMemoryBound) {
   for (size_t i = 0; i < rss.size(); ++i) {
     EXPECT_LT(rss[i] - start, int64_t{64} << 20) << "pass " << i;
   }
-  EXPECT_LT(rss.back() - rss[3], int64_t{4} << 20)
-      << "memory still grows after pass 4";
+  EXPECT_LT(rss.back() - rss[7], int64_t{4} << 20)
+      << "memory still grows after pass 8";
 #endif
 }
 
