@@ -1,0 +1,216 @@
+// psctl against a live 2-PS cluster: what each command prints is what the
+// servers hold (shards, bytes, requests), a checkpoint it asks for is
+// written and then listed with the bytes each PS wrote, and partial or
+// corrupt checkpoints are reported as such instead of crashing the listing.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/local_cluster.h"
+
+namespace psrt {
+namespace {
+
+constexpr int64_t kDenseFloats = 100000;     // 400,000 bytes, 2 shards
+constexpr int64_t kVocab = 2000, kDim = 16;  // 128,000 bytes, 2 shards
+
+class PsctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = FreshTestDir("psctl_checkpoints");
+    auto cluster = LocalCluster::Start(
+        {.num_ps = 2,
+         .extra_flags = {absl::StrCat("--checkpoint_uri=", root_),
+                         "--checkpoint_on_shutdown=false"}});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    auto client = Client::Connect(cluster_->MakeClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+
+    VariableSpec dense;  // plain SGD: parameters only, no slots
+    dense.set_name("w");
+    dense.set_kind(DENSE);
+    dense.add_shape(kDenseFloats);
+    dense.mutable_partition()->set_num_shards(2);
+    dense.mutable_optimizer()->set_learning_rate(0.5f);
+    VariableSpec emb;
+    emb.set_name("emb");
+    emb.set_kind(EMBEDDING);
+    emb.add_shape(kVocab);
+    emb.add_shape(kDim);
+    emb.mutable_partition()->set_num_shards(2);
+    emb.mutable_optimizer()->set_learning_rate(0.5f);
+    ASSERT_TRUE(client_->CreateVariables({dense, emb}).ok());
+  }
+
+  // Runs psctl with the cluster's spec and `args`.
+  LocalCluster::WorkerRun Psctl(std::vector<std::string> args) {
+    args.insert(
+        args.begin(),
+        absl::StrCat("--cluster=", ClusterSpecToJson(cluster_->spec())));
+    return RunPrograms("tools/psctl/psctl", args, {""}, absl::Seconds(60))[0];
+  }
+
+  std::string root_;
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<Client> client_;
+};
+
+// The lines of `text` that start with `prefix`.
+std::vector<std::string> LinesStartingWith(const std::string& text,
+                                           const std::string& prefix) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, prefix)) out.emplace_back(line);
+  }
+  return out;
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  return absl::StrSplit(line, ' ', absl::SkipEmpty());
+}
+
+TEST_F(PsctlTest, StatusCountsShardsAndRequestsPerPs) {
+  std::vector<float> grad(kDenseFloats, 1.0f), out(kDenseFloats);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client_->PushDense("w", grad.data()).ok());
+  }
+  ASSERT_TRUE(client_->PullDense("w", out.data()).ok());
+  ASSERT_EQ(out[0], -1.5f);
+
+  auto run = Psctl({"status"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // Header, then one row per PS: PS address shards parameters(2 words)
+  // pulls pushes rejected uptime.
+  int shards = 0, pushes = 0, pulls = 0;
+  for (int ps = 0; ps < 2; ++ps) {
+    auto rows = LinesStartingWith(run.output, absl::StrCat(ps, " "));
+    ASSERT_EQ(rows.size(), 1u) << run.output;
+    auto w = Words(rows[0]);
+    ASSERT_EQ(w.size(), 9u) << rows[0];
+    EXPECT_EQ(w[1], cluster_->ps_addresses()[ps]);
+    int v = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(w[2], &v)) << rows[0];
+    shards += v;
+    ASSERT_TRUE(absl::SimpleAtoi(w[5], &v)) << rows[0];
+    pulls += v;
+    ASSERT_TRUE(absl::SimpleAtoi(w[6], &v)) << rows[0];
+    pushes += v;
+    EXPECT_EQ(w[7], "0") << rows[0];  // nothing rejected
+  }
+  EXPECT_EQ(shards, 4) << run.output;  // 2 variables x 2 shards
+  // Each push and pull of "w" touches both PS (one shard each).
+  EXPECT_EQ(pushes, 3 * 2) << run.output;
+  EXPECT_EQ(pulls, 1 * 2) << run.output;
+}
+
+TEST_F(PsctlTest, BalanceAddsUpToTheCreatedBytes) {
+  auto run = Psctl({"balance"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  double percent_sum = 0;
+  for (int ps = 0; ps < 2; ++ps) {
+    auto rows = LinesStartingWith(run.output, absl::StrCat("PS ", ps, " "));
+    ASSERT_EQ(rows.size(), 1u) << run.output;
+    auto w = Words(rows[0]);
+    ASSERT_EQ(w.size(), 5u) << rows[0];
+    double percent = 0;
+    ASSERT_TRUE(absl::SimpleAtod(absl::StripSuffix(w[4], "%"), &percent));
+    percent_sum += percent;
+  }
+  EXPECT_NEAR(percent_sum, 100.0, 0.2) << run.output;
+  // 400,000 + 128,000 bytes of float32 parameters (SGD keeps no slots).
+  const double expected_kib = (kDenseFloats + kVocab * kDim) * 4 / 1024.0;
+  auto total = LinesStartingWith(run.output, "total ");
+  ASSERT_EQ(total.size(), 1u) << run.output;
+  auto w = Words(total[0]);  // total <n> KiB, max/min <r>
+  ASSERT_EQ(w.size(), 5u) << total[0];
+  double kib = 0, ratio = 0;
+  ASSERT_TRUE(absl::SimpleAtod(w[1], &kib)) << total[0];
+  EXPECT_EQ(w[2], "KiB,") << total[0];
+  EXPECT_NEAR(kib, expected_kib, 0.1) << total[0];
+  ASSERT_TRUE(absl::SimpleAtod(w[4], &ratio)) << total[0];
+  // Both variables split evenly in 2 shards over 2 PS: equal bytes.
+  EXPECT_NEAR(ratio, 1.0, 0.01) << run.output;
+}
+
+TEST_F(PsctlTest, CheckpointThenCheckpointsListsItWithBytesPerPs) {
+  std::vector<float> grad(kDenseFloats, 1.0f);
+  ASSERT_TRUE(client_->PushDense("w", grad.data()).ok());
+
+  auto run = Psctl({"checkpoint"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // "checkpoint <uri>: step S, F files, <bytes> in T s (R MB/s)"
+  auto lines = LinesStartingWith(run.output, "checkpoint ");
+  ASSERT_EQ(lines.size(), 1u) << run.output;
+  EXPECT_TRUE(absl::StrContains(lines[0], root_)) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], ", 4 files, ")) << lines[0];
+
+  // A checkpoint is only a checkpoint with its manifest: a directory left
+  // by a save that never finished is listed as partial, and one whose
+  // manifest is garbage as corrupt, and neither stops the listing.
+  const std::string partial = root_ + "/ckpt-99-1";
+  ASSERT_EQ(system(("mkdir -p " + partial).c_str()), 0);
+  std::ofstream(partial + "/w-shard-0.bin") << "half a file";
+  const std::string corrupt = root_ + "/ckpt-98-1";
+  ASSERT_EQ(system(("mkdir -p " + corrupt).c_str()), 0);
+  std::ofstream(corrupt + "/MANIFEST.json") << "{{{";
+
+  auto list = RunPrograms(
+      "tools/psctl/psctl",
+      {absl::StrCat("--checkpoint_uri=", root_), "--shards", "checkpoints"},
+      {""}, absl::Seconds(60))[0];
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  auto latest = LinesStartingWith(list.output, "ckpt-");
+  ASSERT_EQ(latest.size(), 3u) << list.output;
+  int complete = 0;
+  for (const std::string& line : latest) {
+    auto w = Words(line);
+    if (w[0] == "ckpt-99-1") {
+      EXPECT_EQ(w[1], "partial") << line;
+    } else if (w[0] == "ckpt-98-1") {
+      EXPECT_EQ(w[1], "CORRUPT") << line;
+    } else {
+      ++complete;
+      // name latest step bytes(2 words) files PS per-PS...
+      EXPECT_EQ(w[1], "latest") << line;
+      EXPECT_EQ(w[2], "1") << line;  // one push: global step 1
+      EXPECT_EQ(w[5], "4") << line;  // files
+      EXPECT_EQ(w[6], "2") << line;  // PS
+      EXPECT_TRUE(absl::StrContains(line, "(1.00)")) << line;  // balanced
+    }
+  }
+  EXPECT_EQ(complete, 1) << list.output;
+  // --shards: one line per shard file, with its rows.
+  auto files = LinesStartingWith(list.output, "    ");
+  ASSERT_EQ(files.size(), 4u) << list.output;
+  int64_t rows = 0;
+  for (const std::string& line : files) {
+    auto w = Words(line);
+    int64_t n = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(w[w.size() - 2], &n)) << line;
+    rows += n;
+  }
+  EXPECT_EQ(rows, kDenseFloats + kVocab) << list.output;
+}
+
+TEST_F(PsctlTest, BadCommandsExitWithUsage) {
+  auto run = Psctl({"statuz"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "unknown command 'statuz'"))
+      << run.output;
+  auto list = RunPrograms("tools/psctl/psctl", {"checkpoints"}, {""},
+                          absl::Seconds(30))[0];
+  EXPECT_EQ(list.exit_code, 2) << list.output;
+  EXPECT_TRUE(absl::StrContains(list.output, "--checkpoint_uri is required"))
+      << list.output;
+}
+
+}  // namespace
+}  // namespace psrt
