@@ -15,7 +15,7 @@ packages=(
   zlib1g-dev dataset-fashion-mnist
   awscli
   python3-torch python3-setuptools python3-pip python3-yaml
-  iproute2 procps rhash
+  iproute2 procps rhash iperf3
   clang libclang-rt-14-dev
 )
 # Node.js and npm run s3rver, the S3 server the checkpoint tests use. A

@@ -25,6 +25,7 @@
 #include "glog/logging.h"
 #include "partitioner/cluster_spec.h"
 #include "proto/buffer_pool.h"
+#include "tools/ps_bench/iperf3_check.h"
 #include "tools/ps_bench/tcp_baseline.h"
 
 DEFINE_string(cluster, "",
@@ -42,6 +43,10 @@ DEFINE_int32(repeat, 3,
 DEFINE_bool(json, false, "Also print one JSON object per line per result.");
 DEFINE_bool(tcp_baseline, true,
             "Measure the raw loopback TCP baseline for each case.");
+DEFINE_string(iperf3, "iperf3",
+              "iperf3 binary run beside each TCP baseline measurement, as an "
+              "independent check that the baseline is as fast as loopback "
+              "TCP (empty: skip).");
 DEFINE_int64(message_bytes, 1 << 20, "Client message size (chunking).");
 DEFINE_int32(channels_per_ps, 2, "TCP connections per PS.");
 DEFINE_int64(vocab, 1000000, "Rows of the embedding table.");
@@ -105,7 +110,13 @@ absl::StatusOr<double> Measure(Op&& op) {
   return ops.load() / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
-void Report(const Result& r, double tcp_gbytes_per_s, double ratio) {
+// What each case is compared with, medians of the paired measurements.
+struct Baselines {
+  double tcp_gbytes_per_s = 0;     // tcp_baseline.h
+  double iperf3_gbytes_per_s = 0;  // 0: not measured
+};
+
+void Report(const Result& r, const Baselines& b, double ratio) {
   const double gbps = r.ops_per_s * r.bytes_per_op / 1e9;
   std::string line = absl::StrFormat("%-16s %-5s %9.1f ops/s %7.3f GB/s",
                                      r.name, r.op, r.ops_per_s, gbps);
@@ -113,21 +124,36 @@ void Report(const Result& r, double tcp_gbytes_per_s, double ratio) {
     absl::StrAppendFormat(&line, " %7.2fM rows/s",
                           r.ops_per_s * r.rows_per_op / 1e6);
   }
-  if (tcp_gbytes_per_s > 0) {
-    absl::StrAppendFormat(&line, "  %.2fx raw TCP (%.3f GB/s)", ratio,
-                          tcp_gbytes_per_s);
+  const double baseline_to_iperf3 =
+      b.iperf3_gbytes_per_s > 0 ? b.tcp_gbytes_per_s / b.iperf3_gbytes_per_s
+                                : 0;
+  if (b.tcp_gbytes_per_s > 0) {
+    absl::StrAppendFormat(&line, "  %.2fx raw TCP (%.3f GB/s", ratio,
+                          b.tcp_gbytes_per_s);
+    if (b.iperf3_gbytes_per_s > 0) {
+      absl::StrAppendFormat(&line, "; iperf3 %.3f GB/s, baseline %.2fx of it",
+                            b.iperf3_gbytes_per_s, baseline_to_iperf3);
+    }
+    line += ")";
   }
   std::cout << line << std::endl;
+  if (baseline_to_iperf3 > 0 && baseline_to_iperf3 < 0.9) {
+    std::cout << "  WARNING: the TCP baseline ran at "
+              << absl::StrFormat("%.2f", baseline_to_iperf3)
+              << "x of iperf3 in this run: ratios against it overstate psrt"
+              << std::endl;
+  }
   if (FLAGS_json) {
     std::cout
         << absl::StrFormat(
                "{\"case\": \"%s\", \"op\": \"%s\", \"bytes_per_op\": %.0f, "
                "\"ops_per_s\": %.3f, \"gbytes_per_s\": %.4f, "
                "\"rows_per_s\": %.0f, \"ratio_to_tcp\": %.3f, "
-               "\"tcp_gbytes_per_s\": %.4f, \"inflight\": %d}",
+               "\"tcp_gbytes_per_s\": %.4f, \"iperf3_gbytes_per_s\": %.4f, "
+               "\"inflight\": %d}",
                r.name, r.op, r.bytes_per_op, r.ops_per_s, gbps,
-               r.ops_per_s * r.rows_per_op, ratio, tcp_gbytes_per_s,
-               FLAGS_inflight)
+               r.ops_per_s * r.rows_per_op, ratio, b.tcp_gbytes_per_s,
+               b.iperf3_gbytes_per_s, FLAGS_inflight)
         << std::endl;
   }
 }
@@ -138,10 +164,10 @@ double Median(std::vector<double> v) {
 }
 
 // Measures `op` --repeat times, each right after a TCP baseline of the same
-// bytes per operation, and reports the medians.
+// bytes per operation (and iperf3 beside it), and reports the medians.
 template <typename Op>
 absl::Status MeasureAndReport(Result r, Op&& op) {
-  std::vector<double> ops, tcps, ratios;
+  std::vector<double> ops, tcps, iperfs, ratios;
   for (int i = 0; i < std::max(1, FLAGS_repeat); ++i) {
     double tcp = 0;
     if (FLAGS_tcp_baseline) {
@@ -149,6 +175,17 @@ absl::Status MeasureAndReport(Result r, Op&& op) {
                                          absl::Seconds(FLAGS_seconds));
       if (!baseline.ok()) return baseline.status();
       tcp = baseline->gbytes_per_s;
+      if (!FLAGS_iperf3.empty()) {
+        auto iperf3 = MeasureIperf3(FLAGS_iperf3, absl::Seconds(FLAGS_seconds));
+        if (!iperf3.ok()) {
+          LOG(WARNING) << "no iperf3 check of this TCP baseline: "
+                       << iperf3.status();
+          // Not installed: say so once, not for every case.
+          if (absl::IsNotFound(iperf3.status())) FLAGS_iperf3.clear();
+        } else {
+          iperfs.push_back(*iperf3);
+        }
+      }
     }
     auto rate = Measure(op);
     if (!rate.ok()) return rate.status();
@@ -157,7 +194,7 @@ absl::Status MeasureAndReport(Result r, Op&& op) {
     if (tcp > 0) ratios.push_back(*rate * r.bytes_per_op / 1e9 / tcp);
   }
   r.ops_per_s = Median(ops);
-  Report(r, Median(tcps), Median(ratios));
+  Report(r, {Median(tcps), Median(iperfs)}, Median(ratios));
   return absl::OkStatus();
 }
 

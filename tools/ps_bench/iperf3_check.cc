@@ -1,0 +1,130 @@
+#include "tools/ps_bench/iperf3_check.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace psrt {
+namespace {
+
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// Runs `args` with stdout captured (stderr to /dev/null); returns what it
+// printed and its exit status.
+std::pair<std::string, int> RunCapturing(std::vector<std::string> args) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return {"", -1};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDOUT_FILENO);
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, STDERR_FILENO);
+    close(pipe_fds[0]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  std::string out;
+  char buffer[4096];
+  for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) {
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+}  // namespace
+
+absl::StatusOr<double> ParseIperf3Json(absl::string_view json) {
+  const size_t sum = json.find("\"sum_received\"");
+  if (sum == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "iperf3 report has no end.sum_received (did the test run?)");
+  }
+  const size_t key = json.find("\"bits_per_second\"", sum);
+  const size_t colon = json.find(':', key);
+  if (key == absl::string_view::npos || colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "iperf3 report: sum_received has no bits_per_second");
+  }
+  const std::string rest(json.substr(colon + 1, 64));
+  char* end = nullptr;
+  const double bits = std::strtod(rest.c_str(), &end);
+  if (end == rest.c_str() || !std::isfinite(bits) || bits <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("iperf3 report: bad bits_per_second '", rest, "'"));
+  }
+  return bits / 8 / 1e9;
+}
+
+absl::StatusOr<double> MeasureIperf3(const std::string& iperf3_binary,
+                                     absl::Duration duration) {
+  const int port = FreeLoopbackPort();
+  if (port < 0) return absl::UnavailableError("iperf3: no free loopback port");
+  const std::string port_text = absl::StrCat(port);
+  // The server serves one test and exits (-1).
+  const pid_t server = fork();
+  if (server == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(devnull, STDERR_FILENO);
+    execlp(iperf3_binary.c_str(), iperf3_binary.c_str(), "-s", "-1", "-B",
+           "127.0.0.1", "-p", port_text.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::string seconds = absl::StrCat(
+      std::max<int64_t>(1, std::llround(absl::ToDoubleSeconds(duration))));
+  absl::StatusOr<double> result =
+      absl::UnavailableError("iperf3: the client never reached the server");
+  // The server needs a moment to listen; the client fails fast until then.
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    int status = 0;
+    if (waitpid(server, &status, WNOHANG) == server) {
+      return absl::NotFoundError(absl::StrCat(
+          "cannot run '", iperf3_binary,
+          "' (install it: apt-get install iperf3; or --iperf3= to skip)"));
+    }
+    auto [out, code] = RunCapturing({iperf3_binary, "-c", "127.0.0.1", "-p",
+                                     port_text, "-t", seconds, "--json"});
+    if (code == 0) {
+      result = ParseIperf3Json(out);
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  kill(server, SIGTERM);
+  waitpid(server, nullptr, 0);
+  return result;
+}
+
+}  // namespace psrt
