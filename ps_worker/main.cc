@@ -72,6 +72,10 @@ DEFINE_string(device, "auto",
               "cpu, gpu (NVIDIA, sm_80+; lr, fm, deepfm, wide_deep) or auto "
               "(gpu where one is usable and the model has GPU kernels, else "
               "cpu, saying why in the log).");
+DEFINE_string(compute, "model",
+              "model, or none: no model math, gradients of the model's shapes "
+              "pushed as if computed (the ceiling of the read-pull-push path, "
+              "for benchmarks; loss and auc then mean nothing).");
 DEFINE_string(mode, "async", "async, sync or ssp.");
 DEFINE_int32(staleness, 2, "ssp: steps a worker may run ahead of the slowest.");
 DEFINE_double(ps_recovery_secs, 600,
@@ -136,6 +140,10 @@ int Run() {
     LOG(ERROR) << "--device=" << FLAGS_device << ": expected cpu, gpu or auto";
     return 2;
   }
+  if (FLAGS_compute != "model" && FLAGS_compute != "none") {
+    LOG(ERROR) << "--compute=" << FLAGS_compute << ": expected model or none";
+    return 2;
+  }
   o.client.ps_addresses = cluster->ps;
   auto security = SecurityOptionsFromFlags();
   if (!security.ok()) {
@@ -197,6 +205,7 @@ int Run() {
   o.eval.batch_size = 4096;
   o.device = FLAGS_device;
   o.towers = FLAGS_towers;
+  o.compute = FLAGS_compute;
   o.max_steps = FLAGS_max_steps;
   if (!(FLAGS_learning_rate_decay > 0 && FLAGS_learning_rate_decay <= 1)) {
     LOG(ERROR) << "--learning_rate_decay must be in (0, 1]";

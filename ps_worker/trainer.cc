@@ -10,6 +10,7 @@
 #include "clients/cpp/id_index.h"
 #include "ps_worker/device.h"
 #include "ps_worker/evaluation.h"
+#include "ps_worker/no_compute_towers.h"
 
 namespace psrt {
 namespace {
@@ -197,8 +198,19 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     }
   }
   std::string device_choice;
-  absl::StatusOr<std::unique_ptr<TowerRunner>> towers = CreateTowerRunner(
-      model_.get(), options_.device, options_.towers, &device_choice);
+  absl::StatusOr<std::unique_ptr<TowerRunner>> towers;
+  if (options_.compute == "none") {
+    towers = std::make_unique<NoComputeTowers>();
+    device_choice =
+        "--compute=none: no model math; pulls and pushes carry the model's "
+        "shapes (the row-path ceiling), so loss and auc mean nothing";
+  } else if (options_.compute == "model") {
+    towers = CreateTowerRunner(model_.get(), options_.device, options_.towers,
+                               &device_choice);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compute=", options_.compute, ": expected model or none"));
+  }
   if (!towers.ok()) return towers.status();
   Log(device_choice);
   Log(absl::StrFormat(

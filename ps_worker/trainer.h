@@ -35,6 +35,9 @@ struct TrainerOptions {
   DatasetOptions eval;         // no patterns: no evaluation
   std::string device = "cpu";  // cpu, gpu or auto (ps_worker/device.h)
   int towers = 1;              // 0: the device's default
+  // "model": the model's forward and backward pass; "none": no model math
+  // (no_compute_towers.h), the row path's ceiling.
+  std::string compute = "model";
   Consistency consistency;
   int64_t max_steps = 0;  // 0: until the training data is exhausted
   // Learning rates are multiplied by this once per epoch (1: constant),

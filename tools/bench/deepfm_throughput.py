@@ -37,11 +37,14 @@ def ensure_data(data_dir, examples, fmt="tfrecord"):
         f"--train_examples={examples}", "--test_examples=10000", f"--format={fmt}"])
 
 
-def run_psrt(hosts, data_dir, steps, batch, towers, worker_flags=()):
+def run_psrt(hosts, data_dir, steps, batch, towers, worker_flags=(), model="deepfm",
+             bin_dir=BIN):
+    """Trains on a local cluster of `hosts` (binaries from `bin_dir`); returns
+    the workers' summed examples/s and their mean per-step breakdown (ms)."""
     logs = tempfile.mkdtemp(prefix=f"psrt_bench_{hosts}h_")
     cmd = [sys.executable, os.path.join(ROOT, "deploy/local/launch.py"), f"--hosts={hosts}",
-           f"--logs={logs}", "--base_port=24000", f"--bin_dir={BIN}", "--",
-           os.path.join(BIN, "ps_worker/ps_worker"), "--model=deepfm",
+           f"--logs={logs}", "--base_port=24000", f"--bin_dir={bin_dir}", "--",
+           os.path.join(bin_dir, "ps_worker/ps_worker"), f"--model={model}",
            f"--train_files={data_dir}/train-*", "--epochs=0", f"--max_steps={steps}",
            f"--batch_size={batch}", f"--towers={towers}", "--log_every_steps=50",
            *worker_flags]
