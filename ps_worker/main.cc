@@ -4,6 +4,7 @@
 //
 //   ps_worker --model=deepfm --train_files='data/train-*'
 //   --eval_files=data/test.tfrecords
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -61,6 +62,11 @@ DEFINE_int64(criteo_buckets, 0,
 DEFINE_bool(skip_bad_records, false, "Skip and count malformed records.");
 DEFINE_int32(batch_size, 512, "Examples per step (split over the towers).");
 DEFINE_int32(shuffle_buffer, 10000, "Examples held for shuffling (0: none).");
+DEFINE_int32(reader_threads, 0,
+             "Threads parsing input records while one reads, shards and "
+             "batches them (same examples, same order for any count); 1: "
+             "that one thread parses too; 0: a quarter of the cores, 1 to 8 "
+             "(the worker shares its host with a PS and its own compute).");
 DEFINE_int32(epochs, 1, "Passes over the training data (0: forever).");
 DEFINE_int64(max_steps, 0, "Stop after this many steps (0: when data ends).");
 // Execution.
@@ -198,6 +204,17 @@ int Run() {
   o.train.reader = reader;
   o.train.batch_size = FLAGS_batch_size;
   o.train.shuffle_buffer = FLAGS_shuffle_buffer;
+  if (FLAGS_reader_threads < 0 || FLAGS_reader_threads > 256) {
+    LOG(ERROR) << "--reader_threads=" << FLAGS_reader_threads
+               << ": must be in [0, 256] (0: from the cores)";
+    return 2;
+  }
+  o.train.reader_threads =
+      FLAGS_reader_threads > 0
+          ? FLAGS_reader_threads
+          : std::clamp(
+                static_cast<int>(std::thread::hardware_concurrency()) / 4, 1,
+                8);
   o.train.seed = FLAGS_seed + o.worker_index;
   o.train.epochs = FLAGS_epochs;
   o.eval.patterns = SplitList(FLAGS_eval_files);

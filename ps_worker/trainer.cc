@@ -215,10 +215,11 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   Log(device_choice);
   Log(absl::StrFormat(
       "training %s (%d fields, %d dense features, %d variables) on %d PS, "
-      "%d tower(s), %s, batch %d",
+      "%d tower(s), %s, batch %d, %d reader thread(s)",
       config.name, config.fields, config.dense_dim, model_->variables().size(),
       client_->num_ps(), (*towers)->size(),
-      Consistency::Mode_Name(options_.consistency.mode()), train.batch_size));
+      Consistency::Mode_Name(options_.consistency.mode()), train.batch_size,
+      train.reader_threads));
 
   TrainingResult result;
   const absl::Time start = absl::Now();

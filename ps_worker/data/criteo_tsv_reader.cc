@@ -18,7 +18,7 @@ class CriteoTsvReader final : public LineReader {
         buckets_(options.criteo_buckets) {}
 
  protected:
-  absl::Status ParseLine(const std::string& line, Example* e) override {
+  absl::Status ParseLine(const std::string& line, Example* e) const override {
     std::vector<absl::string_view> cols = absl::StrSplit(line, '\t');
     constexpr size_t kColumns =
         1 + kCriteoIntegerFields + kCriteoCategoricalFields;

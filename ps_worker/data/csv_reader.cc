@@ -130,14 +130,16 @@ class CsvReader final : public LineReader {
         schema_(std::move(schema)) {}
 
  protected:
-  absl::Status ParseLine(const std::string& line, Example* e) override {
+  absl::Status ParseLine(const std::string& line, Example* e) const override {
     std::vector<absl::string_view> cells = absl::StrSplit(line, ',');
     if (cells.size() != schema_.columns.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("has ", cells.size(), " columns, the schema has ",
                        schema_.columns.size()));
     }
-    tokens_.assign(cells.size(), std::string());
+    // Per thread: parsing runs on several at once (record_reader.h).
+    thread_local std::vector<std::string> tokens;
+    tokens.assign(cells.size(), std::string());
     for (size_t i = 0; i < cells.size(); ++i) {
       const Column& c = schema_.columns[i];
       absl::string_view cell = absl::StripAsciiWhitespace(cells[i]);
@@ -147,7 +149,7 @@ class CsvReader final : public LineReader {
           e->label = cell == c.positive ? 1.0f : 0.0f;
           break;
         case Column::kCat:
-          tokens_[i] = std::string(cell);
+          tokens[i] = std::string(cell);
           e->ids.push_back(HashFeature(static_cast<int64_t>(i), cell));
           e->values.push_back(1.0f);
           break;
@@ -163,8 +165,8 @@ class CsvReader final : public LineReader {
             const size_t bucket =
                 std::upper_bound(c.buckets.begin(), c.buckets.end(), x) -
                 c.buckets.begin();
-            tokens_[i] = absl::StrCat("b", bucket);
-            e->ids.push_back(HashFeature(static_cast<int64_t>(i), tokens_[i]));
+            tokens[i] = absl::StrCat("b", bucket);
+            e->ids.push_back(HashFeature(static_cast<int64_t>(i), tokens[i]));
             e->values.push_back(1.0f);
           }
           break;
@@ -175,9 +177,8 @@ class CsvReader final : public LineReader {
     }
     for (size_t k = 0; k < schema_.crosses.size(); ++k) {
       const auto [a, b] = schema_.crosses[k];
-      e->ids.push_back(
-          HashFeature(1000 + static_cast<int64_t>(k),
-                      absl::StrCat(tokens_[a], "\x1f", tokens_[b])));
+      e->ids.push_back(HashFeature(1000 + static_cast<int64_t>(k),
+                                   absl::StrCat(tokens[a], "\x1f", tokens[b])));
       e->values.push_back(1.0f);
     }
     return absl::OkStatus();
@@ -185,7 +186,6 @@ class CsvReader final : public LineReader {
 
  private:
   const Schema schema_;
-  std::vector<std::string> tokens_;
 };
 
 }  // namespace

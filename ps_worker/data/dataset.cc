@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "glog/logging.h"
 
 namespace psrt {
 
@@ -46,6 +47,13 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Create(
   }
   if (options.epochs < 0)
     return absl::InvalidArgumentError("epochs must be >= 0");
+  if (options.reader_threads < 1 || options.reader_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reader threads must be in [1, 256], got ", options.reader_threads));
+  }
+  if (options.parse_chunk_records < 1) {
+    return absl::InvalidArgumentError("parse chunk records must be >= 1");
+  }
   // Fail now, not in the background, if the first epoch's files are missing.
   if (auto files = ExpandPatterns(options.patterns, 0); !files.ok()) {
     return files.status();
@@ -77,6 +85,10 @@ bool Dataset::Emit(Batch batch) {
 }
 
 void Dataset::Produce() {
+  std::unique_ptr<ParsePool> pool;
+  if (options_.reader_threads > 1) {
+    pool = std::make_unique<ParsePool>(options_.reader_threads);
+  }
   absl::Status status;
   for (int epoch = 0; options_.epochs == 0 || epoch < options_.epochs;
        ++epoch) {
@@ -85,7 +97,7 @@ void Dataset::Produce() {
       stats_.epoch = epoch;
       if (stopping_) break;
     }
-    status = ProduceEpoch(epoch);
+    status = ProduceEpoch(epoch, pool.get());
     if (!status.ok()) break;
   }
   absl::MutexLock lock(&mu_);
@@ -93,7 +105,7 @@ void Dataset::Produce() {
   done_ = true;
 }
 
-absl::Status Dataset::ProduceEpoch(int epoch) {
+absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool) {
   absl::StatusOr<std::vector<std::string>> files =
       ExpandPatterns(options_.patterns, epoch);
   if (!files.ok()) return files.status();
@@ -112,21 +124,84 @@ absl::Status Dataset::ProduceEpoch(int epoch) {
     }
     return true;
   };
+  // One parsed example of this shard, in record order: through the shuffle
+  // buffer into batches. False once the consumer went away.
+  auto consume = [&](Example&& e) -> bool {
+    if (options_.shuffle_buffer > 0) {
+      if (static_cast<int>(buffer.size()) < options_.shuffle_buffer) {
+        buffer.push_back(std::move(e));
+        return true;
+      }
+      const size_t pick = rng() % buffer.size();
+      std::swap(buffer[pick], e);
+    }
+    return emit_example(std::move(e));
+  };
+  bool stopped = false;
+  // The oldest parsed chunk's examples, in order; its error ends the epoch.
+  auto consume_oldest = [&]() -> absl::Status {
+    std::unique_ptr<RawChunk> chunk = pool->TakeOldest();
+    {
+      absl::MutexLock lock(&mu_);
+      stats_.records += std::count(chunk->kept.begin(),
+                                   chunk->kept.begin() + chunk->parsed, 1);
+      stats_.bad_records += static_cast<int64_t>(chunk->skipped.size());
+      if (stopping_) stopped = true;
+    }
+    for (const absl::Status& bad : chunk->skipped) {
+      if (++logged_bad_records_ <= 5) {
+        LOG(WARNING) << "skipping bad record: " << bad.message();
+      }
+    }
+    for (size_t i = 0; i < chunk->parsed && !stopped; ++i) {
+      if (chunk->kept[i] && !consume(std::move(chunk->examples[i]))) {
+        stopped = true;
+      }
+    }
+    absl::Status error = chunk->error;
+    pool->Recycle(std::move(chunk));
+    return error;
+  };
+  const size_t max_pending =
+      pool == nullptr ? 0 : 2 * static_cast<size_t>(pool->threads());
+
   int64_t record = 0;
   for (const std::string& path : *files) {
-    auto reader = OpenRecordReader(path, options_.reader);
-    if (!reader.ok()) return reader.status();
-    while (true) {
+    if (stopped) break;
+    absl::StatusOr<std::unique_ptr<RecordReader>> opened =
+        OpenRecordReader(path, options_.reader);
+    if (!opened.ok()) return opened.status();
+    std::shared_ptr<RecordReader> reader = std::move(*opened);
+    std::unique_ptr<RawChunk> chunk;
+    while (!stopped) {
       // Counts records that exist: a file's end is not a record.
       if (record % options_.num_shards != options_.shard_index) {
-        absl::StatusOr<bool> more = (*reader)->Skip();
+        absl::StatusOr<bool> more = reader->Skip();
         if (!more.ok()) return more.status();
         if (!*more) break;
         ++record;
         continue;
       }
+      if (pool != nullptr) {
+        if (chunk == nullptr) chunk = pool->NewChunk(reader);
+        absl::StatusOr<bool> more = reader->ReadRaw(chunk->Append(0));
+        if (!more.ok()) return more.status();
+        if (!*more) {
+          --chunk->size;  // the slot taken for a record that was not there
+          break;
+        }
+        chunk->index[chunk->size - 1] = reader->index();
+        ++record;
+        if (static_cast<int>(chunk->size) == options_.parse_chunk_records) {
+          pool->Submit(std::move(chunk));
+          while (pool->pending() > max_pending && !stopped) {
+            if (absl::Status s = consume_oldest(); !s.ok()) return s;
+          }
+        }
+        continue;
+      }
       Example e;
-      absl::StatusOr<bool> more = (*reader)->Next(&e);
+      absl::StatusOr<bool> more = reader->Next(&e);
       if (!more.ok()) return more.status();
       if (!*more) break;
       ++record;
@@ -135,19 +210,18 @@ absl::Status Dataset::ProduceEpoch(int epoch) {
         ++stats_.records;
         if (stopping_) return absl::OkStatus();
       }
-      if (options_.shuffle_buffer > 0) {
-        if (static_cast<int>(buffer.size()) < options_.shuffle_buffer) {
-          buffer.push_back(std::move(e));
-          continue;
-        }
-        const size_t pick = rng() % buffer.size();
-        std::swap(buffer[pick], e);
-      }
-      if (!emit_example(std::move(e))) return absl::OkStatus();
+      if (!consume(std::move(e))) return absl::OkStatus();
     }
-    absl::MutexLock lock(&mu_);
-    stats_.bad_records += (*reader)->bad_records();
+    if (chunk != nullptr && chunk->size > 0) pool->Submit(std::move(chunk));
+    if (pool == nullptr) {
+      absl::MutexLock lock(&mu_);
+      stats_.bad_records += reader->bad_records();
+    }
   }
+  while (pool != nullptr && pool->pending() > 0) {
+    if (absl::Status s = consume_oldest(); !s.ok()) return s;
+  }
+  if (stopped) return absl::OkStatus();
   std::shuffle(buffer.begin(), buffer.end(), rng);
   for (Example& e : buffer) {
     if (!emit_example(std::move(e))) return absl::OkStatus();

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "ps_worker/data/example.h"
+#include "ps_worker/data/parse_pool.h"
 #include "ps_worker/data/record_reader.h"
 
 namespace psrt {
@@ -46,6 +47,12 @@ struct DatasetOptions {
   uint64_t seed = 1;
   int epochs = 1;  // 0: repeat forever
   int prefetch_batches = 4;
+  // Threads parsing records (parse_pool.h) while the dataset's own thread
+  // reads, shards and batches them; 1: that thread parses too. The examples
+  // and their order are the same for any count.
+  int reader_threads = 1;
+  // Records per chunk handed to a parsing thread.
+  int parse_chunk_records = 256;
 };
 
 class Dataset {
@@ -74,7 +81,8 @@ class Dataset {
  private:
   explicit Dataset(DatasetOptions options) : options_(std::move(options)) {}
   void Produce();
-  absl::Status ProduceEpoch(int epoch);
+  // `pool`: where records are parsed (null: on this thread).
+  absl::Status ProduceEpoch(int epoch, ParsePool* pool);
   // Queues a batch; false if the consumer went away.
   bool Emit(Batch batch);
 
@@ -86,6 +94,7 @@ class Dataset {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  int64_t logged_bad_records_ = 0;  // producer thread only
 };
 
 }  // namespace psrt

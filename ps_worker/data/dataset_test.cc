@@ -111,5 +111,130 @@ TEST(DatasetTest, ReaderErrorsReachTheConsumer) {
   EXPECT_EQ(Dataset::Create(o).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Every batch, field by field, of a dataset, and its final status.
+struct Drained {
+  std::vector<Batch> batches;
+  absl::Status status;
+  Dataset::Stats stats;
+};
+
+Drained DrainAll(const DatasetOptions& o) {
+  Drained out;
+  auto d = Dataset::Create(o);
+  if (!d.ok()) {
+    out.status = d.status();
+    return out;
+  }
+  while (true) {
+    Batch b;
+    absl::StatusOr<bool> more = (*d)->Next(&b);
+    if (!more.ok()) {
+      out.status = more.status();
+      break;
+    }
+    if (!*more) break;
+    out.batches.push_back(std::move(b));
+  }
+  out.stats = (*d)->stats();
+  return out;
+}
+
+void ExpectSameBatches(const Drained& a, const Drained& b) {
+  ASSERT_EQ(a.batches.size(), b.batches.size());
+  for (size_t i = 0; i < a.batches.size(); ++i) {
+    EXPECT_EQ(a.batches[i].labels, b.batches[i].labels) << "batch " << i;
+    EXPECT_EQ(a.batches[i].ids, b.batches[i].ids) << "batch " << i;
+    EXPECT_EQ(a.batches[i].values, b.batches[i].values) << "batch " << i;
+    EXPECT_EQ(a.batches[i].offsets, b.batches[i].offsets) << "batch " << i;
+  }
+  EXPECT_EQ(a.status, b.status);
+  EXPECT_EQ(a.stats.records, b.stats.records);
+  EXPECT_EQ(a.stats.bad_records, b.stats.bad_records);
+}
+
+// Parsing on several threads changes nothing a trainer sees: the same
+// examples in the same batches in the same order, sharded and shuffled or
+// not, with chunks that end mid-file and files that end mid-chunk.
+TEST(DatasetTest, ReaderThreadsGiveTheSameBatchesInTheSameOrder) {
+  // Lines with several features and values, so parsing has work to do.
+  std::vector<std::string> paths;
+  for (int f = 0; f < 3; ++f) {
+    paths.push_back(absl::StrCat(::testing::TempDir(), "/threads", f, ".txt"));
+    std::ofstream out(paths.back());
+    for (int i = 0; i < 300 + 37 * f; ++i) {
+      out << (i + f) % 2;
+      for (int j = 0; j < 5; ++j) out << " " << (i * 7 + j * 13 + f) << ":0.5";
+      out << "\n";
+    }
+  }
+  for (int shuffle : {0, 50}) {
+    for (int shards : {1, 3}) {
+      DatasetOptions o;
+      o.patterns = {::testing::TempDir() + "/threads*.txt"};
+      o.batch_size = 16;
+      o.shuffle_buffer = shuffle;
+      o.num_shards = shards;
+      o.shard_index = shards - 1;
+      o.epochs = 2;
+      o.parse_chunk_records = 7;
+      const Drained one = DrainAll(o);
+      ASSERT_TRUE(one.status.ok()) << one.status;
+      ASSERT_GT(one.batches.size(), 20u);
+      for (int threads : {2, 4}) {
+        SCOPED_TRACE(absl::StrCat("shuffle ", shuffle, ", shards ", shards,
+                                  ", threads ", threads));
+        o.reader_threads = threads;
+        ExpectSameBatches(one, DrainAll(o));
+      }
+      o.reader_threads = 1;
+    }
+  }
+}
+
+// Bad records are named and skipped, or end the data, exactly as with one
+// thread: the error names the same file and line, the same examples come
+// before it, the same count is skipped.
+TEST(DatasetTest, ReaderThreadsReportAndSkipBadRecordsAsOneThreadDoes) {
+  const std::string path = ::testing::TempDir() + "/bad_records.txt";
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 100; ++i) {
+      if (i == 40 || i == 77) {
+        out << "1 nonsense\n";
+      } else {
+        out << i << " " << i << ":1\n";
+      }
+    }
+  }
+  DatasetOptions o;
+  o.patterns = {path};
+  o.batch_size = 8;
+  o.parse_chunk_records = 5;
+  const Drained failing = DrainAll(o);
+  EXPECT_NE(failing.status.message().find(path + ":41: bad feature"),
+            std::string::npos)
+      << failing.status;
+  EXPECT_EQ(failing.batches.size(), 5u);  // 40 good records came first
+  o.reader_threads = 3;
+  ExpectSameBatches(failing, DrainAll(o));
+
+  o.reader.skip_bad_records = true;
+  o.reader_threads = 1;
+  const Drained skipping = DrainAll(o);
+  ASSERT_TRUE(skipping.status.ok()) << skipping.status;
+  EXPECT_EQ(skipping.stats.bad_records, 2);
+  EXPECT_EQ(skipping.stats.records, 98);
+  o.reader_threads = 3;
+  ExpectSameBatches(skipping, DrainAll(o));
+}
+
+TEST(DatasetTest, ReaderThreadsOutOfRangeAreRefused) {
+  DatasetOptions o;
+  o.patterns = {::testing::TempDir() + "/*.txt"};
+  o.reader_threads = 0;
+  EXPECT_EQ(Dataset::Create(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace psrt

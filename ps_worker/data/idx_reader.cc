@@ -36,41 +36,42 @@ class IdxReader final : public RecordReader {
         images_(std::move(images)),
         labels_(std::move(labels)),
         count_(count),
-        pixels_(pixels),
-        buffer_(pixels) {}
+        pixels_(pixels) {}
 
-  absl::StatusOr<bool> Skip() override {
-    Example e;
-    return ReadRecord(&e);
-  }
-  std::string Position() const override {
-    return absl::StrCat(images_->path(), ": image ", index_);
+  std::string PositionOf(int64_t image) const override {
+    return absl::StrCat(images_->path(), ": image ", image);
   }
 
- protected:
-  absl::StatusOr<bool> ReadRecord(Example* e) override {
+  // The record's bytes: its label, then its pixels.
+  absl::StatusOr<bool> ReadRaw(std::string* raw) override {
     if (index_ == count_) return false;
     ++index_;
-    char label;
-    absl::StatusOr<bool> got = labels_->ReadExactly(&label, 1);
-    if (got.ok() && *got) got = images_->ReadExactly(buffer_.data(), pixels_);
+    raw->resize(1 + pixels_);
+    absl::StatusOr<bool> got = labels_->ReadExactly(raw->data(), 1);
+    if (got.ok() && *got) got = images_->ReadExactly(raw->data() + 1, pixels_);
     if (!got.ok() || !*got) {
       return absl::DataLossError(absl::StrCat(Position(), ": truncated file"));
     }
+    return true;
+  }
+
+  absl::Status Parse(const std::string& raw, Example* e) const override {
     e->Clear();
-    e->label = static_cast<float>(static_cast<unsigned char>(label));
+    if (raw.size() != 1 + pixels_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "record has ", raw.size(), " bytes, want ", 1 + pixels_));
+    }
+    e->label = static_cast<float>(static_cast<unsigned char>(raw[0]));
     e->dense.resize(pixels_);
     for (uint32_t i = 0; i < pixels_; ++i) {
-      e->dense[i] = static_cast<unsigned char>(buffer_[i]) / 255.0f;
+      e->dense[i] = static_cast<unsigned char>(raw[1 + i]) / 255.0f;
     }
-    return true;
+    return absl::OkStatus();
   }
 
  private:
   std::unique_ptr<InputFile> images_, labels_;
   const uint32_t count_, pixels_;
-  std::vector<char> buffer_;
-  uint32_t index_ = 0;
 };
 
 }  // namespace

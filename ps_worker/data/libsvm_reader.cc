@@ -13,7 +13,7 @@ class LibsvmReader final : public LineReader {
   using LineReader::LineReader;
 
  protected:
-  absl::Status ParseLine(const std::string& line, Example* e) override {
+  absl::Status ParseLine(const std::string& line, Example* e) const override {
     const char* p = line.c_str();
     char* end;
     e->label = std::strtof(p, &end);

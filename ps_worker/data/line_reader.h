@@ -20,47 +20,38 @@ class LineReader : public RecordReader {
         file_(std::move(file)),
         comment_(comment) {}
 
-  absl::StatusOr<bool> Skip() override { return NextLine(); }
-  std::string Position() const override {
-    return absl::StrCat(file_->path(), ":", line_number_);
-  }
-
- protected:
-  // Parses one non-empty line into `example`; errors say what is wrong
-  // (Position() is prepended).
-  virtual absl::Status ParseLine(const std::string& line, Example* example) = 0;
-
-  absl::StatusOr<bool> ReadRecord(Example* example) final {
-    absl::StatusOr<bool> more = NextLine();
-    if (!more.ok() || !*more) return more;
-    example->Clear();
-    absl::Status s = ParseLine(line_, example);
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat(Position(), ": ", s.message()));
-    }
-    return true;
-  }
-
- private:
-  absl::StatusOr<bool> NextLine() {
+  absl::StatusOr<bool> ReadRaw(std::string* line) final {
     while (true) {
-      absl::StatusOr<bool> got = file_->ReadLine(&line_);
+      absl::StatusOr<bool> got = file_->ReadLine(line);
       if (!got.ok()) {
         return absl::DataLossError(
-            absl::StrCat(Position(), ": ", got.status().message()));
+            absl::StrCat(PositionOf(index_ + 1), ": ", got.status().message()));
       }
       if (!*got) return false;
-      ++line_number_;
-      if (line_.empty() || (comment_ != '\0' && line_[0] == comment_)) continue;
+      ++index_;
+      if (line->empty() || (comment_ != '\0' && (*line)[0] == comment_)) {
+        continue;
+      }
       return true;
     }
   }
+  std::string PositionOf(int64_t line) const override {
+    return absl::StrCat(file_->path(), ":", line);
+  }
+  absl::Status Parse(const std::string& line, Example* example) const final {
+    example->Clear();
+    return ParseLine(line, example);
+  }
 
+ protected:
+  // Parses one non-empty line into `example` (cleared); errors say what is
+  // wrong. Thread-safe (const).
+  virtual absl::Status ParseLine(const std::string& line,
+                                 Example* example) const = 0;
+
+ private:
   std::unique_ptr<InputFile> file_;
   const char comment_;
-  std::string line_;
-  int64_t line_number_ = 0;
 };
 
 }  // namespace psrt

@@ -11,18 +11,23 @@
 
 namespace psrt {
 
+absl::Status RecordReader::AtPosition(int64_t index,
+                                      const absl::Status& parse_error) const {
+  return absl::Status(parse_error.code(), absl::StrCat(PositionOf(index), ": ",
+                                                       parse_error.message()));
+}
+
 absl::StatusOr<bool> RecordReader::Next(Example* example) {
   while (true) {
-    absl::StatusOr<bool> got = ReadRecord(example);
-    if (got.ok()) return got;
-    // Damaged framing or I/O ends the file; a bad record may be skipped.
-    if (!skip_bad_records_ ||
-        got.status().code() == absl::StatusCode::kDataLoss) {
-      return got.status();
-    }
+    absl::StatusOr<bool> got = ReadRaw(&raw_);
+    if (!got.ok() || !*got) return got;
+    const absl::Status parsed = Parse(raw_, example);
+    if (parsed.ok()) return true;
+    if (!skip_bad_records_) return AtPosition(index_, parsed);
     ++bad_records_;
     if (bad_records_ <= 5) {
-      LOG(WARNING) << "skipping bad record: " << got.status().message();
+      LOG(WARNING) << "skipping bad record: "
+                   << AtPosition(index_, parsed).message();
     }
   }
 }

@@ -38,30 +38,51 @@ struct ReaderOptions {
   bool skip_bad_records = false;
 };
 
+// Reading is two phases so that parsing can run on other threads while one
+// thread reads on (dataset.h, --reader_threads): ReadRaw frames the next
+// record (cheap, sequential, checks the file's framing), Parse turns its
+// bytes into an Example (the costly part; const and thread-safe).
 class RecordReader {
  public:
   virtual ~RecordReader() = default;
 
-  // Reads the next example; false at the end of the input.
+  // Reads and parses the next example; false at the end of the input. With
+  // skip_bad_records, records that do not parse are skipped and counted.
   absl::StatusOr<bool> Next(Example* example);
   // Skips the next record without parsing it (sharding); false at the end.
-  virtual absl::StatusOr<bool> Skip() = 0;
-  // "file:line 12" or "file: record 7", for messages.
-  virtual std::string Position() const = 0;
+  absl::StatusOr<bool> Skip() { return ReadRaw(&skip_buffer_); }
 
+  // Reads the next record's bytes into *raw; false at the end. DATA_LOSS for
+  // damage that ends the file (a bad frame, truncation, I/O).
+  virtual absl::StatusOr<bool> ReadRaw(std::string* raw) = 0;
+  // Parses bytes ReadRaw returned into *example (cleared first). Errors say
+  // what is wrong without the position (PositionOf adds it). Thread-safe:
+  // may run on any thread, concurrently, while this reader reads on.
+  virtual absl::Status Parse(const std::string& raw,
+                             Example* example) const = 0;
+
+  // The number of the record ReadRaw returned last (its line, record or
+  // image number, as PositionOf counts).
+  int64_t index() const { return index_; }
+  // "file:line 12" or "file: record 7", for messages; thread-safe.
+  virtual std::string PositionOf(int64_t index) const = 0;
+  std::string Position() const { return PositionOf(index_); }
+  // `parse_error` (from Parse) with the record's position prepended.
+  absl::Status AtPosition(int64_t index, const absl::Status& parse_error) const;
+
+  bool skip_bad_records() const { return skip_bad_records_; }
   int64_t bad_records() const { return bad_records_; }
 
  protected:
   explicit RecordReader(bool skip_bad_records)
       : skip_bad_records_(skip_bad_records) {}
-  // Reads one record: OK(true) with the example, OK(false) at the end,
-  // DATA_LOSS for damage that ends the file (a bad frame), any other error
-  // for a bad record that may be skipped.
-  virtual absl::StatusOr<bool> ReadRecord(Example* example) = 0;
+
+  int64_t index_ = 0;  // set by ReadRaw implementations
 
  private:
   const bool skip_bad_records_;
   int64_t bad_records_ = 0;
+  std::string raw_, skip_buffer_;
 };
 
 absl::StatusOr<std::unique_ptr<RecordReader>> OpenRecordReader(

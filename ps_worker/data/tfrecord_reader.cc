@@ -25,22 +25,23 @@ class TfRecordReader final : public RecordReader {
         file_(std::move(file)),
         options_(options) {}
 
-  absl::StatusOr<bool> Skip() override { return ReadFrame(); }
-
-  std::string Position() const override {
-    return absl::StrCat(file_->path(), ": record ", record_);
+  std::string PositionOf(int64_t record) const override {
+    return absl::StrCat(file_->path(), ": record ", record);
   }
 
- protected:
-  absl::StatusOr<bool> ReadRecord(Example* e) override {
-    absl::StatusOr<bool> more = ReadFrame();
-    if (!more.ok() || !*more) return more;
+  absl::StatusOr<bool> ReadRaw(std::string* raw) override {
+    return ReadFrame(raw);
+  }
+
+  absl::Status Parse(const std::string& raw, Example* e) const override {
     e->Clear();
-    if (!example_.ParseFromString(data_)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Position(), ": data (", data_.size(), " bytes) is not a tf.Example"));
+    // One message per thread, reused (parsing runs on several at once).
+    thread_local tf::Example example;
+    if (!example.ParseFromString(raw)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data (", raw.size(), " bytes) is not a tf.Example"));
     }
-    const auto& features = example_.features().feature();
+    const auto& features = example.features().feature();
     auto get = [&](const std::string& name) -> const tf::Feature* {
       auto it = features.find(name);
       return it == features.end() ? nullptr : &it->second;
@@ -54,7 +55,7 @@ class TfRecordReader final : public RecordReader {
       e->label = static_cast<float>(label->int64_list().value(0));
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat(Position(), ": feature '", options_.label_field,
+          absl::StrCat("feature '", options_.label_field,
                        "' must hold exactly one float or int64"));
     }
     if (!options_.ids_field.empty()) {
@@ -73,10 +74,10 @@ class TfRecordReader final : public RecordReader {
         }
         if (values->float_list().value_size() !=
             static_cast<int>(e->ids.size())) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              Position(), ": '", options_.ids_field, "' has ", e->ids.size(),
-              " ids but '", options_.values_field, "' has ",
-              values->float_list().value_size(), " values"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("'", options_.ids_field, "' has ", e->ids.size(),
+                           " ids but '", options_.values_field, "' has ",
+                           values->float_list().value_size(), " values"));
         }
         e->values.assign(values->float_list().value().begin(),
                          values->float_list().value().end());
@@ -90,26 +91,25 @@ class TfRecordReader final : public RecordReader {
       e->dense.assign(dense->float_list().value().begin(),
                       dense->float_list().value().end());
     }
-    return true;
+    return absl::OkStatus();
   }
 
  private:
-  absl::Status Missing(const std::string& name) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Position(), ": no feature '", name, "'"));
+  static absl::Status Missing(const std::string& name) {
+    return absl::InvalidArgumentError(absl::StrCat("no feature '", name, "'"));
   }
-  absl::Status WrongType(const std::string& name, const char* type) const {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Position(), ": feature '", name, "' is not a ", type, " list"));
+  static absl::Status WrongType(const std::string& name, const char* type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("feature '", name, "' is not a ", type, " list"));
   }
 
-  // Reads and checks the next frame into data_.
-  absl::StatusOr<bool> ReadFrame() {
+  // Reads and checks the next frame into *data.
+  absl::StatusOr<bool> ReadFrame(std::string* data) {
     char header[12];
     absl::StatusOr<bool> got = file_->ReadExactly(header, sizeof(header));
     if (!got.ok()) return Damaged(got.status().message());
     if (!*got) return false;
-    ++record_;
+    ++index_;
     uint64_t length;
     std::memcpy(&length, header, 8);
     if (MaskCrc(Crc32c(header, 8)) != LoadU32(header + 8)) {
@@ -118,15 +118,15 @@ class TfRecordReader final : public RecordReader {
     if (length > kMaxRecordBytes) {
       return Damaged(absl::StrCat("record length ", length, " is implausible"));
     }
-    data_.resize(length);
+    data->resize(length);
     char footer[4];
-    got = file_->ReadExactly(data_.data(), length);
+    got = file_->ReadExactly(data->data(), length);
     if (got.ok() && *got) got = file_->ReadExactly(footer, 4);
     if (!got.ok() || !*got) {
       return Damaged(absl::StrCat("truncated: the record's ", length,
                                   " bytes and CRC are not all there"));
     }
-    if (MaskCrc(Crc32c(data_.data(), length)) != LoadU32(footer)) {
+    if (MaskCrc(Crc32c(data->data(), length)) != LoadU32(footer)) {
       return Damaged("data CRC mismatch (corrupt record)");
     }
     return true;
@@ -138,9 +138,6 @@ class TfRecordReader final : public RecordReader {
 
   std::unique_ptr<InputFile> file_;
   const ReaderOptions options_;
-  std::string data_;
-  tf::Example example_;
-  int64_t record_ = 0;
 };
 
 }  // namespace
