@@ -62,6 +62,10 @@ DEFINE_int64(criteo_buckets, 0,
 DEFINE_bool(skip_bad_records, false, "Skip and count malformed records.");
 DEFINE_int32(batch_size, 512, "Examples per step (split over the towers).");
 DEFINE_int32(shuffle_buffer, 10000, "Examples held for shuffling (0: none).");
+DEFINE_string(cache, "none",
+              "none, or memory: keep this worker's parsed training examples "
+              "after the first epoch and read no file in later ones (as "
+              "tf.data's cache(); needs the memory their columns take).");
 DEFINE_int32(reader_threads, 0,
              "Threads parsing input records while one reads, shards and "
              "batches them (same examples, same order for any count); 1: "
@@ -209,6 +213,12 @@ int Run() {
                << ": must be in [0, 256] (0: from the cores)";
     return 2;
   }
+  if (FLAGS_cache != "none" && FLAGS_cache != "memory") {
+    LOG(ERROR) << "--cache=" << FLAGS_cache
+               << ": expected none or memory (a disk cache is not built yet)";
+    return 2;
+  }
+  o.train.cache_in_memory = FLAGS_cache == "memory";
   o.train.reader_threads =
       FLAGS_reader_threads > 0
           ? FLAGS_reader_threads

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -54,6 +55,15 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Create(
   if (options.parse_chunk_records < 1) {
     return absl::InvalidArgumentError("parse chunk records must be >= 1");
   }
+  if (options.cache_in_memory) {
+    for (const std::string& p : options.patterns) {
+      if (absl::StrContains(p, "{epoch}")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot cache '", p,
+                         "' in memory: each epoch reads its own files"));
+      }
+    }
+  }
   // Fail now, not in the background, if the first epoch's files are missing.
   if (auto files = ExpandPatterns(options.patterns, 0); !files.ok()) {
     return files.status();
@@ -90,6 +100,9 @@ void Dataset::Produce() {
     pool = std::make_unique<ParsePool>(options_.reader_threads);
   }
   absl::Status status;
+  // Filled during the first epoch, used from the second on.
+  Batch cache;
+  bool cached = false;
   for (int epoch = 0; options_.epochs == 0 || epoch < options_.epochs;
        ++epoch) {
     {
@@ -97,7 +110,26 @@ void Dataset::Produce() {
       stats_.epoch = epoch;
       if (stopping_) break;
     }
-    status = ProduceEpoch(epoch, pool.get());
+    if (cached) {
+      status = ProduceEpochFromCache(epoch, cache);
+    } else {
+      status = ProduceEpoch(epoch, pool.get(),
+                            options_.cache_in_memory ? &cache : nullptr);
+      if (status.ok() && options_.cache_in_memory && !uncacheable_) {
+        absl::MutexLock lock(&mu_);
+        cached = !stopping_;
+        stats_.cached_examples = cache.size;
+        stats_.cached_bytes =
+            static_cast<int64_t>(cache.labels.capacity() * sizeof(float) +
+                                 cache.ids.capacity() * sizeof(int64_t) +
+                                 cache.values.capacity() * sizeof(float) +
+                                 cache.offsets.capacity() * sizeof(int32_t) +
+                                 cache.dense.capacity() * sizeof(float));
+        LOG(INFO) << "dataset: cached " << cache.size << " examples ("
+                  << stats_.cached_bytes / (1 << 20)
+                  << " MiB); later epochs read no file";
+      }
+    }
     if (!status.ok()) break;
   }
   absl::MutexLock lock(&mu_);
@@ -105,7 +137,7 @@ void Dataset::Produce() {
   done_ = true;
 }
 
-absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool) {
+absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
   absl::StatusOr<std::vector<std::string>> files =
       ExpandPatterns(options_.patterns, epoch);
   if (!files.ok()) return files.status();
@@ -127,6 +159,18 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool) {
   // One parsed example of this shard, in record order: through the shuffle
   // buffer into batches. False once the consumer went away.
   auto consume = [&](Example&& e) -> bool {
+    if (cache != nullptr) {
+      if (cache->size > 0 &&
+          static_cast<int>(e.dense.size()) != cache->dense_dim) {
+        // Columns need one dense size (the model's check names the
+        // record); such data is read from the files every epoch.
+        cache->Clear();
+        cache = nullptr;
+        uncacheable_ = true;
+      } else {
+        cache->Add(e);
+      }
+    }
     if (options_.shuffle_buffer > 0) {
       if (static_cast<int>(buffer.size()) < options_.shuffle_buffer) {
         buffer.push_back(std::move(e));
@@ -229,6 +273,54 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool) {
   if (batch.size > 0 && !options_.drop_remainder) {
     if (!Emit(std::move(batch))) return absl::OkStatus();
   }
+  return absl::OkStatus();
+}
+
+absl::Status Dataset::ProduceEpochFromCache(int epoch, const Batch& cache) {
+  std::mt19937_64 rng(options_.seed * 1000003 + epoch);
+  std::vector<Example> buffer;
+  Batch batch;
+  auto emit_example = [&](const Example& e) -> bool {
+    batch.Add(e);
+    if (batch.size == options_.batch_size) {
+      Batch full;
+      std::swap(full, batch);
+      return Emit(std::move(full));
+    }
+    return true;
+  };
+  Example e;
+  for (int i = 0; i < cache.size; ++i) {
+    e.label = cache.labels[i];
+    e.ids.assign(cache.ids.begin() + cache.offsets[i],
+                 cache.ids.begin() + cache.offsets[i + 1]);
+    e.values.assign(cache.values.begin() + cache.offsets[i],
+                    cache.values.begin() + cache.offsets[i + 1]);
+    e.dense.assign(
+        cache.dense.begin() + static_cast<size_t>(i) * cache.dense_dim,
+        cache.dense.begin() + static_cast<size_t>(i + 1) * cache.dense_dim);
+    if ((i & 1023) == 0) {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::OkStatus();
+    }
+    if (options_.shuffle_buffer > 0) {
+      if (static_cast<int>(buffer.size()) < options_.shuffle_buffer) {
+        buffer.push_back(e);
+        continue;
+      }
+      std::swap(buffer[rng() % buffer.size()], e);
+    }
+    if (!emit_example(e)) return absl::OkStatus();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.examples_from_cache += cache.size;
+  }
+  std::shuffle(buffer.begin(), buffer.end(), rng);
+  for (const Example& b : buffer) {
+    if (!emit_example(b)) return absl::OkStatus();
+  }
+  if (batch.size > 0 && !options_.drop_remainder) Emit(std::move(batch));
   return absl::OkStatus();
 }
 

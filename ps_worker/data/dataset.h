@@ -53,6 +53,11 @@ struct DatasetOptions {
   int reader_threads = 1;
   // Records per chunk handed to a parsing thread.
   int parse_chunk_records = 256;
+  // Keeps this shard's parsed examples in memory after the first complete
+  // epoch (as tf.data's cache()): later epochs shuffle and batch them again
+  // without opening a file, in the first epoch's file order. Not with
+  // "{epoch}" patterns (each epoch has files of its own).
+  bool cache_in_memory = false;
 };
 
 class Dataset {
@@ -68,9 +73,12 @@ class Dataset {
   absl::StatusOr<bool> Next(Batch* batch);
 
   struct Stats {
-    int64_t records = 0;      // records of this shard read
+    int64_t records = 0;      // records of this shard read from files
     int64_t bad_records = 0;  // skipped with skip_bad_records
     int epoch = 0;
+    int64_t cached_examples = 0;      // held by cache_in_memory
+    int64_t cached_bytes = 0;         // their columns' size
+    int64_t examples_from_cache = 0;  // produced from the cache
   };
   Stats stats() const;
 
@@ -81,8 +89,11 @@ class Dataset {
  private:
   explicit Dataset(DatasetOptions options) : options_(std::move(options)) {}
   void Produce();
-  // `pool`: where records are parsed (null: on this thread).
-  absl::Status ProduceEpoch(int epoch, ParsePool* pool);
+  // `pool`: where records are parsed (null: on this thread). `cache`: where
+  // the epoch's examples are also appended (null: nowhere).
+  absl::Status ProduceEpoch(int epoch, ParsePool* pool, Batch* cache);
+  // Shuffles and batches the cached examples as an epoch read from files.
+  absl::Status ProduceEpochFromCache(int epoch, const Batch& cache);
   // Queues a batch; false if the consumer went away.
   bool Emit(Batch batch);
 
@@ -95,6 +106,7 @@ class Dataset {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
   int64_t logged_bad_records_ = 0;  // producer thread only
+  bool uncacheable_ = false;        // producer thread only
 };
 
 }  // namespace psrt

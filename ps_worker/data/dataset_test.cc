@@ -139,7 +139,7 @@ Drained DrainAll(const DatasetOptions& o) {
   return out;
 }
 
-void ExpectSameBatches(const Drained& a, const Drained& b) {
+void ExpectSameBatchesButStats(const Drained& a, const Drained& b) {
   ASSERT_EQ(a.batches.size(), b.batches.size());
   for (size_t i = 0; i < a.batches.size(); ++i) {
     EXPECT_EQ(a.batches[i].labels, b.batches[i].labels) << "batch " << i;
@@ -148,6 +148,10 @@ void ExpectSameBatches(const Drained& a, const Drained& b) {
     EXPECT_EQ(a.batches[i].offsets, b.batches[i].offsets) << "batch " << i;
   }
   EXPECT_EQ(a.status, b.status);
+}
+
+void ExpectSameBatches(const Drained& a, const Drained& b) {
+  ExpectSameBatchesButStats(a, b);
   EXPECT_EQ(a.stats.records, b.stats.records);
   EXPECT_EQ(a.stats.bad_records, b.stats.bad_records);
 }
@@ -226,6 +230,51 @@ TEST(DatasetTest, ReaderThreadsReportAndSkipBadRecordsAsOneThreadDoes) {
   EXPECT_EQ(skipping.stats.records, 98);
   o.reader_threads = 3;
   ExpectSameBatches(skipping, DrainAll(o));
+}
+
+// With the cache, epochs after the first read no file and parse nothing,
+// yet hold the same examples: the same batches as without it when nothing
+// is shuffled, every example once per epoch when shuffled.
+TEST(DatasetTest, MemoryCacheServesLaterEpochsWithoutReadingFiles) {
+  WriteFiles("cache", 2, 60);
+  DatasetOptions o;
+  o.patterns = {::testing::TempDir() + "/cache*.txt"};
+  o.batch_size = 16;
+  o.epochs = 3;
+  o.num_shards = 2;
+  o.shard_index = 1;
+  const Drained plain = DrainAll(o);
+  o.cache_in_memory = true;
+  const Drained cached = DrainAll(o);
+  ExpectSameBatchesButStats(plain, cached);
+  EXPECT_EQ(plain.stats.records, 180);
+  EXPECT_EQ(cached.stats.records, 60);  // the first epoch only
+  EXPECT_EQ(cached.stats.cached_examples, 60);
+  EXPECT_EQ(cached.stats.examples_from_cache, 120);
+  EXPECT_GT(cached.stats.cached_bytes, 60 * (4 + 8 + 4 + 4));
+
+  o.shuffle_buffer = 25;
+  o.reader_threads = 2;
+  const Drained shuffled = DrainAll(o);
+  ASSERT_TRUE(shuffled.status.ok()) << shuffled.status;
+  std::vector<int> labels;
+  for (const Batch& b : shuffled.batches) {
+    for (float l : b.labels) labels.push_back(static_cast<int>(l));
+  }
+  ASSERT_EQ(labels.size(), 180u);
+  std::vector<std::vector<int>> epochs;
+  for (int e = 0; e < 3; ++e) {
+    epochs.emplace_back(labels.begin() + 60 * e, labels.begin() + 60 * (e + 1));
+  }
+  EXPECT_NE(epochs[1], epochs[2]);  // reshuffled every epoch
+  for (auto& epoch : epochs) {
+    std::sort(epoch.begin(), epoch.end());
+    for (int i = 0; i < 60; ++i) ASSERT_EQ(epoch[i], 2 * i + 1);
+  }
+
+  o.patterns = {::testing::TempDir() + "/cache{epoch}.txt"};
+  EXPECT_EQ(Dataset::Create(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DatasetTest, ReaderThreadsOutOfRangeAreRefused) {
