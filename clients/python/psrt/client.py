@@ -35,6 +35,11 @@ class PsError(RuntimeError):
         self.ps = ps
 
 
+class _LostCreationRace(PsError):
+    """PS 0 refused to prepare a creation (another is in progress there, or
+    the catalog moved); nothing was created anywhere, so it may be retried."""
+
+
 def load_cluster(cluster=None):
     """PS addresses from a TF_CONFIG-style dict/JSON string/file path, else
     $TF_CONFIG, else one PS on localhost:2223."""
@@ -226,55 +231,71 @@ class Client:
         as the C++ client does."""
         specs = [normalize(self._copy(s)) for s in specs]
         with self._lock:
-            self._refresh_locked()
-            catalog = [v.spec for v in self._map.variables]
-            fresh = []
-            for s in specs:
-                v = self._map.find(s.name)
-                if v is None:
-                    fresh.append(s)
-                elif v.spec != s:
-                    raise PsError(grpc.StatusCode.ALREADY_EXISTS,
-                                  f"variable '{s.name}' already exists with a different spec: "
-                                  f"existing {{{v.spec}}}, requested {{{s}}}".replace("\n", " "))
-            # PS 0 gets what is new at the end of its catalog; every other PS
-            # the whole catalog, so one that fell behind catches up. All or
-            # nothing across PS, as the C++ client: prepare everywhere (PS 0
-            # first), commit everywhere (PS 0 last), or abort where prepared.
-            whole = ps_pb2.CreateVariablesRequest(first_index=0, specs=catalog + fresh,
-                                                  num_ps=self.num_ps)
-            first = (ps_pb2.CreateVariablesRequest(first_index=len(catalog), specs=fresh,
-                                                   num_ps=self.num_ps) if fresh else whole)
-            self._request_id += 1
-            creation = (self._client_id ^ (self._request_id * 0x9E3779B97F4A7C15)) % (1 << 64)
-            Phase = ps_pb2.CreateVariablesRequest
+            # A creation that loses a race at PS 0 (another creator's is in
+            # progress there, or the catalog moved) created nothing
+            # anywhere: look at the catalog again and retry, as the C++
+            # client does.
+            for attempt in range(21):
+                try:
+                    self._create_locked(specs)
+                    return
+                except _LostCreationRace:
+                    if attempt == 20:
+                        raise
+                    time.sleep(0.02 * (attempt + 1))
 
-            def send(ps, request, phase):
-                r = ps_pb2.CreateVariablesRequest()
-                r.CopyFrom(request)
-                r.phase, r.creation_id = phase, creation
-                if phase != Phase.PREPARE:
-                    del r.specs[:]
-                return self._call(ps, lambda: self._stubs[ps].CreateVariables(
-                    r, timeout=max(self.timeout, 600), metadata=self._metadata),
-                    "CreateVariables")
+    def _create_locked(self, specs):
+        self._refresh_locked()
+        catalog = [v.spec for v in self._map.variables]
+        fresh = []
+        for s in specs:
+            v = self._map.find(s.name)
+            if v is None:
+                fresh.append(s)
+            elif v.spec != s:
+                raise PsError(grpc.StatusCode.ALREADY_EXISTS,
+                              f"variable '{s.name}' already exists with a different spec: "
+                              f"existing {{{v.spec}}}, requested {{{s}}}".replace("\n", " "))
+        # PS 0 gets what is new at the end of its catalog; every other PS
+        # the whole catalog, so one that fell behind catches up. All or
+        # nothing across PS, as the C++ client: prepare everywhere (PS 0
+        # first), commit everywhere (PS 0 last), or abort where prepared.
+        whole = ps_pb2.CreateVariablesRequest(first_index=0, specs=catalog + fresh,
+                                              num_ps=self.num_ps)
+        first = (ps_pb2.CreateVariablesRequest(first_index=len(catalog), specs=fresh,
+                                               num_ps=self.num_ps) if fresh else whole)
+        self._request_id += 1
+        creation = (self._client_id ^ (self._request_id * 0x9E3779B97F4A7C15)) % (1 << 64)
+        Phase = ps_pb2.CreateVariablesRequest
 
-            prepared = []
-            try:
-                for ps in range(self.num_ps):
-                    send(ps, first if ps == 0 else whole, Phase.PREPARE)
-                    prepared.append(ps)
-            except PsError as e:
-                for ps in prepared:
-                    try:
-                        send(ps, first, Phase.ABORT)
-                    except PsError:
-                        pass  # a prepared creation is discarded after 60 s anyway
-                raise PsError(e.code, f"{e.server_message} [nothing was created on any PS]",
-                              e.ps) from None
-            for ps in reversed(range(self.num_ps)):
-                send(ps, first, Phase.COMMIT)
-            self._refresh_locked()
+        def send(ps, request, phase):
+            r = ps_pb2.CreateVariablesRequest()
+            r.CopyFrom(request)
+            r.phase, r.creation_id = phase, creation
+            if phase != Phase.PREPARE:
+                del r.specs[:]
+            return self._call(ps, lambda: self._stubs[ps].CreateVariables(
+                r, timeout=max(self.timeout, 600), metadata=self._metadata),
+                "CreateVariables")
+
+        prepared = []
+        try:
+            for ps in range(self.num_ps):
+                send(ps, first if ps == 0 else whole, Phase.PREPARE)
+                prepared.append(ps)
+        except PsError as e:
+            for ps in prepared:
+                try:
+                    send(ps, first, Phase.ABORT)
+                except PsError:
+                    pass  # a prepared creation is discarded after 60 s anyway
+            error = (_LostCreationRace if e.code == grpc.StatusCode.FAILED_PRECONDITION
+                     and not prepared else PsError)
+            raise error(e.code, f"{e.server_message} [nothing was created on any PS]",
+                        e.ps) from None
+        for ps in reversed(range(self.num_ps)):
+            send(ps, first, Phase.COMMIT)
+        self._refresh_locked()
 
     def refresh_catalog(self):
         with self._lock:

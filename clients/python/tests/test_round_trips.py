@@ -183,3 +183,33 @@ def test_create_is_idempotent_across_clients_and_checkpoint(make_cluster, tmp_pa
     assert saved.uri.startswith(str(tmp_path)) and saved.files == 2 and saved.bytes > 0
     stats = first.stats()
     assert len(stats) == 2 and stats[0].push_requests >= 1
+
+
+def test_concurrent_creators_all_succeed_and_create_once(cluster2):
+    # Workers start together and each creates the model's variables: a
+    # creator that finds another's creation in progress on PS 0 looks again
+    # and retries (nothing was created by its attempt), as the C++ client
+    # does, instead of failing the worker.
+    import threading
+    clients = [cluster2.client() for _ in range(4)]
+    errors = []
+    for round_ in range(5):
+        specs = [psrt.dense(f"r{round_}_d{i}", (1000,), num_shards=2) for i in range(3)] + [
+            psrt.embedding(f"r{round_}_e", 5000, 8, num_shards=2)]
+        start = threading.Barrier(len(clients))
+
+        def create(c):
+            start.wait()
+            try:
+                c.create_variables(specs)
+            except psrt.PsError as e:
+                errors.append(str(e))
+
+        threads = [threading.Thread(target=create, args=(c,)) for c in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    names = [v.spec.name for v in clients[0].list_variables()[0].variables]
+    assert len(names) == 5 * 4 and len(set(names)) == 5 * 4
