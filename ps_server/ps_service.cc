@@ -11,14 +11,10 @@
 #include "ps_server/push_handler.h"
 #include "ps_server/request_item.h"
 #include "security/security.h"
+#include "util/grpc_status.h"
 
 namespace psrt {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
-                      std::string(s.message()));
-}
 
 double SecondsSince(absl::Time start) {
   return absl::ToDoubleSeconds(absl::Now() - start);
@@ -292,7 +288,7 @@ grpc::Status ParameterServerService::Fail(const char* method,
     rejected_nonfinite_->Add();
   }
   VLOG(1) << method << " failed: " << status;
-  return ToGrpc(status);
+  return ToGrpcStatus(status);
 }
 
 namespace {

@@ -8,15 +8,14 @@
 #include "clients/cpp/step_request.h"
 #include "grpcpp/client_context.h"
 #include "partitioner/variable_spec.h"
+#include "util/grpc_status.h"
 
 namespace psrt {
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
                       const char* what) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, " on ", connection.Describe(), ": ",
-                                   s.error_message()));
+  return FromGrpcStatus(s, absl::StrCat(what, " on ", connection.Describe()));
 }
 
 // Retries a unary control RPC on UNAVAILABLE with the client's backoff.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "proto/frame_packer.h"
+#include "util/grpc_status.h"
 
 namespace psrt {
 namespace {
@@ -25,9 +26,7 @@ constexpr size_t kIdsWorthSplitting = 32768;
 
 absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
                       const char* what) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, " to ", connection.Describe(), ": ",
-                                   s.error_message()));
+  return FromGrpcStatus(s, absl::StrCat(what, " to ", connection.Describe()));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "grpcpp/create_channel.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "ps_server/checkpoint/checkpoint_saver.h"
+#include "util/grpc_status.h"
 
 namespace psrt {
 namespace {
@@ -273,8 +274,7 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
     if (s.ok()) {
       results[t] = std::move(response);
     } else {
-      results[t] = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                                s.error_message());
+      results[t] = FromGrpcStatus(s);
     }
   });
 
