@@ -51,7 +51,7 @@ void Trainer::Log(const std::string& line) const {
   std::cout << "[worker " << options_.worker_index << "] " << line << std::endl;
 }
 
-absl::Status Trainer::Prepare(Step* step) {
+absl::Status Trainer::Prepare(Step* step, const Consistency& consistency) {
   const Batch& b = step->batch;
   IdIndex index(b.ids.size());
   step->params.slots.resize(b.ids.size());
@@ -76,7 +76,7 @@ absl::Status Trainer::Prepare(Step* step) {
     step->pull_ops.push_back(PullOp::Dense(model_->dense_variables()[d].name,
                                            step->params.dense[d].data()));
   }
-  StepOptions options{options_.consistency, step->index};
+  StepOptions options{consistency, step->index};
   auto pull = client_->StartPull(step->pull_ops, options);
   if (!pull.ok()) return pull.status();
   step->pull = std::move(*pull);
@@ -231,7 +231,8 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   std::vector<float> predictions;
   std::unique_ptr<Step> pushing;
 
-  if (absl::Status s = Prepare(cur.get()); !s.ok()) return s;
+  if (absl::Status s = Prepare(cur.get(), options_.consistency); !s.ok())
+    return s;
   while (true) {
     absl::Time t = absl::Now();
     if (absl::Status s = cur->pull->Wait(); !s.ok()) {
@@ -242,7 +243,8 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       pushing = nullptr;
       ++result.recoveries;
       if (absl::Status r = Recover(s); !r.ok()) return r;
-      if (absl::Status r = Prepare(cur.get()); !r.ok()) return r;
+      if (absl::Status r = Prepare(cur.get(), options_.consistency); !r.ok())
+        return r;
       continue;  // pull this step again
     }
     breakdown.pull += MillisSince(t);
@@ -266,7 +268,8 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     breakdown.data += MillisSince(t);
     if (have_next) {
       if (absl::Status s = model_->Check(next->batch); !s.ok()) return s;
-      if (absl::Status s = Prepare(next.get()); !s.ok()) return s;
+      if (absl::Status s = Prepare(next.get(), options_.consistency); !s.ok())
+        return s;
     }
 
     t = absl::Now();
@@ -399,11 +402,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
     if (!*got) break;
     if (absl::Status s = model_->Check(step.batch); !s.ok()) return s;
     // Evaluation reads the current parameters without taking part in steps.
-    const Consistency consistency = options_.consistency;
-    options_.consistency = Consistency();
-    absl::Status prepared = Prepare(&step);
-    options_.consistency = consistency;
-    if (!prepared.ok()) return prepared;
+    if (absl::Status s = Prepare(&step, Consistency()); !s.ok()) return s;
     if (absl::Status s = step.pull->Wait(); !s.ok()) return s;
     predictions.resize(step.batch.size);
     model_->Compute(step.batch, 0, step.batch.size, 1.0f, step.params, nullptr,

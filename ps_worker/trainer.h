@@ -86,7 +86,10 @@ class Trainer {
 
  private:
   struct Step;
-  absl::Status Prepare(Step* step);
+  // Starts the pull of `step`'s rows and dense variables under
+  // `consistency` (the training mode's; evaluation's pulls take no part in
+  // steps: ASYNC).
+  absl::Status Prepare(Step* step, const Consistency& consistency);
   // Whether `status` from a pull or push is a PS failure worth waiting out.
   bool Recoverable(const absl::Status& status) const;
   // Waits for every PS to answer and re-creates the variables (a restarted
