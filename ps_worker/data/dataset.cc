@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <functional>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -137,6 +138,59 @@ void Dataset::Produce() {
   done_ = true;
 }
 
+namespace {
+
+// One epoch's examples, in order, through the shuffle buffer into batches
+// of options.batch_size (the epoch's remainder last, unless dropped).
+class EpochBatcher {
+ public:
+  // `emit` queues a full batch; false once the consumer went away.
+  EpochBatcher(const DatasetOptions& options, std::mt19937_64* rng,
+               std::function<bool(Batch)> emit)
+      : options_(options), rng_(rng), emit_(std::move(emit)) {}
+
+  // False once the consumer went away.
+  bool Add(Example&& e) {
+    if (options_.shuffle_buffer > 0) {
+      if (static_cast<int>(buffer_.size()) < options_.shuffle_buffer) {
+        buffer_.push_back(std::move(e));
+        return true;
+      }
+      std::swap(buffer_[(*rng_)() % buffer_.size()], e);
+    }
+    return AddToBatch(e);
+  }
+
+  // The shuffle buffer, shuffled, then the last partial batch.
+  bool Finish() {
+    std::shuffle(buffer_.begin(), buffer_.end(), *rng_);
+    for (const Example& e : buffer_) {
+      if (!AddToBatch(e)) return false;
+    }
+    if (batch_.size > 0 && !options_.drop_remainder) {
+      return emit_(std::move(batch_));
+    }
+    return true;
+  }
+
+ private:
+  bool AddToBatch(const Example& e) {
+    batch_.Add(e);
+    if (batch_.size < options_.batch_size) return true;
+    Batch full;
+    std::swap(full, batch_);
+    return emit_(std::move(full));
+  }
+
+  const DatasetOptions& options_;
+  std::mt19937_64* const rng_;
+  const std::function<bool(Batch)> emit_;
+  std::vector<Example> buffer_;
+  Batch batch_;
+};
+
+}  // namespace
+
 absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
   absl::StatusOr<std::vector<std::string>> files =
       ExpandPatterns(options_.patterns, epoch);
@@ -145,19 +199,10 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
   if (options_.shuffle_buffer > 0)
     std::shuffle(files->begin(), files->end(), rng);
 
-  std::vector<Example> buffer;
-  Batch batch;
-  auto emit_example = [&](Example&& e) -> bool {
-    batch.Add(e);
-    if (batch.size == options_.batch_size) {
-      Batch full;
-      std::swap(full, batch);
-      return Emit(std::move(full));
-    }
-    return true;
-  };
-  // One parsed example of this shard, in record order: through the shuffle
-  // buffer into batches. False once the consumer went away.
+  EpochBatcher batcher(options_, &rng,
+                       [this](Batch b) { return Emit(std::move(b)); });
+  // One parsed example of this shard, in record order: into the cache (if
+  // filling one) and the batcher. False once the consumer went away.
   auto consume = [&](Example&& e) -> bool {
     if (cache != nullptr) {
       if (cache->size > 0 &&
@@ -171,15 +216,7 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
         cache->Add(e);
       }
     }
-    if (options_.shuffle_buffer > 0) {
-      if (static_cast<int>(buffer.size()) < options_.shuffle_buffer) {
-        buffer.push_back(std::move(e));
-        return true;
-      }
-      const size_t pick = rng() % buffer.size();
-      std::swap(buffer[pick], e);
-    }
-    return emit_example(std::move(e));
+    return batcher.Add(std::move(e));
   };
   bool stopped = false;
   // The oldest parsed chunk's examples, in order; its error ends the epoch.
@@ -265,30 +302,14 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
   while (pool != nullptr && pool->pending() > 0) {
     if (absl::Status s = consume_oldest(); !s.ok()) return s;
   }
-  if (stopped) return absl::OkStatus();
-  std::shuffle(buffer.begin(), buffer.end(), rng);
-  for (Example& e : buffer) {
-    if (!emit_example(std::move(e))) return absl::OkStatus();
-  }
-  if (batch.size > 0 && !options_.drop_remainder) {
-    if (!Emit(std::move(batch))) return absl::OkStatus();
-  }
+  if (!stopped) batcher.Finish();
   return absl::OkStatus();
 }
 
 absl::Status Dataset::ProduceEpochFromCache(int epoch, const Batch& cache) {
   std::mt19937_64 rng(options_.seed * 1000003 + epoch);
-  std::vector<Example> buffer;
-  Batch batch;
-  auto emit_example = [&](const Example& e) -> bool {
-    batch.Add(e);
-    if (batch.size == options_.batch_size) {
-      Batch full;
-      std::swap(full, batch);
-      return Emit(std::move(full));
-    }
-    return true;
-  };
+  EpochBatcher batcher(options_, &rng,
+                       [this](Batch b) { return Emit(std::move(b)); });
   Example e;
   for (int i = 0; i < cache.size; ++i) {
     e.label = cache.labels[i];
@@ -303,24 +324,13 @@ absl::Status Dataset::ProduceEpochFromCache(int epoch, const Batch& cache) {
       absl::MutexLock lock(&mu_);
       if (stopping_) return absl::OkStatus();
     }
-    if (options_.shuffle_buffer > 0) {
-      if (static_cast<int>(buffer.size()) < options_.shuffle_buffer) {
-        buffer.push_back(e);
-        continue;
-      }
-      std::swap(buffer[rng() % buffer.size()], e);
-    }
-    if (!emit_example(e)) return absl::OkStatus();
+    if (!batcher.Add(std::move(e))) return absl::OkStatus();
   }
   {
     absl::MutexLock lock(&mu_);
     stats_.examples_from_cache += cache.size;
   }
-  std::shuffle(buffer.begin(), buffer.end(), rng);
-  for (const Example& b : buffer) {
-    if (!emit_example(b)) return absl::OkStatus();
-  }
-  if (batch.size > 0 && !options_.drop_remainder) Emit(std::move(batch));
+  batcher.Finish();
   return absl::OkStatus();
 }
 
