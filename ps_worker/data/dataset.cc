@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -205,10 +206,18 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
   // filling one) and the batcher. False once the consumer went away.
   auto consume = [&](Example&& e) -> bool {
     if (cache != nullptr) {
+      const char* why_not = nullptr;
       if (cache->size > 0 &&
           static_cast<int>(e.dense.size()) != cache->dense_dim) {
-        // Columns need one dense size (the model's check names the
-        // record); such data is read from the files every epoch.
+        // Columns need one dense size (the model's check names the record).
+        why_not = "examples with different dense sizes";
+      } else if (cache->ids.size() + e.ids.size() >
+                 static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+        why_not = "more than 2^31 feature ids (the columns' offsets are int32)";
+      }
+      if (why_not != nullptr) {
+        LOG(WARNING) << "dataset: not caching the examples in memory: "
+                     << why_not << "; every epoch reads the files";
         cache->Clear();
         cache = nullptr;
         uncacheable_ = true;
