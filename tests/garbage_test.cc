@@ -220,7 +220,7 @@ TEST_F(GarbageTest, ServerSurvivesPassesOfGarbageWithinItsMemoryBound) {
   std::mt19937 rng(11);
   const int64_t start = RssBytes(cluster_->pid(0));
   std::vector<int64_t> rss;
-  for (int pass = 0; pass < 12; ++pass) {
+  for (int pass = 0; pass < 24; ++pass) {
     const int errors = Pass(rng);
     EXPECT_GT(errors, 950) << "garbage was accepted in pass " << pass;
     ExpectServing();
@@ -230,11 +230,13 @@ TEST_F(GarbageTest, ServerSurvivesPassesOfGarbageWithinItsMemoryBound) {
               << " MiB)" << std::endl;
   }
   // The bound docs/operations.md states: within 64 MiB of the server's
-  // size at start whatever the number of passes, and flat once warm
-  // (allocator arenas and gRPC's buffers reach their working size; measured
-  // here: 23-24 MiB at start, 47-48 MiB by the eighth pass, on a busy
-  // machine too). Before the step fields were bounded, one such pass grew a
-  // server by 1 GiB.
+  // size at start whatever the number of passes, and no growth per pass
+  // once warm. Warm RSS still moves in allocator-sized steps (measured here:
+  // 24 MiB at start, 41-42 MiB by pass 3, 46-48 MiB from pass 9, one step
+  // of 5 MiB after pass 8 on a loaded machine), so the leak check is over
+  // the last 12 passes: under 8 MiB in all, where a leak of 1 MiB a pass
+  // would add 12 (the creep this test was written for was ~30 MiB a pass;
+  // before the step fields were bounded one pass grew a server by 1 GiB).
 #if defined(__SANITIZE_ADDRESS__)
   // ASan's quarantine keeps freed memory on purpose: the bound is the
   // optimized build's; here only survival is checked.
@@ -243,8 +245,8 @@ TEST_F(GarbageTest, ServerSurvivesPassesOfGarbageWithinItsMemoryBound) {
   for (size_t i = 0; i < rss.size(); ++i) {
     EXPECT_LT(rss[i] - start, int64_t{64} << 20) << "pass " << i;
   }
-  EXPECT_LT(rss.back() - rss[7], int64_t{4} << 20)
-      << "memory still grows after pass 8";
+  EXPECT_LT(rss.back() - rss[11], int64_t{8} << 20)
+      << "memory still grows over passes 12-23";
 #endif
 }
 
