@@ -20,8 +20,8 @@
 #include "partitioner/cluster_spec.h"
 #include "proto/buffer_pool.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
-#include "ps_server/server.h"
-#include "ps_server/thread_pool.h"
+#include "ps_server/rpc/server.h"
+#include "util/thread_pool.h"
 
 DEFINE_string(cluster, "",
               "Cluster spec: TF_CONFIG-style JSON inline (starting with '{') "

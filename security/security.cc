@@ -16,7 +16,8 @@ constexpr char kAuthHeader[] = "authorization";
 class TokenInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit TokenInterceptor(const std::string* value) : value_(value) {}
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {
@@ -55,8 +56,8 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
   return s.str();
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const SecurityOptions& o) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeChannelCredentials(const SecurityOptions& o) {
   if (!o.tls()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
   if (!o.tls_ca_file.empty()) {
@@ -121,7 +122,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     const grpc::ChannelArguments& args) {
   auto credentials = MakeChannelCredentials(options);
   if (!credentials.ok()) return credentials.status();
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
       interceptors;
   if (auto f = MakeTokenInterceptorFactory(options.auth_token)) {
     interceptors.push_back(std::move(f));

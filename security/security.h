@@ -23,9 +23,9 @@ namespace psrt {
 struct SecurityOptions {
   std::string tls_cert_file;  // PEM; with tls_key_file: serve TLS
   std::string tls_key_file;
-  std::string tls_ca_file;    // PEM CA bundle to verify peers (clients: the
-                              // server's certificate; servers: clients'
-                              // certificates when require_client_cert)
+  std::string tls_ca_file;  // PEM CA bundle to verify peers (clients: the
+                            // server's certificate; servers: clients'
+                            // certificates when require_client_cert)
   bool require_client_cert = false;  // mutual TLS
   std::string auth_token;            // shared secret; empty: no check
 
@@ -34,8 +34,8 @@ struct SecurityOptions {
 
 // Credentials for channels to psrt servers. INVALID_ARGUMENT naming the
 // file if one cannot be read.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const SecurityOptions& options);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+MakeChannelCredentials(const SecurityOptions& options);
 // Credentials for a psrt server's listening port.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const SecurityOptions& options);

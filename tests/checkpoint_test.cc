@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "ps_server/checkpoint/shard_file.h"
-#include "ps_server/storage/file_storage.h"
+#include "storage/file_storage.h"
 #include "tests/checkpoint_test_util.h"
 #include "tests/local_cluster.h"
 #include "tests/worker_output.h"

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "clients/cpp/client.h"
 #include "proto/ps.pb.h"
-#include "ps_server/storage/storage.h"
+#include "storage/storage.h"
 
 namespace psrt {
 

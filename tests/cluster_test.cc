@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "partitioner/variable_spec.h"
-#include "ps_server/initializer.h"
-#include "ps_server/optimizer_reference.h"
+#include "ps_server/optimizers/optimizer_reference.h"
+#include "ps_server/shards/initializer.h"
 #include "tests/local_cluster.h"
 
 namespace psrt {

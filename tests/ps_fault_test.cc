@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
-#include "ps_server/storage/storage.h"
+#include "storage/storage.h"
 #include "tests/local_cluster.h"
 #include "tests/tfrecord_split.h"
 #include "tests/worker_output.h"
@@ -37,15 +37,11 @@ const Data& SplitData() {
 }
 
 std::vector<std::string> WorkerArgs() {
-  return {"--model=deepfm",
-          absl::StrCat("--train_files=", SplitData().train),
-          absl::StrCat("--eval_files=", SplitData().eval),
-          "--vocab=117581",
+  return {"--model=deepfm", absl::StrCat("--train_files=", SplitData().train),
+          absl::StrCat("--eval_files=", SplitData().eval), "--vocab=117581",
           // Long enough (about 4 s here) that the kill, right after the
           // first checkpoint, lands while the worker still trains.
-          "--epochs=16",
-          "--batch_size=128",
-          "--log_every_steps=50",
+          "--epochs=16", "--batch_size=128", "--log_every_steps=50",
           "--shuffle_buffer=0"};
 }
 

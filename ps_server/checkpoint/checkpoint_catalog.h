@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
-#include "ps_server/storage/storage.h"
+#include "storage/storage.h"
 
 namespace psrt {
 

@@ -14,9 +14,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps.grpc.pb.h"
-#include "ps_server/shard_store.h"
-#include "ps_server/storage/storage.h"
+#include "ps_server/shards/shard_store.h"
 #include "security/security.h"
+#include "storage/storage.h"
 
 namespace psrt {
 

@@ -19,8 +19,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "proto/ps.pb.h"
-#include "ps_server/shard_store.h"
-#include "ps_server/storage/storage.h"
+#include "ps_server/shards/shard_store.h"
+#include "storage/storage.h"
 
 namespace psrt {
 

@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "proto/ps.pb.h"
-#include "ps_server/shard_store.h"
-#include "ps_server/storage/storage.h"
+#include "ps_server/shards/shard_store.h"
+#include "storage/storage.h"
 
 namespace psrt {
 

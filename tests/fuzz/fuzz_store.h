@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "ps_server/shard_store.h"
+#include "ps_server/shards/shard_store.h"
 
 namespace psrt {
 

@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "proto/frame_reader.h"
-#include "ps_server/pull_handler.h"
-#include "ps_server/push_dedup.h"
-#include "ps_server/push_handler.h"
+#include "ps_server/rpc/pull_handler.h"
+#include "ps_server/rpc/push_dedup.h"
+#include "ps_server/rpc/push_handler.h"
 #include "tests/fuzz/fuzz_store.h"
 
 namespace {

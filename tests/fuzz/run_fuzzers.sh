@@ -42,17 +42,19 @@ sources=(
   proto/slice_lease.cc
   partitioner/cluster_spec.cc partitioner/shard_map.cc partitioner/variable_spec.cc
   util/crc32c.cc
-  ps_server/adagrad.cc ps_server/adam.cc ps_server/ftrl.cc ps_server/momentum.cc
-  ps_server/optimizer.cc ps_server/sgd.cc ps_server/initializer.cc
-  ps_server/dense_shard.cc ps_server/embedding_shard.cc ps_server/float_array.cc
-  ps_server/hash_embedding_shard.cc ps_server/row_shard.cc
-  ps_server/shard_store.cc ps_server/thread_pool.cc
-  ps_server/request_item.cc ps_server/pull_handler.cc ps_server/push_handler.cc
-  ps_server/push_dedup.cc
+  ps_server/optimizers/adagrad.cc ps_server/optimizers/adam.cc
+  ps_server/optimizers/ftrl.cc ps_server/optimizers/momentum.cc
+  ps_server/optimizers/optimizer.cc ps_server/optimizers/sgd.cc
+  ps_server/shards/initializer.cc ps_server/shards/dense_shard.cc
+  ps_server/shards/embedding_shard.cc ps_server/shards/float_array.cc
+  ps_server/shards/hash_embedding_shard.cc ps_server/shards/row_shard.cc
+  ps_server/shards/shard_store.cc util/thread_pool.cc
+  ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc
+  ps_server/rpc/push_handler.cc ps_server/rpc/push_dedup.cc
   ps_server/checkpoint/checkpoint_catalog.cc ps_server/checkpoint/shard_file.cc
-  ps_server/storage/storage.cc ps_server/storage/file_storage.cc
-  ps_server/storage/s3_storage.cc ps_server/storage/s3_xml.cc
-  ps_server/storage/http_client.cc ps_server/storage/aws_credentials.cc
+  storage/storage.cc storage/file_storage.cc
+  storage/s3_storage.cc storage/s3_xml.cc
+  storage/http_client.cc storage/aws_credentials.cc
   ps_worker/data/input_file.cc ps_worker/data/record_reader.cc
   ps_worker/data/libsvm_reader.cc ps_worker/data/tfrecord_reader.cc
   ps_worker/data/criteo_tsv_reader.cc ps_worker/data/csv_reader.cc

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "ps_server/storage/aws_credentials.h"
-#include "ps_server/storage/s3_xml.h"
+#include "storage/aws_credentials.h"
+#include "storage/s3_xml.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -20,7 +20,7 @@
 #include "partitioner/cluster_spec.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
-#include "ps_server/storage/storage.h"
+#include "storage/storage.h"
 
 DEFINE_string(cluster, "",
               "Cluster spec (TF_CONFIG-style JSON or file); empty: TF_CONFIG, "

@@ -1,0 +1,83 @@
+// Server-side optimizers: update parameters in place from a gradient, with
+// their slots (accumulators, moments) stored beside the parameters.
+//
+// Each optimizer follows TensorFlow's training ops (ApplyGradientDescent,
+// ApplyMomentum, ApplyAdagrad, ApplyAdam, ApplyFtrlV2) so that a model moved
+// from TF's PS trains the same way. Updates are element-wise, so any span of
+// coordinates can be updated on its own: a dense shard in pieces as its
+// gradient arrives, an embedding one row at a time.
+#ifndef PSRT_PS_SERVER_OPTIMIZERS_OPTIMIZER_H_
+#define PSRT_PS_SERVER_OPTIMIZERS_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "proto/ps.pb.h"
+
+namespace psrt {
+
+struct UpdateContext {
+  float learning_rate = 0;
+  // 1-based number of updates applied to the shard, this one included
+  // (Adam's bias correction).
+  int64_t step = 1;
+  // Per-update constants an optimizer derives once (Optimizer::Prepare)
+  // rather than for every row it updates.
+  float derived[2] = {0, 0};
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  int num_slots() const { return num_slots_; }
+  // The value every slot coordinate starts at.
+  float initial_slot_value(int slot) const {
+    return initial_slot_values_[slot];
+  }
+
+  // Fills context->derived for one update; call once before the Apply calls
+  // that make up the update.
+  virtual void Prepare(UpdateContext* context) const {}
+
+  // Updates params[0, n) and slots[k][0, n) with grad[0, n).
+  // REQUIRES: Prepare(&context) was called; the arrays do not overlap.
+  virtual void Apply(float* params, float* const* slots, const float* grad,
+                     size_t n, const UpdateContext& context) const = 0;
+
+  // The first i in [0, n) where Apply with these arguments would leave the
+  // parameter or a slot NaN or +-Inf (finite inputs can overflow: a 3e38
+  // gradient), or n if none would. Computes on copies in small chunks;
+  // changes nothing. *bad_value gets the offending result.
+  size_t FirstNonFiniteResult(const float* params, const float* const* slots,
+                              const float* grad, size_t n,
+                              const UpdateContext& context,
+                              float* bad_value) const;
+
+ protected:
+  Optimizer(int num_slots, float slot0_initial, float slot1_initial)
+      : num_slots_(num_slots),
+        initial_slot_values_{slot0_initial, slot1_initial} {}
+
+ private:
+  int num_slots_;
+  float initial_slot_values_[2];
+};
+
+// REQUIRES: `spec` was normalized (NormalizeVariableSpec).
+std::unique_ptr<Optimizer> CreateOptimizer(const OptimizerSpec& spec);
+
+// The context for one update: learning rate, step, derived constants.
+inline UpdateContext MakeUpdateContext(const Optimizer& optimizer,
+                                       float learning_rate, int64_t step) {
+  UpdateContext context;
+  context.learning_rate = learning_rate;
+  context.step = step;
+  optimizer.Prepare(&context);
+  return context;
+}
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_OPTIMIZERS_OPTIMIZER_H_

@@ -1,0 +1,249 @@
+// Pull and push handling against a ShardStore, without gRPC: validation,
+// atomicity, duplicate handling and response packing.
+#include <numeric>
+
+#include "gtest/gtest.h"
+#include "proto/frame_writer.h"
+#include "proto/slice_lease.h"
+#include "ps_server/rpc/pull_handler.h"
+#include "ps_server/rpc/push_handler.h"
+
+namespace psrt {
+namespace {
+
+VariableSpec Spec(const std::string& name, VariableKind kind,
+                  std::vector<int64_t> shape, int shards = 1) {
+  VariableSpec s;
+  s.set_name(name);
+  s.set_kind(kind);
+  for (int64_t d : shape) s.add_shape(d);
+  s.mutable_partition()->set_num_shards(shards);
+  s.mutable_optimizer()->set_learning_rate(1.0f);
+  return s;
+}
+
+// Builds one push message; payloads are copied into owned slices.
+class PushMessage {
+ public:
+  PushMessage& Dense(const std::string& name, int shard, int64_t offset,
+                     std::vector<float> grad) {
+    TensorItem* t = header_.add_items();
+    t->set_variable(name);
+    t->set_shard(shard);
+    t->set_offset(offset);
+    t->set_count(static_cast<int64_t>(grad.size()));
+    t->set_grad_payload(Add(grad.data(), grad.size() * 4));
+    return *this;
+  }
+  PushMessage& Rows(const std::string& name, int shard,
+                    std::vector<int64_t> ids, std::vector<float> grad) {
+    TensorItem* t = header_.add_items();
+    t->set_variable(name);
+    t->set_shard(shard);
+    t->set_ids_payload(Add(ids.data(), ids.size() * 8));
+    t->set_grad_payload(Add(grad.data(), grad.size() * 4));
+    return *this;
+  }
+  PushMessage& Id(uint64_t request_id) {
+    header_.set_client_id(9);
+    header_.set_request_id(request_id);
+    return *this;
+  }
+  grpc::ByteBuffer Build(bool last = true) {
+    header_.set_last(last);
+    FrameWriter writer(header_);
+    for (auto& p : payloads_) writer.AddPayload(p);
+    return writer.Finish();
+  }
+
+ private:
+  int Add(const void* data, size_t bytes) {
+    payloads_.emplace_back(data, bytes);  // copies
+    return static_cast<int>(payloads_.size()) - 1;
+  }
+  PushRequestHeader header_;
+  std::vector<grpc::Slice> payloads_;
+};
+
+class HandlersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(store_
+                    .CreateVariables(0,
+                                     {Spec("w", DENSE, {6}),
+                                      Spec("emb", EMBEDDING, {100, 16}, 2),
+                                      Spec("h", HASH_EMBEDDING, {0, 2})},
+                                     1)
+                    .ok());
+  }
+
+  absl::StatusOr<PushResponse> Push(std::vector<grpc::ByteBuffer> messages) {
+    PushHandler handler(&store_, &dedup_, 1 << 20);
+    for (const auto& m : messages) {
+      if (absl::Status s = handler.AddMessage(m); !s.ok()) return s;
+    }
+    return handler.Finish();
+  }
+
+  std::vector<float> Dense() {
+    std::vector<float> v(6);
+    store_.Find("w")->dense[0]->Read(0, 6, v.data());
+    return v;
+  }
+
+  ShardStore store_{0, 1};
+  PushDedup dedup_;
+};
+
+TEST_F(HandlersTest, RejectedPushChangesNothingAtAll) {
+  // The first item is fine, the second carries a NaN: neither is applied.
+  auto r = Push({PushMessage()
+                     .Dense("w", 0, 0, {1, 1, 1, 1, 1, 1})
+                     .Rows("emb", 0, {3}, std::vector<float>(16, NAN))
+                     .Build()});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(
+                "push to 'emb' shard 0: gradient element 0 is nan; the push "
+                "was rejected and nothing was applied"),
+            std::string::npos)
+      << r.status();
+  EXPECT_TRUE(r.status().GetPayload(kNonFiniteGradient).has_value());
+  EXPECT_EQ(Dense(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(store_.Find("w")->dense[0]->version(), 0);
+}
+
+TEST_F(HandlersTest, ErrorsNameVariableShardAndNumbers) {
+  struct Case {
+    grpc::ByteBuffer message;
+    absl::StatusCode code;
+    const char* text;
+  } cases[] = {
+      {PushMessage().Rows("emb", 0, {1}, std::vector<float>(17)).Build(),
+       absl::StatusCode::kInvalidArgument,
+       "push to 'emb' shard 0: grad has 17 floats, expected 16 (1 ids x 16 "
+       "per row)"},
+      {PushMessage().Rows("emb", 0, {100}, std::vector<float>(16)).Build(),
+       absl::StatusCode::kOutOfRange,
+       "id 100 is outside the vocabulary [0, 100)"},
+      {PushMessage().Rows("emb", 0, {75}, std::vector<float>(16)).Build(),
+       absl::StatusCode::kInvalidArgument,
+       "id 75 belongs to shard 1 (DIV routing over 2 shards), not 0"},
+      {PushMessage().Dense("nope", 0, 0, {1}).Build(),
+       absl::StatusCode::kNotFound, "unknown variable 'nope'"},
+      {PushMessage().Dense("w", 3, 0, {1}).Build(),
+       absl::StatusCode::kInvalidArgument, "no such shard; the variable has 1"},
+      {PushMessage().Dense("w", 0, 4, {1, 1, 1}).Build(),
+       absl::StatusCode::kOutOfRange,
+       "range [4, 7) is not inside the shard's 6 floats"},
+      {PushMessage().Dense("w", 0, 0, {INFINITY}).Build(),
+       absl::StatusCode::kInvalidArgument, "gradient element 0 is inf"},
+  };
+  for (auto& c : cases) {
+    auto r = Push({c.message});
+    EXPECT_EQ(r.status().code(), c.code) << c.text << " -> " << r.status();
+    EXPECT_NE(r.status().message().find(c.text), std::string::npos)
+        << c.text << " -> " << r.status();
+  }
+  EXPECT_EQ(Dense(), std::vector<float>(6, 0.0f));
+}
+
+TEST_F(HandlersTest, StreamsApplyOnlyWhenCompleteAndRetriesApplyOnce) {
+  // Two messages, one update: pieces of the same shard, one version step.
+  auto r = Push({PushMessage().Id(5).Dense("w", 0, 0, {1, 2, 3}).Build(false),
+                 PushMessage().Dense("w", 0, 3, {4, 5, 6}).Build(true)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Dense(), (std::vector<float>{-1, -2, -3, -4, -5, -6}));
+  EXPECT_EQ(store_.Find("w")->dense[0]->version(), 1);
+
+  // The same request again (a client retry): acknowledged, not applied.
+  auto again =
+      Push({PushMessage().Id(5).Dense("w", 0, 0, {1, 2, 3}).Build(false),
+            PushMessage().Dense("w", 0, 3, {4, 5, 6}).Build(true)});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate());
+  EXPECT_EQ(Dense()[0], -1);
+
+  // A stream cut short (no message marked last) applies nothing.
+  auto cut =
+      Push({PushMessage().Id(6).Dense("w", 0, 0, {1, 1, 1}).Build(false)});
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Dense()[0], -1);
+  // ... and is not remembered, so its retry does apply.
+  auto retry = Push({PushMessage().Id(6).Dense("w", 0, 0, {1, 1, 1}).Build()});
+  ASSERT_TRUE(retry.ok());
+  EXPECT_FALSE(retry->duplicate());
+  EXPECT_EQ(Dense()[0], -2);
+}
+
+TEST_F(HandlersTest, RepeatedIdsInOnePushAreSummedFirst) {
+  ASSERT_TRUE(
+      Push({PushMessage().Rows("h", 0, {7, 7, -3}, {1, 1, 2, 2, 5, 5}).Build()})
+          .ok());
+  const RowShard& h = *store_.Find("h")->rows[0];
+  EXPECT_EQ(h.num_rows(), 2);
+  std::vector<float> v(4);
+  std::vector<int64_t> ids = {7, -3};
+  h.Gather(ids, v.data());
+  EXPECT_EQ(v, (std::vector<float>{-3, -3, -5, -5}));
+}
+
+TEST_F(HandlersTest, OversizedPushIsRefused) {
+  PushHandler handler(&store_, &dedup_, /*max_push_bytes=*/1000);
+  absl::Status s =
+      handler.AddMessage(PushMessage()
+                             .Rows("emb", 0, std::vector<int64_t>(20, 1),
+                                   std::vector<float>(20 * 16))
+                             .Build());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("--max_push_bytes"), std::string::npos);
+}
+
+TEST_F(HandlersTest, PullResponsesAreCutAtRowsWithinTheLimit) {
+  PullRequestHeader header;
+  header.set_max_response_message_bytes(4096);  // 64 rows of 16 floats
+  std::vector<int64_t> ids(100);  // shard 0 holds 0..49; pulled twice
+  for (int i = 0; i < 100; ++i) ids[i] = i % 50;
+  TensorItem* t = header.add_items();
+  t->set_variable("emb");
+  t->set_shard(0);
+  t->set_ids_payload(0);
+  TensorItem* d = header.add_items();
+  d->set_variable("w");
+  d->set_offset(1);
+  d->set_count(4);
+  FrameWriter writer(header);
+  writer.AddPayload(grpc::Slice(ids.data(), ids.size() * 8));
+  FrameReader request;
+  ASSERT_TRUE(request.Parse(writer.Finish()).ok());
+  auto responder = PullResponder::Create(store_, request, 1 << 20);
+  ASSERT_TRUE(responder.ok()) << responder.status();
+  EXPECT_EQ((*responder)->rows(), 101);
+  EXPECT_EQ((*responder)->value_bytes(), 100 * 64 + 16);
+  std::vector<grpc::ByteBuffer> messages;
+  while (!(*responder)->done()) {
+    messages.emplace_back();
+    (*responder)->Next(&messages.back());
+  }
+  // 6400 + 16 bytes at 4096 per message, rows never split: 2 messages.
+  ASSERT_EQ(messages.size(), 2u);
+  int64_t floats = 0;
+  for (const auto& m : messages) {
+    EXPECT_LE(m.Length(), 4096u + 200);
+    FrameReader response;
+    ASSERT_TRUE(response.Parse(m).ok());
+    PullResponseHeader h;
+    ASSERT_TRUE(response.ParseHeader(&h).ok());
+    for (const auto& piece : h.pieces()) {
+      const size_t bytes = response.payload(piece.values_payload()).size();
+      if (piece.item() == 0) {
+        EXPECT_EQ(piece.first_float() % 16, 0);
+        EXPECT_EQ(bytes % 64, 0u);
+      }
+      floats += bytes / 4;
+    }
+  }
+  EXPECT_EQ(floats, 100 * 16 + 4);
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,563 @@
+#include "ps_server/rpc/ps_service.h"
+
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "proto/frame_reader.h"
+#include "ps_server/rpc/pull_handler.h"
+#include "ps_server/rpc/push_handler.h"
+#include "ps_server/rpc/request_item.h"
+#include "security/security.h"
+#include "util/grpc_status.h"
+
+namespace psrt {
+namespace {
+
+double SecondsSince(absl::Time start) {
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+}  // namespace
+
+// Streams a pull's response: while one message is being written, the next
+// is prepared (its rows gathered).
+//
+// Threading: reactions (and the coordinator's "ready" callback, which runs
+// on the thread of the push that released the pull) may run concurrently.
+// Finish and StartWriteAndFinish end the call, after which gRPC may delete
+// the reactor on another thread at once: they are never called with mu_
+// held, and nothing of the reactor is touched after them.
+class ParameterServerService::PullReactor final
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  PullReactor(ParameterServerService* service, const grpc::ByteBuffer* request)
+      : service_(service) {
+    service_->pull_.requests->Add();
+    service_->pull_.bytes_in->Add(static_cast<int64_t>(request->Length()));
+    PullRequestHeader header;
+    absl::Status s = frame_.Parse(*request);
+    if (s.ok()) s = frame_.ParseHeader(&header);
+    if (s.ok()) {
+      s = service_->coordinator_.CheckStepFields(
+          header.consistency(), header.worker_index(), header.step());
+    }
+    if (!s.ok()) {
+      Finish(service_->Fail("Pull", s));
+      return;
+    }
+    // SYNC and SSP pulls may have to wait for other workers' pushes.
+    uint64_t token;
+    {
+      absl::MutexLock lock(&mu_);
+      token = token_ = service_->coordinator_.WaitForPull(
+          header, [this](absl::Status ready) { Proceed(ready, true); });
+    }
+    if (token == 0) Proceed(absl::OkStatus(), false);
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (preparing_) {  // Pump continues when it is done
+        (ok ? write_done_ : failed_) = true;
+        return;
+      }
+    }
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          "pull response write failed (client gone?)"));
+      return;
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (token_ == 0 || !service_->coordinator_.Cancel(token_)) return;
+      token_ = 0;
+    }
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                        "pull cancelled while waiting for other workers"));
+  }
+
+  void OnDone() override {
+    service_->pull_.latency->Observe(SecondsSince(start_));
+    delete this;
+  }
+
+ private:
+  void Proceed(absl::Status ready, bool waited) {
+    if (waited) {
+      absl::MutexLock lock(&mu_);
+      token_ = 0;
+    }
+    absl::StatusOr<std::unique_ptr<PullResponder>> responder =
+        ready.ok() ? PullResponder::Create(*service_->store_, frame_,
+                                           service_->limits_.max_message_bytes)
+                   : ready;
+    if (!responder.ok()) {
+      Finish(service_->Fail("Pull", responder.status()));
+      return;
+    }
+    responder_ = std::move(*responder);
+    responder_->set_sync_step(service_->coordinator_.sync_step());
+    service_->pull_.rows->Add(responder_->rows());
+    service_->pull_.bytes_out->Add(responder_->value_bytes());
+    responder_->Next(&prepared_);
+    Pump();
+  }
+
+  // Writes the prepared message and, while it is in flight, prepares the
+  // next. REQUIRES: no write in flight.
+  void Pump() {
+    while (true) {
+      bool last;
+      {
+        absl::MutexLock lock(&mu_);
+        last = responder_->done();
+        if (!last) {
+          std::swap(writing_, prepared_);
+          preparing_ = true;
+        }
+      }
+      if (last) {
+        StartWriteAndFinish(&prepared_, grpc::WriteOptions(), grpc::Status::OK);
+        return;
+      }
+      StartWrite(&writing_);
+      bool again, failed;
+      {
+        absl::MutexLock lock(&mu_);
+        responder_->Next(&prepared_);
+        preparing_ = false;
+        again = write_done_;
+        failed = failed_;
+        write_done_ = failed_ = false;
+      }
+      if (failed) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                            "pull response write failed (client gone?)"));
+        return;
+      }
+      if (!again) return;  // OnWriteDone continues
+    }
+  }
+
+  ParameterServerService* const service_;
+  const absl::Time start_ = absl::Now();
+  FrameReader frame_;
+  std::unique_ptr<PullResponder> responder_;
+  grpc::ByteBuffer writing_, prepared_;
+  absl::Mutex mu_;
+  uint64_t token_ ABSL_GUARDED_BY(mu_) = 0;      // waiting in the coordinator
+  bool preparing_ ABSL_GUARDED_BY(mu_) = false;  // Pump is between writes
+  bool write_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Collects a push's stream; validates each message as it arrives and applies
+// the whole push after the last one.
+class ParameterServerService::PushReactor final
+    : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  PushReactor(ParameterServerService* service, grpc::ByteBuffer* response)
+      : service_(service),
+        response_(response),
+        handler_(
+            std::make_unique<PushHandler>(service->store_, &service->dedup_,
+                                          service->limits_.max_push_bytes)) {
+    service_->push_.requests->Add();
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      absl::Status s = handler_->AddMessage(message_);
+      if (!s.ok()) {
+        Finish(service_->Fail("Push", s));
+        return;
+      }
+      StartRead(&message_);
+      return;
+    }
+    // End of the stream: the client finished writing (or went away; then
+    // the final message is missing and Finish refuses to apply).
+    service_->push_.bytes_in->Add(static_cast<int64_t>(handler_->bytes()));
+    const PushRequestHeader& first = handler_->first_header();
+    const Consistency consistency = first.consistency();
+    if (absl::Status s = service_->coordinator_.CheckStepFields(
+            consistency, first.worker_index(), first.step());
+        handler_->complete() && !s.ok()) {
+      Finish(service_->Fail("Push", s));
+      return;
+    }
+    absl::StatusOr<PushResponse> result;
+    if (consistency.mode() == Consistency::SYNC && handler_->complete()) {
+      // Held for the step's barrier; applied with the other workers'.
+      result = service_->coordinator_.SyncPush(std::move(handler_));
+    } else {
+      result = handler_->Finish();
+      service_->push_apply_seconds_->Observe(handler_->apply_seconds());
+      if (result.ok() && consistency.mode() == Consistency::SSP) {
+        service_->coordinator_.AdvanceClock(handler_->first_header());
+      }
+    }
+    if (!result.ok()) {
+      Finish(service_->Fail("Push", result.status()));
+      return;
+    }
+    service_->push_.rows->Add(result->rows_applied());
+    grpc::Slice slice(result->SerializeAsString());
+    *response_ = grpc::ByteBuffer(&slice, 1);
+    Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override {
+    service_->push_.latency->Observe(SecondsSince(start_));
+    delete this;
+  }
+
+ private:
+  ParameterServerService* const service_;
+  grpc::ByteBuffer* const response_;
+  const absl::Time start_ = absl::Now();
+  std::unique_ptr<PushHandler> handler_;
+  grpc::ByteBuffer message_;
+};
+
+ParameterServerService::ParameterServerService(
+    ShardStore* store, MetricsRegistry* metrics, ServiceLimits limits,
+    CheckpointCoordinator* checkpoints, std::string restored_from,
+    std::string auth_token, ClusterMembers* checkpoint_callers)
+    : store_(store),
+      metrics_(metrics),
+      checkpoints_(checkpoints),
+      restored_from_(std::move(restored_from)),
+      auth_token_(std::move(auth_token)),
+      checkpoint_callers_(checkpoint_callers),
+      limits_(limits),
+      coordinator_(store->ps_task(), limits.max_workers, &dedup_),
+      pull_(MakeMethodMetrics("Pull")),
+      push_(MakeMethodMetrics("Push")),
+      create_(MakeMethodMetrics("CreateVariables")),
+      rejected_nonfinite_(metrics->GetCounter(
+          "psrt_rejected_nonfinite_pushes_total",
+          "Pushes rejected because a gradient held NaN or Inf")),
+      push_apply_seconds_(metrics->GetHistogram(
+          "psrt_push_apply_seconds",
+          "Time from a push's last message to its update being applied")) {
+  metrics->AddGauge("psrt_parameter_bytes",
+                    "Bytes of parameters and optimizer slots held by this PS",
+                    {{"ps_task", absl::StrCat(store->ps_task())}}, [store] {
+                      return static_cast<double>(store->parameter_bytes());
+                    });
+  metrics->AddGauge("psrt_local_shards", "Shards held by this PS",
+                    {{"ps_task", absl::StrCat(store->ps_task())}}, [store] {
+                      return static_cast<double>(store->num_local_shards());
+                    });
+  metrics->AddGauge("psrt_uptime_seconds", "Seconds since the server started",
+                    {}, [start = started_] { return SecondsSince(start); });
+}
+
+MethodMetrics ParameterServerService::MakeMethodMetrics(const char* method) {
+  const MetricLabels labels = {{"method", method}};
+  return MethodMetrics{
+      metrics_->GetCounter("psrt_requests_total", "RPCs received", labels),
+      metrics_->GetCounter("psrt_bytes_in_total", "Request bytes received",
+                           labels),
+      metrics_->GetCounter("psrt_bytes_out_total",
+                           "Tensor bytes sent in responses", labels),
+      metrics_->GetCounter("psrt_rows_total",
+                           "Embedding rows (and dense items) moved", labels),
+      metrics_->GetHistogram("psrt_request_seconds", "RPC latency", labels),
+  };
+}
+
+grpc::Status ParameterServerService::Fail(const char* method,
+                                          const absl::Status& status) {
+  metrics_
+      ->GetCounter("psrt_errors_total", "RPCs that failed, by status code",
+                   {{"method", method},
+                    {"code", absl::StatusCodeToString(status.code())}})
+      ->Add();
+  if (status.GetPayload(kNonFiniteGradient).has_value()) {
+    rejected_nonfinite_->Add();
+  }
+  VLOG(1) << method << " failed: " << status;
+  return ToGrpcStatus(status);
+}
+
+namespace {
+
+// The request's bytes as `Request`; INVALID_ARGUMENT naming the method if
+// they are not one (gRPC's own parsing would answer with no detail).
+template <typename Request>
+absl::StatusOr<Request> ParseRequest(const grpc::ByteBuffer& bytes,
+                                     const char* method) {
+  std::vector<grpc::Slice> slices;
+  Request request;
+  if (!bytes.Dump(&slices).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, ": unreadable request"));
+  }
+  std::string data;
+  data.reserve(bytes.Length());
+  for (const grpc::Slice& slice : slices) {
+    data.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  if (!request.ParseFromString(data)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        method, ": the request (", data.size(), " bytes) is not a valid ",
+        Request::descriptor()->full_name(), " message"));
+  }
+  return request;
+}
+
+template <typename Response>
+void SerializeResponse(const Response& response, grpc::ByteBuffer* out) {
+  grpc::Slice slice(response.SerializeAsString());
+  *out = grpc::ByteBuffer(&slice, 1);
+}
+
+}  // namespace
+
+// One unary method: token, parse, `handle` (on a thread of its own when
+// `detached`: checkpoints take seconds to minutes, longer than gRPC's
+// callback threads may be held), respond.
+template <typename Request, typename Handle>
+grpc::ServerUnaryReactor* ParameterServerService::ServeUnary(
+    grpc::CallbackServerContext* context, const char* method,
+    const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes,
+    bool detached, Handle handle) {
+  auto* reactor = context->DefaultReactor();
+  absl::Status s = CheckToken(context, auth_token_);
+  absl::StatusOr<Request> request =
+      s.ok() ? ParseRequest<Request>(*request_bytes, method)
+             : absl::StatusOr<Request>(s);
+  if (!request.ok()) {
+    reactor->Finish(Fail(method, request.status()));
+    return reactor;
+  }
+  auto respond = [this, reactor, method, response_bytes, handle,
+                  request = *std::move(request)] {
+    auto result = handle(request);
+    if (result.ok()) {
+      SerializeResponse(*result, response_bytes);
+      reactor->Finish(grpc::Status::OK);
+    } else {
+      reactor->Finish(Fail(method, result.status()));
+    }
+  };
+  if (detached) {
+    std::thread(std::move(respond)).detach();
+  } else {
+    respond();
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<CreateVariablesRequest>(
+      context, "CreateVariables", request, response, /*detached=*/false,
+      [this](const CreateVariablesRequest& r)
+          -> absl::StatusOr<CreateVariablesResponse> {
+        create_.requests->Add();
+        std::vector<VariableSpec> specs(r.specs().begin(), r.specs().end());
+        absl::StatusOr<int> size;
+        switch (r.phase()) {
+          case CreateVariablesRequest::PREPARE:
+            size = store_->PrepareVariables(r.creation_id(), r.first_index(),
+                                            specs, r.num_ps());
+            break;
+          case CreateVariablesRequest::COMMIT:
+            size = store_->CommitVariables(r.creation_id());
+            break;
+          case CreateVariablesRequest::ABORT: {
+            const absl::Status aborted =
+                store_->AbortVariables(r.creation_id());
+            if (aborted.ok()) {
+              size = 0;
+            } else {
+              size = aborted;
+            }
+            break;
+          }
+          case CreateVariablesRequest::CREATE:
+            size = store_->CreateVariables(r.first_index(), specs, r.num_ps());
+            break;
+          default:
+            size = absl::InvalidArgumentError(
+                absl::StrCat("CreateVariables: unknown phase ", r.phase()));
+        }
+        if (!size.ok()) return size.status();
+        CreateVariablesResponse out;
+        out.set_catalog_size(*size);
+        return out;
+      });
+}
+
+absl::Status ParameterServerService::CheckCheckpointCaller(
+    grpc::CallbackServerContext* context, const char* method) {
+  if (checkpoint_callers_ != nullptr) {
+    absl::Status s = checkpoint_callers_->Check(context->peer(), method);
+    if (!s.ok()) {
+      LOG(WARNING) << "refused: " << s.message();
+      return s;
+    }
+  }
+  if (checkpoints_ == nullptr) {
+    return absl::UnimplementedError("checkpoints are not configured");
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "Checkpoint");
+  return ServeUnary<CheckpointRequest>(
+      context, "Checkpoint", request, response, /*detached=*/caller.ok(),
+      [this, caller](
+          const CheckpointRequest& r) -> absl::StatusOr<CheckpointResponse> {
+        if (!caller.ok()) return caller;
+        return checkpoints_->Checkpoint(r.checkpoint_uri());
+      });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "SaveShards");
+  return ServeUnary<SaveShardsRequest>(
+      context, "SaveShards", request, response, /*detached=*/caller.ok(),
+      [this, caller](
+          const SaveShardsRequest& r) -> absl::StatusOr<SaveShardsResponse> {
+        if (!caller.ok()) return caller;
+        auto result = checkpoints_->SaveShards(r);
+        if (result.ok() && r.final()) final_saved_.store(true);
+        return result;
+      });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::CommitCheckpoint(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "CommitCheckpoint");
+  return ServeUnary<CommitCheckpointRequest>(
+      context, "CommitCheckpoint", request, response, /*detached=*/caller.ok(),
+      [this, caller](const CommitCheckpointRequest& r)
+          -> absl::StatusOr<CommitCheckpointResponse> {
+        if (!caller.ok()) return caller;
+        if (absl::Status s = checkpoints_->CommitCheckpoint(r); !s.ok()) {
+          return s;
+        }
+        return CommitCheckpointResponse();
+      });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<ListVariablesRequest>(
+      context, "ListVariables", request, response, /*detached=*/false,
+      [this](const ListVariablesRequest&)
+          -> absl::StatusOr<ListVariablesResponse> {
+        ListVariablesResponse out;
+        out.set_ps_task(store_->ps_task());
+        out.set_num_ps(store_->num_ps());
+        for (const LocalVariable* v : store_->Variables()) {
+          VariableInfo* info = out.add_variables();
+          *info->mutable_spec() = v->layout->spec;
+          for (int s = 0; s < v->layout->num_shards(); ++s) {
+            if (!v->Holds(s)) continue;
+            const ShardLayout& layout = v->layout->shards[s];
+            ShardInfo* shard = info->add_shards();
+            shard->set_shard(s);
+            shard->set_ps_task(layout.ps_task);
+            shard->set_row_begin(layout.row_begin);
+            if (v->is_dense()) {
+              shard->set_num_rows(layout.num_rows);
+              shard->set_bytes(v->dense[s]->bytes());
+              shard->set_version(v->dense[s]->version());
+            } else {
+              shard->set_num_rows(v->rows[s]->num_rows());
+              shard->set_bytes(v->rows[s]->bytes());
+              shard->set_version(v->rows[s]->version());
+            }
+          }
+        }
+        return out;
+      });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::GetStats(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<StatsRequest>(
+      context, "GetStats", request, response, /*detached=*/false,
+      [this](const StatsRequest&) -> absl::StatusOr<StatsResponse> {
+        StatsResponse out;
+        out.set_ps_task(store_->ps_task());
+        out.set_parameter_bytes(store_->parameter_bytes());
+        out.set_num_shards(store_->num_local_shards());
+        out.set_pull_requests(pull_.requests->value());
+        out.set_push_requests(push_.requests->value());
+        out.set_rejected_pushes(
+            metrics_
+                ->GetCounter("psrt_errors_total",
+                             "RPCs that failed, by status code",
+                             {{"method", "Push"}, {"code", "INVALID_ARGUMENT"}})
+                ->value());
+        out.set_rejected_nonfinite_pushes(rejected_nonfinite_->value());
+        out.set_bytes_in(pull_.bytes_in->value() + push_.bytes_in->value());
+        out.set_bytes_out(pull_.bytes_out->value());
+        out.set_rows_pulled(pull_.rows->value());
+        out.set_rows_pushed(push_.rows->value());
+        out.set_uptime_seconds(SecondsSince(started_));
+        out.set_global_step(store_->global_step());
+        out.set_restored_from(restored_from_);
+        return out;
+      });
+}
+
+namespace {
+// Answers a streaming call with an error at once (a call without the token).
+class RejectWriteReactor final
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RejectWriteReactor(grpc::Status status) {
+    Finish(std::move(status));
+  }
+  void OnDone() override { delete this; }
+};
+class RejectReadReactor final
+    : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  explicit RejectReadReactor(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    return new RejectWriteReactor(Fail("Pull", s));
+  }
+  return new PullReactor(this, request);
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
+    return new RejectReadReactor(Fail("Push", s));
+  }
+  return new PushReactor(this, response);
+}
+
+}  // namespace psrt

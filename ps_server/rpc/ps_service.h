@@ -1,0 +1,138 @@
+// The psrt.ParameterServer gRPC service (callback API). Control RPCs are
+// plain protobuf; Pull and Push are registered as raw methods so their
+// Frames are read and written by hand (proto/frame_*.h). Everything an RPC
+// does is in the handlers; this file translates statuses and keeps metrics.
+#ifndef PSRT_PS_SERVER_RPC_PS_SERVICE_H_
+#define PSRT_PS_SERVER_RPC_PS_SERVICE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <string>
+
+#include "absl/time/time.h"
+#include "proto/ps.grpc.pb.h"
+#include "ps_server/checkpoint/checkpoint_coordinator.h"
+#include "ps_server/metrics/metrics.h"
+#include "ps_server/rpc/push_dedup.h"
+#include "ps_server/rpc/step_coordinator.h"
+#include "ps_server/shards/shard_store.h"
+#include "security/cluster_members.h"
+
+namespace psrt {
+
+struct ServiceLimits {
+  size_t max_message_bytes = 16 << 20;      // one Pull response message at most
+  size_t max_push_bytes = size_t{2} << 30;  // one Push call at most
+  // Workers a SYNC/SSP request may declare: the cluster spec's worker count
+  // (at least 1). Server::Create sets it from the cluster.
+  int max_workers = 1;
+};
+
+// Metrics of one RPC method.
+struct MethodMetrics {
+  Counter* requests;
+  Counter* bytes_in;
+  Counter* bytes_out;
+  Counter* rows;
+  Histogram* latency;
+};
+
+// Every method takes raw bytes: requests are parsed here, so that one that
+// does not parse is INVALID_ARGUMENT naming the method.
+using ParameterServerCallbackBase =
+    ParameterServer::WithRawCallbackMethod_CommitCheckpoint<
+        ParameterServer::WithRawCallbackMethod_Checkpoint<
+            ParameterServer::WithRawCallbackMethod_SaveShards<
+                ParameterServer::WithRawCallbackMethod_CreateVariables<
+                    ParameterServer::WithRawCallbackMethod_ListVariables<
+                        ParameterServer::WithRawCallbackMethod_GetStats<
+                            ParameterServer::WithRawCallbackMethod_Pull<
+                                ParameterServer::WithRawCallbackMethod_Push<
+                                    ParameterServer::Service>>>>>>>>;
+
+class ParameterServerService final : public ParameterServerCallbackBase {
+ public:
+  // `store` and `metrics` must outlive the service.
+  // `checkpoints` may be null (Checkpoint and SaveShards then fail).
+  // `checkpoint_callers`: when set, the checkpoint RPCs (Checkpoint,
+  // SaveShards, CommitCheckpoint) are served only to these peers; it must
+  // outlive the service.
+  ParameterServerService(ShardStore* store, MetricsRegistry* metrics,
+                         ServiceLimits limits,
+                         CheckpointCoordinator* checkpoints = nullptr,
+                         std::string restored_from = "",
+                         std::string auth_token = "",
+                         ClusterMembers* checkpoint_callers = nullptr);
+
+  // Unary methods; request and response are the serialized messages of
+  // proto/ps.proto (CheckpointRequest -> CheckpointResponse, ...).
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SaveShards(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CommitCheckpoint(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CreateVariables(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListVariables(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
+      grpc::CallbackServerContext* context,
+      grpc::ByteBuffer* response) override;
+
+  // Counts a failed RPC under psrt_errors_total{method, code} and returns it
+  // as a gRPC status.
+  grpc::Status Fail(const char* method, const absl::Status& status);
+
+  // A SaveShards marked final (PS 0's shutdown checkpoint) has completed.
+  bool final_checkpoint_saved() const { return final_saved_.load(); }
+
+  const MethodMetrics& pull_metrics() const { return pull_; }
+  const MethodMetrics& push_metrics() const { return push_; }
+  Counter* rejected_nonfinite() const { return rejected_nonfinite_; }
+
+ private:
+  template <typename Request, typename Handle>
+  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
+                                       const char* method,
+                                       const grpc::ByteBuffer* request_bytes,
+                                       grpc::ByteBuffer* response_bytes,
+                                       bool detached, Handle handle);
+  // OK if `context`'s peer may call the checkpoint RPC `method`.
+  absl::Status CheckCheckpointCaller(grpc::CallbackServerContext* context,
+                                     const char* method);
+
+  class PullReactor;
+  class PushReactor;
+  MethodMetrics MakeMethodMetrics(const char* method);
+
+  ShardStore* const store_;
+  MetricsRegistry* const metrics_;
+  CheckpointCoordinator* const checkpoints_;
+  const std::string restored_from_;
+  const std::string auth_token_;              // empty: no check
+  ClusterMembers* const checkpoint_callers_;  // null: anyone with the token
+  std::atomic<bool> final_saved_{false};
+  const ServiceLimits limits_;
+  PushDedup dedup_;
+  StepCoordinator coordinator_;
+  MethodMetrics pull_, push_, create_;
+  Counter* rejected_nonfinite_;
+  Histogram* push_apply_seconds_;
+  const absl::Time started_ = absl::Now();
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_RPC_PS_SERVICE_H_

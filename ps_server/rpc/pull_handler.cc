@@ -1,0 +1,91 @@
+#include "ps_server/rpc/pull_handler.h"
+
+#include <algorithm>
+
+#include "proto/buffer_pool.h"
+#include "proto/frame_packer.h"
+
+namespace psrt {
+namespace {
+constexpr size_t kDefaultMessageBytes = 1 << 20;
+constexpr size_t kMinMessageBytes = 4 << 10;
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PullResponder>> PullResponder::Create(
+    const ShardStore& store, const FrameReader& request,
+    size_t max_message_bytes) {
+  PullRequestHeader header;
+  if (absl::Status s = request.ParseHeader(&header); !s.ok()) return s;
+  std::unique_ptr<PullResponder> r(new PullResponder());
+  r->items_.resize(header.items_size());
+  for (int i = 0; i < header.items_size(); ++i) {
+    absl::Status s = ResolveItem(store, header.items(i), request,
+                                 RequestKind::kPull, &r->items_[i]);
+    if (!s.ok()) return s;
+  }
+  const size_t asked = header.max_response_message_bytes() > 0
+                           ? header.max_response_message_bytes()
+                           : kDefaultMessageBytes;
+  r->limit_ = std::clamp(asked, kMinMessageBytes, max_message_bytes);
+  r->dense_values_.resize(r->items_.size());
+  r->dense_versions_.resize(r->items_.size());
+  for (size_t i = 0; i < r->items_.size(); ++i) {
+    const ResolvedItem& item = r->items_[i];
+    const size_t bytes = item.value_floats() * sizeof(float);
+    r->value_bytes_ += static_cast<int64_t>(bytes);
+    if (!item.variable->is_dense()) {
+      r->rows_ += static_cast<int64_t>(item.ids.size());
+      continue;
+    }
+    PooledBuffer values = BufferPool::Default().Acquire(bytes);
+    r->dense_versions_[i] = item.variable->dense[item.shard]->Read(
+        item.offset, item.count, reinterpret_cast<float*>(values.data()));
+    r->dense_values_[i] = std::move(values).ReleaseAsSlice();
+    r->rows_ += 1;
+  }
+  return r;
+}
+
+void PullResponder::Next(grpc::ByteBuffer* message) {
+  FramePacker<PullResponseHeader> packer(limit_);
+  while (item_ < items_.size()) {
+    const ResolvedItem& item = items_[item_];
+    const bool dense = item.variable->is_dense();
+    const size_t row_bytes =
+        dense ? sizeof(float)
+              : item.variable->layout->row_width * sizeof(float);
+    const size_t total = item.value_floats() * sizeof(float);
+    if (!packer.empty() && packer.room() < row_bytes) break;
+    const size_t take =
+        std::min(total - offset_,
+                 std::max(row_bytes, packer.room() / row_bytes * row_bytes));
+    auto* piece = packer.header()->add_pieces();
+    piece->set_item(static_cast<int>(item_));
+    piece->set_first_float(static_cast<int64_t>(offset_ / sizeof(float)));
+    if (dense) {
+      piece->set_version(dense_versions_[item_]);
+      piece->set_values_payload(
+          packer.AddPayload(dense_values_[item_].sub(offset_, offset_ + take)));
+    } else {
+      PooledBuffer rows = BufferPool::Default().Acquire(take);
+      const size_t first_row = offset_ / row_bytes;
+      piece->set_version(item.variable->rows[item.shard]->Gather(
+          absl::MakeConstSpan(item.ids).subspan(first_row, take / row_bytes),
+          reinterpret_cast<float*>(rows.data())));
+      piece->set_values_payload(
+          packer.AddPayload(std::move(rows).ReleaseAsSlice()));
+    }
+    offset_ += take;
+    if (offset_ == total) {
+      ++item_;
+      offset_ = 0;
+      dense_values_[item_ - 1] = grpc::Slice();  // sent; let the pool have it
+    }
+  }
+  packer.Flush([this](PullResponseHeader* header, size_t) {
+    header->set_sync_step(sync_step_);
+  });
+  *message = std::move(packer.messages().back());
+}
+
+}  // namespace psrt

@@ -1,0 +1,193 @@
+#include "ps_server/rpc/request_item.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "util/finite.h"
+
+namespace psrt {
+namespace {
+
+std::string Where(RequestKind kind, const TensorItem& item) {
+  return absl::StrCat(kind == RequestKind::kPull ? "pull of '" : "push to '",
+                      item.variable(), "' shard ", item.shard(), ": ");
+}
+
+// True if every id routes to `shard`. Written as branch-free reductions so
+// that the common routings vectorize (no division for DIV).
+bool IdsBelongToShard(const VariableLayout& layout, int shard,
+                      const std::vector<int64_t>& ids) {
+  const size_t n = ids.size();
+  const int64_t* v = ids.data();
+  switch (layout.routing()) {
+    case PartitionSpec::DIV: {
+      const uint64_t begin =
+          static_cast<uint64_t>(layout.shards[shard].row_begin);
+      const uint64_t count =
+          static_cast<uint64_t>(layout.shards[shard].num_rows);
+      uint64_t outside = 0;
+      for (size_t i = 0; i < n; ++i) {
+        outside |= static_cast<uint64_t>(v[i]) - begin >= count;
+      }
+      return outside == 0;
+    }
+    case PartitionSpec::MOD: {
+      const int64_t shards = layout.num_shards();
+      const uint64_t rows = static_cast<uint64_t>(layout.rows);
+      uint64_t bad = 0;
+      for (size_t i = 0; i < n; ++i) {
+        bad |= (static_cast<uint64_t>(v[i]) >= rows) | (v[i] % shards != shard);
+      }
+      return bad == 0;
+    }
+    default: {
+      const uint64_t shards = static_cast<uint64_t>(layout.num_shards());
+      uint64_t bad = 0;
+      for (size_t i = 0; i < n; ++i)
+        bad |= MixId(v[i]) % shards != static_cast<uint64_t>(shard);
+      return bad == 0;
+    }
+  }
+}
+
+}  // namespace
+
+bool AllFinite(const PayloadView& values, size_t* first_bad, float* bad_value) {
+  bool finite = true;
+  ForEachFloatRun(values, [&](const float* v, size_t n, size_t first) {
+    if (!finite) return;
+    const size_t i = FirstNonFinite(v, n);
+    if (i == n) return;
+    *first_bad = first + i;
+    *bad_value = v[i];
+    finite = false;
+  });
+  return finite;
+}
+
+absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
+                         const FrameReader& frame, RequestKind kind,
+                         ResolvedItem* out) {
+  const bool push = kind == RequestKind::kPush;
+  const LocalVariable* v = store.Find(item.variable());
+  if (v == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat(push ? "push to" : "pull of", " unknown variable '",
+                     item.variable(), "' (PS ", store.ps_task(), " knows ",
+                     store.Variables().size(), " variables; create it first)"));
+  }
+  const VariableLayout& layout = *v->layout;
+  if (item.shard() < 0 || item.shard() >= layout.num_shards()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kind, item), "no such shard; the variable has ",
+                     layout.num_shards(), " shards"));
+  }
+  if (!v->Holds(item.shard())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(kind, item), "the shard lives on PS ",
+        layout.shards[item.shard()].ps_task, ", not on PS ", store.ps_task(),
+        "; the client's shard map disagrees with the cluster's"));
+  }
+  out->variable = v;
+  out->shard = item.shard();
+  const int64_t width = layout.row_width;
+  int64_t rows = 0;  // rows of values the item moves
+
+  if (v->is_dense()) {
+    if (item.has_ids_payload()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(kind, item),
+                       "a DENSE variable is addressed by offset/count, "
+                       "not ids"));
+    }
+    const int64_t size = v->dense[item.shard()]->size();
+    if (item.offset() < 0 || item.count() <= 0 ||
+        item.offset() > size - item.count()) {
+      return absl::OutOfRangeError(
+          absl::StrCat(Where(kind, item), "range [", item.offset(), ", ",
+                       item.offset() + item.count(),
+                       ") is not inside the shard's ", size, " floats"));
+    }
+    out->offset = item.offset();
+    out->count = item.count();
+  } else {
+    if (!item.has_ids_payload() || item.ids_payload() < 0 ||
+        item.ids_payload() >= frame.num_payloads()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(kind, item), "ids_payload ",
+                       item.has_ids_payload() ? absl::StrCat(item.ids_payload())
+                                              : std::string("(unset)"),
+                       " does not name one of the message's ",
+                       frame.num_payloads(), " payloads"));
+    }
+    const PayloadView ids = frame.payload(item.ids_payload());
+    if (ids.size() % sizeof(int64_t) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(kind, item), "ids payload has ", ids.size(),
+                       " bytes, not a multiple of 8 (int64 ids)"));
+    }
+    out->ids.resize(ids.size() / sizeof(int64_t));
+    ids.CopyTo(out->ids.data());
+    if (!IdsBelongToShard(layout, item.shard(), out->ids)) {
+      // Find the first offender only now, for the message.
+      for (int64_t id : out->ids) {
+        if (layout.kind() == EMBEDDING && (id < 0 || id >= layout.rows)) {
+          return absl::OutOfRangeError(absl::StrCat(
+              Where(kind, item), "id ", id, " is outside the vocabulary [0, ",
+              layout.rows, ")"));
+        }
+        const int owner = layout.ShardOf(id);
+        if (owner != item.shard()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Where(kind, item), "id ", id, " belongs to shard ", owner, " (",
+              PartitionSpec::Routing_Name(layout.routing()), " routing over ",
+              layout.num_shards(), " shards), not ", item.shard()));
+        }
+      }
+    }
+    rows = static_cast<int64_t>(out->ids.size());
+  }
+
+  if (!push) return absl::OkStatus();
+
+  if (!item.has_grad_payload() || item.grad_payload() < 0 ||
+      item.grad_payload() >= frame.num_payloads()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item), "grad_payload does not name one of the message's ",
+        frame.num_payloads(), " payloads"));
+  }
+  out->grad = frame.payload(item.grad_payload());
+  const int64_t expected = v->is_dense() ? item.count() : rows * width;
+  if (out->grad.size() % sizeof(float) != 0 ||
+      static_cast<int64_t>(out->grad.size() / sizeof(float)) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item), "grad has ", out->grad.size() / sizeof(float),
+        " floats",
+        out->grad.size() % sizeof(float) ? " (and a partial one)" : "",
+        ", expected ", expected,
+        v->is_dense()
+            ? " (the range's size)"
+            : absl::StrCat(" (", rows, " ids x ", width, " per row)")));
+  }
+  size_t bad_index;
+  float bad_value;
+  if (!AllFinite(out->grad, &bad_index, &bad_value)) {
+    absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item), "gradient element ", bad_index, " is ", bad_value,
+        "; the push was rejected and nothing was applied"));
+    s.SetPayload(kNonFiniteGradient, absl::Cord());
+    return s;
+  }
+  out->learning_rate = item.learning_rate() > 0
+                           ? item.learning_rate()
+                           : layout.spec.optimizer().learning_rate();
+  if (!std::isfinite(item.learning_rate()) || item.learning_rate() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item), "learning_rate override ", item.learning_rate(),
+        " must be finite and >= 0 (0 = the variable's own)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace psrt

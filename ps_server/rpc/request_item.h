@@ -1,0 +1,53 @@
+// One item of a Pull or Push request, resolved against the store and checked
+// as untrusted input: the variable exists, the shard lives here, ranges and
+// sizes fit, ids belong to the shard, gradients are finite. Error messages
+// name the variable, the shard and the numbers involved.
+#ifndef PSRT_PS_SERVER_RPC_REQUEST_ITEM_H_
+#define PSRT_PS_SERVER_RPC_REQUEST_ITEM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/frame_reader.h"
+#include "proto/ps.pb.h"
+#include "ps_server/shards/shard_store.h"
+
+namespace psrt {
+
+enum class RequestKind { kPull, kPush };
+
+// Payload key marking the status of a push rejected for a NaN/Inf gradient.
+inline constexpr char kNonFiniteGradient[] = "psrt/nonfinite-gradient";
+
+struct ResolvedItem {
+  const LocalVariable* variable = nullptr;
+  int shard = 0;
+  int64_t offset = 0;        // DENSE
+  int64_t count = 0;         // DENSE: floats
+  std::vector<int64_t> ids;  // embeddings, copied out of the payload
+  PayloadView grad;          // push only
+  float learning_rate = 0;   // push only: effective rate
+
+  int64_t value_floats() const {
+    return variable->is_dense()
+               ? count
+               : static_cast<int64_t>(ids.size()) * variable->layout->row_width;
+  }
+};
+
+// Fills `out` from `item` and the frame's payloads. Gradients are checked
+// for NaN/Inf (status INVALID_ARGUMENT; the message says which element).
+absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
+                         const FrameReader& frame, RequestKind kind,
+                         ResolvedItem* out);
+
+// True if every value is finite; otherwise *first_bad is the index of the
+// first NaN or Inf. Vectorizable: a value is non-finite iff its exponent
+// bits are all ones.
+bool AllFinite(const PayloadView& values, size_t* first_bad, float* bad_value);
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_RPC_REQUEST_ITEM_H_

@@ -1,0 +1,146 @@
+#include "ps_server/rpc/server.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server_builder.h"
+
+namespace psrt {
+namespace {
+
+bool IsLoopbackHost(absl::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         absl::StartsWith(host, "127.");
+}
+
+// Anyone who reaches an unsecured port can read and change every parameter
+// and trigger checkpoints: say so where operators look.
+void WarnIfExposed(const ServerOptions& options) {
+  if (!options.security.auth_token.empty() || options.security.tls()) return;
+  const size_t colon = options.listen_address.rfind(':');
+  const absl::string_view host =
+      absl::string_view(options.listen_address).substr(0, colon);
+  if (IsLoopbackHost(host)) return;
+  LOG(WARNING) << "SECURITY: listening on " << options.listen_address
+               << " with neither TLS nor an auth token: anyone who can reach "
+                  "this port can read and overwrite every parameter and "
+                  "trigger checkpoints. Use --auth_token_file (and "
+                  "--tls_cert_file/--tls_key_file) on any network you do not "
+                  "fully trust, or --bind_address=127.0.0.1 on one machine "
+                  "(docs/operations.md, Security model).";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
+  if (options.ps_task < 0 || options.ps_task >= options.cluster.num_ps()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--task_index=", options.ps_task, " but the cluster has ",
+                     options.cluster.num_ps(), " PS tasks"));
+  }
+  options.limits.max_workers = std::max(1, options.cluster.num_workers());
+  std::unique_ptr<Server> server(new Server());
+  server->options_ = options;
+  server->store_ = std::make_unique<ShardStore>(
+      options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes);
+  if (!options.restore_uri.empty()) {
+    auto restorer =
+        CheckpointRestorer::Open(options.restore_uri, options.checkpoint.s3);
+    if (!restorer.ok()) {
+      return absl::Status(
+          restorer.status().code(),
+          absl::StrCat("cannot restore: ", restorer.status().message()));
+    }
+    server->restorer_ = std::move(*restorer);
+    const CheckpointManifest& m = server->restorer_->manifest();
+    server->store_->set_global_step(m.global_step());
+    CheckpointRestorer* r = server->restorer_.get();
+    server->store_->set_fill_hook(
+        [r](const LocalVariable& v) { return r->Fill(v); });
+    LOG(INFO) << "restoring from " << options.restore_uri << " (step "
+              << m.global_step() << ", " << m.variables_size()
+              << " variables saved by " << m.num_ps()
+              << " PS): each variable is filled when it is created";
+  }
+  if (auto c = MakeChannelCredentials(options.security); !c.ok()) {
+    return c.status();
+  }
+  server->checkpoints_ = std::make_unique<CheckpointCoordinator>(
+      server->store_.get(), options.cluster.ps, options.checkpoint,
+      options.security);
+  server->checkpoints_->set_last(absl::Now(), server->store_->global_step());
+  // Secured clusters serve checkpoint RPCs only to their own hosts.
+  if (!options.security.auth_token.empty() ||
+      options.security.require_client_cert) {
+    std::vector<std::string> members = options.cluster.ps;
+    members.insert(members.end(), options.cluster.workers.begin(),
+                   options.cluster.workers.end());
+    server->checkpoint_callers_ =
+        std::make_unique<ClusterMembers>(std::move(members));
+  }
+  server->service_ = std::make_unique<ParameterServerService>(
+      server->store_.get(), &server->registry_, options.limits,
+      server->checkpoints_.get(), options.restore_uri,
+      options.security.auth_token, server->checkpoint_callers_.get());
+
+  auto credentials = MakeServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, *credentials,
+                           &server->port_);
+  builder.RegisterService(server->service_.get());
+  // Pull responses are cut to max_message_bytes; requests may be a little
+  // larger (headers, ids), never unbounded.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(options.limits.max_message_bytes + (1 << 20)));
+  builder.SetMaxSendMessageSize(
+      static_cast<int>(options.limits.max_message_bytes + (1 << 20)));
+  // Clients ping every 10 s to find a cut network (see clients/cpp/
+  // ps_connection.cc); accept those pings, also between calls.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen_address,
+                     " (port in use? another ps_server running?)"));
+  }
+  if (!options.metrics_address.empty()) {
+    auto metrics =
+        MetricsHttpServer::Start(options.metrics_address, &server->registry_);
+    if (!metrics.ok()) return metrics.status();
+    server->metrics_ = std::move(*metrics);
+  }
+  WarnIfExposed(options);
+  LOG(INFO) << "ps_server task " << options.ps_task << " of "
+            << options.cluster.num_ps() << " serving on port " << server->port_
+            << (server->metrics_ ? absl::StrCat(", metrics on port ",
+                                                server->metrics_->port())
+                                 : std::string(", metrics disabled"));
+  return server;
+}
+
+Server::~Server() {
+  Shutdown(absl::Now());
+  Wait();
+}
+
+void Server::Shutdown(absl::Time deadline) {
+  if (grpc_server_) {
+    if (auto* health = grpc_server_->GetHealthCheckService()) {
+      health->Shutdown();
+    }
+    grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+  }
+  metrics_.reset();
+}
+
+void Server::Wait() {
+  if (grpc_server_) grpc_server_->Wait();
+}
+
+}  // namespace psrt

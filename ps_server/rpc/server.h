@@ -1,0 +1,82 @@
+// A running ps_server: the gRPC service, the health service and the metrics
+// endpoint around one ShardStore.
+//
+// Lifecycle:  Create() --> serving --Shutdown()--> stopped
+// Create starts serving (or fails with the reason); Shutdown stops accepting
+// calls, lets calls in flight finish until the deadline, then cancels them.
+#ifndef PSRT_PS_SERVER_RPC_SERVER_H_
+#define PSRT_PS_SERVER_RPC_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "partitioner/cluster_spec.h"
+#include "ps_server/checkpoint/checkpoint_coordinator.h"
+#include "ps_server/checkpoint/checkpoint_restorer.h"
+#include "ps_server/metrics/metrics.h"
+#include "ps_server/metrics/metrics_http_server.h"
+#include "ps_server/rpc/ps_service.h"
+#include "ps_server/shards/shard_store.h"
+#include "security/cluster_members.h"
+#include "security/security.h"
+
+namespace psrt {
+
+struct ServerOptions {
+  ClusterSpec cluster;
+  int ps_task = 0;
+  // Address to listen on; port 0 picks a free one (see Server::port()).
+  std::string listen_address = "0.0.0.0:2223";
+  // "" disables the metrics endpoint; "host:0" picks a free port.
+  std::string metrics_address;
+  ServiceLimits limits;
+  int64_t memory_limit_bytes = 0;
+  CheckpointOptions checkpoint;
+  // TLS for the listening port, the token every call must carry, and the
+  // credentials this PS uses to call the other PS.
+  SecurityOptions security;
+  // One checkpoint's URI to restore from ("" = start empty); see
+  // ResolveRestore for --restore=latest|auto.
+  std::string restore_uri;
+};
+
+class Server {
+ public:
+  static absl::StatusOr<std::unique_ptr<Server>> Create(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  ShardStore* store() { return store_.get(); }
+  CheckpointCoordinator* checkpoints() { return checkpoints_.get(); }
+  ParameterServerService* service() { return service_.get(); }
+  const SecurityOptions& security() const { return options_.security; }
+
+  // Stops serving; calls in flight get until `deadline` to finish.
+  void Shutdown(absl::Time deadline);
+  // Blocks until Shutdown has completed.
+  void Wait();
+
+ private:
+  Server() = default;
+
+  ServerOptions options_;
+  MetricsRegistry registry_;
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<CheckpointRestorer> restorer_;
+  std::unique_ptr<CheckpointCoordinator> checkpoints_;
+  std::unique_ptr<ClusterMembers> checkpoint_callers_;
+  std::unique_ptr<ParameterServerService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
+  int port_ = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_RPC_SERVER_H_

@@ -1,0 +1,115 @@
+// Coordinates training steps across workers on one PS (Consistency in
+// proto/ps.proto): the SYNC barrier, SSP clocks, and pulls that must wait.
+//
+// SYNC: every worker sends one push per PS per step (empty if it has
+// nothing there). Pushes for the current step are validated and held; when
+// all R workers' pushes have arrived, their mean gradient is applied as one
+// update (each shard's version advances once) and the step advances. A push
+// for an applied step is stale and dropped. A pull for step k waits until
+// step k - 1 has been applied here.
+//
+// SSP: pushes apply on arrival and advance their worker's clock; a pull for
+// step t waits until every worker's clock is at least t - staleness.
+//
+// Waits are asynchronous (no thread is blocked) and have deadlines: a pull
+// that waits too long fails with DEADLINE_EXCEEDED naming the workers it
+// waited for.
+#ifndef PSRT_PS_SERVER_RPC_STEP_COORDINATOR_H_
+#define PSRT_PS_SERVER_RPC_STEP_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/ps.pb.h"
+#include "ps_server/rpc/push_dedup.h"
+#include "ps_server/rpc/push_handler.h"
+
+namespace psrt {
+
+class StepCoordinator {
+ public:
+  using Ready = std::function<void(absl::Status)>;
+
+  // `max_workers`: the cluster's worker count; requests declaring more are
+  // refused (each declared worker costs memory and time here).
+  StepCoordinator(int ps_task, int max_workers, PushDedup* dedup);
+
+  // Steps above this are refused: no training runs this long, and a step
+  // from the wire must neither overflow the global step nor name absurd
+  // checkpoints.
+  static constexpr int64_t kMaxStep = int64_t{1} << 40;
+  // Longest a pull may ask to wait for other workers.
+  static constexpr float kMaxTimeoutSeconds = 24 * 3600;
+
+  // OK if a request's mode, worker count, worker index, step, staleness
+  // and timeout are within what this cluster allows; INVALID_ARGUMENT
+  // naming the field and the bound otherwise. Every pull and push is
+  // checked before it waits, is held, or is applied.
+  absl::Status CheckStepFields(const Consistency& consistency, int worker_index,
+                               int64_t step) const;
+  // Fails the pulls still waiting with UNAVAILABLE.
+  ~StepCoordinator();
+  StepCoordinator(const StepCoordinator&) = delete;
+  StepCoordinator& operator=(const StepCoordinator&) = delete;
+
+  // SYNC: takes a validated, complete push. Holds it for its step's barrier
+  // (and applies the step when it is the last one), drops it if stale, or
+  // rejects it (wrong worker or step).
+  absl::StatusOr<PushResponse> SyncPush(std::unique_ptr<PushHandler> push);
+
+  // SSP: records that `header`'s worker has pushed its step.
+  void AdvanceClock(const PushRequestHeader& header);
+
+  // Returns 0 if a pull with `header` may proceed now. Otherwise returns a
+  // token and later calls `ready` exactly once: OK when the pull may
+  // proceed, DEADLINE_EXCEEDED (naming the missing workers) after the
+  // header's timeout -- unless Cancel(token) returned true first.
+  uint64_t WaitForPull(const PullRequestHeader& header, Ready ready);
+  bool Cancel(uint64_t token);
+
+  // SYNC: the next step to apply.
+  int64_t sync_step() const;
+
+ private:
+  struct Waiter {
+    Consistency consistency;
+    int worker = 0;
+    int64_t step = 0;
+    absl::Time since, deadline;
+    Ready ready;
+  };
+  bool Satisfied(const Waiter& w) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::string Blockers(const Waiter& w) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Removes and returns the waiters that may now proceed.
+  std::vector<Ready> TakeSatisfied() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TimeoutLoop();
+
+  const int ps_task_;
+  const int max_workers_;
+  PushDedup* const dedup_;
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;  // waiters added, or stopping
+  // SYNC
+  int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
+  int sync_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, std::unique_ptr<PushHandler>> contributions_
+      ABSL_GUARDED_BY(mu_);
+  // SSP: steps pushed per worker.
+  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(mu_);
+  // Waiting pulls.
+  std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread timeouts_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_RPC_STEP_COORDINATOR_H_

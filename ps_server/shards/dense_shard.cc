@@ -1,0 +1,163 @@
+#include "ps_server/shards/dense_shard.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "util/parallel_for.h"
+#include "util/thread_pool.h"
+
+namespace psrt {
+namespace {
+// Updates and reads of at least this many floats use several threads: they
+// sit on the critical path of the worker waiting for them.
+constexpr int64_t kParallelFloats = int64_t{1} << 18;  // 1 MiB
+}  // namespace
+
+DenseShard::DenseShard(const VariableLayout& layout, int shard,
+                       const Optimizer* optimizer, const Initializer& init)
+    : optimizer_(optimizer),
+      width_(layout.row_width),
+      size_(layout.shards[shard].num_rows * layout.row_width) {
+  const int64_t width = layout.row_width;
+  const int64_t first_row = layout.shards[shard].row_begin;
+  params_ = AllocateFloats(size_);
+  float* params = params_.get();
+  ParallelFor(layout.shards[shard].num_rows, 1 << 16,
+              [&](int64_t begin, int64_t end) {
+                init.FillRows(first_row + begin, end - begin, width,
+                              params + begin * width);
+              });
+  for (int k = 0; k < optimizer_->num_slots(); ++k) {
+    slots_[k] = AllocateFloats(size_);
+    std::fill_n(slots_[k].get(), size_, optimizer_->initial_slot_value(k));
+  }
+}
+
+int64_t DenseShard::bytes() const {
+  return size_ * sizeof(float) * (1 + optimizer_->num_slots());
+}
+
+int64_t DenseShard::version() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return version_;
+}
+
+int64_t DenseShard::Read(int64_t offset, int64_t count, float* out) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const float* from = params_.get() + offset;
+  if (count < kParallelFloats) {
+    std::memcpy(out, from, count * sizeof(float));
+  } else {
+    PoolParallelFor(
+        count, kParallelFloats / 2, [&](int64_t begin, int64_t end) {
+          std::memcpy(out + begin, from + begin, (end - begin) * sizeof(float));
+        });
+  }
+  return version_;
+}
+
+int64_t DenseShard::ExportRows(int64_t first, int64_t count, float* out) const {
+  const int slots = optimizer_->num_slots();
+  const int64_t stride = width_ * (1 + slots);
+  absl::ReaderMutexLock lock(&mu_);
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t at = (first + r) * width_;
+    float* row = out + r * stride;
+    std::memcpy(row, params_.get() + at, width_ * sizeof(float));
+    for (int k = 0; k < slots; ++k) {
+      std::memcpy(row + (k + 1) * width_, slots_[k].get() + at,
+                  width_ * sizeof(float));
+    }
+  }
+  return version_;
+}
+
+void DenseShard::ImportRows(absl::Span<const int64_t> local_rows,
+                            const float* rows) {
+  const int slots = optimizer_->num_slots();
+  const int64_t stride = width_ * (1 + slots);
+  absl::MutexLock lock(&mu_);
+  for (size_t r = 0; r < local_rows.size(); ++r) {
+    const int64_t at = local_rows[r] * width_;
+    const float* row = rows + r * stride;
+    std::memcpy(params_.get() + at, row, width_ * sizeof(float));
+    for (int k = 0; k < slots; ++k) {
+      std::memcpy(slots_[k].get() + at, row + (k + 1) * width_,
+                  width_ * sizeof(float));
+    }
+  }
+}
+
+void DenseShard::RestoreVersion(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  version_ = version;
+}
+
+void DenseShard::Apply(absl::Span<const Piece> pieces, float learning_rate) {
+  absl::MutexLock lock(&mu_);
+  ApplyLocked(pieces, learning_rate);
+}
+
+// Calls fn(piece) for every piece; on several threads when the update is
+// big (pieces are disjoint ranges). A big update is applied after its whole
+// push has arrived, so it is on the critical path of the pushing worker.
+template <typename Fn>
+static void ForEachPiece(absl::Span<const DenseShard::Piece> pieces, Fn&& fn) {
+  int64_t floats = 0;
+  for (const DenseShard::Piece& piece : pieces) floats += piece.count;
+  if (floats < kParallelFloats || pieces.size() < 2) {
+    for (const DenseShard::Piece& piece : pieces) fn(piece);
+  } else {
+    PoolParallelFor(static_cast<int64_t>(pieces.size()), 1,
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) fn(pieces[i]);
+                    });
+  }
+}
+
+absl::Status DenseShard::CheckUpdateLocked(absl::Span<const Piece> pieces,
+                                           float learning_rate) const {
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  absl::Mutex bad_mu;
+  int64_t bad_at = -1;
+  float bad_value = 0;
+  ForEachPiece(pieces, [&](const Piece& piece) {
+    ForEachFloatRun(piece.grad, [&](const float* g, size_t n, size_t first) {
+      const int64_t at = piece.offset + static_cast<int64_t>(first);
+      const float* slots[2] = {slots_[0] ? slots_[0].get() + at : nullptr,
+                               slots_[1] ? slots_[1].get() + at : nullptr};
+      float value;
+      const size_t i = optimizer_->FirstNonFiniteResult(
+          params_.get() + at, slots, g, n, context, &value);
+      if (i == n) return;
+      absl::MutexLock lock(&bad_mu);
+      if (bad_at < 0 || at + static_cast<int64_t>(i) < bad_at) {
+        bad_at = at + static_cast<int64_t>(i);
+        bad_value = value;
+      }
+    });
+  });
+  if (bad_at < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the update would make element ", bad_at, " of the shard ",
+                   bad_value, " (from ", params_.get()[bad_at], ")"));
+}
+
+void DenseShard::ApplyLocked(absl::Span<const Piece> pieces,
+                             float learning_rate) {
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  ForEachPiece(pieces, [&](const Piece& piece) {
+    ForEachFloatRun(piece.grad, [&](const float* g, size_t n, size_t first) {
+      const int64_t at = piece.offset + static_cast<int64_t>(first);
+      float* slots[2] = {slots_[0] ? slots_[0].get() + at : nullptr,
+                         slots_[1] ? slots_[1].get() + at : nullptr};
+      optimizer_->Apply(params_.get() + at, slots, g, n, context);
+    });
+  });
+  ++version_;
+}
+
+}  // namespace psrt

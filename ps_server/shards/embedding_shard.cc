@@ -1,0 +1,193 @@
+#include "ps_server/shards/embedding_shard.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "util/finite.h"
+#include "util/parallel_for.h"
+#include "util/thread_pool.h"
+
+namespace psrt {
+namespace {
+// Rows ahead of the one being updated whose memory is prefetched.
+constexpr size_t kPrefetchDistance = 16;
+// Gathers and updates of at least this many rows are split over the cores.
+constexpr int64_t kParallelRows = 16384;
+
+// Copies a row aside for undo with streaming stores: the copy is read back
+// only if the push is refused, so it should not evict the table's rows
+// from the caches. `to` is 16-byte aligned where rows are 4-float multiples.
+void SaveRow(const float* from, int64_t floats, float* to) {
+  if (floats % 4 != 0 || reinterpret_cast<uintptr_t>(to) % 16 != 0) {
+    std::memcpy(to, from, floats * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < floats; i += 4) {
+    _mm_stream_ps(to + i, _mm_loadu_ps(from + i));
+  }
+}
+}  // namespace
+
+EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
+                               const Optimizer* optimizer,
+                               const Initializer& init)
+    : layout_(layout),
+      shard_(shard),
+      optimizer_(optimizer),
+      width_(layout.row_width),
+      stride_(layout.row_width * (1 + optimizer->num_slots())),
+      rows_(layout.shards[shard].num_rows) {
+  data_ = AllocateFloats(rows_ * stride_);
+  float* data = data_.get();
+  ParallelFor(rows_, 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = data + r * stride_;
+      init.FillRow(layout_.GlobalRow(shard_, r), width_, row);
+      for (int k = 0; k < optimizer_->num_slots(); ++k) {
+        std::fill_n(row + width_ * (k + 1), width_,
+                    optimizer_->initial_slot_value(k));
+      }
+    }
+  });
+}
+
+int64_t EmbeddingShard::Gather(absl::Span<const int64_t> ids,
+                               float* out) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const float* data = data_.get();
+  auto gather = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + static_cast<int64_t>(kPrefetchDistance) < end) {
+        __builtin_prefetch(
+            data +
+            layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
+      }
+      std::memcpy(out + i * width_,
+                  data + layout_.LocalRow(shard_, ids[i]) * stride_,
+                  width_ * sizeof(float));
+    }
+  };
+  PoolParallelFor(static_cast<int64_t>(ids.size()), kParallelRows, gather);
+  return version_;
+}
+
+absl::Status EmbeddingShard::ApplyLocked(absl::Span<const int64_t> ids,
+                                         absl::Span<const PayloadView> grads,
+                                         float learning_rate, float* undo) {
+  float* data = data_.get();
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  absl::Mutex bad_mu;
+  size_t bad_row = ids.size();  // the smallest id index gone non-finite
+  // Rows of pieces [first, last) of the gradient; `row` is the id index of
+  // the first of them.
+  auto apply = [&](size_t first, size_t last, size_t row) {
+    size_t bad = ids.size();
+    for (size_t p = first; p < last; ++p) {
+      const size_t rows = grads[p].size() / (width_ * sizeof(float));
+      const size_t end = row + rows;
+      ForEachRow(grads[p], width_, [&](size_t r, const float* g) {
+        const size_t i = row + r;
+        if (i + kPrefetchDistance < end) {
+          const char* ahead = reinterpret_cast<const char*>(
+              data +
+              layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
+          for (int64_t line = 0; line < stride_ * 4; line += 64) {
+            __builtin_prefetch(ahead + line, 1);
+          }
+        }
+        float* values = data + layout_.LocalRow(shard_, ids[i]) * stride_;
+        float* slots[2] = {values + width_, values + 2 * width_};
+        if (undo != nullptr) SaveRow(values, stride_, undo + i * stride_);
+        optimizer_->Apply(values, slots, g, width_, context);
+        if (undo != nullptr && bad == ids.size() &&
+            !SpanFinite(values, stride_)) {
+          bad = i;
+        }
+      });
+      row = end;
+    }
+    if (undo != nullptr) _mm_sfence();  // saved rows visible to UndoLocked
+    if (bad != ids.size()) {
+      absl::MutexLock lock(&bad_mu);
+      bad_row = std::min(bad_row, bad);
+    }
+  };
+  if (ids.size() < static_cast<size_t>(kParallelRows) || grads.size() < 2) {
+    apply(0, grads.size(), 0);
+  } else {
+    // Ids are unique, so pieces update disjoint rows: split the pieces over
+    // the cores (this runs while the pushing worker waits).
+    std::vector<size_t> first_row(grads.size() + 1, 0);
+    for (size_t p = 0; p < grads.size(); ++p) {
+      first_row[p + 1] =
+          first_row[p] + grads[p].size() / (width_ * sizeof(float));
+    }
+    PoolParallelFor(static_cast<int64_t>(grads.size()), 1,
+                    [&](int64_t begin, int64_t end) {
+                      apply(begin, end, first_row[begin]);
+                    });
+  }
+  ++version_;
+  if (bad_row == ids.size()) return absl::OkStatus();
+  const float* now = data + layout_.LocalRow(shard_, ids[bad_row]) * stride_;
+  const float* old = undo + bad_row * stride_;
+  int64_t column = 0;
+  while (column < stride_ && std::isfinite(now[column])) ++column;
+  return NonFiniteRowError(ids[bad_row], column, now[column], old[column]);
+}
+
+void EmbeddingShard::UndoLocked(absl::Span<const int64_t> ids,
+                                const float* undo) {
+  float* data = data_.get();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(data + layout_.LocalRow(shard_, ids[i]) * stride_,
+                undo + i * stride_, stride_ * sizeof(float));
+  }
+  --version_;
+}
+
+int64_t EmbeddingShard::ExportRows(int64_t first, int64_t count, int64_t* ids,
+                                   float* out, int64_t* version) const {
+  count = std::max<int64_t>(0, std::min(count, rows_ - first));
+  absl::ReaderMutexLock lock(&mu_);
+  std::memcpy(out, data_.get() + first * stride_,
+              count * stride_ * sizeof(float));
+  if (ids != nullptr) {
+    for (int64_t i = 0; i < count; ++i) {
+      ids[i] = layout_.GlobalRow(shard_, first + i);
+    }
+  }
+  *version = version_;
+  return count;
+}
+
+absl::Status EmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
+                                        const float* rows) {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(data_.get() + layout_.LocalRow(shard_, ids[i]) * stride_,
+                rows + i * stride_, stride_ * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingShard::RestoreVersion(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  version_ = version;
+}
+
+int64_t EmbeddingShard::bytes() const {
+  return rows_ * stride_ * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t EmbeddingShard::version() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return version_;
+}
+
+}  // namespace psrt

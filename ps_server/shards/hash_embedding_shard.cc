@@ -1,0 +1,187 @@
+#include "ps_server/shards/hash_embedding_shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "util/finite.h"
+
+namespace psrt {
+
+HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
+                                       const Optimizer* optimizer,
+                                       const Initializer& init, Reserve reserve)
+    : layout_(layout),
+      shard_(shard),
+      optimizer_(optimizer),
+      init_(init),
+      width_(layout.row_width),
+      stride_(layout.row_width * (1 + optimizer->num_slots())),
+      capacity_(layout.shards[shard].num_rows),
+      reserve_(std::move(reserve)) {}
+
+float* HashEmbeddingShard::Row(uint32_t row) {
+  return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
+}
+
+const float* HashEmbeddingShard::Row(uint32_t row) const {
+  return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
+}
+
+uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
+  const uint32_t row = static_cast<uint32_t>(rows_++);
+  if (row / kRowsPerBlock == blocks_.size()) {
+    blocks_.push_back(AllocateFloats(kRowsPerBlock * stride_));
+  }
+  float* values = Row(row);
+  init_.FillRow(id, width_, values);
+  for (int k = 0; k < optimizer_->num_slots(); ++k) {
+    std::fill_n(values + width_ * (k + 1), width_,
+                optimizer_->initial_slot_value(k));
+  }
+  index_.emplace(id, row);
+  row_ids_.push_back(id);
+  return row;
+}
+
+int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
+                                   float* out) const {
+  absl::ReaderMutexLock lock(&mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = index_.find(ids[i]);
+    if (it == index_.end()) {
+      init_.FillRow(ids[i], width_, out + i * width_);
+    } else {
+      std::memcpy(out + i * width_, Row(it->second), width_ * sizeof(float));
+    }
+  }
+  return version_;
+}
+
+absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
+  absl::MutexLock lock(&mu_);
+  int64_t missing = 0;
+  for (int64_t id : ids) missing += index_.contains(id) ? 0 : 1;
+  const int64_t limit =
+      capacity_ > 0
+          ? std::min<int64_t>(capacity_, std::numeric_limits<uint32_t>::max())
+          : std::numeric_limits<uint32_t>::max();
+  if (rows_ + missing > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "hash embedding '", layout_.spec.name(), "' shard ", shard_,
+        " is full: ", rows_, " rows + ", missing,
+        " new would pass its capacity of ", limit,
+        " rows (shape[0] = ", layout_.rows, " over ", layout_.num_shards(),
+        " shards); raise shape[0] or the shard count"));
+  }
+  const int64_t new_blocks =
+      (rows_ + missing + kRowsPerBlock - 1) / kRowsPerBlock -
+      static_cast<int64_t>(blocks_.size());
+  if (new_blocks > 0 && reserve_) {
+    if (absl::Status s = reserve_(new_blocks * block_bytes()); !s.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("hash embedding '", layout_.spec.name(), "' shard ",
+                       shard_, " cannot grow by ", missing, " rows (", rows_,
+                       " held): ", s.message()));
+    }
+  }
+  if (missing > 0) {
+    index_.reserve(rows_ + missing);
+    for (int64_t id : ids) {
+      if (!index_.contains(id)) CreateRow(id);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HashEmbeddingShard::ApplyLocked(
+    absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
+    float learning_rate, float* undo) {
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  size_t bad = ids.size();
+  ForEachGradientRow(grads, width_, [&](size_t i, const float* g) {
+    auto it = index_.find(ids[i]);
+    const uint32_t r = it == index_.end() ? CreateRow(ids[i]) : it->second;
+    float* row = Row(r);
+    float* slots[2] = {row + width_, row + 2 * width_};
+    if (undo != nullptr) {
+      std::memcpy(undo + i * stride_, row, stride_ * sizeof(float));
+    }
+    optimizer_->Apply(row, slots, g, width_, context);
+    if (undo != nullptr && bad == ids.size() && !SpanFinite(row, stride_)) {
+      bad = i;
+    }
+  });
+  ++version_;
+  if (bad == ids.size()) return absl::OkStatus();
+  const float* now = Row(index_.find(ids[bad])->second);
+  const float* old = undo + bad * stride_;
+  int64_t column = 0;
+  while (column < stride_ && std::isfinite(now[column])) ++column;
+  return NonFiniteRowError(ids[bad], column, now[column], old[column]);
+}
+
+void HashEmbeddingShard::UndoLocked(absl::Span<const int64_t> ids,
+                                    const float* undo) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(Row(index_.find(ids[i])->second), undo + i * stride_,
+                stride_ * sizeof(float));
+  }
+  --version_;
+}
+
+int64_t HashEmbeddingShard::ExportRows(int64_t first, int64_t count,
+                                       int64_t* ids, float* out,
+                                       int64_t* version) const {
+  absl::ReaderMutexLock lock(&mu_);
+  count = std::max<int64_t>(0, std::min(count, rows_ - first));
+  for (int64_t i = 0; i < count; ++i) {
+    const uint32_t row = static_cast<uint32_t>(first + i);
+    if (out != nullptr) {
+      std::memcpy(out + i * stride_, Row(row), stride_ * sizeof(float));
+    }
+    if (ids != nullptr) ids[i] = row_ids_[row];
+  }
+  *version = version_;
+  return count;
+}
+
+absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
+                                            const float* rows) {
+  if (absl::Status s = EnsureRows(ids); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(Row(index_.find(ids[i])->second), rows + i * stride_,
+                stride_ * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+void HashEmbeddingShard::RestoreVersion(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  version_ = version;
+}
+
+int64_t HashEmbeddingShard::num_rows() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return rows_;
+}
+
+int64_t HashEmbeddingShard::bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  const int64_t block_bytes = kRowsPerBlock * stride_ * sizeof(float);
+  const int64_t index_bytes =
+      index_.capacity() * (sizeof(std::pair<int64_t, uint32_t>) + 1);
+  return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes +
+         static_cast<int64_t>(row_ids_.capacity() * sizeof(int64_t));
+}
+
+int64_t HashEmbeddingShard::version() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return version_;
+}
+
+}  // namespace psrt

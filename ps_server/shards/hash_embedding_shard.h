@@ -1,0 +1,102 @@
+// A shard of a HASH_EMBEDDING variable: rows keyed by any int64 id, created
+// on the first push that touches them. A pull of an id never pushed returns
+// the row's initial value -- a pure function of (seed, id) -- without storing
+// it, so serving or evaluating on unseen ids costs no memory.
+//
+// Rows live in fixed-size blocks (never moved once created) indexed by an
+// id -> row map; each row keeps [values | slot 0 | slot 1] side by side.
+// The row capacity (shape[0] split over the shards, 0 = unbounded) is a hard
+// limit: a push that would pass it fails with RESOURCE_EXHAUSTED and
+// creates nothing. So is the PS's memory: each new block of rows is
+// reserved first (ShardStore::ReserveMemory), and a push that would pass
+// --memory_limit_bytes fails the same way.
+#ifndef PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_
+#define PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "partitioner/shard_map.h"
+#include "ps_server/optimizers/optimizer.h"
+#include "ps_server/shards/float_array.h"
+#include "ps_server/shards/initializer.h"
+#include "ps_server/shards/row_shard.h"
+
+namespace psrt {
+
+class HashEmbeddingShard final : public RowShard {
+ public:
+  static constexpr int64_t kRowsPerBlock = 4096;
+  // An id's index entry (key, row, control byte, slack) and its row_ids_
+  // entry.
+  static constexpr int64_t kIndexBytesPerRow = 32;
+
+  // Bytes a block of rows costs: the rows, and their index and id entries.
+  int64_t block_bytes() const {
+    return kRowsPerBlock *
+           (stride_ * static_cast<int64_t>(sizeof(float)) + kIndexBytesPerRow);
+  }
+
+  // Takes `bytes` more for the shard's rows, or says why not.
+  using Reserve = std::function<absl::Status(int64_t bytes)>;
+
+  // `layout` and `optimizer` must outlive the shard. `reserve` (may be
+  // empty: no limit) is asked before every new block of rows.
+  HashEmbeddingShard(const VariableLayout& layout, int shard,
+                     const Optimizer* optimizer, const Initializer& init,
+                     Reserve reserve = nullptr);
+
+  int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
+  absl::Status EnsureRows(absl::Span<const int64_t> ids) override;
+  absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
+  absl::Status ApplyLocked(absl::Span<const int64_t> ids,
+                           absl::Span<const PayloadView> grads,
+                           float learning_rate, float* undo) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UndoLocked(absl::Span<const int64_t> ids, const float* undo) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ExportRows(int64_t first, int64_t count, int64_t* ids, float* out,
+                     int64_t* version) const override;
+  absl::Status ImportRows(absl::Span<const int64_t> ids,
+                          const float* rows) override;
+  void RestoreVersion(int64_t version) override;
+  int64_t row_stride() const override { return stride_; }
+  int64_t num_rows() const override;
+  int64_t bytes() const override;
+  int64_t version() const override;
+
+  int64_t capacity() const { return capacity_; }
+  // What the shard has reserved through `reserve`: its blocks.
+  int64_t reserved_bytes() const {
+    absl::ReaderMutexLock lock(&mu_);
+    return static_cast<int64_t>(blocks_.size()) * block_bytes();
+  }
+
+ private:
+  float* Row(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const float* Row(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Appends an initialized row for `id` and returns its index.
+  uint32_t CreateRow(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const VariableLayout& layout_;
+  const int shard_;
+  const Optimizer* const optimizer_;
+  const Initializer init_;
+  const int64_t width_;
+  const int64_t stride_;
+  const int64_t capacity_;  // 0 = unbounded
+  const Reserve reserve_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
+  std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> row_ids_ ABSL_GUARDED_BY(mu_);  // row -> id
+  int64_t rows_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_

@@ -1,0 +1,105 @@
+// Micro-benchmarks of the shard hot paths: embedding gather and optimizer
+// apply over random rows of a table larger than the caches.
+//   bazel run -c opt //ps_server:shard_benchmark
+#include <numeric>
+#include <random>
+
+#include "benchmark/benchmark.h"
+#include "partitioner/variable_spec.h"
+#include "ps_server/shards/embedding_shard.h"
+
+namespace psrt {
+namespace {
+
+struct Table {
+  explicit Table(OptimizerSpec::Kind kind, int64_t rows, int64_t dim) : map(1) {
+    VariableSpec s;
+    s.set_name("t");
+    s.set_kind(EMBEDDING);
+    s.add_shape(rows);
+    s.add_shape(dim);
+    s.mutable_optimizer()->set_kind(kind);
+    s.mutable_optimizer()->set_learning_rate(0.01f);
+    NormalizeVariableSpec(&s).IgnoreError();
+    map.Add(s).IgnoreError();
+    optimizer = CreateOptimizer(map.Find("t")->spec.optimizer());
+    shard = std::make_unique<EmbeddingShard>(*map.Find("t"), 0, optimizer.get(),
+                                             Initializer(s.initializer()));
+  }
+  ShardMap map;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<EmbeddingShard> shard;
+};
+
+// 16 batches of n unique random ids: cycling through them keeps the rows
+// out of the caches, as in training (a fixed batch would stay cache-warm).
+std::vector<std::vector<int64_t>> RandomBatches(int64_t vocab, int64_t n) {
+  std::vector<int64_t> all(vocab);
+  std::iota(all.begin(), all.end(), 0);
+  std::mt19937_64 rng(1);
+  std::vector<std::vector<int64_t>> batches(16);
+  for (auto& batch : batches) {
+    std::shuffle(all.begin(), all.end(), rng);
+    batch.assign(all.begin(), all.begin() + n);
+  }
+  return batches;
+}
+
+void BM_Apply(benchmark::State& state) {
+  const auto kind = static_cast<OptimizerSpec::Kind>(state.range(0));
+  const int64_t vocab = state.range(1);
+  Table table(kind, vocab, 16);
+  const auto batches = RandomBatches(vocab, 100000);
+  std::vector<float> grads(100000 * 16, 0.01f);
+  const PayloadView view =
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
+  size_t next = 0;
+  for (auto _ : state) table.shard->Apply(batches[next++ % 16], {view}, 0.01f);
+  state.SetItemsProcessed(state.iterations() * 100000);
+  state.SetLabel(OptimizerSpec::Kind_Name(kind));
+}
+BENCHMARK(BM_Apply)
+    ->ArgsProduct({{OptimizerSpec::SGD, OptimizerSpec::ADAGRAD,
+                    OptimizerSpec::ADAM, OptimizerSpec::FTRL},
+                   {100000, 1000000}})
+    ->Unit(benchmark::kMillisecond);
+
+// The push path's apply: rows saved for undo as they are updated and
+// checked for non-finite results (RowShard::ApplyLocked with undo).
+void BM_ApplyChecked(benchmark::State& state) {
+  const auto kind = static_cast<OptimizerSpec::Kind>(state.range(0));
+  const int64_t vocab = state.range(1);
+  Table table(kind, vocab, 16);
+  const auto batches = RandomBatches(vocab, 100000);
+  std::vector<float> grads(100000 * 16, 0.01f);
+  std::vector<float> undo(100000 * table.shard->row_stride());
+  const PayloadView view =
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
+  size_t next = 0;
+  for (auto _ : state) {
+    absl::MutexLock lock(table.shard->mutex());
+    table.shard->ApplyLocked(batches[next++ % 16], {view}, 0.01f, undo.data())
+        .IgnoreError();
+  }
+  state.SetItemsProcessed(state.iterations() * 100000);
+  state.SetLabel(OptimizerSpec::Kind_Name(kind));
+}
+BENCHMARK(BM_ApplyChecked)
+    ->ArgsProduct({{OptimizerSpec::SGD, OptimizerSpec::ADAGRAD},
+                   {100000, 1000000}})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_Gather(benchmark::State& state) {
+  Table table(OptimizerSpec::ADAGRAD, 1000000, 16);
+  const auto batches = RandomBatches(1000000, 100000);
+  std::vector<float> out(100000 * 16);
+  size_t next = 0;
+  for (auto _ : state) table.shard->Gather(batches[next++ % 16], out.data());
+  state.SetItemsProcessed(state.iterations() * 100000);
+}
+BENCHMARK(BM_Gather)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace psrt
+
+BENCHMARK_MAIN();

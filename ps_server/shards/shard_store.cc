@@ -1,0 +1,328 @@
+#include "ps_server/shards/shard_store.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "partitioner/variable_spec.h"
+#include "ps_server/shards/embedding_shard.h"
+#include "ps_server/shards/hash_embedding_shard.h"
+
+namespace psrt {
+namespace {
+
+// MemAvailable from /proc/meminfo, or 0 if unknown.
+int64_t AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kb;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int64_t LocalVariable::bytes() const {
+  int64_t total = 0;
+  for (const auto& s : dense) total += s ? s->bytes() : 0;
+  for (const auto& s : rows) total += s ? s->bytes() : 0;
+  return total;
+}
+
+ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes)
+    : ps_task_(ps_task),
+      num_ps_(num_ps),
+      memory_limit_bytes_(memory_limit_bytes),
+      map_(num_ps) {}
+
+absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
+    int first_index, std::vector<VariableSpec> specs, int num_ps,
+    int64_t* new_bytes_out) {
+  if (num_ps != num_ps_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the client assumes ", num_ps, " PS tasks but this is PS ", ps_task_,
+        " of ", num_ps_, "; every process must use the same cluster spec"));
+  }
+  for (VariableSpec& spec : specs) {
+    if (absl::Status s = NormalizeVariableSpec(&spec); !s.ok()) return s;
+  }
+  const int size = static_cast<int>(map_.variables().size());
+  if (first_index < 0 || first_index > size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the request places its first variable ('",
+        specs.empty() ? "" : specs[0].name(), "') at catalog position ",
+        first_index, " but this PS's catalog holds ", size,
+        " variables; list the catalog (ListVariables) and append at its end"));
+  }
+  // Check every position before changing anything.
+  std::vector<const VariableSpec*> to_add;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const VariableSpec& spec = specs[i];
+    const int position = first_index + static_cast<int>(i);
+    const VariableLayout* existing = map_.Find(spec.name());
+    if (existing != nullptr && !SameSpec(existing->spec, spec)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("variable '", spec.name(),
+                       "' already exists with a different spec: "
+                       "existing {",
+                       DescribeSpec(existing->spec), "}, requested {",
+                       DescribeSpec(spec), "}"));
+    }
+    if (position < size) {
+      const VariableSpec& there = map_.variables()[position].spec;
+      if (!SameSpec(there, spec)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "catalog position ", position, " holds '", there.name(),
+            "' but the request puts '", spec.name(),
+            "' there; create "
+            "variables in the same order everywhere (or from the chief only)"));
+      }
+    } else {
+      if (existing != nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("variable '", spec.name(), "' is at catalog position ",
+                         existing->index, ", not ", position));
+      }
+      for (const VariableSpec* other : to_add) {
+        if (other->name() == spec.name()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "variable '", spec.name(), "' appears twice in the request"));
+        }
+      }
+      to_add.push_back(&spec);
+    }
+  }
+  std::vector<std::unique_ptr<LocalVariable>> created;
+  *new_bytes_out = 0;
+  if (to_add.empty()) return created;
+
+  // Plan on a copy so a memory refusal leaves the catalog untouched.
+  ShardMap plan = map_;
+  int64_t new_bytes = 0;
+  for (const VariableSpec* spec : to_add) {
+    if (absl::Status s = plan.Add(*spec); !s.ok()) return s;
+    for (const ShardLayout& shard : plan.Find(spec->name())->shards) {
+      if (shard.ps_task == ps_task_ && spec->kind() != HASH_EMBEDDING) {
+        new_bytes += shard.bytes;
+      }
+    }
+  }
+  const int64_t held = accounted_bytes_.load();
+  const int64_t limit = memory_limit_bytes_ > 0
+                            ? memory_limit_bytes_ - held
+                            : AvailableMemoryBytes() / 10 * 9;
+  if (limit > 0 && new_bytes > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "creating ", to_add.size(), " variable(s) needs ", new_bytes,
+        " bytes on PS ", ps_task_, " but only ", limit,
+        " are available (--memory_limit_bytes or free memory); use more PS "
+        "tasks or smaller variables"));
+  }
+
+  for (const VariableSpec* spec : to_add) {
+    if (absl::Status s = map_.Add(*spec); !s.ok()) {
+      Discard(&created);
+      return s;
+    }
+    auto v = std::make_unique<LocalVariable>();
+    v->layout = map_.Find(spec->name());
+    v->optimizer = CreateOptimizer(spec->optimizer());
+    const Initializer init(spec->initializer());
+    const int n = v->layout->num_shards();
+    if (spec->kind() == DENSE) {
+      v->dense.resize(n);
+    } else {
+      v->rows.resize(n);
+    }
+    for (int s = 0; s < n; ++s) {
+      if (v->layout->shards[s].ps_task != ps_task_) continue;
+      switch (spec->kind()) {
+        case DENSE:
+          v->dense[s] = std::make_unique<DenseShard>(*v->layout, s,
+                                                     v->optimizer.get(), init);
+          break;
+        case EMBEDDING:
+          v->rows[s] = std::make_unique<EmbeddingShard>(
+              *v->layout, s, v->optimizer.get(), init);
+          break;
+        default:
+          v->rows[s] = std::make_unique<HashEmbeddingShard>(
+              *v->layout, s, v->optimizer.get(), init,
+              [this](int64_t bytes) { return ReserveMemory(bytes); });
+          break;
+      }
+    }
+    created.push_back(std::move(v));
+    if (fill_hook_) {
+      if (absl::Status s = fill_hook_(*created.back()); !s.ok()) {
+        Discard(&created);
+        return s;
+      }
+    }
+  }
+  accounted_bytes_ += new_bytes;  // reserved now; Discard gives it back
+  *new_bytes_out = new_bytes;
+  return created;
+}
+
+void ShardStore::Discard(std::vector<std::unique_ptr<LocalVariable>>* created) {
+  for (const auto& v : *created) {
+    map_.PopBack();
+    // Hash rows a restore imported gave their memory back too.
+    for (const auto& shard : v->rows) {
+      if (auto* h = dynamic_cast<HashEmbeddingShard*>(shard.get())) {
+        accounted_bytes_ -= h->reserved_bytes();
+      }
+    }
+  }
+  created->clear();
+}
+
+void ShardStore::Publish(std::vector<std::unique_ptr<LocalVariable>> created) {
+  absl::MutexLock lock(&catalog_mu_);
+  for (auto& v : created) {
+    by_name_[v->name()] = v.get();
+    variables_.push_back(std::move(v));
+  }
+}
+
+absl::Status ShardStore::CheckNoneInProgress() {
+  if (!prepared_.has_value()) return absl::OkStatus();
+  if (absl::Now() > prepared_->deadline) {
+    LOG(WARNING) << "PS " << ps_task_ << ": creation " << prepared_->id
+                 << " was prepared but never committed within " << kPreparedTtl
+                 << "; discarding it";
+    accounted_bytes_ -= prepared_->new_bytes;
+    Discard(&prepared_->variables);
+    prepared_.reset();
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("another creation of variables (", prepared_->id,
+                   ") is in progress on PS ", ps_task_, "; try again"));
+}
+
+absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
+                                                std::vector<VariableSpec> specs,
+                                                int num_ps) {
+  absl::MutexLock create_lock(&create_mu_);
+  if (absl::Status s = CheckNoneInProgress(); !s.ok()) return s;
+  int64_t new_bytes = 0;
+  auto created = Build(first_index, std::move(specs), num_ps, &new_bytes);
+  if (!created.ok()) return created.status();
+  Publish(*std::move(created));
+  return static_cast<int>(map_.variables().size());
+}
+
+absl::StatusOr<int> ShardStore::PrepareVariables(
+    uint64_t creation_id, int first_index, std::vector<VariableSpec> specs,
+    int num_ps) {
+  if (creation_id == 0) {
+    return absl::InvalidArgumentError("a prepared creation needs an id");
+  }
+  absl::MutexLock create_lock(&create_mu_);
+  if (prepared_.has_value() && prepared_->id == creation_id) {
+    return static_cast<int>(map_.variables().size());  // a retried prepare
+  }
+  if (absl::Status s = CheckNoneInProgress(); !s.ok()) return s;
+  int64_t new_bytes = 0;
+  auto created = Build(first_index, std::move(specs), num_ps, &new_bytes);
+  if (!created.ok()) return created.status();
+  prepared_.emplace(Prepared{creation_id, absl::Now() + kPreparedTtl,
+                             *std::move(created), new_bytes});
+  return static_cast<int>(map_.variables().size());
+}
+
+absl::StatusOr<int> ShardStore::CommitVariables(uint64_t creation_id) {
+  absl::MutexLock create_lock(&create_mu_);
+  if (prepared_.has_value() && prepared_->id == creation_id) {
+    Publish(std::move(prepared_->variables));
+    prepared_.reset();
+    last_committed_ = creation_id;
+    return static_cast<int>(map_.variables().size());
+  }
+  if (creation_id != 0 && creation_id == last_committed_) {
+    return static_cast<int>(map_.variables().size());
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "creation ", creation_id, " is not prepared on PS ", ps_task_,
+      " (it was discarded after ", absl::FormatDuration(kPreparedTtl),
+      ", aborted, or this PS restarted); create the variables again"));
+}
+
+absl::Status ShardStore::AbortVariables(uint64_t creation_id) {
+  absl::MutexLock create_lock(&create_mu_);
+  if (prepared_.has_value() && prepared_->id == creation_id) {
+    accounted_bytes_ -= prepared_->new_bytes;
+    Discard(&prepared_->variables);
+    prepared_.reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::ReserveMemory(int64_t bytes) {
+  if (memory_limit_bytes_ <= 0) {
+    const int64_t available = AvailableMemoryBytes() / 10 * 9;
+    if (available > 0 && bytes > available) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "needs ", bytes, " bytes but only ", available, " are free on PS ",
+          ps_task_,
+          " (90% of MemAvailable); set --memory_limit_bytes, bound the table "
+          "(shape[0]) or use more PS tasks"));
+    }
+    accounted_bytes_ += bytes;
+    return absl::OkStatus();
+  }
+  int64_t held = accounted_bytes_.load();
+  while (true) {
+    if (held + bytes > memory_limit_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "needs ", bytes, " bytes more, but PS ", ps_task_, " holds ", held,
+          " of its --memory_limit_bytes=", memory_limit_bytes_,
+          "; bound the table (shape[0]), raise the limit or use more PS "
+          "tasks"));
+    }
+    if (accounted_bytes_.compare_exchange_weak(held, held + bytes)) {
+      return absl::OkStatus();
+    }
+  }
+}
+
+void ShardStore::set_fill_hook(FillHook hook) {
+  absl::MutexLock lock(&create_mu_);
+  fill_hook_ = std::move(hook);
+}
+
+const LocalVariable* ShardStore::Find(absl::string_view name) const {
+  absl::ReaderMutexLock lock(&catalog_mu_);
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+std::vector<const LocalVariable*> ShardStore::Variables() const {
+  absl::ReaderMutexLock lock(&catalog_mu_);
+  std::vector<const LocalVariable*> out;
+  for (const auto& v : variables_) out.push_back(v.get());
+  return out;
+}
+
+int64_t ShardStore::parameter_bytes() const {
+  int64_t total = 0;
+  for (const LocalVariable* v : Variables()) total += v->bytes();
+  return total;
+}
+
+int64_t ShardStore::num_local_shards() const {
+  int64_t n = 0;
+  for (const LocalVariable* v : Variables()) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) n += v->Holds(s);
+  }
+  return n;
+}
+
+}  // namespace psrt

@@ -1,0 +1,165 @@
+// Everything one PS task holds: the cluster's ordered variable catalog (the
+// same on every PS) and the shards of it placed on this task.
+//
+// Catalog rule: shard placement is a function of the ordered catalog, so
+// every PS must see the same variables in the same order. CreateVariables
+// therefore names the catalog position of its first spec; a taken position
+// must hold the identical spec, and new specs are only appended at the end.
+// Clients send creations to PS 0 first, which orders racing creators (the
+// loser gets FAILED_PRECONDITION before any other PS is touched).
+#ifndef PSRT_PS_SERVER_SHARDS_SHARD_STORE_H_
+#define PSRT_PS_SERVER_SHARDS_SHARD_STORE_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "partitioner/shard_map.h"
+#include "ps_server/optimizers/optimizer.h"
+#include "ps_server/shards/dense_shard.h"
+#include "ps_server/shards/initializer.h"
+#include "ps_server/shards/row_shard.h"
+
+namespace psrt {
+
+// A catalog entry and whichever of its shards live on this PS.
+struct LocalVariable {
+  const VariableLayout* layout = nullptr;
+  std::unique_ptr<Optimizer> optimizer;
+  // Indexed by shard; null where the shard lives on another PS.
+  std::vector<std::unique_ptr<DenseShard>> dense;  // DENSE
+  std::vector<std::unique_ptr<RowShard>> rows;     // EMBEDDING, HASH_EMBEDDING
+
+  const std::string& name() const { return layout->spec.name(); }
+  bool is_dense() const { return layout->kind() == DENSE; }
+  bool Holds(int shard) const {
+    return shard >= 0 && shard < layout->num_shards() &&
+           (is_dense() ? dense[shard] != nullptr : rows[shard] != nullptr);
+  }
+  int64_t bytes() const;
+};
+
+class ShardStore {
+ public:
+  // `memory_limit_bytes` bounds the planned bytes of this PS's shards
+  // (0: 90% of the memory available when a variable is created).
+  ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes = 0);
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+
+  // Places `specs` at catalog positions first_index, first_index + 1, ...
+  // and allocates the shards that land on this PS. Returns the catalog size.
+  // Errors: INVALID_ARGUMENT (bad spec or num_ps), ALREADY_EXISTS (a name
+  // exists with another spec; both are described), FAILED_PRECONDITION
+  // (positions disagree with the catalog), RESOURCE_EXHAUSTED (memory).
+  absl::StatusOr<int> CreateVariables(int first_index,
+                                      std::vector<VariableSpec> specs,
+                                      int num_ps);
+
+  // Creation in two phases, so that a client can create variables on every
+  // PS all or nothing. PrepareVariables checks, allocates and restores like
+  // CreateVariables, but keeps the new variables unseen under `creation_id`
+  // (returning the catalog size they would make); CommitVariables publishes
+  // them; AbortVariables discards them (nothing was ever visible). One
+  // creation is prepared at a time: CreateVariables or another Prepare
+  // meanwhile is FAILED_PRECONDITION ("in progress"; the client retries),
+  // and one not committed within kPreparedTtl is discarded. Commit of an
+  // id just committed answers again; of an unknown one FAILED_PRECONDITION.
+  static constexpr absl::Duration kPreparedTtl = absl::Seconds(60);
+  absl::StatusOr<int> PrepareVariables(uint64_t creation_id, int first_index,
+                                       std::vector<VariableSpec> specs,
+                                       int num_ps);
+  absl::StatusOr<int> CommitVariables(uint64_t creation_id);
+  absl::Status AbortVariables(uint64_t creation_id);
+
+  // nullptr if no such variable. The pointer stays valid for the store's
+  // lifetime. Thread-safe.
+  const LocalVariable* Find(absl::string_view name) const;
+
+  // The catalog in order.
+  std::vector<const LocalVariable*> Variables() const;
+
+  // Called for each variable CreateVariables creates, after its local
+  // shards are allocated and before anyone can see it (a checkpoint
+  // restore fills them here). An error undoes the whole creation.
+  using FillHook = std::function<absl::Status(const LocalVariable&)>;
+  void set_fill_hook(FillHook hook) ABSL_LOCKS_EXCLUDED(create_mu_);
+
+  // The training progress this PS has seen: the highest step + 1 of any
+  // applied push (steps count from 0), or what a restore set.
+  void ObserveStep(int64_t step) {
+    int64_t seen = global_step_.load(std::memory_order_relaxed);
+    while (step + 1 > seen &&
+           !global_step_.compare_exchange_weak(seen, step + 1)) {
+    }
+  }
+  int64_t global_step() const { return global_step_.load(); }
+  void set_global_step(int64_t step) { global_step_.store(step); }
+
+  int ps_task() const { return ps_task_; }
+  int num_ps() const { return num_ps_; }
+  int64_t parameter_bytes() const;
+  int64_t num_local_shards() const;
+
+  // Accounts `bytes` more of shard memory (hash embeddings growing) if the
+  // total stays within --memory_limit_bytes (or, without one, if they are
+  // at most 90% of the memory available now); RESOURCE_EXHAUSTED saying
+  // how much is held and allowed otherwise. Thread-safe, lock-free.
+  absl::Status ReserveMemory(int64_t bytes);
+
+ private:
+  const int ps_task_;
+  const int num_ps_;
+  const int64_t memory_limit_bytes_;
+
+  std::atomic<int64_t> global_step_{0};
+  // Planned bytes of this PS's dense and embedding shards plus the blocks
+  // its hash shards reserved: what --memory_limit_bytes is checked against.
+  std::atomic<int64_t> accounted_bytes_{0};
+
+  // Checks a creation, adds its layouts to map_ and allocates (and fills)
+  // its local shards, unpublished; nothing changes on error.
+  absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> Build(
+      int first_index, std::vector<VariableSpec> specs, int num_ps,
+      int64_t* new_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  void Publish(std::vector<std::unique_ptr<LocalVariable>> created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  // Takes `created` (the last entries of map_) back out of map_ and gives
+  // their memory back.
+  void Discard(std::vector<std::unique_ptr<LocalVariable>>* created)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  // FAILED_PRECONDITION while another creation is prepared (discarding it
+  // first if it outlived kPreparedTtl).
+  absl::Status CheckNoneInProgress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+
+  // Serializes creations (held while shards are allocated).
+  absl::Mutex create_mu_;
+  FillHook fill_hook_ ABSL_GUARDED_BY(create_mu_);
+  ShardMap map_ ABSL_GUARDED_BY(create_mu_);
+  struct Prepared {  // (no member initializers: clang's std::optional)
+    uint64_t id;
+    absl::Time deadline;
+    std::vector<std::unique_ptr<LocalVariable>> variables;
+    int64_t new_bytes;
+  };
+  std::optional<Prepared> prepared_ ABSL_GUARDED_BY(create_mu_);
+  uint64_t last_committed_ ABSL_GUARDED_BY(create_mu_) = 0;
+
+  // Guards the published catalog read by every request.
+  mutable absl::Mutex catalog_mu_;
+  std::vector<std::unique_ptr<LocalVariable>> variables_
+      ABSL_GUARDED_BY(catalog_mu_);
+  absl::flat_hash_map<std::string, LocalVariable*> by_name_
+      ABSL_GUARDED_BY(catalog_mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_SHARDS_SHARD_STORE_H_

@@ -1,0 +1,121 @@
+#include "ps_server/shards/shard_store.h"
+
+#include "gtest/gtest.h"
+#include "ps_server/shards/hash_embedding_shard.h"
+
+namespace psrt {
+namespace {
+
+VariableSpec Spec(const std::string& name, int64_t rows, int shards = 2) {
+  VariableSpec s;
+  s.set_name(name);
+  s.set_kind(DENSE);
+  s.add_shape(rows);
+  s.mutable_partition()->set_num_shards(shards);
+  s.mutable_optimizer()->set_learning_rate(0.1f);
+  return s;
+}
+
+TEST(ShardStoreTest, HoldsOnlyItsOwnShards) {
+  ShardStore ps0(0, 2), ps1(1, 2);
+  for (ShardStore* s : {&ps0, &ps1}) {
+    ASSERT_TRUE(s->CreateVariables(0, {Spec("a", 10, 3)}, 2).ok());
+  }
+  const LocalVariable* a0 = ps0.Find("a");
+  const LocalVariable* a1 = ps1.Find("a");
+  ASSERT_NE(a0, nullptr);
+  // Round robin: shards 0 and 2 on PS 0, shard 1 on PS 1.
+  EXPECT_TRUE(a0->Holds(0));
+  EXPECT_FALSE(a0->Holds(1));
+  EXPECT_TRUE(a0->Holds(2));
+  EXPECT_TRUE(a1->Holds(1));
+  EXPECT_EQ(ps0.num_local_shards(), 2);
+  EXPECT_EQ(ps0.parameter_bytes() + ps1.parameter_bytes(), 40);
+}
+
+TEST(ShardStoreTest, CatalogPositionsAreCheckedAndIdempotent) {
+  ShardStore store(0, 1);
+  ASSERT_EQ(*store.CreateVariables(0, {Spec("a", 4), Spec("b", 4)}, 1), 2);
+  // The same specs at the same positions: accepted, nothing new.
+  EXPECT_EQ(*store.CreateVariables(0, {Spec("a", 4), Spec("b", 4)}, 1), 2);
+  EXPECT_EQ(*store.CreateVariables(1, {Spec("b", 4), Spec("c", 4)}, 1), 3);
+
+  auto changed = store.CreateVariables(0, {Spec("a", 8)}, 1);
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(changed.status().message().find("existing {a: DENSE [4]"),
+            std::string::npos)
+      << changed.status();
+  EXPECT_NE(changed.status().message().find("requested {a: DENSE [8]"),
+            std::string::npos);
+
+  auto wrong_place = store.CreateVariables(0, {Spec("x", 4)}, 1);
+  EXPECT_EQ(wrong_place.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(wrong_place.status().message().find("position 0 holds 'a'"),
+            std::string::npos)
+      << wrong_place.status();
+
+  auto gap = store.CreateVariables(7, {Spec("x", 4)}, 1);
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  auto wrong_cluster = store.CreateVariables(3, {Spec("x", 4)}, 2);
+  EXPECT_EQ(wrong_cluster.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Variables().size(), 3u);
+}
+
+TEST(ShardStoreTest, RefusesVariablesBeyondTheMemoryLimit) {
+  ShardStore store(0, 1, /*memory_limit_bytes=*/1 << 20);
+  auto too_big = store.CreateVariables(0, {Spec("huge", 1 << 20, 1)}, 1);
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(too_big.status().message().find("needs 4194304 bytes"),
+            std::string::npos)
+      << too_big.status();
+  EXPECT_TRUE(store.Variables().empty());
+  EXPECT_TRUE(store.CreateVariables(0, {Spec("fits", 1000, 1)}, 1).ok());
+}
+
+// An unbounded hash table grows on push: its blocks count against
+// --memory_limit_bytes like the other shards, and a push that would pass
+// the limit creates nothing.
+TEST(ShardStoreTest, HashEmbeddingGrowthCountsAgainstTheMemoryLimit) {
+  VariableSpec h;
+  h.set_name("h");
+  h.set_kind(HASH_EMBEDDING);
+  h.add_shape(0);  // unbounded
+  h.add_shape(16);
+  h.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  h.mutable_optimizer()->set_learning_rate(0.1f);
+  // 1 MiB of dense parameters, then room for a few blocks of rows.
+  ShardStore store(0, 1, int64_t{4} << 20);
+  ASSERT_TRUE(store.CreateVariables(0, {Spec("d", 1 << 18, 1), h}, 1).ok());
+  RowShard& shard = *store.Find("h")->rows[0];
+  const int64_t block =
+      static_cast<HashEmbeddingShard&>(shard).block_bytes();  // ~640 KiB
+  ASSERT_GT(block, 600 << 10);
+  int64_t next_id = 0;
+  absl::Status s;
+  int64_t rows = 0;
+  while (s.ok() && next_id < 1000000) {
+    std::vector<int64_t> ids(1000);
+    for (int64_t& id : ids) id = next_id++ * 7919;
+    s = shard.EnsureRows(ids);
+    if (s.ok()) rows += 1000;
+  }
+  ASSERT_FALSE(s.ok()) << "the table grew past the limit";
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(s.message().find("hash embedding 'h' shard 0 cannot grow"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("--memory_limit_bytes=4194304"), std::string::npos)
+      << s;
+  // Everything accepted fits: the dense MiB plus whole blocks within 4 MiB.
+  EXPECT_EQ(shard.num_rows(), rows);
+  EXPECT_LE((1 << 20) + (rows + 4095) / 4096 * block, 4 << 20);
+  // ... and the refused 1,000 rows would not have.
+  EXPECT_GT((1 << 20) + (rows + 1000 + 4095) / 4096 * block, 4 << 20);
+  // And nothing more can be created either.
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      store.CreateVariables(2, {Spec("more", 1 << 18, 1)}, 1).status()));
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,193 @@
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "partitioner/variable_spec.h"
+#include "ps_server/shards/dense_shard.h"
+#include "ps_server/shards/embedding_shard.h"
+#include "ps_server/shards/hash_embedding_shard.h"
+
+namespace psrt {
+namespace {
+
+ShardMap MapWith(VariableSpec spec) {
+  EXPECT_TRUE(NormalizeVariableSpec(&spec).ok());
+  ShardMap map(1);
+  EXPECT_TRUE(map.Add(spec).ok());
+  return map;
+}
+
+VariableSpec Spec(VariableKind kind, std::vector<int64_t> shape, int shards,
+                  OptimizerSpec::Kind opt,
+                  PartitionSpec::Routing routing = PartitionSpec::DIV) {
+  VariableSpec s;
+  s.set_name("v");
+  s.set_kind(kind);
+  for (int64_t d : shape) s.add_shape(d);
+  s.mutable_partition()->set_num_shards(shards);
+  s.mutable_partition()->set_routing(routing);
+  s.mutable_optimizer()->set_kind(opt);
+  s.mutable_optimizer()->set_learning_rate(1.0f);
+  s.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+  s.mutable_initializer()->set_min(-1);
+  s.mutable_initializer()->set_max(1);
+  s.mutable_initializer()->set_seed(3);
+  return s;
+}
+
+PayloadView View(const std::vector<float>& v) {
+  return PayloadView::Contiguous(v.data(), v.size() * sizeof(float));
+}
+
+TEST(DenseShardTest, InitializesFromGlobalRowsAndAppliesRanges) {
+  ShardMap map = MapWith(Spec(DENSE, {10, 3}, 2, OptimizerSpec::SGD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  DenseShard shard1(layout, 1, opt.get(), init);  // rows 5..9
+  ASSERT_EQ(shard1.size(), 15);
+  std::vector<float> values(15);
+  EXPECT_EQ(shard1.Read(0, 15, values.data()), 0);
+  EXPECT_EQ(values[0], init.Value(5, 0));  // global row 5, column 0
+  EXPECT_EQ(values[14], init.Value(9, 2));
+
+  // One update made of two pieces: one version step.
+  std::vector<float> g1 = {1, 1}, g2 = {2, 2, 2};
+  shard1.Apply({{0, 2, View(g1)}, {12, 3, View(g2)}}, 0.5f);
+  EXPECT_EQ(shard1.version(), 1);
+  std::vector<float> after(15);
+  shard1.Read(0, 15, after.data());
+  EXPECT_FLOAT_EQ(after[0], values[0] - 0.5f);
+  EXPECT_FLOAT_EQ(after[2], values[2]);
+  EXPECT_FLOAT_EQ(after[14], values[14] - 1.0f);
+  EXPECT_EQ(shard1.bytes(), 15 * 4);
+}
+
+TEST(EmbeddingShardTest, ModRoutedRowsKeepSlotsBesideValues) {
+  ShardMap map = MapWith(
+      Spec(EMBEDDING, {100, 4}, 3, OptimizerSpec::ADAGRAD, PartitionSpec::MOD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  EmbeddingShard shard(layout, 2, opt.get(), init);  // ids 2, 5, 8, ...
+  EXPECT_EQ(shard.num_rows(), 33);
+  EXPECT_EQ(shard.bytes(), 33 * 4 * 2 * 4);  // values + accumulator
+  std::vector<int64_t> ids = {5, 98, 5};
+  std::vector<float> rows(12);
+  shard.Gather(ids, rows.data());
+  EXPECT_EQ(rows[0], init.Value(5, 0));
+  EXPECT_EQ(rows[4], init.Value(98, 0));
+  EXPECT_EQ(rows[8], rows[0]);
+
+  std::vector<int64_t> unique = {98};
+  std::vector<float> g = {3, 0, 0, 0};
+  shard.Apply(unique, {View(g)}, 1.0f);
+  std::vector<float> after(4);
+  shard.Gather(unique, after.data());
+  // Adagrad from accumulator 0.1: 3 / sqrt(9.1).
+  EXPECT_NEAR(after[0], rows[4] - 3.0f / std::sqrt(9.1f), 1e-6);
+  EXPECT_EQ(after[1], rows[5]);
+}
+
+// An update that overflows one row is reported, and UndoLocked puts every
+// row (values and slots) and the version back exactly.
+TEST(EmbeddingShardTest, OverflowingUpdateIsReportedAndUndoneExactly) {
+  ShardMap map = MapWith(Spec(EMBEDDING, {100, 4}, 1, OptimizerSpec::ADAGRAD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  EmbeddingShard shard(layout, 0, opt.get(), init);
+  std::vector<int64_t> ids = {7, 40, 99};
+  int64_t version;
+  std::vector<float> all_before(100 * shard.row_stride());
+  shard.ExportRows(0, 100, nullptr, all_before.data(), &version);
+  std::vector<float> g = {1, 1, 1, 1, 2e19f, 0, 0, 0, 1, 1, 1, 1};
+  std::vector<float> undo(3 * shard.row_stride());
+  {
+    absl::MutexLock lock(shard.mutex());
+    absl::Status s = shard.ApplyLocked(ids, {View(g)}, 1.0f, undo.data());
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find("row of id 40 inf at float 4"),
+              std::string::npos)
+        << s;
+    shard.UndoLocked(ids, undo.data());
+  }
+  std::vector<float> all_after(all_before.size());
+  int64_t version_after;
+  shard.ExportRows(0, 100, nullptr, all_after.data(), &version_after);
+  EXPECT_EQ(all_after, all_before);
+  EXPECT_EQ(version_after, version);
+  // A finite update through the same path is applied.
+  g[4] = 1;
+  absl::MutexLock lock(shard.mutex());
+  EXPECT_TRUE(shard.ApplyLocked(ids, {View(g)}, 1.0f, undo.data()).ok());
+}
+
+TEST(HashEmbeddingShardTest, CapacityIsAHardLimitAndPullsStoreNothing) {
+  ShardMap map = MapWith(Spec(HASH_EMBEDDING, {10, 2}, 1, OptimizerSpec::SGD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  HashEmbeddingShard shard(layout, 0, opt.get(), init);
+  EXPECT_EQ(shard.capacity(), 10);
+  std::vector<int64_t> ids(10);
+  std::iota(ids.begin(), ids.end(), 1000);
+  std::vector<float> out(20);
+  shard.Gather(ids, out.data());
+  EXPECT_EQ(shard.num_rows(), 0);
+  ASSERT_TRUE(shard.EnsureRows(ids).ok());
+  EXPECT_EQ(shard.num_rows(), 10);
+  // Existing ids need no room; a new one does not fit.
+  EXPECT_TRUE(shard.EnsureRows(ids).ok());
+  std::vector<int64_t> one_more = {5, 1000};
+  absl::Status s = shard.EnsureRows(one_more);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("shard 0 is full: 10 rows + 1 new"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(shard.num_rows(), 10);
+  // Rows span blocks without moving: fill past one block on a bigger shard.
+  ShardMap big = MapWith(Spec(HASH_EMBEDDING, {0, 2}, 1, OptimizerSpec::SGD));
+  HashEmbeddingShard unbounded(*big.Find("v"), 0, opt.get(), init);
+  std::vector<int64_t> many(3 * HashEmbeddingShard::kRowsPerBlock + 5);
+  std::iota(many.begin(), many.end(), -77);
+  ASSERT_TRUE(unbounded.EnsureRows(many).ok());
+  std::vector<float> grads(many.size() * 2, 1.0f);
+  unbounded.Apply(many, {View(grads)}, 1.0f);
+  std::vector<float> values(many.size() * 2);
+  unbounded.Gather(many, values.data());
+  for (size_t i = 0; i < many.size(); ++i) {
+    ASSERT_FLOAT_EQ(values[i * 2 + 1], init.Value(many[i], 1) - 1.0f) << i;
+  }
+  EXPECT_GT(unbounded.bytes(), static_cast<int64_t>(many.size()) * 2 * 4);
+}
+
+TEST(DenseShardTest, ConcurrentReadsNeverSeeHalfAnUpdate) {
+  VariableSpec spec = Spec(DENSE, {4096}, 1, OptimizerSpec::SGD);
+  spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
+  ShardMap map = MapWith(spec);
+  auto opt = CreateOptimizer(map.Find("v")->spec.optimizer());
+  DenseShard shard(*map.Find("v"), 0, opt.get(),
+                   Initializer(map.Find("v")->spec.initializer()));
+  std::vector<float> ones(4096, 1.0f);
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0};
+  std::thread reader([&] {
+    std::vector<float> v(4096);
+    while (!stop) {
+      shard.Read(0, 4096, v.data());
+      for (float x : v) torn += x != v[0];
+    }
+  });
+  for (int i = 0; i < 2000; ++i) shard.Apply({{0, 4096, View(ones)}}, 1.0f);
+  stop = true;
+  reader.join();
+  EXPECT_EQ(torn.load(), 0);
+  std::vector<float> v(1);
+  shard.Read(4095, 1, v.data());
+  EXPECT_EQ(v[0], -2000.0f);
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,231 @@
+#include "storage/aws_credentials.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "glog/logging.h"
+#include "storage/http_client.h"
+
+namespace psrt {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// Parses the temporary credentials JSON both endpoints return.
+absl::StatusOr<AwsCredentials> ParseTemporary(absl::string_view json,
+                                              absl::string_view source) {
+  AwsCredentials c;
+  c.source = std::string(source);
+  auto key = JsonStringField(json, "AccessKeyId");
+  auto secret = JsonStringField(json, "SecretAccessKey");
+  if (!key.ok() || !secret.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " answered without AccessKeyId/SecretAccessKey: ",
+                     json.substr(0, 200)));
+  }
+  c.access_key_id = *key;
+  c.secret_access_key = *secret;
+  if (auto token = JsonStringField(json, "Token"); token.ok()) {
+    c.session_token = *token;
+  }
+  if (auto expiration = JsonStringField(json, "Expiration"); expiration.ok()) {
+    std::string error;
+    if (!absl::ParseTime(absl::RFC3339_full, *expiration, &c.expiration,
+                         &error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": cannot parse Expiration '", *expiration, "': ", error));
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<HttpResponse> Fetch(HttpRequest request,
+                                   absl::string_view source) {
+  request.timeout_secs = 5;
+  request.connect_timeout_secs = 2;
+  auto response = PerformHttp(request);
+  if (!response.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(source, ": ", response.status().message()));
+  }
+  if (response->status != 200) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(source, ": HTTP ", response->status, " from ", request.url,
+                     ": ", response->body.substr(0, 200)));
+  }
+  return response;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> JsonStringField(absl::string_view json,
+                                            absl::string_view field) {
+  const std::string quoted = absl::StrCat("\"", field, "\"");
+  size_t pos = json.find(quoted);
+  if (pos == absl::string_view::npos) {
+    return absl::NotFoundError(absl::StrCat("no field ", field));
+  }
+  pos = json.find(':', pos + quoted.size());
+  if (pos == absl::string_view::npos) return absl::NotFoundError("no ':'");
+  pos = json.find('"', pos);
+  if (pos == absl::string_view::npos)
+    return absl::NotFoundError("not a string");
+  std::string value;
+  for (++pos; pos < json.size() && json[pos] != '"'; ++pos) {
+    if (json[pos] == '\\' && pos + 1 < json.size()) ++pos;
+    value.push_back(json[pos]);
+  }
+  return value;
+}
+
+std::string ContainerCredentialsHost() {
+  const std::string host = Env("PSRT_AWS_CONTAINER_CREDENTIALS_HOST");
+  return host.empty() ? "http://169.254.170.2" : host;
+}
+
+absl::StatusOr<AwsCredentials> CredentialsFromEnvironment() {
+  AwsCredentials c;
+  c.access_key_id = Env("AWS_ACCESS_KEY_ID");
+  c.secret_access_key = Env("AWS_SECRET_ACCESS_KEY");
+  c.session_token = Env("AWS_SESSION_TOKEN");
+  c.source = "environment (AWS_ACCESS_KEY_ID)";
+  if (c.access_key_id.empty() && c.secret_access_key.empty()) {
+    return absl::NotFoundError("AWS_ACCESS_KEY_ID is not set");
+  }
+  if (c.access_key_id.empty() || c.secret_access_key.empty()) {
+    return absl::InvalidArgumentError(
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set");
+  }
+  return c;
+}
+
+absl::StatusOr<AwsCredentials> CredentialsFromSharedFile() {
+  std::string path = Env("AWS_SHARED_CREDENTIALS_FILE");
+  if (path.empty()) {
+    const std::string home = Env("HOME");
+    if (home.empty()) return absl::NotFoundError("HOME is not set");
+    path = home + "/.aws/credentials";
+  }
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+  std::string profile = Env("AWS_PROFILE");
+  if (profile.empty()) profile = "default";
+  AwsCredentials c;
+  c.source = absl::StrCat(path, " [", profile, "]");
+  std::string line, section;
+  while (std::getline(in, line)) {
+    absl::string_view l = absl::StripAsciiWhitespace(line);
+    if (l.empty() || l[0] == '#' || l[0] == ';') continue;
+    if (l.front() == '[' && l.back() == ']') {
+      section =
+          std::string(absl::StripAsciiWhitespace(l.substr(1, l.size() - 2)));
+      continue;
+    }
+    if (section != profile) continue;
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(l, absl::MaxSplits('=', 1));
+    const std::string key(absl::StripAsciiWhitespace(kv.first));
+    const std::string value(absl::StripAsciiWhitespace(kv.second));
+    if (key == "aws_access_key_id") c.access_key_id = value;
+    if (key == "aws_secret_access_key") c.secret_access_key = value;
+    if (key == "aws_session_token") c.session_token = value;
+  }
+  if (c.access_key_id.empty() || c.secret_access_key.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        path, " has no aws_access_key_id/aws_secret_access_key in profile ",
+        profile));
+  }
+  return c;
+}
+
+absl::StatusOr<AwsCredentials> CredentialsFromContainer() {
+  HttpRequest request;
+  const std::string relative = Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+  const std::string full = Env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+  if (!relative.empty()) {
+    request.url = ContainerCredentialsHost() + relative;
+  } else if (!full.empty()) {
+    request.url = full;
+  } else {
+    return absl::NotFoundError(
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI/FULL_URI are not set");
+  }
+  const std::string token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  if (!token.empty()) request.headers.push_back({"Authorization", token});
+  const std::string source =
+      absl::StrCat("container credentials ", request.url);
+  auto response = Fetch(request, source);
+  if (!response.ok()) return response.status();
+  return ParseTemporary(response->body, source);
+}
+
+absl::StatusOr<AwsCredentials> CredentialsFromInstanceMetadata() {
+  if (absl::EqualsIgnoreCase(Env("AWS_EC2_METADATA_DISABLED"), "true")) {
+    return absl::NotFoundError("AWS_EC2_METADATA_DISABLED=true");
+  }
+  std::string base = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+  if (base.empty()) base = "http://169.254.169.254";
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  const std::string source = absl::StrCat("instance metadata (IMDSv2) ", base);
+  HttpRequest token_request;
+  token_request.method = "PUT";
+  token_request.url = base + "/latest/api/token";
+  token_request.headers.push_back(
+      {"X-aws-ec2-metadata-token-ttl-seconds", "21600"});
+  auto token = Fetch(token_request, source);
+  if (!token.ok()) return token.status();
+  HttpRequest role_request;
+  role_request.url = base + "/latest/meta-data/iam/security-credentials/";
+  role_request.headers.push_back({"X-aws-ec2-metadata-token", token->body});
+  auto role = Fetch(role_request, source);
+  if (!role.ok()) return role.status();
+  const std::string role_name(absl::StripAsciiWhitespace(
+      absl::string_view(role->body).substr(0, role->body.find('\n'))));
+  if (role_name.empty()) {
+    return absl::NotFoundError(absl::StrCat(source, ": no IAM role attached"));
+  }
+  HttpRequest credentials_request = role_request;
+  credentials_request.url += role_name;
+  auto credentials = Fetch(credentials_request, source);
+  if (!credentials.ok()) return credentials.status();
+  return ParseTemporary(credentials->body,
+                        absl::StrCat(source, " role ", role_name));
+}
+
+absl::StatusOr<AwsCredentials> AwsCredentialsProvider::Get() {
+  absl::MutexLock lock(&mu_);
+  if (cached_ && credentials_.expiration - absl::Minutes(5) > absl::Now()) {
+    return credentials_;
+  }
+  std::vector<std::string> tried;
+  for (auto* source :
+       {&CredentialsFromEnvironment, &CredentialsFromSharedFile,
+        &CredentialsFromContainer, &CredentialsFromInstanceMetadata}) {
+    auto c = source();
+    if (c.ok()) {
+      LOG(INFO) << "AWS credentials from " << c->source;
+      credentials_ = *std::move(c);
+      cached_ = true;
+      return credentials_;
+    }
+    if (!absl::IsNotFound(c.status()) &&
+        source != &CredentialsFromInstanceMetadata) {
+      return c.status();  // configured but broken: say so, do not fall back
+    }
+    tried.push_back(std::string(c.status().message()));
+  }
+  return absl::UnauthenticatedError(absl::StrCat(
+      "no AWS credentials found; tried: ", absl::StrJoin(tried, "; ")));
+}
+
+}  // namespace psrt

@@ -1,0 +1,61 @@
+// AWS credentials, found the way the AWS SDKs look for them:
+//   1. AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN);
+//   2. the shared credentials file (AWS_SHARED_CREDENTIALS_FILE or
+//      ~/.aws/credentials), profile AWS_PROFILE or "default";
+//   3. the container endpoint that ECS and SageMaker training jobs provide
+//      (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI on http://169.254.170.2, or
+//      AWS_CONTAINER_CREDENTIALS_FULL_URI, with
+//      AWS_CONTAINER_AUTHORIZATION_TOKEN when set);
+//   4. the EC2 instance metadata service, IMDSv2 (a PUT for a session token,
+//      then the role's credentials), at AWS_EC2_METADATA_SERVICE_ENDPOINT or
+//      http://169.254.169.254; off when AWS_EC2_METADATA_DISABLED=true.
+// Temporary credentials (3, 4) are refreshed 5 minutes before they expire.
+#ifndef PSRT_STORAGE_AWS_CREDENTIALS_H_
+#define PSRT_STORAGE_AWS_CREDENTIALS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace psrt {
+
+struct AwsCredentials {
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;  // empty for long-term keys
+  absl::Time expiration = absl::InfiniteFuture();
+  std::string source;  // where they came from, for logs
+};
+
+// The base of the container credential endpoint; overridable with
+// PSRT_AWS_CONTAINER_CREDENTIALS_HOST (for tests on loopback).
+std::string ContainerCredentialsHost();
+
+class AwsCredentialsProvider {
+ public:
+  // Cached credentials, fetched again when close to expiry. Errors name
+  // every place that was tried.
+  absl::StatusOr<AwsCredentials> Get() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Mutex mu_;
+  bool cached_ ABSL_GUARDED_BY(mu_) = false;
+  AwsCredentials credentials_ ABSL_GUARDED_BY(mu_);
+};
+
+// Each source on its own (NOT_FOUND when it is not configured).
+absl::StatusOr<AwsCredentials> CredentialsFromEnvironment();
+absl::StatusOr<AwsCredentials> CredentialsFromSharedFile();
+absl::StatusOr<AwsCredentials> CredentialsFromContainer();
+absl::StatusOr<AwsCredentials> CredentialsFromInstanceMetadata();
+
+// The string value of `field` in a flat JSON object (the credential
+// endpoints' answers); NOT_FOUND if absent.
+absl::StatusOr<std::string> JsonStringField(absl::string_view json,
+                                            absl::string_view field);
+
+}  // namespace psrt
+
+#endif  // PSRT_STORAGE_AWS_CREDENTIALS_H_

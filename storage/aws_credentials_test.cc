@@ -1,0 +1,255 @@
+// The AWS credential chain against real sources: environment, a shared
+// credentials file, and loopback HTTP servers speaking the container
+// credential and IMDSv2 protocols.
+#include "storage/aws_credentials.h"
+
+#include <civetweb.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+constexpr char kTemporary[] = R"({
+  "AccessKeyId": "ASIATEMPORARY",
+  "SecretAccessKey": "temp\/secret",
+  "Token": "session-token-1",
+  "Expiration": "2099-01-01T00:00:00Z"
+})";
+
+// A loopback HTTP server for both credential protocols.
+class FakeCredentialServer {
+ public:
+  FakeCredentialServer() {
+    mg_init_library(0);
+    const char* options[] = {"listening_ports", "127.0.0.1:0", "num_threads",
+                             "2", nullptr};
+    mg_callbacks callbacks{};
+    context_ = mg_start(&callbacks, this, options);
+    mg_set_request_handler(context_, "/", &FakeCredentialServer::Handle, this);
+    mg_server_port ports[2];
+    mg_get_server_ports(context_, 2, ports);
+    port_ = ports[0].port;
+  }
+  ~FakeCredentialServer() { mg_stop(context_); }
+  std::string base() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  int token_requests() {
+    absl::MutexLock l(&mu_);
+    return token_requests_;
+  }
+  int expiring_requests() {
+    absl::MutexLock l(&mu_);
+    return expiring_requests_;
+  }
+
+ private:
+  static void Reply(mg_connection* conn, int status, const std::string& body) {
+    mg_printf(
+        conn,
+        "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+        status, body.size());
+    mg_write(conn, body.data(), body.size());
+  }
+  static int Handle(mg_connection* conn, void* self_ptr) {
+    auto* self = static_cast<FakeCredentialServer*>(self_ptr);
+    const mg_request_info* info = mg_get_request_info(conn);
+    const std::string uri = info->local_uri;
+    const std::string method = info->request_method;
+    // Container credentials expiring `minutes` from now, a new key each
+    // time they are fetched ("ASIA1", "ASIA2", ...).
+    for (int minutes : {4, 60}) {
+      if (uri == absl::StrCat("/v2/credentials/expires-in-", minutes)) {
+        int n;
+        {
+          absl::MutexLock l(&self->mu_);
+          n = ++self->expiring_requests_;
+        }
+        const std::string expiration = absl::FormatTime(
+            "%Y-%m-%dT%H:%M:%SZ", absl::Now() + absl::Minutes(minutes),
+            absl::UTCTimeZone());
+        Reply(conn, 200,
+              absl::StrCat(R"({"AccessKeyId": "ASIA)", n,
+                           R"(", "SecretAccessKey": "s", "Token": "t)", n,
+                           R"(", "Expiration": ")", expiration, R"("})"));
+        return 1;
+      }
+    }
+    // Container endpoint: the relative URI, with the authorization token.
+    if (uri == "/v2/credentials/abc") {
+      const char* auth = mg_get_header(conn, "Authorization");
+      if (auth == nullptr || std::string(auth) != "container-token") {
+        Reply(conn, 401, "missing authorization");
+      } else {
+        Reply(conn, 200, kTemporary);
+      }
+      return 1;
+    }
+    // IMDSv2: a session token first (PUT), required on every GET.
+    if (uri == "/latest/api/token" && method == "PUT") {
+      absl::MutexLock l(&self->mu_);
+      ++self->token_requests_;
+      Reply(conn, 200, "imds-session");
+      return 1;
+    }
+    const char* token = mg_get_header(conn, "X-aws-ec2-metadata-token");
+    if (token == nullptr || std::string(token) != "imds-session") {
+      Reply(conn, 401, "IMDSv2 token required");
+      return 1;
+    }
+    if (uri == "/latest/meta-data/iam/security-credentials/") {
+      Reply(conn, 200, "training-role\n");
+    } else if (uri ==
+               "/latest/meta-data/iam/security-credentials/training-role") {
+      Reply(conn, 200, kTemporary);
+    } else {
+      Reply(conn, 404, "not found");
+    }
+    return 1;
+  }
+
+  mg_context* context_ = nullptr;
+  int port_ = 0;
+  absl::Mutex mu_;
+  int token_requests_ = 0;
+  int expiring_requests_ = 0;
+};
+
+class AwsCredentialsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v :
+         {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+          "AWS_SHARED_CREDENTIALS_FILE", "AWS_PROFILE",
+          "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+          "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+          "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+          "PSRT_AWS_CONTAINER_CREDENTIALS_HOST",
+          "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_DISABLED"}) {
+      unsetenv(v);
+    }
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    setenv("HOME", tmp ? tmp : "/tmp", 1);
+  }
+};
+
+TEST_F(AwsCredentialsTest, EnvironmentComesFirst) {
+  setenv("AWS_ACCESS_KEY_ID", "AKIAENV", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
+  setenv("AWS_SESSION_TOKEN", "envtoken", 1);
+  AwsCredentialsProvider provider;
+  auto c = provider.Get();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key_id, "AKIAENV");
+  EXPECT_EQ(c->secret_access_key, "envsecret");
+  EXPECT_EQ(c->session_token, "envtoken");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  EXPECT_FALSE(CredentialsFromEnvironment().ok());  // half-set: an error
+}
+
+TEST_F(AwsCredentialsTest, SharedCredentialsFileWithProfile) {
+  const std::string path = absl::StrCat(std::getenv("HOME"), "/creds");
+  std::ofstream(path) << "[default]\naws_access_key_id = AKIADEFAULT\n"
+                         "aws_secret_access_key = defsecret\n\n"
+                         "# comment\n[training]\naws_access_key_id=AKIATRAIN\n"
+                         "aws_secret_access_key=trainsecret\n"
+                         "aws_session_token=traintoken\n";
+  setenv("AWS_SHARED_CREDENTIALS_FILE", path.c_str(), 1);
+  auto c = CredentialsFromSharedFile();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key_id, "AKIADEFAULT");
+  setenv("AWS_PROFILE", "training", 1);
+  AwsCredentialsProvider provider;
+  c = provider.Get();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key_id, "AKIATRAIN");
+  EXPECT_EQ(c->session_token, "traintoken");
+  setenv("AWS_PROFILE", "absent", 1);
+  EXPECT_FALSE(CredentialsFromSharedFile().ok());
+}
+
+TEST_F(AwsCredentialsTest, ContainerEndpointAsSageMakerProvidesIt) {
+  FakeCredentialServer server;
+  setenv("PSRT_AWS_CONTAINER_CREDENTIALS_HOST", server.base().c_str(), 1);
+  setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/abc", 1);
+  setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "container-token", 1);
+  AwsCredentialsProvider provider;
+  auto c = provider.Get();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key_id, "ASIATEMPORARY");
+  EXPECT_EQ(c->secret_access_key, "temp/secret");  // JSON escape undone
+  EXPECT_EQ(c->session_token, "session-token-1");
+  EXPECT_EQ(c->expiration, absl::FromCivil(absl::CivilSecond(2099, 1, 1),
+                                           absl::UTCTimeZone()));
+  // A wrong token is an error naming the endpoint, not a silent fallback.
+  setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "wrong", 1);
+  AwsCredentialsProvider provider2;
+  auto bad = provider2.Get();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("401"), std::string::npos)
+      << bad.status();
+}
+
+// Temporary credentials are cached while they have more than 5 minutes
+// left, and fetched again (with their new session token) once they do not.
+TEST_F(AwsCredentialsTest, TemporaryCredentialsAreRefreshedBeforeExpiry) {
+  FakeCredentialServer server;
+  setenv("PSRT_AWS_CONTAINER_CREDENTIALS_HOST", server.base().c_str(), 1);
+  setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+         "/v2/credentials/expires-in-60", 1);
+  AwsCredentialsProvider lasting;
+  for (int i = 0; i < 3; ++i) {
+    auto c = lasting.Get();
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->access_key_id, "ASIA1");  // cached: an hour left
+  }
+  EXPECT_EQ(server.expiring_requests(), 1);
+  setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+         "/v2/credentials/expires-in-4", 1);
+  AwsCredentialsProvider expiring;
+  auto first = expiring.Get();
+  auto second = expiring.Get();
+  ASSERT_TRUE(first.ok() && second.ok());
+  // 4 minutes left is inside the 5-minute margin: fetched again.
+  EXPECT_EQ(first->access_key_id, "ASIA2");
+  EXPECT_EQ(second->access_key_id, "ASIA3");
+  EXPECT_EQ(second->session_token, "t3");
+  EXPECT_EQ(server.expiring_requests(), 3);
+}
+
+TEST_F(AwsCredentialsTest, InstanceMetadataV2) {
+  FakeCredentialServer server;
+  setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", server.base().c_str(), 1);
+  AwsCredentialsProvider provider;
+  auto c = provider.Get();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key_id, "ASIATEMPORARY");
+  EXPECT_EQ(c->session_token, "session-token-1");
+  EXPECT_EQ(server.token_requests(), 1);
+  // Cached until close to expiry: no second round trip.
+  ASSERT_TRUE(provider.Get().ok());
+  EXPECT_EQ(server.token_requests(), 1);
+}
+
+TEST_F(AwsCredentialsTest, NothingConfiguredSaysWhatWasTried) {
+  setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:1", 1);
+  AwsCredentialsProvider provider;
+  auto c = provider.Get();
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(c.status()));
+  for (const char* tried : {"AWS_ACCESS_KEY_ID", "credentials",
+                            "AWS_CONTAINER_CREDENTIALS", "IMDSv2"}) {
+    EXPECT_NE(c.status().message().find(tried), std::string::npos)
+        << tried << " in " << c.status();
+  }
+}
+
+}  // namespace
+}  // namespace psrt

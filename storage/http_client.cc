@@ -1,0 +1,129 @@
+#include "storage/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+
+namespace psrt {
+namespace {
+
+struct GlobalInit {
+  GlobalInit() { curl_global_init(CURL_GLOBAL_DEFAULT); }
+};
+
+struct Upload {
+  absl::string_view data;
+  size_t offset = 0;
+};
+
+size_t ReadBody(char* buffer, size_t size, size_t count, void* user) {
+  auto* upload = static_cast<Upload*>(user);
+  const size_t n = std::min(size * count, upload->data.size() - upload->offset);
+  std::memcpy(buffer, upload->data.data() + upload->offset, n);
+  upload->offset += n;
+  return n;
+}
+
+size_t WriteBody(char* data, size_t size, size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+size_t WriteHeader(char* data, size_t size, size_t count, void* user) {
+  absl::string_view line(data, size * count);
+  const size_t colon = line.find(':');
+  if (colon != absl::string_view::npos) {
+    auto* headers =
+        static_cast<absl::flat_hash_map<std::string, std::string>*>(user);
+    (*headers)[absl::AsciiStrToLower(line.substr(0, colon))] =
+        std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return size * count;
+}
+
+}  // namespace
+
+absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
+  static GlobalInit init;
+  CURL* curl = curl_easy_init();
+  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
+  HttpResponse response;
+  Upload upload{request.body, 0};
+  curl_slist* headers = nullptr;
+  for (const auto& [name, value] : request.headers) {
+    headers =
+        curl_slist_append(headers, absl::StrCat(name, ": ", value).c_str());
+  }
+  // libcurl adds these unless told not to; S3 needs neither.
+  headers = curl_slist_append(headers, "Expect:");
+  headers = curl_slist_append(headers, "Accept:");
+  const bool has_content_type = std::any_of(
+      request.headers.begin(), request.headers.end(), [](const auto& h) {
+        return absl::EqualsIgnoreCase(h.first, "content-type");
+      });
+  if (!has_content_type) headers = curl_slist_append(headers, "Content-Type:");
+  char error[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT,
+                   static_cast<long>(request.timeout_secs));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT,
+                   static_cast<long>(request.connect_timeout_secs));
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, WriteBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, WriteHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response.headers);
+  if (request.method == "PUT" || request.method == "POST") {
+    // Upload from memory with a known length (no chunked encoding).
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, ReadBody);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &upload);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE,
+                     static_cast<curl_off_t>(request.body.size()));
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  } else if (request.method == "HEAD") {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else if (request.method != "GET") {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  }
+  if (!request.aws_sigv4.empty()) {
+    curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, request.aws_sigv4.c_str());
+    curl_easy_setopt(curl, CURLOPT_USERPWD, request.user_password.c_str());
+  }
+  const CURLcode code = curl_easy_perform(curl);
+  if (code == CURLE_OK) {
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+  }
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  if (code != CURLE_OK) {
+    return absl::UnavailableError(absl::StrCat(
+        request.method, " ", request.url,
+        " failed: ", error[0] != 0 ? error : curl_easy_strerror(code)));
+  }
+  return response;
+}
+
+std::string UriEncode(absl::string_view s, bool keep_slash) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' ||
+        c == '~' || (keep_slash && c == '/')) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  return out;
+}
+
+}  // namespace psrt
