@@ -32,6 +32,10 @@ main_job() {
 
 run_tests() {
   tools/install_deps.sh
+  # Style and lock discipline first (about a minute): clang-format, and
+  # clang's thread-safety analysis of the ABSL_GUARDED_BY annotations.
+  tools/lint/check_format.sh
+  tools/lint/check_thread_safety.sh
   bazel test //...
   tools/report_skipped.sh bazel-testlogs
   # The same suites again with AddressSanitizer and UBSan (servers too).

@@ -38,7 +38,9 @@ class Towers final : public TowerRunner {
     Gradients grads;
     double loss = 0;
   };
-  void Compute(int tower);
+  // Reads the job fields without mu_: they are published before the
+  // generation changes and do not change until every tower has finished.
+  void Compute(int tower) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void Loop(int tower);
 
   const Model* const model_;

@@ -120,17 +120,21 @@ absl::Status DenseShard::CheckUpdateLocked(absl::Span<const Piece> pieces,
                                            float learning_rate) const {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  // Read under mu_ here: the runs below may execute on pool threads,
+  // which the analysis cannot see holding it (the caller does).
+  const float* const params = params_.get();
+  const float* const slot_base[2] = {slots_[0].get(), slots_[1].get()};
   absl::Mutex bad_mu;
   int64_t bad_at = -1;
   float bad_value = 0;
   ForEachPiece(pieces, [&](const Piece& piece) {
     ForEachFloatRun(piece.grad, [&](const float* g, size_t n, size_t first) {
       const int64_t at = piece.offset + static_cast<int64_t>(first);
-      const float* slots[2] = {slots_[0] ? slots_[0].get() + at : nullptr,
-                               slots_[1] ? slots_[1].get() + at : nullptr};
+      const float* slots[2] = {slot_base[0] ? slot_base[0] + at : nullptr,
+                               slot_base[1] ? slot_base[1] + at : nullptr};
       float value;
-      const size_t i = optimizer_->FirstNonFiniteResult(
-          params_.get() + at, slots, g, n, context, &value);
+      const size_t i = optimizer_->FirstNonFiniteResult(params + at, slots, g,
+                                                        n, context, &value);
       if (i == n) return;
       absl::MutexLock lock(&bad_mu);
       if (bad_at < 0 || at + static_cast<int64_t>(i) < bad_at) {
@@ -149,12 +153,15 @@ void DenseShard::ApplyLocked(absl::Span<const Piece> pieces,
                              float learning_rate) {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  // As in CheckUpdateLocked: the runs may execute on pool threads.
+  float* const params = params_.get();
+  float* const slot_base[2] = {slots_[0].get(), slots_[1].get()};
   ForEachPiece(pieces, [&](const Piece& piece) {
     ForEachFloatRun(piece.grad, [&](const float* g, size_t n, size_t first) {
       const int64_t at = piece.offset + static_cast<int64_t>(first);
-      float* slots[2] = {slots_[0] ? slots_[0].get() + at : nullptr,
-                         slots_[1] ? slots_[1].get() + at : nullptr};
-      optimizer_->Apply(params_.get() + at, slots, g, n, context);
+      float* slots[2] = {slot_base[0] ? slot_base[0] + at : nullptr,
+                         slot_base[1] ? slot_base[1] + at : nullptr};
+      optimizer_->Apply(params + at, slots, g, n, context);
     });
   });
   ++version_;

@@ -102,19 +102,22 @@ absl::Status HashEmbeddingShard::ApplyLocked(
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
   size_t bad = ids.size();
-  ForEachGradientRow(grads, width_, [&](size_t i, const float* g) {
-    auto it = index_.find(ids[i]);
-    const uint32_t r = it == index_.end() ? CreateRow(ids[i]) : it->second;
-    float* row = Row(r);
-    float* slots[2] = {row + width_, row + 2 * width_};
-    if (undo != nullptr) {
-      std::memcpy(undo + i * stride_, row, stride_ * sizeof(float));
-    }
-    optimizer_->Apply(row, slots, g, width_, context);
-    if (undo != nullptr && bad == ids.size() && !SpanFinite(row, stride_)) {
-      bad = i;
-    }
-  });
+  // The callback runs on this thread, inside this function's hold of mu_.
+  ForEachGradientRow(
+      grads, width_,
+      [&](size_t i, const float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        auto it = index_.find(ids[i]);
+        const uint32_t r = it == index_.end() ? CreateRow(ids[i]) : it->second;
+        float* row = Row(r);
+        float* slots[2] = {row + width_, row + 2 * width_};
+        if (undo != nullptr) {
+          std::memcpy(undo + i * stride_, row, stride_ * sizeof(float));
+        }
+        optimizer_->Apply(row, slots, g, width_, context);
+        if (undo != nullptr && bad == ids.size() && !SpanFinite(row, stride_)) {
+          bad = i;
+        }
+      });
   ++version_;
   if (bad == ids.size()) return absl::OkStatus();
   const float* now = Row(index_.find(ids[bad])->second);

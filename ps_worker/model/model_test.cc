@@ -74,7 +74,8 @@ class GradientTest
     : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};
 
 TEST_P(GradientTest, MatchesFiniteDifferences) {
-  const auto [name, dense_dim, classes] = GetParam();
+  const auto [param_name, dense_dim, classes] = GetParam();
+  const std::string name = param_name;  // (a lambda cannot capture a binding)
   Fixture s = Make(name, dense_dim, classes);
   ASSERT_TRUE(s.model->Check(s.batch).ok()) << s.model->Check(s.batch);
   Gradients g = s.model->NewGradients(s.params.unique_ids.size());

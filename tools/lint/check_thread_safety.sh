@@ -19,7 +19,9 @@ present=""
 for m in $modules; do
   if pkg-config --exists "$m"; then present="$present $m"; fi
 done
-protoc -I. --cpp_out="$out/gen" proto/ps.proto proto/tf_example.proto
+protoc -I. --cpp_out="$out/gen" --grpc_out="$out/gen" \
+  --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" proto/ps.proto
+protoc -I. --cpp_out="$out/gen" proto/tf_example.proto
 # shellcheck disable=SC2086
 flags="-std=c++17 -fsyntax-only -Wthread-safety -Werror=thread-safety
   -I. -I$out/gen $(pkg-config --cflags $present eigen3)"

@@ -47,7 +47,8 @@ std::string Bytes(int64_t b) {
     v /= 1024;
     ++u;
   }
-  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  if (u == 0) return absl::StrFormat("%.0f %s", v, units[u]);
+  return absl::StrFormat("%.1f %s", v, units[u]);
 }
 
 int Status(Client* client, const ClusterSpec& cluster) {
