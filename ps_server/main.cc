@@ -250,20 +250,22 @@ int Run() {
   options.checkpoint.threads = FLAGS_checkpoint_threads;
   options.checkpoint.max_bytes_per_sec =
       static_cast<int64_t>(FLAGS_checkpoint_max_mb_per_sec * 1e6);
-  options.checkpoint.s3 = S3OptionsFromFlags();
   if (FLAGS_s3_part_mib < 5) {
     LOG(ERROR) << "--s3_part_mib must be at least 5 (S3's minimum part size)";
     return 2;
   }
+  // Storage is opened through this one opener everywhere in the process.
+  options.checkpoint.open_storage =
+      psrt::StorageOpenerFor(S3OptionsFromFlags());
   if (!FLAGS_checkpoint_uri.empty()) {
-    if (auto s = psrt::OpenStorage(FLAGS_checkpoint_uri, options.checkpoint.s3);
+    if (auto s = options.checkpoint.open_storage(FLAGS_checkpoint_uri);
         !s.ok()) {
       LOG(ERROR) << "--checkpoint_uri: " << s.status();
       return 2;
     }
   }
   auto restore = psrt::ResolveRestore(FLAGS_restore, FLAGS_checkpoint_uri,
-                                      options.checkpoint.s3);
+                                      options.checkpoint.open_storage);
   if (!restore.ok()) {
     LOG(ERROR) << "--restore=" << FLAGS_restore << ": " << restore.status();
     return 1;

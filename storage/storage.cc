@@ -74,4 +74,10 @@ absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(absl::string_view uri,
   return NewFileStorage(std::string(uri));
 }
 
+StorageOpener StorageOpenerFor(const S3Options& s3_options) {
+  return [s3_options](absl::string_view uri) {
+    return OpenStorage(uri, s3_options);
+  };
+}
+
 }  // namespace psrt

@@ -9,6 +9,7 @@
 #define PSRT_STORAGE_STORAGE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,14 @@ struct S3Options {
 // else. Nothing is contacted or created yet.
 absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(
     absl::string_view uri, const S3Options& s3_options = S3Options());
+
+// How a process opens storage by URI: OpenStorage with the S3 options it
+// was configured with, built once (StorageOpenerFor) and handed to whatever
+// reads or writes checkpoints; tests hand in MemoryStorageOpener instead
+// (storage/memory_storage.h).
+using StorageOpener =
+    std::function<absl::StatusOr<std::unique_ptr<Storage>>(absl::string_view)>;
+StorageOpener StorageOpenerFor(const S3Options& s3_options);
 
 // OK if `key` stays inside the storage root: '/'-separated components,
 // none empty, "." or "..", no leading '/', no control characters. With

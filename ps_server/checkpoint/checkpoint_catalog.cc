@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace psrt {
@@ -223,14 +224,14 @@ absl::StatusOr<std::string> ReadLatest(Storage& root) {
 
 absl::StatusOr<std::string> ResolveRestore(absl::string_view restore,
                                            absl::string_view checkpoint_uri,
-                                           const S3Options& s3) {
+                                           const StorageOpener& open_storage) {
   if (restore.empty()) return std::string();
   if (restore != "latest" && restore != "auto") return std::string(restore);
   if (checkpoint_uri.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--restore=", restore, " needs --checkpoint_uri (where to look)"));
   }
-  auto root = OpenStorage(checkpoint_uri, s3);
+  auto root = open_storage(checkpoint_uri);
   if (!root.ok()) return root.status();
   auto latest = ReadLatest(**root);
   if (absl::IsNotFound(latest.status())) {
@@ -241,6 +242,57 @@ absl::StatusOr<std::string> ResolveRestore(absl::string_view restore,
   }
   if (!latest.ok()) return latest.status();
   return JoinUri(checkpoint_uri, *latest);
+}
+
+absl::StatusOr<CheckpointManifest> BuildManifest(
+    const std::string& uri, const std::string& name, absl::Time start,
+    const std::vector<absl::StatusOr<SaveShardsResponse>>& saved,
+    const std::vector<const LocalVariable*>& variables,
+    const std::vector<std::string>& ps_addresses) {
+  CheckpointManifest manifest;
+  const int n = static_cast<int>(saved.size());
+  for (int t = 0; t < n; ++t) {
+    if (!saved[t].ok()) {
+      return absl::Status(
+          saved[t].status().code(),
+          absl::StrCat("checkpoint ", uri, " failed: PS ", t, " (",
+                       ps_addresses[t], "): ", saved[t].status().message()));
+    }
+    manifest.set_global_step(
+        std::max(manifest.global_step(), saved[t]->global_step()));
+    for (const CheckpointFile& f : saved[t]->files()) {
+      *manifest.add_files() = f;
+      manifest.set_total_bytes(manifest.total_bytes() + f.bytes());
+    }
+  }
+  // Every shard of every variable must be in it: a PS that restarted and
+  // has not been given its variables again would otherwise make a
+  // "complete" checkpoint without them.
+  absl::flat_hash_set<std::pair<std::string, int>> files;
+  for (const CheckpointFile& f : manifest.files()) {
+    files.insert({f.variable(), f.shard()});
+  }
+  for (const LocalVariable* v : variables) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) {
+      if (!files.contains({v->name(), s})) {
+        const int ps = v->layout->shards[s].ps_task;
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint ", uri, " failed: PS ", ps, " (", ps_addresses[ps],
+            ") holds no shard ", s, " of '", v->name(),
+            "' (restarted, and no worker has re-created its variables yet?)"));
+      }
+    }
+  }
+  manifest.set_format_version(kManifestFormatVersion);
+  manifest.set_name(name);
+  manifest.set_created(
+      absl::FormatTime(absl::RFC3339_sec, start, absl::UTCTimeZone()));
+  manifest.set_num_ps(n);
+  for (const LocalVariable* v : variables) {
+    *manifest.add_variables() = v->layout->spec;
+  }
+  manifest.set_save_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return manifest;
 }
 
 }  // namespace psrt

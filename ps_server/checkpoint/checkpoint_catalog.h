@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
+#include "ps_server/shards/shard_store.h"
 #include "storage/storage.h"
 
 namespace psrt {
@@ -75,6 +76,16 @@ std::string ManifestJson(const CheckpointManifest& manifest);
 absl::StatusOr<CheckpointManifest> ParseManifest(
     absl::string_view json, absl::string_view described_as);
 
+// The manifest of checkpoint `name` (at `uri`, begun at `start`) from every
+// PS's SaveShards answer (index = PS task, named in errors by its address),
+// or the first failure: a PS's error, or a shard of `variables` that no PS
+// saved (FAILED_PRECONDITION naming the PS that should hold it).
+absl::StatusOr<CheckpointManifest> BuildManifest(
+    const std::string& uri, const std::string& name, absl::Time start,
+    const std::vector<absl::StatusOr<SaveShardsResponse>>& saved,
+    const std::vector<const LocalVariable*>& variables,
+    const std::vector<std::string>& ps_addresses);
+
 // The checkpoint `latest` names (NOT_FOUND when there is none).
 absl::StatusOr<std::string> ReadLatest(Storage& root);
 
@@ -83,7 +94,7 @@ absl::StatusOr<std::string> ReadLatest(Storage& root);
 // of one checkpoint. Returns the checkpoint's URI or "".
 absl::StatusOr<std::string> ResolveRestore(absl::string_view restore,
                                            absl::string_view checkpoint_uri,
-                                           const S3Options& s3);
+                                           const StorageOpener& open_storage);
 
 }  // namespace psrt
 

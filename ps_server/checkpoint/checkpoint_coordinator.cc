@@ -66,8 +66,9 @@ absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
                                      ": ", name.status().message()));
   }
   absl::MutexLock lock(&save_mu_);
-  return SaveLocalShards(*store_, JoinUri(options_.uri, *name), options_.s3,
-                         options_.threads, options_.max_bytes_per_sec);
+  return SaveLocalShards(*store_, JoinUri(options_.uri, *name),
+                         options_.open_storage, options_.threads,
+                         options_.max_bytes_per_sec);
 }
 
 absl::Time CheckpointCoordinator::last_time() const {
@@ -156,7 +157,7 @@ absl::Status CheckpointCoordinator::CommitCheckpoint(
                      manifest->num_ps(), " PS; the request names '",
                      request.name(), "' and this cluster has ", num_ps, " PS"));
   }
-  auto root = OpenStorage(options_.uri, options_.s3);
+  auto root = options_.open_storage(options_.uri);
   if (!root.ok()) return root.status();
   absl::MutexLock lock(&run_mu_);
   if (absl::Status s = Publish(**root, request.name(), ManifestJson(*manifest));
@@ -245,7 +246,7 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
   }
   absl::MutexLock run_lock(&run_mu_);
   const absl::Time start = absl::Now();
-  auto root = OpenStorage(root_uri, options_.s3);
+  auto root = options_.open_storage(root_uri);
   if (!root.ok()) return root.status();
   const int64_t step = store_->global_step();
   const std::string name = CheckpointName(step, start);
@@ -278,62 +279,17 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
     }
   });
 
-  CheckpointManifest manifest;
-  absl::Status failure;
-  for (int t = 0; t < n && failure.ok(); ++t) {
-    if (!results[t].ok()) {
-      failure = absl::Status(
-          results[t].status().code(),
-          absl::StrCat("checkpoint ", uri, " failed: PS ", t, " (",
-                       ps_addresses_[t], "): ", results[t].status().message()));
-      break;
-    }
-    manifest.set_global_step(
-        std::max(manifest.global_step(), results[t]->global_step()));
-    for (const CheckpointFile& f : results[t]->files()) {
-      *manifest.add_files() = f;
-      manifest.set_total_bytes(manifest.total_bytes() + f.bytes());
-    }
-  }
-  // Every shard of every variable must be in it: a PS that restarted and
-  // has not been given its variables again would otherwise make a
-  // "complete" checkpoint without them.
-  if (failure.ok()) {
-    absl::flat_hash_set<std::pair<std::string, int>> saved;
-    for (const CheckpointFile& f : manifest.files()) {
-      saved.insert({f.variable(), f.shard()});
-    }
-    for (const LocalVariable* v : store_->Variables()) {
-      for (int s = 0; s < v->layout->num_shards() && failure.ok(); ++s) {
-        if (!saved.contains({v->name(), s})) {
-          const int ps = v->layout->shards[s].ps_task;
-          failure = absl::FailedPreconditionError(absl::StrCat(
-              "checkpoint ", uri, " failed: PS ", ps, " (", ps_addresses_[ps],
-              ") holds no shard ", s, " of '", v->name(),
-              "' (restarted, and no worker has re-created its variables "
-              "yet?)"));
-        }
-      }
-    }
-  }
-  if (!failure.ok()) {
-    LOG(ERROR) << failure << "; deleting what was written";
+  auto manifest = BuildManifest(uri, name, start, results, store_->Variables(),
+                                ps_addresses_);
+  if (!manifest.ok()) {
+    LOG(ERROR) << manifest.status() << "; deleting what was written";
     if (absl::Status s = DeleteCheckpoint(**root, name); !s.ok()) {
       LOG(WARNING) << "cannot delete the partial checkpoint " << uri << ": "
                    << s << " (it has no manifest, so it is never restored)";
     }
-    return failure;
+    return manifest.status();
   }
-  manifest.set_format_version(kManifestFormatVersion);
-  manifest.set_name(name);
-  manifest.set_created(
-      absl::FormatTime(absl::RFC3339_sec, start, absl::UTCTimeZone()));
-  manifest.set_num_ps(n);
-  for (const LocalVariable* v : store_->Variables()) {
-    *manifest.add_variables() = v->layout->spec;
-  }
-  manifest.set_save_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  const std::string manifest_json = ManifestJson(manifest);
+  const std::string manifest_json = ManifestJson(*manifest);
   if (absl::Status s = Publish(**root, name, manifest_json); !s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("checkpoint ", uri, ": ", s.message()));
@@ -349,13 +305,13 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
                    << s;
     }
   }
-  set_last(start, manifest.global_step());
+  set_last(start, manifest->global_step());
   CheckpointResponse response;
   response.set_uri(uri);
   response.set_name(name);
-  response.set_global_step(manifest.global_step());
-  response.set_bytes(manifest.total_bytes());
-  response.set_files(manifest.files_size());
+  response.set_global_step(manifest->global_step());
+  response.set_bytes(manifest->total_bytes());
+  response.set_files(manifest->files_size());
   response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   LOG(INFO) << "checkpoint " << uri << ": " << response.files() << " files, "
             << response.bytes() << " bytes, step " << response.global_step()

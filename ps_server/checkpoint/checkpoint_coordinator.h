@@ -23,7 +23,8 @@ namespace psrt {
 struct CheckpointOptions {
   std::string uri;  // root; "" = checkpoints only where a request names one
   int keep = 5;     // complete checkpoints kept (0: all)
-  S3Options s3;
+  // How this process opens storage (StorageOpenerFor its S3 options).
+  StorageOpener open_storage = StorageOpenerFor(S3Options());
   int threads = 2;                // shard files written at once per PS
   int64_t max_bytes_per_sec = 0;  // per PS; 0: unlimited
   absl::Duration save_timeout = absl::Hours(2);

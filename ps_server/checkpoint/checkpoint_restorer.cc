@@ -41,8 +41,8 @@ std::string Incompatibility(const VariableSpec& saved,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CheckpointRestorer>> CheckpointRestorer::Open(
-    const std::string& uri, const S3Options& s3) {
-  auto storage = OpenStorage(uri, s3);
+    const std::string& uri, const StorageOpener& open_storage) {
+  auto storage = open_storage(uri);
   if (!storage.ok()) return storage.status();
   auto manifest = ReadManifest(**storage, "");
   if (!manifest.ok()) return manifest.status();
@@ -142,7 +142,7 @@ absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
     // Import runs of consecutive rows bound for the same local shard, a
     // bounded chunk of ids at a time.
     const int64_t n = contents->num_rows();
-    std::vector<int64_t> ids, local;
+    std::vector<int64_t> ids;
     for (int64_t first = 0; first < n; first += kRestoreChunkRows) {
       const int64_t count = std::min(kRestoreChunkRows, n - first);
       ids.resize(count);
@@ -162,13 +162,8 @@ absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
         if (variable.Holds(shard)) {
           const float* rows = contents->rows + (first + i) * stride;
           absl::Span<const int64_t> run(ids.data() + i, end - i);
-          if (variable.is_dense()) {
-            local.clear();
-            for (int64_t g : run) local.push_back(layout.LocalRow(shard, g));
-            variable.dense[shard]->ImportRows(local, rows);
-          } else if (absl::Status s =
-                         variable.rows[shard]->ImportRows(run, rows);
-                     !s.ok()) {
+          if (absl::Status s = variable.shard(shard).ImportRows(run, rows);
+              !s.ok()) {
             return absl::Status(s.code(), absl::StrCat("restore from ", name,
                                                        ": ", s.message()));
           }
@@ -181,11 +176,7 @@ absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
   }
   for (int s = 0; s < layout.num_shards(); ++s) {
     if (!variable.Holds(s)) continue;
-    if (variable.is_dense()) {
-      variable.dense[s]->RestoreVersion(versions[s]);
-    } else {
-      variable.rows[s]->RestoreVersion(versions[s]);
-    }
+    variable.shard(s).RestoreVersion(versions[s]);
   }
   LOG(INFO) << "restore: '" << variable.name() << "' " << restored_rows
             << " rows from " << files.size() << " file(s) of " << uri_;

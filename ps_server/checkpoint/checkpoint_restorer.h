@@ -28,7 +28,7 @@ class CheckpointRestorer {
  public:
   // `uri` is one checkpoint's directory/prefix.
   static absl::StatusOr<std::unique_ptr<CheckpointRestorer>> Open(
-      const std::string& uri, const S3Options& s3);
+      const std::string& uri, const StorageOpener& open_storage);
 
   const CheckpointManifest& manifest() const { return manifest_; }
   const std::string& uri() const { return uri_; }

@@ -61,10 +61,10 @@ class PacedWriter final : public StorageWriter {
 
 absl::StatusOr<SaveShardsResponse> SaveLocalShards(
     const ShardStore& store, const std::string& checkpoint_uri,
-    const S3Options& s3, int threads, int64_t max_bytes_per_sec) {
+    const StorageOpener& open_storage, int threads, int64_t max_bytes_per_sec) {
   RateLimiter limiter(max_bytes_per_sec);
   const absl::Time start = absl::Now();
-  auto storage = OpenStorage(checkpoint_uri, s3);
+  auto storage = open_storage(checkpoint_uri);
   if (!storage.ok()) return storage.status();
   struct Job {
     const LocalVariable* variable;

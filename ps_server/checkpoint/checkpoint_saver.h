@@ -17,7 +17,8 @@ namespace psrt {
 
 absl::StatusOr<SaveShardsResponse> SaveLocalShards(
     const ShardStore& store, const std::string& checkpoint_uri,
-    const S3Options& s3, int threads, int64_t max_bytes_per_sec = 0);
+    const StorageOpener& open_storage, int threads,
+    int64_t max_bytes_per_sec = 0);
 
 }  // namespace psrt
 

@@ -70,23 +70,22 @@ absl::Status WriteShardFile(const LocalVariable& variable, int shard,
   };
   if (absl::Status s = emit(kShardFileMagic, kMagicBytes); !s.ok()) return s;
 
-  const bool hash = layout.kind() == HASH_EMBEDDING;
-  const RowShard* rows_shard =
-      variable.is_dense() ? nullptr : variable.rows[shard].get();
-  // Hash shards: the rows that exist now, in creation order, ids first (a
-  // row's id never changes; rows created later are not included).
-  const int64_t rows = variable.is_dense() ? variable.dense[shard]->num_rows()
-                                           : rows_shard->num_rows();
+  const Shard& source = variable.shard(shard);
+  // Shards whose rows are not a fixed range (hash shards): the rows that
+  // exist now, in creation order, ids first (a row's id never changes;
+  // rows created later are not included).
+  const bool explicit_ids = source.exports_ids();
+  const int64_t rows = source.num_rows();
   header.set_num_rows(rows);
-  header.set_explicit_ids(hash);
+  header.set_explicit_ids(explicit_ids);
   int64_t version = 0;
-  if (hash) {
+  if (explicit_ids) {
     std::vector<int64_t> ids(
         std::max<int64_t>(1, std::min(rows, chunk_rows * 4)));
     for (int64_t first = 0; first < rows;) {
       const int64_t want = std::min<int64_t>(ids.size(), rows - first);
       const int64_t n =
-          rows_shard->ExportRows(first, want, ids.data(), nullptr, &version);
+          source.ExportRows(first, want, ids.data(), nullptr, &version);
       if (absl::Status s = emit(ids.data(), n * sizeof(int64_t)); !s.ok())
         return s;
       first += n;
@@ -95,11 +94,7 @@ absl::Status WriteShardFile(const LocalVariable& variable, int shard,
   std::vector<float> chunk(std::min(rows, chunk_rows) * stride);
   for (int64_t first = 0; first < rows; first += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - first);
-    if (variable.is_dense()) {
-      version = variable.dense[shard]->ExportRows(first, n, chunk.data());
-    } else {
-      rows_shard->ExportRows(first, n, nullptr, chunk.data(), &version);
-    }
+    source.ExportRows(first, n, nullptr, chunk.data(), &version);
     if (absl::Status s = emit(chunk.data(), n * stride * sizeof(float));
         !s.ok()) {
       return s;

@@ -87,7 +87,9 @@ class HandlersTest : public ::testing::Test {
 
   std::vector<float> Dense() {
     std::vector<float> v(6);
-    store_.Find("w")->dense[0]->Read(0, 6, v.data());
+    ShardSlice all;
+    all.count = 6;
+    store_.Find("w")->shard(0).Read(all, v.data());
     return v;
   }
 
@@ -109,7 +111,7 @@ TEST_F(HandlersTest, RejectedPushChangesNothingAtAll) {
       << r.status();
   EXPECT_TRUE(r.status().GetPayload(kNonFiniteGradient).has_value());
   EXPECT_EQ(Dense(), std::vector<float>(6, 0.0f));
-  EXPECT_EQ(store_.Find("w")->dense[0]->version(), 0);
+  EXPECT_EQ(store_.Find("w")->shard(0).version(), 0);
 }
 
 TEST_F(HandlersTest, ErrorsNameVariableShardAndNumbers) {
@@ -153,7 +155,7 @@ TEST_F(HandlersTest, StreamsApplyOnlyWhenCompleteAndRetriesApplyOnce) {
                  PushMessage().Dense("w", 0, 3, {4, 5, 6}).Build(true)});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Dense(), (std::vector<float>{-1, -2, -3, -4, -5, -6}));
-  EXPECT_EQ(store_.Find("w")->dense[0]->version(), 1);
+  EXPECT_EQ(store_.Find("w")->shard(0).version(), 1);
 
   // The same request again (a client retry): acknowledged, not applied.
   auto again =
@@ -179,11 +181,13 @@ TEST_F(HandlersTest, RepeatedIdsInOnePushAreSummedFirst) {
   ASSERT_TRUE(
       Push({PushMessage().Rows("h", 0, {7, 7, -3}, {1, 1, 2, 2, 5, 5}).Build()})
           .ok());
-  const RowShard& h = *store_.Find("h")->rows[0];
+  const Shard& h = store_.Find("h")->shard(0);
   EXPECT_EQ(h.num_rows(), 2);
   std::vector<float> v(4);
   std::vector<int64_t> ids = {7, -3};
-  h.Gather(ids, v.data());
+  ShardSlice rows;
+  rows.ids = ids;
+  h.Read(rows, v.data());
   EXPECT_EQ(v, (std::vector<float>{-3, -3, -5, -5}));
 }
 

@@ -481,15 +481,9 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
             shard->set_shard(s);
             shard->set_ps_task(layout.ps_task);
             shard->set_row_begin(layout.row_begin);
-            if (v->is_dense()) {
-              shard->set_num_rows(layout.num_rows);
-              shard->set_bytes(v->dense[s]->bytes());
-              shard->set_version(v->dense[s]->version());
-            } else {
-              shard->set_num_rows(v->rows[s]->num_rows());
-              shard->set_bytes(v->rows[s]->bytes());
-              shard->set_version(v->rows[s]->version());
-            }
+            shard->set_num_rows(v->shard(s).num_rows());
+            shard->set_bytes(v->shard(s).bytes());
+            shard->set_version(v->shard(s).version());
           }
         }
         return out;

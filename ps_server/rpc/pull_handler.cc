@@ -27,20 +27,24 @@ absl::StatusOr<std::unique_ptr<PullResponder>> PullResponder::Create(
                            ? header.max_response_message_bytes()
                            : kDefaultMessageBytes;
   r->limit_ = std::clamp(asked, kMinMessageBytes, max_message_bytes);
-  r->dense_values_.resize(r->items_.size());
-  r->dense_versions_.resize(r->items_.size());
+  // A range is one tensor (a layer's weights): it is copied now, under one
+  // lock, so the whole item is of one version however many messages carry
+  // it. Rows are independent: each message's rows are read as it is
+  // packed, without a second copy.
+  r->range_values_.resize(r->items_.size());
+  r->range_versions_.resize(r->items_.size());
   for (size_t i = 0; i < r->items_.size(); ++i) {
     const ResolvedItem& item = r->items_[i];
     const size_t bytes = item.value_floats() * sizeof(float);
     r->value_bytes_ += static_cast<int64_t>(bytes);
-    if (!item.variable->is_dense()) {
+    if (!item.by_range) {
       r->rows_ += static_cast<int64_t>(item.ids.size());
       continue;
     }
     PooledBuffer values = BufferPool::Default().Acquire(bytes);
-    r->dense_versions_[i] = item.variable->dense[item.shard]->Read(
-        item.offset, item.count, reinterpret_cast<float*>(values.data()));
-    r->dense_values_[i] = std::move(values).ReleaseAsSlice();
+    r->range_versions_[i] = item.target().Read(
+        item.slice(), reinterpret_cast<float*>(values.data()));
+    r->range_values_[i] = std::move(values).ReleaseAsSlice();
     r->rows_ += 1;
   }
   return r;
@@ -50,10 +54,9 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
   FramePacker<PullResponseHeader> packer(limit_);
   while (item_ < items_.size()) {
     const ResolvedItem& item = items_[item_];
-    const bool dense = item.variable->is_dense();
     const size_t row_bytes =
-        dense ? sizeof(float)
-              : item.variable->layout->row_width * sizeof(float);
+        item.by_range ? sizeof(float)
+                      : item.variable->layout->row_width * sizeof(float);
     const size_t total = item.value_floats() * sizeof(float);
     if (!packer.empty() && packer.room() < row_bytes) break;
     const size_t take =
@@ -62,16 +65,18 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
     auto* piece = packer.header()->add_pieces();
     piece->set_item(static_cast<int>(item_));
     piece->set_first_float(static_cast<int64_t>(offset_ / sizeof(float)));
-    if (dense) {
-      piece->set_version(dense_versions_[item_]);
+    if (item.by_range) {
+      piece->set_version(range_versions_[item_]);
       piece->set_values_payload(
-          packer.AddPayload(dense_values_[item_].sub(offset_, offset_ + take)));
+          packer.AddPayload(range_values_[item_].sub(offset_, offset_ + take)));
     } else {
       PooledBuffer rows = BufferPool::Default().Acquire(take);
       const size_t first_row = offset_ / row_bytes;
-      piece->set_version(item.variable->rows[item.shard]->Gather(
-          absl::MakeConstSpan(item.ids).subspan(first_row, take / row_bytes),
-          reinterpret_cast<float*>(rows.data())));
+      ShardSlice slice;
+      slice.ids =
+          absl::MakeConstSpan(item.ids).subspan(first_row, take / row_bytes);
+      piece->set_version(
+          item.target().Read(slice, reinterpret_cast<float*>(rows.data())));
       piece->set_values_payload(
           packer.AddPayload(std::move(rows).ReleaseAsSlice()));
     }
@@ -79,7 +84,7 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
     if (offset_ == total) {
       ++item_;
       offset_ = 0;
-      dense_values_[item_ - 1] = grpc::Slice();  // sent; let the pool have it
+      range_values_[item_ - 1] = grpc::Slice();  // sent; let the pool have it
     }
   }
   packer.Flush([this](PullResponseHeader* header, size_t) {

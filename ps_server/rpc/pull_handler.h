@@ -42,8 +42,8 @@ class PullResponder {
   PullResponder() = default;
 
   std::vector<ResolvedItem> items_;
-  std::vector<grpc::Slice> dense_values_;  // per item; empty for embeddings
-  std::vector<int64_t> dense_versions_;
+  std::vector<grpc::Slice> range_values_;  // per item; empty for rows
+  std::vector<int64_t> range_versions_;
   size_t limit_ = 0;
   size_t item_ = 0;    // next item to send
   size_t offset_ = 0;  // bytes of it already sent

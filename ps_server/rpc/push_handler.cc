@@ -9,89 +9,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/buffer_pool.h"
-#include "ps_server/shards/dense_shard.h"
 
 namespace psrt {
 namespace {
 
 // The items of one push that update one shard.
-struct ShardUpdate {
+struct PendingShardUpdate {
   const LocalVariable* variable = nullptr;
   int shard = 0;
-  float learning_rate = 0;
-  std::vector<DenseShard::Piece> dense;  // DENSE
-  std::vector<int64_t> ids;              // embeddings, in payload order
-  std::vector<PayloadView> grads;        // embeddings
-  std::vector<float> merged;             // summed rows when ids repeat
+  Shard* target = nullptr;
+  ShardUpdate update;
 };
-
-// True if `ids` repeats an id. A bitmap over the shard's rows where that is
-// cheap (array embeddings), a hash set otherwise.
-bool HasDuplicates(const LocalVariable& v, int shard,
-                   const std::vector<int64_t>& ids) {
-  if (ids.size() < 2) return false;
-  const VariableLayout& layout = *v.layout;
-  const int64_t rows = layout.shards[shard].num_rows;
-  if (layout.kind() == EMBEDDING &&
-      rows <= 64 * static_cast<int64_t>(ids.size())) {
-    std::vector<uint64_t> seen((rows + 63) / 64);
-    for (int64_t id : ids) {
-      const int64_t r = layout.LocalRow(shard, id);
-      const uint64_t bit = uint64_t{1} << (r & 63);
-      if (seen[r >> 6] & bit) return true;
-      seen[r >> 6] |= bit;
-    }
-    return false;
-  }
-  absl::flat_hash_set<int64_t> seen;
-  seen.reserve(ids.size());
-  for (int64_t id : ids) {
-    if (!seen.insert(id).second) return true;
-  }
-  return false;
-}
-
-// Sums the dense pieces (which may overlap: several workers' gradients for
-// one synchronous step) into one contiguous piece, scaled.
-void MergeDense(ShardUpdate* u, float scale) {
-  int64_t lo = INT64_MAX, hi = 0;
-  for (const DenseShard::Piece& p : u->dense) {
-    lo = std::min(lo, p.offset);
-    hi = std::max(hi, p.offset + p.count);
-  }
-  u->merged.assign(hi - lo, 0.0f);
-  for (const DenseShard::Piece& p : u->dense) {
-    float* out = u->merged.data() + (p.offset - lo);
-    ForEachFloatRun(p.grad, [&](const float* g, size_t n, size_t first) {
-      for (size_t i = 0; i < n; ++i) out[first + i] += g[i];
-    });
-  }
-  for (float& x : u->merged) x *= scale;
-  u->dense = {{lo, hi - lo,
-               PayloadView::Contiguous(u->merged.data(),
-                                       u->merged.size() * sizeof(float))}};
-}
-
-// Replaces repeated ids by one row holding the sum of their gradients.
-void MergeDuplicates(ShardUpdate* u) {
-  const int64_t width = u->variable->layout->row_width;
-  absl::flat_hash_map<int64_t, size_t> position;
-  std::vector<int64_t> unique;
-  std::vector<size_t> slot_of(u->ids.size());
-  for (size_t i = 0; i < u->ids.size(); ++i) {
-    auto [it, inserted] = position.emplace(u->ids[i], unique.size());
-    if (inserted) unique.push_back(u->ids[i]);
-    slot_of[i] = it->second;
-  }
-  u->merged.assign(unique.size() * width, 0.0f);
-  ForEachGradientRow(u->grads, width, [&](size_t i, const float* g) {
-    float* sum = u->merged.data() + slot_of[i] * width;
-    for (int64_t c = 0; c < width; ++c) sum[c] += g[c];
-  });
-  u->ids = std::move(unique);
-  u->grads = {PayloadView::Contiguous(u->merged.data(),
-                                      u->merged.size() * sizeof(float))};
-}
 
 }  // namespace
 
@@ -123,9 +51,7 @@ absl::Status PushHandler::AddMessage(const grpc::ByteBuffer& message) {
     absl::Status s =
         ResolveItem(*store_, item, *frame, RequestKind::kPush, &resolved);
     if (!s.ok()) return s;
-    rows_ += resolved.variable->is_dense()
-                 ? 1
-                 : static_cast<int64_t>(resolved.ids.size());
+    rows_ += resolved.by_range ? 1 : static_cast<int64_t>(resolved.ids.size());
     items_.push_back(std::move(resolved));
   }
   frames_.push_back(std::move(frame));
@@ -165,9 +91,9 @@ absl::StatusOr<PushResponse> PushHandler::Finish() {
   return response;
 }
 
-absl::Status PushHandler::ApplyMerged(float scale) { return Apply(scale); }
+absl::Status PushHandler::ApplyCombined(float scale) { return Apply(scale); }
 
-void PushHandler::Absorb(PushHandler* other) {
+void PushHandler::TakeItemsOf(PushHandler* other) {
   for (auto& f : other->frames_) frames_.push_back(std::move(f));
   for (auto& item : other->items_) items_.push_back(std::move(item));
   bytes_ += other->bytes_;
@@ -179,9 +105,8 @@ void PushHandler::Absorb(PushHandler* other) {
 // The shards' mutexes are a set known only at run time (taken in catalog
 // order, released in reverse): beyond what the analysis can follow.
 absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  // Group by shard, keeping first-seen order so locks are taken in a
-  // deterministic order per request.
-  std::vector<ShardUpdate> updates;
+  // Group by shard, keeping first-seen order.
+  std::vector<PendingShardUpdate> updates;
   absl::flat_hash_map<std::pair<const LocalVariable*, int>, size_t> index;
   for (ResolvedItem& item : items_) {
     auto [it, inserted] = index.emplace(
@@ -190,100 +115,77 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       updates.emplace_back();
       updates.back().variable = item.variable;
       updates.back().shard = item.shard;
-      updates.back().learning_rate = item.learning_rate;
+      updates.back().target = &item.target();
+      updates.back().update.learning_rate = item.learning_rate;
     }
-    ShardUpdate& u = updates[it->second];
-    if (item.variable->is_dense()) {
-      u.dense.push_back({item.offset, item.count, item.grad});
+    ShardUpdate& u = updates[it->second].update;
+    if (item.by_range) {
+      u.ranges.push_back({item.offset, item.count, item.grad});
     } else {
       u.ids.insert(u.ids.end(), item.ids.begin(), item.ids.end());
       u.grads.push_back(item.grad);
     }
   }
-  for (ShardUpdate& u : updates) {
-    if (u.variable->is_dense()) {
-      if (scale != 1.0f) MergeDense(&u, scale);
-    } else if (scale != 1.0f || HasDuplicates(*u.variable, u.shard, u.ids)) {
-      MergeDuplicates(&u);
-      for (float& x : u.merged) x *= scale;
-    }
-  }
-  // Hash rows are created first: if one shard is full nothing is updated
-  // (rows created meanwhile hold their initial values, which pulls of
-  // absent ids return anyway).
-  for (ShardUpdate& u : updates) {
-    if (u.variable->is_dense()) continue;
-    if (absl::Status s = u.variable->rows[u.shard]->EnsureRows(u.ids);
-        !s.ok()) {
+  // The protocol of shard.h: prepare each shard (rows are created here: if
+  // one shard is full nothing is updated), lock every shard of the push in
+  // catalog order (two pushes cannot deadlock), check what can be checked
+  // before applying, apply the shards that need undo space first, undo
+  // them if one refuses, and apply the rest last. All or nothing, and no
+  // pull sees a part of a push that is refused.
+  size_t undo_floats = 0;
+  for (PendingShardUpdate& u : updates) {
+    if (absl::Status s = u.target->Prepare(&u.update, scale); !s.ok()) {
       return s;
     }
+    undo_floats += u.target->UndoFloats(u.update);
   }
-  // Every shard of the push is locked (in catalog order, so two pushes
-  // cannot deadlock) and the whole update is checked for results that are
-  // not finite before the locks are released: all or nothing, and no pull
-  // sees a part of a push that is refused. Dense shards are checked by a
-  // dry run (sequential memory, cheap to read twice), then rows are updated
-  // saving their old floats, and undone if one went non-finite; dense
-  // shards are updated last.
-  std::sort(updates.begin(), updates.end(),
-            [](const ShardUpdate& a, const ShardUpdate& b) {
-              return std::make_pair(a.variable->layout->index, a.shard) <
-                     std::make_pair(b.variable->layout->index, b.shard);
-            });
-  std::vector<absl::Mutex*> locks;
-  locks.reserve(updates.size());
-  size_t undo_floats = 0;
-  for (const ShardUpdate& u : updates) {
-    if (u.variable->is_dense()) {
-      locks.push_back(u.variable->dense[u.shard]->mutex());
-    } else {
-      locks.push_back(u.variable->rows[u.shard]->mutex());
-      undo_floats += u.ids.size() * u.variable->rows[u.shard]->row_stride();
-    }
-  }
+  std::stable_sort(
+      updates.begin(), updates.end(),
+      [](const PendingShardUpdate& a, const PendingShardUpdate& b) {
+        return std::make_pair(a.variable->layout->index, a.shard) <
+               std::make_pair(b.variable->layout->index, b.shard);
+      });
   PooledBuffer undo =
       BufferPool::Default().Acquire(undo_floats * sizeof(float));
-  for (absl::Mutex* mu : locks) mu->Lock();
+  for (const PendingShardUpdate& u : updates) u.target->mutex()->Lock();
   absl::Status checked;
-  const ShardUpdate* refused = nullptr;
-  for (const ShardUpdate& u : updates) {
-    if (!u.variable->is_dense()) continue;
-    checked =
-        u.variable->dense[u.shard]->CheckUpdateLocked(u.dense, u.learning_rate);
+  const PendingShardUpdate* refused = nullptr;
+  for (const PendingShardUpdate& u : updates) {
+    checked = u.target->CheckLocked(u.update);
     if (!checked.ok()) {
       refused = &u;
       break;
     }
   }
-  // Rows applied so far, with where their old floats went.
-  std::vector<std::pair<const ShardUpdate*, float*>> applied_rows;
+  // Shards applied with undo so far, with where their old floats went.
+  std::vector<std::pair<const PendingShardUpdate*, float*>> undoable;
   float* next_undo = reinterpret_cast<float*>(undo.data());
-  for (const ShardUpdate& u : updates) {
+  for (const PendingShardUpdate& u : updates) {
     if (!checked.ok()) break;
-    if (u.variable->is_dense()) continue;
-    RowShard& shard = *u.variable->rows[u.shard];
-    checked = shard.ApplyLocked(u.ids, u.grads, u.learning_rate, next_undo);
-    applied_rows.push_back({&u, next_undo});
-    next_undo += u.ids.size() * shard.row_stride();
+    const int64_t floats = u.target->UndoFloats(u.update);
+    if (floats == 0) continue;
+    checked = u.target->ApplyLocked(u.update, next_undo);
+    undoable.push_back({&u, next_undo});
+    next_undo += floats;
     if (!checked.ok()) refused = &u;
   }
   if (checked.ok()) {
-    for (const ShardUpdate& u : updates) {
-      if (u.variable->is_dense()) {
-        u.variable->dense[u.shard]->ApplyLocked(u.dense, u.learning_rate);
-      }
+    for (const PendingShardUpdate& u : updates) {
+      if (u.target->UndoFloats(u.update) != 0) continue;
+      // Cannot fail: CheckLocked passed.
+      u.target->ApplyLocked(u.update, nullptr).IgnoreError();
     }
   } else {
-    for (auto& [u, saved] : applied_rows) {
-      u->variable->rows[u->shard]->UndoLocked(u->ids, saved);
-    }
+    for (auto& [u, saved] : undoable) u->target->UndoLocked(u->update, saved);
     checked = absl::InvalidArgumentError(
         absl::StrCat("push to '", refused->variable->name(), "' shard ",
                      refused->shard, ": ", checked.message(),
                      "; the push was rejected and nothing was applied"));
     checked.SetPayload(kNonFiniteGradient, absl::Cord());
   }
-  for (auto it = locks.rbegin(); it != locks.rend(); ++it) (*it)->Unlock();
+  for (auto it = updates.rbegin(); it != updates.rend(); ++it) {
+    it->target->mutex()->Unlock();
+  }
   if (!checked.ok()) return checked;
   store_->ObserveStep(first_header_.step());
   return absl::OkStatus();

@@ -39,12 +39,13 @@ class PushHandler {
   bool complete() const { return saw_last_; }
   int64_t items() const { return static_cast<int64_t>(items_.size()); }
 
-  // Takes over another validated push (a synchronous step's contribution of
-  // another worker), so that one ApplyMerged applies them together.
-  void Absorb(PushHandler* other);
+  // Takes over the items of another validated push (a synchronous step's
+  // contribution of another worker), so that one ApplyCombined applies
+  // them together.
+  void TakeItemsOf(PushHandler* other);
   // Applies everything held as one update with gradients multiplied by
   // `scale` (1 / workers: their mean), without request de-duplication.
-  absl::Status ApplyMerged(float scale);
+  absl::Status ApplyCombined(float scale);
 
  private:
   absl::Status Apply(float scale);

@@ -94,14 +94,17 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
   const int64_t width = layout.row_width;
   int64_t rows = 0;  // rows of values the item moves
 
-  if (v->is_dense()) {
+  // The variable's kind fixes how the wire addresses it: a range of a
+  // dense shard's floats, or rows by id.
+  out->by_range = layout.kind() == DENSE;
+  if (out->by_range) {
     if (item.has_ids_payload()) {
       return absl::InvalidArgumentError(
           absl::StrCat(Where(kind, item),
                        "a DENSE variable is addressed by offset/count, "
                        "not ids"));
     }
-    const int64_t size = v->dense[item.shard()]->size();
+    const int64_t size = layout.shards[item.shard()].num_rows * width;
     if (item.offset() < 0 || item.count() <= 0 ||
         item.offset() > size - item.count()) {
       return absl::OutOfRangeError(
@@ -158,7 +161,7 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
         frame.num_payloads(), " payloads"));
   }
   out->grad = frame.payload(item.grad_payload());
-  const int64_t expected = v->is_dense() ? item.count() : rows * width;
+  const int64_t expected = out->by_range ? item.count() : rows * width;
   if (out->grad.size() % sizeof(float) != 0 ||
       static_cast<int64_t>(out->grad.size() / sizeof(float)) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -166,7 +169,7 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
         " floats",
         out->grad.size() % sizeof(float) ? " (and a partial one)" : "",
         ", expected ", expected,
-        v->is_dense()
+        out->by_range
             ? " (the range's size)"
             : absl::StrCat(" (", rows, " ids x ", width, " per row)")));
   }

@@ -24,17 +24,16 @@ inline constexpr char kNonFiniteGradient[] = "psrt/nonfinite-gradient";
 struct ResolvedItem {
   const LocalVariable* variable = nullptr;
   int shard = 0;
-  int64_t offset = 0;        // DENSE
-  int64_t count = 0;         // DENSE: floats
-  std::vector<int64_t> ids;  // embeddings, copied out of the payload
+  bool by_range = false;     // addresses floats by range (DENSE), not ids
+  int64_t offset = 0;        // by range
+  int64_t count = 0;         // by range: floats
+  std::vector<int64_t> ids;  // by id, copied out of the payload
   PayloadView grad;          // push only
   float learning_rate = 0;   // push only: effective rate
 
-  int64_t value_floats() const {
-    return variable->is_dense()
-               ? count
-               : static_cast<int64_t>(ids.size()) * variable->layout->row_width;
-  }
+  Shard& target() const { return variable->shard(shard); }
+  ShardSlice slice() const { return {offset, count, ids}; }
+  int64_t value_floats() const { return target().ValueFloats(slice()); }
 };
 
 // Fills `out` from `item` and the frame's payloads. Gradients are checked

@@ -45,8 +45,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   server->store_ = std::make_unique<ShardStore>(
       options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes);
   if (!options.restore_uri.empty()) {
-    auto restorer =
-        CheckpointRestorer::Open(options.restore_uri, options.checkpoint.s3);
+    auto restorer = CheckpointRestorer::Open(options.restore_uri,
+                                             options.checkpoint.open_storage);
     if (!restorer.ok()) {
       return absl::Status(
           restorer.status().code(),

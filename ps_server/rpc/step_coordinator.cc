@@ -131,8 +131,9 @@ absl::StatusOr<PushResponse> StepCoordinator::SyncPush(
   }
   // The last push of the step: apply the mean of all workers' gradients.
   PushHandler* merged = barrier[0].get();
-  for (size_t i = 1; i < barrier.size(); ++i) merged->Absorb(barrier[i].get());
-  absl::Status applied = merged->ApplyMerged(1.0f / barrier.size());
+  for (size_t i = 1; i < barrier.size(); ++i)
+    merged->TakeItemsOf(barrier[i].get());
+  absl::Status applied = merged->ApplyCombined(1.0f / barrier.size());
   if (!applied.ok()) {
     LOG(ERROR) << "PS " << ps_task_ << ": applying sync step " << step
                << " failed; the step is skipped: " << applied;

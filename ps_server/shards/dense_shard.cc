@@ -18,6 +18,7 @@ DenseShard::DenseShard(const VariableLayout& layout, int shard,
                        const Optimizer* optimizer, const Initializer& init)
     : optimizer_(optimizer),
       width_(layout.row_width),
+      row_begin_(layout.shards[shard].row_begin),
       size_(layout.shards[shard].num_rows * layout.row_width) {
   const int64_t width = layout.row_width;
   const int64_t first_row = layout.shards[shard].row_begin;
@@ -57,11 +58,16 @@ int64_t DenseShard::Read(int64_t offset, int64_t count, float* out) const {
   return version_;
 }
 
-int64_t DenseShard::ExportRows(int64_t first, int64_t count, float* out) const {
+int64_t DenseShard::ExportRows(int64_t first, int64_t count, int64_t* ids,
+                               float* out, int64_t* version) const {
+  count = std::clamp<int64_t>(num_rows() - first, 0, count);
+  if (ids != nullptr) {
+    for (int64_t r = 0; r < count; ++r) ids[r] = row_begin_ + first + r;
+  }
   const int slots = optimizer_->num_slots();
-  const int64_t stride = width_ * (1 + slots);
+  const int64_t stride = row_stride();
   absl::ReaderMutexLock lock(&mu_);
-  for (int64_t r = 0; r < count; ++r) {
+  for (int64_t r = 0; out != nullptr && r < count; ++r) {
     const int64_t at = (first + r) * width_;
     float* row = out + r * stride;
     std::memcpy(row, params_.get() + at, width_ * sizeof(float));
@@ -70,16 +76,17 @@ int64_t DenseShard::ExportRows(int64_t first, int64_t count, float* out) const {
                   width_ * sizeof(float));
     }
   }
-  return version_;
+  *version = version_;
+  return count;
 }
 
-void DenseShard::ImportRows(absl::Span<const int64_t> local_rows,
-                            const float* rows) {
+absl::Status DenseShard::ImportRows(absl::Span<const int64_t> ids,
+                                    const float* rows) {
   const int slots = optimizer_->num_slots();
-  const int64_t stride = width_ * (1 + slots);
+  const int64_t stride = row_stride();
   absl::MutexLock lock(&mu_);
-  for (size_t r = 0; r < local_rows.size(); ++r) {
-    const int64_t at = local_rows[r] * width_;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const int64_t at = (ids[r] - row_begin_) * width_;
     const float* row = rows + r * stride;
     std::memcpy(params_.get() + at, row, width_ * sizeof(float));
     for (int k = 0; k < slots; ++k) {
@@ -87,6 +94,7 @@ void DenseShard::ImportRows(absl::Span<const int64_t> local_rows,
                   width_ * sizeof(float));
     }
   }
+  return absl::OkStatus();
 }
 
 void DenseShard::RestoreVersion(int64_t version) {
@@ -96,7 +104,38 @@ void DenseShard::RestoreVersion(int64_t version) {
 
 void DenseShard::Apply(absl::Span<const Piece> pieces, float learning_rate) {
   absl::MutexLock lock(&mu_);
-  ApplyLocked(pieces, learning_rate);
+  ApplyRangesLocked(pieces, learning_rate);
+}
+
+absl::Status DenseShard::Prepare(ShardUpdate* update, float scale) {
+  if (scale == 1.0f) return absl::OkStatus();
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const Piece& p : update->ranges) {
+    lo = std::min(lo, p.offset);
+    hi = std::max(hi, p.offset + p.count);
+  }
+  update->merged.assign(hi - lo, 0.0f);
+  for (const Piece& p : update->ranges) {
+    float* out = update->merged.data() + (p.offset - lo);
+    ForEachFloatRun(p.grad, [&](const float* g, size_t n, size_t first) {
+      for (size_t i = 0; i < n; ++i) out[first + i] += g[i];
+    });
+  }
+  for (float& x : update->merged) x *= scale;
+  update->ranges = {
+      {lo, hi - lo,
+       PayloadView::Contiguous(update->merged.data(),
+                               update->merged.size() * sizeof(float))}};
+  return absl::OkStatus();
+}
+
+absl::Status DenseShard::CheckLocked(const ShardUpdate& update) const {
+  return CheckRangesLocked(update.ranges, update.learning_rate);
+}
+
+absl::Status DenseShard::ApplyLocked(const ShardUpdate& update, float* undo) {
+  ApplyRangesLocked(update.ranges, update.learning_rate);
+  return absl::OkStatus();
 }
 
 // Calls fn(piece) for every piece; on several threads when the update is
@@ -116,7 +155,7 @@ static void ForEachPiece(absl::Span<const DenseShard::Piece> pieces, Fn&& fn) {
   }
 }
 
-absl::Status DenseShard::CheckUpdateLocked(absl::Span<const Piece> pieces,
+absl::Status DenseShard::CheckRangesLocked(absl::Span<const Piece> pieces,
                                            float learning_rate) const {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
@@ -149,11 +188,11 @@ absl::Status DenseShard::CheckUpdateLocked(absl::Span<const Piece> pieces,
                    bad_value, " (from ", params_.get()[bad_at], ")"));
 }
 
-void DenseShard::ApplyLocked(absl::Span<const Piece> pieces,
-                             float learning_rate) {
+void DenseShard::ApplyRangesLocked(absl::Span<const Piece> pieces,
+                                   float learning_rate) {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
-  // As in CheckUpdateLocked: the runs may execute on pool threads.
+  // As in CheckRangesLocked: the runs may execute on pool threads.
   float* const params = params_.get();
   float* const slot_base[2] = {slots_[0].get(), slots_[1].get()};
   ForEachPiece(pieces, [&](const Piece& piece) {

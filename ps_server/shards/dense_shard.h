@@ -14,13 +14,14 @@
 #include "ps_server/optimizers/optimizer.h"
 #include "ps_server/shards/float_array.h"
 #include "ps_server/shards/initializer.h"
+#include "ps_server/shards/shard.h"
 
 namespace psrt {
 
-class DenseShard {
+class DenseShard final : public Shard {
  public:
-  // Allocates the shard and fills it from `init`. `optimizer` must outlive
-  // the shard.
+  // Allocates the shard and fills it from `init`. `layout` and `optimizer`
+  // must outlive the shard.
   DenseShard(const VariableLayout& layout, int shard,
              const Optimizer* optimizer, const Initializer& init);
   DenseShard(const DenseShard&) = delete;
@@ -28,9 +29,6 @@ class DenseShard {
 
   // Floats in the shard.
   int64_t size() const { return size_; }
-  // Parameter and slot bytes.
-  int64_t bytes() const;
-  int64_t version() const;
 
   // Copies elements [offset, offset + count) to out and returns the shard's
   // version at that moment. REQUIRES: the range lies inside the shard.
@@ -40,40 +38,52 @@ class DenseShard {
   // one lock acquisition; the version (Adam's t) advances once.
   // REQUIRES: each range inside the shard, grad.size() == 4 * count, all
   // values finite.
-  struct Piece {
-    int64_t offset;
-    int64_t count;
-    PayloadView grad;
-  };
+  using Piece = RangeGradient;
   void Apply(absl::Span<const Piece> pieces, float learning_rate)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The two halves of Apply, for a caller that holds the locks of every
-  // shard a push touches (mutex()) so that the whole push is checked before
-  // any of it is applied. CheckUpdateLocked: INVALID_ARGUMENT naming the
-  // first element (shard-local) the update would make NaN or +-Inf;
-  // changes nothing.
-  absl::Mutex* mutex() const ABSL_LOCK_RETURNED(mu_) { return &mu_; }
-  absl::Status CheckUpdateLocked(absl::Span<const Piece> pieces,
-                                 float learning_rate) const
+  // Shard. Prepare sums the ranges (several workers' gradients for one
+  // synchronous step may overlap) into one, scaled; CheckLocked is a dry
+  // run of the update (sequential memory, cheap to read twice) naming the
+  // first element (shard-local) it would make NaN or +-Inf; so UndoFloats
+  // is 0 and ApplyLocked cannot fail.
+  int64_t num_rows() const override { return size_ / width_; }
+  int64_t bytes() const override;
+  int64_t version() const override;
+  int64_t ValueFloats(const ShardSlice& slice) const override {
+    return slice.count;
+  }
+  int64_t Read(const ShardSlice& slice, float* out) const override {
+    return Read(slice.offset, slice.count, out);
+  }
+  absl::Status Prepare(ShardUpdate* update, float scale) override;
+  absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
+  absl::Status CheckLocked(const ShardUpdate& update) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyLocked(absl::Span<const Piece> pieces, float learning_rate)
+  int64_t UndoFloats(const ShardUpdate& update) const override { return 0; }
+  absl::Status ApplyLocked(const ShardUpdate& update, float* undo) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Checkpointing, in rows of the variable's dim 0: a checkpoint row is
-  // [values | slot 0 | slot 1], row_width floats each (row_stride()).
-  // Copies local rows [first, first + count) to out under one lock and
-  // returns the version. REQUIRES: the rows lie inside the shard.
-  int64_t ExportRows(int64_t first, int64_t count, float* out) const;
-  // Overwrites local rows local_rows[i] from rows[i * row_stride()...].
-  void ImportRows(absl::Span<const int64_t> local_rows, const float* rows);
-  void RestoreVersion(int64_t version);
-  int64_t num_rows() const { return size_ / width_; }
-  int64_t row_stride() const { return width_ * (1 + optimizer_->num_slots()); }
+  void UndoLocked(const ShardUpdate& update, const float* undo) override {}
+  bool exports_ids() const override { return false; }
+  int64_t row_stride() const override {
+    return width_ * (1 + optimizer_->num_slots());
+  }
+  int64_t ExportRows(int64_t first, int64_t count, int64_t* ids, float* out,
+                     int64_t* version) const override;
+  absl::Status ImportRows(absl::Span<const int64_t> ids,
+                          const float* rows) override;
+  void RestoreVersion(int64_t version) override;
 
  private:
+  absl::Status CheckRangesLocked(absl::Span<const Piece> pieces,
+                                 float learning_rate) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyRangesLocked(absl::Span<const Piece> pieces, float learning_rate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const Optimizer* const optimizer_;
-  const int64_t width_;  // floats per row (the variable's row width)
+  const int64_t width_;      // floats per row (the variable's row width)
+  const int64_t row_begin_;  // the shard's first global row
   const int64_t size_;
   mutable absl::Mutex mu_;
   FloatArray params_ ABSL_GUARDED_BY(mu_);

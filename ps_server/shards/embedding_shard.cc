@@ -55,6 +55,21 @@ EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
   });
 }
 
+bool EmbeddingShard::HasRepeatedIds(absl::Span<const int64_t> ids) const {
+  if (rows_ > 64 * static_cast<int64_t>(ids.size())) {
+    return RowShard::HasRepeatedIds(ids);
+  }
+  if (ids.size() < 2) return false;
+  std::vector<uint64_t> seen((rows_ + 63) / 64);
+  for (int64_t id : ids) {
+    const int64_t r = layout_.LocalRow(shard_, id);
+    const uint64_t bit = uint64_t{1} << (r & 63);
+    if (seen[r >> 6] & bit) return true;
+    seen[r >> 6] |= bit;
+  }
+  return false;
+}
+
 int64_t EmbeddingShard::Gather(absl::Span<const int64_t> ids,
                                float* out) const {
   absl::ReaderMutexLock lock(&mu_);
@@ -75,9 +90,9 @@ int64_t EmbeddingShard::Gather(absl::Span<const int64_t> ids,
   return version_;
 }
 
-absl::Status EmbeddingShard::ApplyLocked(absl::Span<const int64_t> ids,
-                                         absl::Span<const PayloadView> grads,
-                                         float learning_rate, float* undo) {
+absl::Status EmbeddingShard::ApplyRowsLocked(
+    absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
+    float learning_rate, float* undo) {
   float* data = data_.get();
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
@@ -141,8 +156,8 @@ absl::Status EmbeddingShard::ApplyLocked(absl::Span<const int64_t> ids,
   return NonFiniteRowError(ids[bad_row], column, now[column], old[column]);
 }
 
-void EmbeddingShard::UndoLocked(absl::Span<const int64_t> ids,
-                                const float* undo) {
+void EmbeddingShard::UndoRowsLocked(absl::Span<const int64_t> ids,
+                                    const float* undo) {
   float* data = data_.get();
   for (size_t i = 0; i < ids.size(); ++i) {
     std::memcpy(data + layout_.LocalRow(shard_, ids[i]) * stride_,

@@ -25,11 +25,11 @@ class EmbeddingShard final : public RowShard {
 
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
   absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
-  absl::Status ApplyLocked(absl::Span<const int64_t> ids,
-                           absl::Span<const PayloadView> grads,
-                           float learning_rate, float* undo) override
+  absl::Status ApplyRowsLocked(absl::Span<const int64_t> ids,
+                               absl::Span<const PayloadView> grads,
+                               float learning_rate, float* undo) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UndoLocked(absl::Span<const int64_t> ids, const float* undo) override
+  void UndoRowsLocked(absl::Span<const int64_t> ids, const float* undo) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ExportRows(int64_t first, int64_t count, int64_t* ids, float* out,
                      int64_t* version) const override;
@@ -37,9 +37,15 @@ class EmbeddingShard final : public RowShard {
                           const float* rows) override;
   void RestoreVersion(int64_t version) override;
   int64_t row_stride() const override { return stride_; }
+  int64_t row_width() const override { return width_; }
+  bool exports_ids() const override { return false; }
   int64_t num_rows() const override { return rows_; }
   int64_t bytes() const override;
   int64_t version() const override;
+
+ protected:
+  // A bitmap over the shard's rows where that is cheaper than a hash set.
+  bool HasRepeatedIds(absl::Span<const int64_t> ids) const override;
 
  private:
   const VariableLayout& layout_;

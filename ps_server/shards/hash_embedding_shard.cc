@@ -96,7 +96,7 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
   return absl::OkStatus();
 }
 
-absl::Status HashEmbeddingShard::ApplyLocked(
+absl::Status HashEmbeddingShard::ApplyRowsLocked(
     absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
     float learning_rate, float* undo) {
   const UpdateContext context =
@@ -127,8 +127,8 @@ absl::Status HashEmbeddingShard::ApplyLocked(
   return NonFiniteRowError(ids[bad], column, now[column], old[column]);
 }
 
-void HashEmbeddingShard::UndoLocked(absl::Span<const int64_t> ids,
-                                    const float* undo) {
+void HashEmbeddingShard::UndoRowsLocked(absl::Span<const int64_t> ids,
+                                        const float* undo) {
   for (size_t i = 0; i < ids.size(); ++i) {
     std::memcpy(Row(index_.find(ids[i])->second), undo + i * stride_,
                 stride_ * sizeof(float));

@@ -1,5 +1,7 @@
 #include "ps_server/shards/row_shard.h"
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace psrt {
@@ -9,6 +11,44 @@ absl::Status NonFiniteRowError(int64_t id, int64_t column, float value,
   return absl::InvalidArgumentError(absl::StrCat(
       "the update would make the row of id ", id, " ", value, " at float ",
       column, " of its values and slots (from ", old, ")"));
+}
+
+bool RowShard::HasRepeatedIds(absl::Span<const int64_t> ids) const {
+  if (ids.size() < 2) return false;
+  absl::flat_hash_set<int64_t> seen;
+  seen.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (!seen.insert(id).second) return true;
+  }
+  return false;
+}
+
+absl::Status RowShard::Prepare(ShardUpdate* u, float scale) {
+  if (scale != 1.0f || HasRepeatedIds(u->ids)) {
+    // Repeated ids become one row holding the sum of their gradients.
+    const int64_t width = row_width();
+    absl::flat_hash_map<int64_t, size_t> position;
+    std::vector<int64_t> unique;
+    std::vector<size_t> slot_of(u->ids.size());
+    for (size_t i = 0; i < u->ids.size(); ++i) {
+      auto [it, inserted] = position.emplace(u->ids[i], unique.size());
+      if (inserted) unique.push_back(u->ids[i]);
+      slot_of[i] = it->second;
+    }
+    u->merged.assign(unique.size() * width, 0.0f);
+    ForEachGradientRow(u->grads, width, [&](size_t i, const float* g) {
+      float* sum = u->merged.data() + slot_of[i] * width;
+      for (int64_t c = 0; c < width; ++c) sum[c] += g[c];
+    });
+    for (float& x : u->merged) x *= scale;
+    u->ids = std::move(unique);
+    u->grads = {PayloadView::Contiguous(u->merged.data(),
+                                        u->merged.size() * sizeof(float))};
+  }
+  // Rows are created before anything is locked: if a shard is full nothing
+  // is updated (rows created meanwhile hold their initial values, which
+  // pulls of absent ids return anyway).
+  return EnsureRows(u->ids);
 }
 
 }  // namespace psrt

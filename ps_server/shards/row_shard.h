@@ -10,13 +10,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/frame_reader.h"
+#include "ps_server/shards/shard.h"
 
 namespace psrt {
 
-class RowShard {
+class RowShard : public Shard {
  public:
-  virtual ~RowShard() = default;
-
   // Copies the rows of `ids` (duplicates allowed) to out, width floats each,
   // all under one lock, and returns the shard's version.
   // REQUIRES: every id routes to this shard.
@@ -35,50 +34,57 @@ class RowShard {
   void Apply(absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
              float learning_rate) {
     absl::MutexLock lock(mutex());
-    ApplyLocked(ids, grads, learning_rate, nullptr).IgnoreError();
+    ApplyRowsLocked(ids, grads, learning_rate, nullptr).IgnoreError();
   }
 
-  // Apply, for a caller that holds the locks of every shard a push touches
-  // (mutex()), so that the whole push is checked before it becomes
-  // visible. With `undo` (ids.size() * row_stride() floats), each row's
-  // floats are saved there before its update, and INVALID_ARGUMENT names
-  // the first id whose row (values or slots) the update made NaN or +-Inf;
-  // the update stays applied until UndoLocked(ids, undo) restores every row
-  // and the version. Saving as rows are updated costs one copy of a row
-  // already in cache; a separate checking pass would fetch each randomly
-  // placed row twice.
-  // REQUIRES: *mutex() held; Apply's requirements.
-  virtual absl::Mutex* mutex() const = 0;
-  virtual absl::Status ApplyLocked(absl::Span<const int64_t> ids,
-                                   absl::Span<const PayloadView> grads,
-                                   float learning_rate, float* undo) = 0;
-  virtual void UndoLocked(absl::Span<const int64_t> ids, const float* undo) = 0;
+  // Apply, for a caller that holds mutex(). With `undo`
+  // (ids.size() * row_stride() floats), each row's floats are saved there
+  // before its update, and INVALID_ARGUMENT names the first id whose row
+  // (values or slots) the update made NaN or +-Inf; the update stays
+  // applied until UndoRowsLocked(ids, undo) restores every row and the
+  // version. Saving as rows are updated costs one copy of a row already in
+  // cache; a separate checking pass would fetch each randomly placed row
+  // twice. REQUIRES: *mutex() held; Apply's requirements.
+  virtual absl::Status ApplyRowsLocked(absl::Span<const int64_t> ids,
+                                       absl::Span<const PayloadView> grads,
+                                       float learning_rate, float* undo) = 0;
+  virtual void UndoRowsLocked(absl::Span<const int64_t> ids,
+                              const float* undo) = 0;
 
-  // Checkpointing. A checkpoint row is [values | slot 0 | slot 1], the
-  // row width each (row_stride() floats).
-  //
-  // Copies rows [first, first + count) of the shard's row order (local row
-  // order; creation order for hash shards) under one lock: their global
-  // ids to ids (may be null) and their floats to out (hash shards: may be
-  // null). Returns the number
-  // copied (fewer at the end of a hash shard) and sets *version.
-  virtual int64_t ExportRows(int64_t first, int64_t count, int64_t* ids,
-                             float* out, int64_t* version) const = 0;
-  // Overwrites (hash: creates where needed) the rows of global `ids` from
-  // rows[i * row_stride()...]. Hash shards: RESOURCE_EXHAUSTED past the
-  // capacity. REQUIRES: every id routes to this shard.
-  virtual absl::Status ImportRows(absl::Span<const int64_t> ids,
-                                  const float* rows) = 0;
-  virtual void RestoreVersion(int64_t version) = 0;
-  virtual int64_t row_stride() const = 0;
+  // Shard, in terms of the above. Prepare sums the gradients of repeated
+  // ids (scaling them) and ensures the rows; CheckLocked passes everything:
+  // rows are checked as they are applied, with undo.
+  int64_t ValueFloats(const ShardSlice& slice) const final {
+    return static_cast<int64_t>(slice.ids.size()) * row_width();
+  }
+  int64_t Read(const ShardSlice& slice, float* out) const final {
+    return Gather(slice.ids, out);
+  }
+  absl::Status Prepare(ShardUpdate* update, float scale) final;
+  absl::Status CheckLocked(const ShardUpdate& update) const final {
+    return absl::OkStatus();
+  }
+  int64_t UndoFloats(const ShardUpdate& update) const final {
+    return static_cast<int64_t>(update.ids.size()) * row_stride();
+  }
+  absl::Status ApplyLocked(const ShardUpdate& update, float* undo) final {
+    return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
+                           undo);
+  }
+  void UndoLocked(const ShardUpdate& update, const float* undo) final {
+    UndoRowsLocked(update.ids, undo);
+  }
 
-  virtual int64_t num_rows() const = 0;
-  // Bytes held: parameters, slots and index structures.
-  virtual int64_t bytes() const = 0;
-  virtual int64_t version() const = 0;
+  // Floats of a row's values (without slots).
+  virtual int64_t row_width() const = 0;
+
+ protected:
+  // True if `ids` repeats an id (a hash set; shards that know their rows
+  // may do better).
+  virtual bool HasRepeatedIds(absl::Span<const int64_t> ids) const;
 };
 
-// The error ApplyLocked returns for the row of `id`, column `column` of
+// The error ApplyRowsLocked returns for the row of `id`, column `column` of
 // which became `value` (from `old`).
 absl::Status NonFiniteRowError(int64_t id, int64_t column, float value,
                                float old);

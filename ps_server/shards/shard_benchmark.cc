@@ -65,7 +65,7 @@ BENCHMARK(BM_Apply)
     ->Unit(benchmark::kMillisecond);
 
 // The push path's apply: rows saved for undo as they are updated and
-// checked for non-finite results (RowShard::ApplyLocked with undo).
+// checked for non-finite results (RowShard::ApplyRowsLocked with undo).
 void BM_ApplyChecked(benchmark::State& state) {
   const auto kind = static_cast<OptimizerSpec::Kind>(state.range(0));
   const int64_t vocab = state.range(1);
@@ -78,7 +78,8 @@ void BM_ApplyChecked(benchmark::State& state) {
   size_t next = 0;
   for (auto _ : state) {
     absl::MutexLock lock(table.shard->mutex());
-    table.shard->ApplyLocked(batches[next++ % 16], {view}, 0.01f, undo.data())
+    table.shard
+        ->ApplyRowsLocked(batches[next++ % 16], {view}, 0.01f, undo.data())
         .IgnoreError();
   }
   state.SetItemsProcessed(state.iterations() * 100000);

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "partitioner/variable_spec.h"
+#include "ps_server/shards/dense_shard.h"
 #include "ps_server/shards/embedding_shard.h"
 #include "ps_server/shards/hash_embedding_shard.h"
 
@@ -29,9 +30,25 @@ int64_t AvailableMemoryBytes() {
 
 int64_t LocalVariable::bytes() const {
   int64_t total = 0;
-  for (const auto& s : dense) total += s ? s->bytes() : 0;
-  for (const auto& s : rows) total += s ? s->bytes() : 0;
+  for (const auto& s : shards) total += s ? s->bytes() : 0;
   return total;
+}
+
+// The one place that chooses a shard's implementation from its kind.
+std::unique_ptr<Shard> ShardStore::MakeShard(const VariableLayout& layout,
+                                             int shard,
+                                             const Optimizer* optimizer,
+                                             const Initializer& init) {
+  switch (layout.kind()) {
+    case DENSE:
+      return std::make_unique<DenseShard>(layout, shard, optimizer, init);
+    case EMBEDDING:
+      return std::make_unique<EmbeddingShard>(layout, shard, optimizer, init);
+    default:
+      return std::make_unique<HashEmbeddingShard>(
+          layout, shard, optimizer, init,
+          [this](int64_t bytes) { return ReserveMemory(bytes); });
+  }
 }
 
 ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes)
@@ -134,28 +151,10 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
     v->optimizer = CreateOptimizer(spec->optimizer());
     const Initializer init(spec->initializer());
     const int n = v->layout->num_shards();
-    if (spec->kind() == DENSE) {
-      v->dense.resize(n);
-    } else {
-      v->rows.resize(n);
-    }
+    v->shards.resize(n);
     for (int s = 0; s < n; ++s) {
       if (v->layout->shards[s].ps_task != ps_task_) continue;
-      switch (spec->kind()) {
-        case DENSE:
-          v->dense[s] = std::make_unique<DenseShard>(*v->layout, s,
-                                                     v->optimizer.get(), init);
-          break;
-        case EMBEDDING:
-          v->rows[s] = std::make_unique<EmbeddingShard>(
-              *v->layout, s, v->optimizer.get(), init);
-          break;
-        default:
-          v->rows[s] = std::make_unique<HashEmbeddingShard>(
-              *v->layout, s, v->optimizer.get(), init,
-              [this](int64_t bytes) { return ReserveMemory(bytes); });
-          break;
-      }
+      v->shards[s] = MakeShard(*v->layout, s, v->optimizer.get(), init);
     }
     created.push_back(std::move(v));
     if (fill_hook_) {
@@ -174,10 +173,8 @@ void ShardStore::Discard(std::vector<std::unique_ptr<LocalVariable>>* created) {
   for (const auto& v : *created) {
     map_.PopBack();
     // Hash rows a restore imported gave their memory back too.
-    for (const auto& shard : v->rows) {
-      if (auto* h = dynamic_cast<HashEmbeddingShard*>(shard.get())) {
-        accounted_bytes_ -= h->reserved_bytes();
-      }
+    for (const auto& shard : v->shards) {
+      if (shard != nullptr) accounted_bytes_ -= shard->reserved_bytes();
     }
   }
   created->clear();

@@ -23,9 +23,8 @@
 #include "absl/time/time.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/optimizers/optimizer.h"
-#include "ps_server/shards/dense_shard.h"
 #include "ps_server/shards/initializer.h"
-#include "ps_server/shards/row_shard.h"
+#include "ps_server/shards/shard.h"
 
 namespace psrt {
 
@@ -34,15 +33,15 @@ struct LocalVariable {
   const VariableLayout* layout = nullptr;
   std::unique_ptr<Optimizer> optimizer;
   // Indexed by shard; null where the shard lives on another PS.
-  std::vector<std::unique_ptr<DenseShard>> dense;  // DENSE
-  std::vector<std::unique_ptr<RowShard>> rows;     // EMBEDDING, HASH_EMBEDDING
+  std::vector<std::unique_ptr<Shard>> shards;
 
   const std::string& name() const { return layout->spec.name(); }
-  bool is_dense() const { return layout->kind() == DENSE; }
   bool Holds(int shard) const {
     return shard >= 0 && shard < layout->num_shards() &&
-           (is_dense() ? dense[shard] != nullptr : rows[shard] != nullptr);
+           shards[shard] != nullptr;
   }
+  // REQUIRES: Holds(shard).
+  Shard& shard(int shard) const { return *shards[shard]; }
   int64_t bytes() const;
 };
 
@@ -123,6 +122,10 @@ class ShardStore {
   // Planned bytes of this PS's dense and embedding shards plus the blocks
   // its hash shards reserved: what --memory_limit_bytes is checked against.
   std::atomic<int64_t> accounted_bytes_{0};
+
+  std::unique_ptr<Shard> MakeShard(const VariableLayout& layout, int shard,
+                                   const Optimizer* optimizer,
+                                   const Initializer& init);
 
   // Checks a creation, adds its layouts to map_ and allocates (and fills)
   // its local shards, unpublished; nothing changes on error.

@@ -87,9 +87,8 @@ TEST(ShardStoreTest, HashEmbeddingGrowthCountsAgainstTheMemoryLimit) {
   // 1 MiB of dense parameters, then room for a few blocks of rows.
   ShardStore store(0, 1, int64_t{4} << 20);
   ASSERT_TRUE(store.CreateVariables(0, {Spec("d", 1 << 18, 1), h}, 1).ok());
-  RowShard& shard = *store.Find("h")->rows[0];
-  const int64_t block =
-      static_cast<HashEmbeddingShard&>(shard).block_bytes();  // ~640 KiB
+  auto& shard = static_cast<HashEmbeddingShard&>(store.Find("h")->shard(0));
+  const int64_t block = shard.block_bytes();  // ~640 KiB
   ASSERT_GT(block, 600 << 10);
   int64_t next_id = 0;
   absl::Status s;

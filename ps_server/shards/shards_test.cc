@@ -90,7 +90,7 @@ TEST(EmbeddingShardTest, ModRoutedRowsKeepSlotsBesideValues) {
   EXPECT_EQ(after[1], rows[5]);
 }
 
-// An update that overflows one row is reported, and UndoLocked puts every
+// An update that overflows one row is reported, and UndoRowsLocked puts every
 // row (values and slots) and the version back exactly.
 TEST(EmbeddingShardTest, OverflowingUpdateIsReportedAndUndoneExactly) {
   ShardMap map = MapWith(Spec(EMBEDDING, {100, 4}, 1, OptimizerSpec::ADAGRAD));
@@ -106,12 +106,12 @@ TEST(EmbeddingShardTest, OverflowingUpdateIsReportedAndUndoneExactly) {
   std::vector<float> undo(3 * shard.row_stride());
   {
     absl::MutexLock lock(shard.mutex());
-    absl::Status s = shard.ApplyLocked(ids, {View(g)}, 1.0f, undo.data());
+    absl::Status s = shard.ApplyRowsLocked(ids, {View(g)}, 1.0f, undo.data());
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
     EXPECT_NE(s.message().find("row of id 40 inf at float 4"),
               std::string::npos)
         << s;
-    shard.UndoLocked(ids, undo.data());
+    shard.UndoRowsLocked(ids, undo.data());
   }
   std::vector<float> all_after(all_before.size());
   int64_t version_after;
@@ -121,7 +121,7 @@ TEST(EmbeddingShardTest, OverflowingUpdateIsReportedAndUndoneExactly) {
   // A finite update through the same path is applied.
   g[4] = 1;
   absl::MutexLock lock(shard.mutex());
-  EXPECT_TRUE(shard.ApplyLocked(ids, {View(g)}, 1.0f, undo.data()).ok());
+  EXPECT_TRUE(shard.ApplyRowsLocked(ids, {View(g)}, 1.0f, undo.data()).ok());
 }
 
 TEST(HashEmbeddingShardTest, CapacityIsAHardLimitAndPullsStoreNothing) {

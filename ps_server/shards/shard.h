@@ -1,0 +1,116 @@
+// The one handle through which the rest of the server uses a shard of any
+// kind: DenseShard (a range of a DENSE variable), EmbeddingShard (rows of a
+// known vocabulary) and HashEmbeddingShard (rows created on first push).
+// Request handlers and checkpoint code hold a `Shard*` and never ask which
+// kind it is; a new kind, or a wrapper around one (replicated, tiered),
+// implements this interface and touches nothing else.
+//
+// What a request addresses in a shard is a ShardSlice: a range of floats
+// [offset, offset + count) of a dense shard, or rows by global id of an
+// embedding shard (the variable's kind says which; the request's item
+// carries it, checked in rpc/request_item.cc).
+#ifndef PSRT_PS_SERVER_SHARDS_SHARD_H_
+#define PSRT_PS_SERVER_SHARDS_SHARD_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/frame_reader.h"
+
+namespace psrt {
+
+// Floats [offset, offset + count) of a dense shard, or the rows of `ids`.
+struct ShardSlice {
+  int64_t offset = 0;
+  int64_t count = 0;
+  absl::Span<const int64_t> ids;
+};
+
+// The gradient for a range of a dense shard: `count` floats at `offset`.
+struct RangeGradient {
+  int64_t offset;
+  int64_t count;
+  PayloadView grad;
+};
+
+// Everything one push sends to one shard, gathered from its items: ranges
+// (dense) or rows in payload order (embeddings), and the push's effective
+// learning rate. Shard::Prepare rewrites it into what ApplyLocked applies.
+struct ShardUpdate {
+  float learning_rate = 0;
+  std::vector<RangeGradient> ranges;
+  std::vector<int64_t> ids;
+  std::vector<PayloadView> grads;  // one row per id, in order
+  std::vector<float> merged;       // owns gradients Prepare summed or scaled
+};
+
+class Shard {
+ public:
+  virtual ~Shard() = default;
+
+  // Rows of dim 0 the shard holds (hash shards: rows created so far).
+  virtual int64_t num_rows() const = 0;
+  // Bytes held: parameters, optimizer slots and index structures.
+  virtual int64_t bytes() const = 0;
+  // Updates applied (Adam's t); restored from checkpoints.
+  virtual int64_t version() const = 0;
+  // Bytes the shard reserved from its store's memory budget as it grew
+  // (hash rows), beyond what the store planned for it at creation.
+  virtual int64_t reserved_bytes() const { return 0; }
+
+  // Floats a Read of `slice` writes.
+  virtual int64_t ValueFloats(const ShardSlice& slice) const = 0;
+  // Copies the values of `slice` to out under one lock and returns the
+  // shard's version. REQUIRES: the slice was checked against the shard.
+  virtual int64_t Read(const ShardSlice& slice, float* out) const = 0;
+
+  // Applying one push to several shards, all or nothing:
+  //   1. Prepare(&update, scale) on each, unlocked: repeated ids and
+  //      overlapping ranges summed, gradients multiplied by `scale`, rows
+  //      created (RESOURCE_EXHAUSTED past a capacity, nothing created).
+  //   2. Lock every shard's mutex() in catalog order.
+  //   3. CheckLocked on each: refuses, changing nothing, an update it can
+  //      tell would make a value NaN or +-Inf without applying it.
+  //   4. ApplyLocked with undo space on the shards whose UndoFloats is
+  //      non-zero, first: they can only tell after applying, saving each
+  //      touched value there first; INVALID_ARGUMENT then names the value.
+  //      UndoLocked(update, undo) restores what ApplyLocked changed.
+  //   5. ApplyLocked(update, nullptr) on the rest, which cannot fail once
+  //      CheckLocked passed.
+  // The version advances once per ApplyLocked.
+  virtual absl::Status Prepare(ShardUpdate* update, float scale) = 0;
+  virtual absl::Mutex* mutex() const = 0;
+  virtual absl::Status CheckLocked(const ShardUpdate& update) const = 0;
+  virtual int64_t UndoFloats(const ShardUpdate& update) const = 0;
+  virtual absl::Status ApplyLocked(const ShardUpdate& update, float* undo) = 0;
+  virtual void UndoLocked(const ShardUpdate& update, const float* undo) = 0;
+  // Steps 1-5 for this shard alone.
+  absl::Status ApplyUpdate(ShardUpdate update, float scale = 1.0f);
+
+  // Checkpointing, in rows of the variable's dim 0: a checkpoint row is
+  // [values | slot 0 | slot 1], the row width each (row_stride() floats).
+  //
+  // Whether rows are saved with their ids (hash shards, whose rows are in
+  // creation order) or identified by position (the shard's row range).
+  virtual bool exports_ids() const = 0;
+  virtual int64_t row_stride() const = 0;
+  // Copies rows [first, first + count) of the shard's row order under one
+  // lock: their global ids to `ids` and floats to `out` (either may be
+  // null). Returns the number copied (fewer at the end of a hash shard)
+  // and sets *version.
+  virtual int64_t ExportRows(int64_t first, int64_t count, int64_t* ids,
+                             float* out, int64_t* version) const = 0;
+  // Overwrites (hash: creates where needed) the rows of global `ids` from
+  // rows[i * row_stride()...]. Hash shards: RESOURCE_EXHAUSTED past the
+  // capacity. REQUIRES: every id belongs to this shard.
+  virtual absl::Status ImportRows(absl::Span<const int64_t> ids,
+                                  const float* rows) = 0;
+  virtual void RestoreVersion(int64_t version) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_SHARDS_SHARD_H_
