@@ -11,15 +11,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "cli/help.h"
 #include "cli/security_flags.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
-#include "grpcpp/create_channel.h"
 #include "partitioner/cluster_spec.h"
 #include "proto/buffer_pool.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
+#include "ps_server/checkpoint/checkpoint_schedule.h"
 #include "ps_server/rpc/server.h"
 #include "util/thread_pool.h"
 
@@ -110,107 +109,27 @@ psrt::S3Options S3OptionsFromFlags() {
   return s3;
 }
 
-// PS 0: takes a checkpoint when --checkpoint_every_secs/steps says so and
-// training has progressed since the last one.
-void RunCheckpointTriggers(psrt::Server* server, absl::Notification* stop) {
-  psrt::CheckpointCoordinator* c = server->checkpoints();
-  while (!stop->WaitForNotificationWithTimeout(absl::Seconds(1))) {
-    const int64_t step = server->store()->global_step();
-    if (step <= c->last_step() || server->store()->Variables().empty()) {
-      continue;
-    }
-    const bool by_time = FLAGS_checkpoint_every_secs > 0 &&
-                         absl::Now() - c->last_time() >=
-                             absl::Seconds(FLAGS_checkpoint_every_secs);
-    const bool by_steps = FLAGS_checkpoint_every_steps > 0 &&
-                          step - c->last_step() >= FLAGS_checkpoint_every_steps;
-    if (!by_time && !by_steps) continue;
-    auto result = c->Checkpoint("");
-    if (!result.ok()) {
-      LOG(ERROR) << "periodic checkpoint failed (training continues; next "
-                    "try at the next interval): "
-                 << result.status();
-      c->set_last(absl::Now(), c->last_step());
-    }
-  }
-}
-
-// What a PS does on SIGTERM before it stops serving. Returns false if the
-// final checkpoint failed.
-bool FinalCheckpoint(psrt::Server* server, int task,
-                     const psrt::ClusterSpec& cluster) {
-  if (FLAGS_checkpoint_uri.empty() || !FLAGS_checkpoint_on_shutdown) {
-    return true;
-  }
-  if (task == 0) {
-    if (server->store()->Variables().empty()) return true;
-    LOG(INFO) << "final checkpoint before shutdown";
-    auto result = server->checkpoints()->Checkpoint("", /*final=*/true);
-    if (!result.ok()) {
-      LOG(ERROR) << "final checkpoint failed: " << result.status();
-      return false;
-    }
-    return true;
-  }
-  // Keep serving until PS 0 has saved this PS's shards, PS 0 is gone, or
-  // the wait runs out.
-  LOG(INFO) << "waiting up to " << FLAGS_final_checkpoint_wait_secs
-            << " s for PS 0's final checkpoint";
-  auto channel = psrt::MakeChannel(cluster.ps[0], server->security());
-  if (!channel.ok()) {
-    LOG(WARNING) << channel.status();
-    return true;
-  }
-  auto stub = psrt::ParameterServer::NewStub(*channel);
-  const absl::Time deadline =
-      absl::Now() + absl::Seconds(FLAGS_final_checkpoint_wait_secs);
-  int unreachable = 0;
-  while (!server->service()->final_checkpoint_saved()) {
-    if (absl::Now() > deadline) {
-      LOG(WARNING) << "no final checkpoint from PS 0 within "
-                   << FLAGS_final_checkpoint_wait_secs << " s; stopping";
-      return true;
-    }
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    psrt::StatsRequest request;
-    psrt::StatsResponse response;
-    unreachable =
-        stub->GetStats(&context, request, &response).ok() ? 0 : unreachable + 1;
-    if (unreachable >= 3) {
-      LOG(WARNING) << "PS 0 (" << cluster.ps[0]
-                   << ") is unreachable; stopping without a final checkpoint";
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  LOG(INFO) << "PS 0 saved this PS's shards in its final checkpoint";
-  return true;
-}
-
-int Run() {
+// The flags as ServerOptions (without the restore point). INVALID_ARGUMENT
+// naming the flag for a bad value.
+absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   auto cluster = psrt::LoadClusterSpec(FLAGS_cluster, 2223);
-  if (!cluster.ok()) {
-    LOG(ERROR) << cluster.status();
-    return 2;
-  }
+  if (!cluster.ok()) return cluster.status();
   int task = FLAGS_task_index;
   if (task < 0) {
     task = cluster->has_task && cluster->task.type == "ps" ? cluster->task.index
                                                            : 0;
   }
   if (task >= cluster->num_ps()) {
-    LOG(ERROR) << "--task_index=" << task << " but the cluster lists "
-               << cluster->num_ps() << " PS tasks";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--task_index=", task, " but the cluster lists ",
+                     cluster->num_ps(), " PS tasks"));
   }
   int port = FLAGS_port;
   if (port == 0) {
     std::string host;
     if (auto s = psrt::SplitHostPort(cluster->ps[task], &host, &port);
         !s.ok()) {
-      LOG(ERROR) << s;
-      return 2;
+      return s;
     }
   }
   psrt::ServerOptions options;
@@ -225,24 +144,17 @@ int Run() {
   }
   if (FLAGS_max_message_bytes < (64 << 10) ||
       FLAGS_max_message_bytes > (1 << 30)) {
-    LOG(ERROR) << "--max_message_bytes must be within [64 KiB, 1 GiB]";
-    return 2;
+    return absl::InvalidArgumentError(
+        "--max_message_bytes must be within [64 KiB, 1 GiB]");
   }
   options.limits.max_message_bytes = FLAGS_max_message_bytes;
   options.limits.max_push_bytes = FLAGS_max_push_bytes;
   options.memory_limit_bytes = FLAGS_memory_limit_bytes;
-
   if (FLAGS_apply_threads < 0) {
-    LOG(ERROR) << "--apply_threads must be >= 0";
-    return 2;
+    return absl::InvalidArgumentError("--apply_threads must be >= 0");
   }
-  psrt::ThreadPool::SetDefaultSize(FLAGS_apply_threads);
-
   auto security = psrt::SecurityOptionsFromFlags();
-  if (!security.ok()) {
-    LOG(ERROR) << security.status();
-    return 2;
-  }
+  if (!security.ok()) return security.status();
   options.security = *security;
   options.checkpoint.uri = FLAGS_checkpoint_uri;
   options.checkpoint.keep = FLAGS_keep_checkpoints;
@@ -251,8 +163,8 @@ int Run() {
   options.checkpoint.max_bytes_per_sec =
       static_cast<int64_t>(FLAGS_checkpoint_max_mb_per_sec * 1e6);
   if (FLAGS_s3_part_mib < 5) {
-    LOG(ERROR) << "--s3_part_mib must be at least 5 (S3's minimum part size)";
-    return 2;
+    return absl::InvalidArgumentError(
+        "--s3_part_mib must be at least 5 (S3's minimum part size)");
   }
   // Storage is opened through this one opener everywhere in the process.
   options.checkpoint.open_storage =
@@ -260,17 +172,61 @@ int Run() {
   if (!FLAGS_checkpoint_uri.empty()) {
     if (auto s = options.checkpoint.open_storage(FLAGS_checkpoint_uri);
         !s.ok()) {
-      LOG(ERROR) << "--checkpoint_uri: " << s.status();
-      return 2;
+      return absl::Status(
+          s.status().code(),
+          absl::StrCat("--checkpoint_uri: ", s.status().message()));
     }
   }
+  return options;
+}
+
+psrt::CheckpointSchedule CheckpointScheduleFromFlags() {
+  psrt::CheckpointSchedule schedule;
+  schedule.every = absl::Seconds(FLAGS_checkpoint_every_secs);
+  schedule.every_steps = FLAGS_checkpoint_every_steps;
+  schedule.on_shutdown = FLAGS_checkpoint_on_shutdown;
+  schedule.final_wait = absl::Seconds(FLAGS_final_checkpoint_wait_secs);
+  return schedule;
+}
+
+// Serves until SIGTERM or SIGINT (blocked in `signals`), taking the
+// scheduled checkpoints meanwhile and the final one then. Returns false if
+// the final checkpoint failed.
+bool ServeUntilSignalled(psrt::Server* server, const sigset_t& signals) {
+  const psrt::CheckpointSchedule schedule = CheckpointScheduleFromFlags();
+  psrt::ScheduledCheckpoints periodic(server->checkpoints(), server->store(),
+                                      schedule);
+  bool final_ok = true;
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    periodic.Stop();
+    final_ok = psrt::TakeFinalCheckpoint(
+        server->checkpoints(), *server->store(), schedule,
+        [server] { return server->service()->final_checkpoint_saved(); });
+    LOG(INFO) << "shutting down (grace " << FLAGS_shutdown_grace_secs << "s)";
+    server->Shutdown(absl::Now() + absl::Seconds(FLAGS_shutdown_grace_secs));
+  });
+  server->Wait();
+  waiter.join();
+  return final_ok;
+}
+
+int Run() {
+  auto options = ServerOptionsFromFlags();
+  if (!options.ok()) {
+    LOG(ERROR) << options.status();
+    return 2;
+  }
+  psrt::ThreadPool::SetDefaultSize(FLAGS_apply_threads);
   auto restore = psrt::ResolveRestore(FLAGS_restore, FLAGS_checkpoint_uri,
-                                      options.checkpoint.open_storage);
+                                      options->checkpoint.open_storage);
   if (!restore.ok()) {
     LOG(ERROR) << "--restore=" << FLAGS_restore << ": " << restore.status();
     return 1;
   }
-  options.restore_uri = *restore;
+  options->restore_uri = *restore;
 
   // Signals are taken by one thread with sigwait, not by async handlers.
   sigset_t signals;
@@ -279,31 +235,12 @@ int Run() {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto server = psrt::Server::Create(options);
+  auto server = psrt::Server::Create(*options);
   if (!server.ok()) {
     LOG(ERROR) << server.status();
     return 1;
   }
-  absl::Notification stop_triggers;
-  std::thread triggers;
-  if (task == 0 && !FLAGS_checkpoint_uri.empty() &&
-      (FLAGS_checkpoint_every_secs > 0 || FLAGS_checkpoint_every_steps > 0)) {
-    triggers =
-        std::thread(RunCheckpointTriggers, server->get(), &stop_triggers);
-  }
-  bool final_ok = true;
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    stop_triggers.Notify();
-    if (triggers.joinable()) triggers.join();
-    final_ok = FinalCheckpoint(server->get(), task, *cluster);
-    LOG(INFO) << "shutting down (grace " << FLAGS_shutdown_grace_secs << "s)";
-    (*server)->Shutdown(absl::Now() + absl::Seconds(FLAGS_shutdown_grace_secs));
-  });
-  (*server)->Wait();
-  waiter.join();
+  const bool final_ok = ServeUntilSignalled(server->get(), signals);
   LOG(INFO) << "ps_server stopped";
   return final_ok ? 0 : 1;
 }

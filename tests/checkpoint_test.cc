@@ -481,7 +481,8 @@ TEST(CheckpointTriggerTest, RateCapSlowsTheWriters) {
     auto cluster = StartCluster(2, flags);
     ASSERT_NE(cluster, nullptr);
     auto client = Connect(*cluster);
-    ASSERT_TRUE(client->CreateVariables({big}).ok());
+    const absl::Status created = client->CreateVariables({big});
+    ASSERT_TRUE(created.ok()) << created;
     auto saved = client->Checkpoint();
     ASSERT_TRUE(saved.ok()) << saved.status();
     EXPECT_GE(saved->bytes(), 64 << 20);

@@ -9,10 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
-#include "grpcpp/create_channel.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "ps_server/checkpoint/checkpoint_saver.h"
-#include "util/grpc_status.h"
 
 namespace psrt {
 namespace {
@@ -27,20 +25,12 @@ void OnEachPs(int first, int n, const std::function<void(int)>& call) {
 
 }  // namespace
 
-CheckpointCoordinator::CheckpointCoordinator(
-    ShardStore* store, std::vector<std::string> ps_addresses,
-    CheckpointOptions options, const SecurityOptions& security)
-    : store_(store),
-      ps_addresses_(std::move(ps_addresses)),
-      options_(std::move(options)) {
-  for (size_t i = 0; i < ps_addresses_.size(); ++i) {
-    if (static_cast<int>(i) == store_->ps_task()) {
-      stubs_.push_back(nullptr);
-      continue;
-    }
-    // Server::Create checked that the credentials can be made.
-    stubs_.push_back(
-        ParameterServer::NewStub(*MakeChannel(ps_addresses_[i], security)));
+CheckpointCoordinator::CheckpointCoordinator(ShardStore* store,
+                                             const PsPeers* peers,
+                                             CheckpointOptions options)
+    : store_(store), peers_(peers), options_(std::move(options)) {
+  for (int t = 0; t < peers_->size(); ++t) {
+    ps_addresses_.push_back(peers_->address(t));
   }
 }
 
@@ -181,15 +171,10 @@ absl::Status CheckpointCoordinator::CommitOnOthers(
   const int n = static_cast<int>(ps_addresses_.size());
   std::vector<std::string> errors(n);
   OnEachPs(1, n, [&](int t) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
-    CommitCheckpointResponse response;
-    const grpc::Status s =
-        stubs_[t]->CommitCheckpoint(&context, request, &response);
-    if (!s.ok()) {
-      errors[t] = absl::StrCat("PS ", t, " (", ps_addresses_[t],
-                               "): ", s.error_message());
-    }
+    const absl::Status s =
+        peers_->CommitCheckpoint(t, request, absl::Minutes(5));
+    if (!s.ok())
+      errors[t] = absl::StrCat(peers_->Describe(t), ": ", s.message());
   });
   std::string joined;
   for (const std::string& e : errors) {
@@ -225,8 +210,8 @@ void CheckpointCoordinator::Retain(Storage& root) {
   }
 }
 
-absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
-    absl::string_view uri_arg, bool final) {
+absl::Status CheckpointCoordinator::CheckCheckpointRequest(
+    absl::string_view uri_arg) const {
   if (options_.uri.empty()) {
     return absl::FailedPreconditionError(
         "no checkpoint location: start ps_server with --checkpoint_uri");
@@ -238,12 +223,35 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
         "', but this PS writes checkpoints only under its --checkpoint_uri '",
         options_.uri, "'"));
   }
-  const std::string& root_uri = options_.uri;
   if (store_->ps_task() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this is PS ", store_->ps_task(),
         "; checkpoints are coordinated by PS 0 (", ps_addresses_[0], ")"));
   }
+  return absl::OkStatus();
+}
+
+std::vector<absl::StatusOr<SaveShardsResponse>>
+CheckpointCoordinator::SaveEverywhere(const std::string& uri, bool final) {
+  // Every PS at once; this one on its own thread too.
+  const int n = peers_->size();
+  std::vector<absl::StatusOr<SaveShardsResponse>> results(
+      n, absl::UnknownError("not run"));
+  SaveShardsRequest request;
+  request.set_checkpoint_uri(uri);
+  request.set_final(final);
+  OnEachPs(0, n, [&](int t) {
+    results[t] = t == peers_->self()
+                     ? SaveShards(request)
+                     : peers_->SaveShards(t, request, options_.save_timeout);
+  });
+  return results;
+}
+
+absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
+    absl::string_view uri_arg, bool final) {
+  if (absl::Status s = CheckCheckpointRequest(uri_arg); !s.ok()) return s;
+  const std::string& root_uri = options_.uri;
   absl::MutexLock run_lock(&run_mu_);
   const absl::Time start = absl::Now();
   auto root = options_.open_storage(root_uri);
@@ -254,31 +262,7 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
   LOG(INFO) << "checkpoint " << uri << ": saving on " << ps_addresses_.size()
             << " PS";
 
-  // Every PS at once; this one on its own thread too.
-  const int n = static_cast<int>(ps_addresses_.size());
-  std::vector<absl::StatusOr<SaveShardsResponse>> results(
-      n, absl::UnknownError("not run"));
-  SaveShardsRequest request;
-  request.set_checkpoint_uri(uri);
-  request.set_final(final);
-  OnEachPs(0, n, [&](int t) {
-    if (stubs_[t] == nullptr) {
-      results[t] = SaveShards(request);
-      return;
-    }
-    grpc::ClientContext context;
-    context.set_deadline(
-        absl::ToChronoTime(absl::Now() + options_.save_timeout));
-    context.set_wait_for_ready(false);
-    SaveShardsResponse response;
-    const grpc::Status s = stubs_[t]->SaveShards(&context, request, &response);
-    if (s.ok()) {
-      results[t] = std::move(response);
-    } else {
-      results[t] = FromGrpcStatus(s);
-    }
-  });
-
+  const auto results = SaveEverywhere(uri, final);
   auto manifest = BuildManifest(uri, name, start, results, store_->Variables(),
                                 ps_addresses_);
   if (!manifest.ok()) {

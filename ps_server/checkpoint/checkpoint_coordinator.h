@@ -14,8 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps.grpc.pb.h"
+#include "ps_server/peers/ps_peers.h"
 #include "ps_server/shards/shard_store.h"
-#include "security/security.h"
 #include "storage/storage.h"
 
 namespace psrt {
@@ -37,12 +37,10 @@ struct CheckpointOptions {
 
 class CheckpointCoordinator {
  public:
-  // `ps_addresses` are every PS task's host:port (index = task).
-  // `security`: how this PS calls the others (TLS, token).
-  CheckpointCoordinator(ShardStore* store,
-                        std::vector<std::string> ps_addresses,
-                        CheckpointOptions options,
-                        const SecurityOptions& security = SecurityOptions());
+  // `peers`: every PS task of the cluster, and how this PS calls them;
+  // `store` and `peers` must outlive the coordinator.
+  CheckpointCoordinator(ShardStore* store, const PsPeers* peers,
+                        CheckpointOptions options);
 
   // Runs one checkpoint under options.uri; `uri` may repeat it (or be
   // empty), never name another root.
@@ -70,8 +68,15 @@ class CheckpointCoordinator {
   void set_last(absl::Time time, int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
 
   const CheckpointOptions& options() const { return options_; }
+  const PsPeers& peers() const { return *peers_; }
 
  private:
+  // Checkpoint's phases: the request checked (a location configured, the
+  // same root, this is PS 0); SaveShards on every PS at once (this one
+  // locally), each PS's answer or error by task.
+  absl::Status CheckCheckpointRequest(absl::string_view uri) const;
+  std::vector<absl::StatusOr<SaveShardsResponse>> SaveEverywhere(
+      const std::string& uri, bool final);
   // FAILED_PRECONDITION naming `method` when options.uri is empty.
   absl::Status CheckConfigured(absl::string_view method) const;
   absl::Status DeleteCheckpoint(Storage& root, const std::string& name);
@@ -85,10 +90,10 @@ class CheckpointCoordinator {
   void Retain(Storage& root);
 
   ShardStore* const store_;
-  const std::vector<std::string> ps_addresses_;
+  const PsPeers* const peers_;
   const CheckpointOptions options_;
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;
-  absl::Mutex save_mu_;  // one local SaveShards at a time
+  std::vector<std::string> ps_addresses_;  // peers_' addresses, by task
+  absl::Mutex save_mu_;                    // one local SaveShards at a time
   mutable absl::Mutex mu_;
   absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;

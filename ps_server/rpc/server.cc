@@ -63,12 +63,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
               << " variables saved by " << m.num_ps()
               << " PS): each variable is filled when it is created";
   }
-  if (auto c = MakeChannelCredentials(options.security); !c.ok()) {
-    return c.status();
-  }
+  auto peers =
+      PsPeers::Create(options.cluster.ps, options.ps_task, options.security);
+  if (!peers.ok()) return peers.status();
+  server->peers_ = std::move(*peers);
   server->checkpoints_ = std::make_unique<CheckpointCoordinator>(
-      server->store_.get(), options.cluster.ps, options.checkpoint,
-      options.security);
+      server->store_.get(), server->peers_.get(), options.checkpoint);
   server->checkpoints_->set_last(absl::Now(), server->store_->global_step());
   // Secured clusters serve checkpoint RPCs only to their own hosts.
   if (!options.security.auth_token.empty() ||

@@ -18,6 +18,7 @@
 #include "ps_server/checkpoint/checkpoint_restorer.h"
 #include "ps_server/metrics/metrics.h"
 #include "ps_server/metrics/metrics_http_server.h"
+#include "ps_server/peers/ps_peers.h"
 #include "ps_server/rpc/ps_service.h"
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
@@ -69,6 +70,7 @@ class Server {
   MetricsRegistry registry_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<CheckpointRestorer> restorer_;
+  std::unique_ptr<PsPeers> peers_;
   std::unique_ptr<CheckpointCoordinator> checkpoints_;
   std::unique_ptr<ClusterMembers> checkpoint_callers_;
   std::unique_ptr<ParameterServerService> service_;

@@ -1,0 +1,67 @@
+#include "ps_server/peers/ps_peers.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "util/grpc_status.h"
+
+namespace psrt {
+namespace {
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context->set_wait_for_ready(false);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsPeers>> PsPeers::Create(
+    std::vector<std::string> addresses, int self,
+    const SecurityOptions& security) {
+  std::unique_ptr<PsPeers> peers(new PsPeers(std::move(addresses), self));
+  for (int t = 0; t < peers->size(); ++t) {
+    if (t == self) {
+      peers->stubs_.push_back(nullptr);
+      continue;
+    }
+    auto channel = MakeChannel(peers->addresses_[t], security);
+    if (!channel.ok()) return channel.status();
+    peers->stubs_.push_back(ParameterServer::NewStub(*channel));
+  }
+  return peers;
+}
+
+std::string PsPeers::Describe(int task) const {
+  return absl::StrCat("PS ", task, " (", addresses_[task], ")");
+}
+
+absl::StatusOr<SaveShardsResponse> PsPeers::SaveShards(
+    int task, const SaveShardsRequest& request, absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  SaveShardsResponse response;
+  const grpc::Status s = stubs_[task]->SaveShards(&context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
+absl::Status PsPeers::CommitCheckpoint(int task,
+                                       const CommitCheckpointRequest& request,
+                                       absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  CommitCheckpointResponse response;
+  const grpc::Status s =
+      stubs_[task]->CommitCheckpoint(&context, request, &response);
+  return FromGrpcStatus(s);
+}
+
+absl::Status PsPeers::Ping(int task, absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  StatsRequest request;
+  StatsResponse response;
+  const grpc::Status s = stubs_[task]->GetStats(&context, request, &response);
+  return FromGrpcStatus(s);
+}
+
+}  // namespace psrt

@@ -1,0 +1,59 @@
+// How one ps_server calls the other PS tasks of its cluster: the one place
+// that holds their channels and stubs (with the cluster's TLS and token)
+// and makes the calls, each with a deadline, its status converted to an
+// absl::Status (util/grpc_status.h). Checkpoint
+// coordination (SaveShards, CommitCheckpoint) and the shutdown wait for PS
+// 0 go through it; so will anything else a PS asks of another. Clients
+// reach servers through clients/cpp's PsConnection instead.
+#ifndef PSRT_PS_SERVER_PEERS_PS_PEERS_H_
+#define PSRT_PS_SERVER_PEERS_PS_PEERS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/ps.grpc.pb.h"
+#include "security/security.h"
+
+namespace psrt {
+
+class PsPeers {
+ public:
+  // `addresses`: every PS task's host:port (index = task); `self` is this
+  // PS's task (never called). INVALID_ARGUMENT if the credentials of
+  // `security` cannot be made.
+  static absl::StatusOr<std::unique_ptr<PsPeers>> Create(
+      std::vector<std::string> addresses, int self,
+      const SecurityOptions& security);
+
+  int size() const { return static_cast<int>(addresses_.size()); }
+  int self() const { return self_; }
+  const std::string& address(int task) const { return addresses_[task]; }
+  // "PS 1 (host:2224)", for messages.
+  std::string Describe(int task) const;
+
+  // The RPCs, to PS `task` (not self), failing after `timeout`. Errors are
+  // the peer's status (or the transport's); callers name the PS in their
+  // messages with Describe(task).
+  absl::StatusOr<SaveShardsResponse> SaveShards(
+      int task, const SaveShardsRequest& request, absl::Duration timeout) const;
+  absl::Status CommitCheckpoint(int task,
+                                const CommitCheckpointRequest& request,
+                                absl::Duration timeout) const;
+  // A cheap call that answers while the peer serves (GetStats).
+  absl::Status Ping(int task, absl::Duration timeout) const;
+
+ private:
+  PsPeers(std::vector<std::string> addresses, int self)
+      : addresses_(std::move(addresses)), self_(self) {}
+
+  const std::vector<std::string> addresses_;
+  const int self_;
+  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;  // null: self
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_PEERS_PS_PEERS_H_
