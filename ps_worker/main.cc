@@ -128,12 +128,41 @@ std::vector<std::string> SplitList(const std::string& s) {
   return absl::StrSplit(s, ',', absl::SkipEmpty());
 }
 
-int Run() {
-  auto cluster = LoadClusterSpec(FLAGS_cluster, 2223);
-  if (!cluster.ok()) {
-    LOG(ERROR) << cluster.status();
-    return 2;
+// --model and the model's flags as a ModelConfig.
+absl::StatusOr<ModelConfig> ModelConfigFromFlags() {
+  ModelConfig model;
+  model.name = FLAGS_model;
+  model.fields = FLAGS_fields;
+  model.dense_dim = FLAGS_dense_dim;
+  model.classes = FLAGS_classes;
+  model.embedding_dim = FLAGS_embedding_dim;
+  model.hidden.clear();  // (the struct's default layers)
+  for (const std::string& h : SplitList(FLAGS_hidden)) {
+    int size;
+    if (!absl::SimpleAtoi(h, &size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--hidden: '", h, "' is not a layer size"));
+    }
+    model.hidden.push_back(size);
   }
+  model.vocab = FLAGS_vocab;
+  model.hash_capacity = FLAGS_hash_capacity;
+  model.embedding_shards = FLAGS_embedding_shards;
+  model.seed = FLAGS_seed;
+  auto emb = Optimizer(FLAGS_optimizer, FLAGS_learning_rate);
+  auto dense = Optimizer(FLAGS_dense_optimizer, FLAGS_dense_learning_rate);
+  if (!emb.ok()) return emb.status();
+  if (!dense.ok()) return dense.status();
+  model.embedding_optimizer = *emb;
+  model.dense_optimizer = *dense;
+  return model;
+}
+
+// The flags as TrainerOptions. INVALID_ARGUMENT naming the flag for a bad
+// value.
+absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
+  auto cluster = LoadClusterSpec(FLAGS_cluster, 2223);
+  if (!cluster.ok()) return cluster.status();
   TrainerOptions o;
   o.worker_index = FLAGS_task_index >= 0 ? FLAGS_task_index
                    : cluster->has_task && cluster->task.type == "worker"
@@ -141,55 +170,29 @@ int Run() {
                        : 0;
   o.num_workers = std::max(1, cluster->num_workers());
   if (o.worker_index >= o.num_workers) {
-    LOG(ERROR) << "--task_index=" << o.worker_index << " but the cluster lists "
-               << o.num_workers << " workers";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--task_index=", o.worker_index, " but the cluster lists ",
+                     o.num_workers, " workers"));
   }
   if (FLAGS_device != "cpu" && FLAGS_device != "gpu" &&
       FLAGS_device != "auto") {
-    LOG(ERROR) << "--device=" << FLAGS_device << ": expected cpu, gpu or auto";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", FLAGS_device, ": expected cpu, gpu or auto"));
   }
   if (FLAGS_compute != "model" && FLAGS_compute != "none") {
-    LOG(ERROR) << "--compute=" << FLAGS_compute << ": expected model or none";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compute=", FLAGS_compute, ": expected model or none"));
   }
   o.client.ps_addresses = cluster->ps;
   auto security = SecurityOptionsFromFlags();
-  if (!security.ok()) {
-    LOG(ERROR) << security.status();
-    return 2;
-  }
+  if (!security.ok()) return security.status();
   o.client.security = *security;
   o.ps_recovery_timeout = absl::Seconds(std::max(0.0, FLAGS_ps_recovery_secs));
   o.client.call_timeout =
       absl::Seconds(std::max(60.0, FLAGS_sync_timeout_secs * 2));
-  o.model.name = FLAGS_model;
-  o.model.fields = FLAGS_fields;
-  o.model.dense_dim = FLAGS_dense_dim;
-  o.model.classes = FLAGS_classes;
-  o.model.embedding_dim = FLAGS_embedding_dim;
-  o.model.hidden.clear();
-  for (const std::string& h : SplitList(FLAGS_hidden)) {
-    int size;
-    if (!absl::SimpleAtoi(h, &size)) {
-      LOG(ERROR) << "--hidden: '" << h << "' is not a layer size";
-      return 2;
-    }
-    o.model.hidden.push_back(size);
-  }
-  o.model.vocab = FLAGS_vocab;
-  o.model.hash_capacity = FLAGS_hash_capacity;
-  o.model.embedding_shards = FLAGS_embedding_shards;
-  o.model.seed = FLAGS_seed;
-  auto emb = Optimizer(FLAGS_optimizer, FLAGS_learning_rate);
-  auto dense = Optimizer(FLAGS_dense_optimizer, FLAGS_dense_learning_rate);
-  if (!emb.ok() || !dense.ok()) {
-    LOG(ERROR) << (emb.ok() ? dense.status() : emb.status());
-    return 2;
-  }
-  o.model.embedding_optimizer = *emb;
-  o.model.dense_optimizer = *dense;
+  auto model = ModelConfigFromFlags();
+  if (!model.ok()) return model.status();
+  o.model = *std::move(model);
 
   ReaderOptions reader;
   reader.format = FLAGS_format;
@@ -202,21 +205,21 @@ int Run() {
   reader.skip_bad_records = FLAGS_skip_bad_records;
   o.train.patterns = SplitList(FLAGS_train_files);
   if (o.train.patterns.empty()) {
-    LOG(ERROR) << "--train_files is required";
-    return 2;
+    return absl::InvalidArgumentError("--train_files is required");
   }
   o.train.reader = reader;
   o.train.batch_size = FLAGS_batch_size;
   o.train.shuffle_buffer = FLAGS_shuffle_buffer;
   if (FLAGS_reader_threads < 0 || FLAGS_reader_threads > 256) {
-    LOG(ERROR) << "--reader_threads=" << FLAGS_reader_threads
-               << ": must be in [0, 256] (0: from the cores)";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reader_threads=", FLAGS_reader_threads,
+                     ": must be in [0, 256] (0: from the cores)"));
   }
   if (FLAGS_cache != "none" && FLAGS_cache != "memory") {
-    LOG(ERROR) << "--cache=" << FLAGS_cache
-               << ": expected none or memory (a disk cache is not built yet)";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cache=", FLAGS_cache,
+                     ": expected none or memory (a disk cache is not built "
+                     "yet)"));
   }
   o.train.cache_in_memory = FLAGS_cache == "memory";
   o.train.reader_threads =
@@ -235,8 +238,8 @@ int Run() {
   o.compute = FLAGS_compute;
   o.max_steps = FLAGS_max_steps;
   if (!(FLAGS_learning_rate_decay > 0 && FLAGS_learning_rate_decay <= 1)) {
-    LOG(ERROR) << "--learning_rate_decay must be in (0, 1]";
-    return 2;
+    return absl::InvalidArgumentError(
+        "--learning_rate_decay must be in (0, 1]");
   }
   o.learning_rate_decay = static_cast<float>(FLAGS_learning_rate_decay);
   o.log_every_steps = std::max(1, FLAGS_log_every_steps);
@@ -248,13 +251,22 @@ int Run() {
     o.consistency.set_mode(Consistency::SSP);
     o.consistency.set_staleness(FLAGS_staleness);
   } else if (FLAGS_mode != "async") {
-    LOG(ERROR) << "--mode=" << FLAGS_mode << " is not async, sync or ssp";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode=", FLAGS_mode, " is not async, sync or ssp"));
   }
   o.consistency.set_workers(o.num_workers);
   o.consistency.set_timeout_seconds(
       static_cast<float>(FLAGS_sync_timeout_secs));
+  return o;
+}
 
+int Run() {
+  auto options = TrainerOptionsFromFlags();
+  if (!options.ok()) {
+    LOG(ERROR) << options.status();
+    return 2;
+  }
+  const TrainerOptions& o = *options;
   Trainer trainer(o);
   absl::StatusOr<TrainingResult> result = trainer.Run();
   if (!result.ok()) {

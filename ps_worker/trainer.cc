@@ -37,8 +37,8 @@ struct Trainer::Step {
   Gradients grads;
   std::vector<PullOp> pull_ops;
   std::vector<PushOp> push_ops;
-  std::unique_ptr<PendingStep> pull;
-  std::unique_ptr<PendingStep> push;
+  std::unique_ptr<PendingCall> pull;
+  std::unique_ptr<PendingCall> push;
 };
 
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
@@ -132,7 +132,7 @@ absl::Status Trainer::RecoverFromFailedPush(const absl::Status& status,
   return Recover(status);
 }
 
-absl::StatusOr<TrainingResult> Trainer::Run() {
+absl::Status Trainer::Setup(Step* first) {
   const bool sync = options_.consistency.mode() == Consistency::SYNC;
   if (sync && options_.num_workers > 1 && options_.max_steps <= 0) {
     return absl::InvalidArgumentError(
@@ -153,50 +153,55 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   if (options_.max_steps > 0) train.epochs = 0;  // the step budget decides
   auto dataset = Dataset::Create(train);
   if (!dataset.ok()) return dataset.status();
+  dataset_ = std::move(*dataset);
 
-  auto cur = std::make_unique<Step>();
-  absl::StatusOr<bool> got = (*dataset)->Next(&cur->batch);
+  absl::StatusOr<bool> got = dataset_->Next(&first->batch);
   if (!got.ok()) return got.status();
   if (!*got) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", options_.worker_index, " of ", options_.num_workers,
         " has no training data (its shard of the files is empty)"));
   }
-  ModelConfig config = options_.model;
-  if (config.fields == 0 && cur->batch.fields() > 0)
-    config.fields = cur->batch.fields();
-  if (config.dense_dim == 0) config.dense_dim = cur->batch.dense_dim;
-  config.num_ps = client_->num_ps();
-  auto model = CreateModel(config);
+  config_ = options_.model;
+  if (config_.fields == 0 && first->batch.fields() > 0) {
+    config_.fields = first->batch.fields();
+  }
+  if (config_.dense_dim == 0) config_.dense_dim = first->batch.dense_dim;
+  config_.num_ps = client_->num_ps();
+  auto model = CreateModel(config_);
   if (!model.ok()) return model.status();
   model_ = std::move(*model);
   if (absl::Status s = client_->CreateVariables(model_->variables()); !s.ok()) {
     return s;
   }
-  if (absl::Status s = model_->Check(cur->batch); !s.ok()) return s;
-  if (options_.consistency.mode() == Consistency::ASYNC) {
-    // Servers restored from a checkpoint know the step it was taken at:
-    // continue from there (the --max_steps budget counts from 0).
-    auto stats = client_->Stats();
-    if (!stats.ok()) return stats.status();
-    int64_t global_step = 0;
-    for (const StatsResponse& s : *stats) {
-      if (!s.restored_from().empty()) {
-        global_step = std::max(global_step, s.global_step());
-      }
-    }
-    if (global_step > 0) {
-      Log(absl::StrCat("servers were restored at global step ", global_step,
-                       "; continuing from there"));
-      cur->index = global_step;
-      if (options_.max_steps > 0 && global_step >= options_.max_steps) {
-        Log(absl::StrCat("--max_steps=", options_.max_steps,
-                         " already reached; nothing to train"));
-        TrainingResult done;
-        return done;
-      }
+  return model_->Check(first->batch);
+}
+
+absl::StatusOr<bool> Trainer::ResumeFromRestoredServers(Step* first) {
+  if (options_.consistency.mode() != Consistency::ASYNC) return false;
+  // Servers restored from a checkpoint know the step it was taken at:
+  // continue from there (the --max_steps budget counts from 0).
+  auto stats = client_->Stats();
+  if (!stats.ok()) return stats.status();
+  int64_t global_step = 0;
+  for (const StatsResponse& s : *stats) {
+    if (!s.restored_from().empty()) {
+      global_step = std::max(global_step, s.global_step());
     }
   }
+  if (global_step == 0) return false;
+  Log(absl::StrCat("servers were restored at global step ", global_step,
+                   "; continuing from there"));
+  first->index = global_step;
+  if (options_.max_steps > 0 && global_step >= options_.max_steps) {
+    Log(absl::StrCat("--max_steps=", options_.max_steps,
+                     " already reached; nothing to train"));
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<TowerRunner>> Trainer::CreateTowers() {
   std::string device_choice;
   absl::StatusOr<std::unique_ptr<TowerRunner>> towers;
   if (options_.compute == "none") {
@@ -216,23 +221,103 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   Log(absl::StrFormat(
       "training %s (%d fields, %d dense features, %d variables) on %d PS, "
       "%d tower(s), %s, batch %d, %d reader thread(s)",
-      config.name, config.fields, config.dense_dim, model_->variables().size(),
-      client_->num_ps(), (*towers)->size(),
-      Consistency::Mode_Name(options_.consistency.mode()), train.batch_size,
-      train.reader_threads));
+      config_.name, config_.fields, config_.dense_dim,
+      model_->variables().size(), client_->num_ps(), (*towers)->size(),
+      Consistency::Mode_Name(options_.consistency.mode()),
+      options_.train.batch_size, options_.train.reader_threads));
+  return towers;
+}
 
+absl::Status Trainer::StartPush(Step* step) {
+  step->push_ops.clear();
+  const float decay = std::pow(options_.learning_rate_decay,
+                               static_cast<float>(dataset_->stats().epoch));
+  for (size_t i = 0; i < model_->tables().size(); ++i) {
+    PushOp op = PushOp::Rows(model_->tables()[i].name, step->params.unique_ids,
+                             step->grads.tables[i].data());
+    op.ids_unique = true;
+    if (decay != 1.0f) {
+      op.learning_rate = decay * config_.embedding_optimizer.learning_rate();
+    }
+    step->push_ops.push_back(op);
+  }
+  for (size_t i = 0; i < model_->dense_variables().size(); ++i) {
+    PushOp op = PushOp::Dense(model_->dense_variables()[i].name,
+                              step->grads.dense[i].data());
+    if (decay != 1.0f) {
+      op.learning_rate = decay * config_.dense_optimizer.learning_rate();
+    }
+    step->push_ops.push_back(op);
+  }
+  auto push = client_->StartPush(
+      step->push_ops, StepOptions{options_.consistency, step->index});
+  if (!push.ok()) return push.status();
+  step->push = std::move(*push);
+  return absl::OkStatus();
+}
+
+// The progress line printed every --log_every_steps: throughput, loss,
+// AUC (or accuracy) and where the time went, over the interval.
+class Trainer::ProgressInterval {
+ public:
+  void Add(const Batch& batch, const float* predictions, double loss,
+           int classes) {
+    examples_ += batch.size;
+    loss_ += loss;
+    if (classes == 2) {
+      eval_.AddBinary(predictions, batch.labels.data(), batch.size);
+    } else {
+      std::vector<int> predicted(predictions, predictions + batch.size);
+      eval_.AddClasses(predicted.data(), batch.labels.data(), batch.size);
+    }
+    ++breakdown.steps;
+  }
+  // The line for the interval so far (and its mean loss), then restarts it.
+  std::string TakeLine(const TrainingResult& result, int64_t epoch, int classes,
+                       double* mean_loss) {
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    *mean_loss = loss_ / examples_;
+    const double n = static_cast<double>(breakdown.steps);
+    std::string line = absl::StrFormat(
+        "step=%d epoch=%d examples=%d examples/s=%.1f loss=%.5f %s "
+        "data_ms=%.2f pull_ms=%.2f compute_ms=%.2f push_ms=%.2f",
+        result.steps, epoch, result.examples, examples_ / seconds, *mean_loss,
+        classes == 2 ? absl::StrFormat("auc=%.5f", eval_.auc())
+                     : absl::StrFormat("accuracy=%.5f", eval_.accuracy()),
+        breakdown.data / n, breakdown.pull / n, breakdown.compute / n,
+        breakdown.push / n);
+    *this = ProgressInterval();
+    return line;
+  }
+  Breakdown breakdown;
+
+ private:
+  absl::Time start_ = absl::Now();
+  int64_t examples_ = 0;
+  double loss_ = 0;
+  Evaluator eval_;
+};
+
+absl::StatusOr<TrainingResult> Trainer::Run() {
+  auto cur = std::make_unique<Step>();
+  if (absl::Status s = Setup(cur.get()); !s.ok()) return s;
+  absl::StatusOr<bool> done = ResumeFromRestoredServers(cur.get());
+  if (!done.ok()) return done.status();
+  if (*done) return TrainingResult();
+  auto towers = CreateTowers();
+  if (!towers.ok()) return towers.status();
+
+  const bool sync = options_.consistency.mode() == Consistency::SYNC;
   TrainingResult result;
   const absl::Time start = absl::Now();
-  absl::Time interval_start = start;
-  int64_t interval_examples = 0;
-  double interval_loss = 0;
-  Evaluator interval_eval;
-  Breakdown breakdown;
+  ProgressInterval interval;
+  Breakdown& breakdown = interval.breakdown;
   std::vector<float> predictions;
   std::unique_ptr<Step> pushing;
 
-  if (absl::Status s = Prepare(cur.get(), options_.consistency); !s.ok())
+  if (absl::Status s = Prepare(cur.get(), options_.consistency); !s.ok()) {
     return s;
+  }
   while (true) {
     absl::Time t = absl::Now();
     if (absl::Status s = cur->pull->Wait(); !s.ok()) {
@@ -243,8 +328,9 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       pushing = nullptr;
       ++result.recoveries;
       if (absl::Status r = Recover(s); !r.ok()) return r;
-      if (absl::Status r = Prepare(cur.get(), options_.consistency); !r.ok())
+      if (absl::Status r = Prepare(cur.get(), options_.consistency); !r.ok()) {
         return r;
+      }
       continue;  // pull this step again
     }
     breakdown.pull += MillisSince(t);
@@ -261,15 +347,16 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     bool have_next =
         options_.max_steps <= 0 || next->index < options_.max_steps;
     if (have_next) {
-      got = (*dataset)->Next(&next->batch);
+      absl::StatusOr<bool> got = dataset_->Next(&next->batch);
       if (!got.ok()) return got.status();
       have_next = *got;
     }
     breakdown.data += MillisSince(t);
     if (have_next) {
       if (absl::Status s = model_->Check(next->batch); !s.ok()) return s;
-      if (absl::Status s = Prepare(next.get(), options_.consistency); !s.ok())
+      if (absl::Status s = Prepare(next.get(), options_.consistency); !s.ok()) {
         return s;
+      }
     }
 
     t = absl::Now();
@@ -290,65 +377,15 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       }
     }
     breakdown.push += MillisSince(t);
-    cur->push_ops.clear();
-    const float decay = std::pow(options_.learning_rate_decay,
-                                 static_cast<float>((*dataset)->stats().epoch));
-    for (size_t i = 0; i < model_->tables().size(); ++i) {
-      PushOp op = PushOp::Rows(model_->tables()[i].name, cur->params.unique_ids,
-                               cur->grads.tables[i].data());
-      op.ids_unique = true;
-      if (decay != 1.0f) {
-        op.learning_rate = decay * config.embedding_optimizer.learning_rate();
-      }
-      cur->push_ops.push_back(op);
-    }
-    for (size_t i = 0; i < model_->dense_variables().size(); ++i) {
-      PushOp op = PushOp::Dense(model_->dense_variables()[i].name,
-                                cur->grads.dense[i].data());
-      if (decay != 1.0f) {
-        op.learning_rate = decay * config.dense_optimizer.learning_rate();
-      }
-      cur->push_ops.push_back(op);
-    }
-    auto push = client_->StartPush(
-        cur->push_ops, StepOptions{options_.consistency, cur->index});
-    if (!push.ok()) return push.status();
-    cur->push = std::move(*push);
+    if (absl::Status s = StartPush(cur.get()); !s.ok()) return s;
 
     result.steps = cur->index + 1;
     result.examples += cur->batch.size;
-    interval_examples += cur->batch.size;
-    interval_loss += *loss;
-    if (model_->classes() == 2) {
-      interval_eval.AddBinary(predictions.data(), cur->batch.labels.data(),
-                              cur->batch.size);
-    } else {
-      std::vector<int> classes(predictions.begin(), predictions.end());
-      interval_eval.AddClasses(classes.data(), cur->batch.labels.data(),
-                               cur->batch.size);
-    }
-    ++breakdown.steps;
+    interval.Add(cur->batch, predictions.data(), *loss, model_->classes());
     const bool last = !have_next;
     if (result.steps % options_.log_every_steps == 0 || last) {
-      const double seconds =
-          absl::ToDoubleSeconds(absl::Now() - interval_start);
-      result.last_loss = interval_loss / interval_examples;
-      const double n = static_cast<double>(breakdown.steps);
-      Log(absl::StrFormat(
-          "step=%d epoch=%d examples=%d examples/s=%.1f loss=%.5f %s "
-          "data_ms=%.2f pull_ms=%.2f compute_ms=%.2f push_ms=%.2f",
-          result.steps, (*dataset)->stats().epoch, result.examples,
-          interval_examples / seconds, result.last_loss,
-          model_->classes() == 2
-              ? absl::StrFormat("auc=%.5f", interval_eval.auc())
-              : absl::StrFormat("accuracy=%.5f", interval_eval.accuracy()),
-          breakdown.data / n, breakdown.pull / n, breakdown.compute / n,
-          breakdown.push / n));
-      interval_start = absl::Now();
-      interval_examples = 0;
-      interval_loss = 0;
-      interval_eval = Evaluator();
-      breakdown = Breakdown();
+      Log(interval.TakeLine(result, dataset_->stats().epoch, model_->classes(),
+                            &result.last_loss));
     }
     pushing = std::move(cur);
     if (options_.evaluate && options_.eval_every_steps > 0 && !last &&
@@ -369,12 +406,16 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     }
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return Report(result);
+}
+
+absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
   if (options_.evaluate && !options_.eval.patterns.empty()) {
     auto eval = Evaluate();
     if (!eval.ok()) return eval.status();
     result.eval = *eval;
   }
-  result.bad_records = (*dataset)->stats().bad_records;
+  result.bad_records = dataset_->stats().bad_records;
   Log(absl::StrFormat(
       "done: steps=%d examples=%d seconds=%.1f examples/s=%.1f bad_records=%d "
       "ps_recoveries=%d lost_pushes=%d",

@@ -26,6 +26,8 @@
 
 namespace psrt {
 
+class TowerRunner;
+
 struct TrainerOptions {
   ClientOptions client;  // PS addresses; worker_index is set from below
   int worker_index = 0;
@@ -86,6 +88,19 @@ class Trainer {
 
  private:
   struct Step;
+  class ProgressInterval;
+
+  // Run's phases. Setup: connects, opens the data, reads the first batch
+  // into `first`, builds the model and creates its variables.
+  absl::Status Setup(Step* first);
+  // ASYNC with servers restored from a checkpoint: continues at its step;
+  // true if --max_steps was already reached there.
+  absl::StatusOr<bool> ResumeFromRestoredServers(Step* first);
+  absl::StatusOr<std::unique_ptr<TowerRunner>> CreateTowers();
+  // Sends `step`'s gradients (with the epoch's learning-rate decay).
+  absl::Status StartPush(Step* step);
+  // After the last step: the final evaluation and the summary line.
+  absl::StatusOr<TrainingResult> Report(TrainingResult result);
   // Starts the pull of `step`'s rows and dense variables under
   // `consistency` (the training mode's; evaluation's pulls take no part in
   // steps: ASYNC).
@@ -103,7 +118,9 @@ class Trainer {
   void Log(const std::string& line) const;
 
   TrainerOptions options_;
+  ModelConfig config_;  // options_.model, completed from the data
   std::unique_ptr<Client> client_;
+  std::unique_ptr<Dataset> dataset_;
   std::unique_ptr<Model> model_;
 };
 

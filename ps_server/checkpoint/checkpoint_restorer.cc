@@ -56,26 +56,9 @@ absl::StatusOr<std::unique_ptr<CheckpointRestorer>> CheckpointRestorer::Open(
   return r;
 }
 
-absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
+std::vector<const CheckpointFile*> CheckpointRestorer::FilesFor(
+    const LocalVariable& variable, const VariableSpec& saved) const {
   const VariableLayout& layout = *variable.layout;
-  auto saved_it = specs_.find(variable.name());
-  if (saved_it == specs_.end()) {
-    LOG(INFO) << "restore: '" << variable.name() << "' is not in " << uri_
-              << "; it starts from its initializer";
-    return absl::OkStatus();
-  }
-  const VariableSpec& saved = *saved_it->second;
-  if (std::string why = Incompatibility(saved, layout.spec); !why.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot restore '", variable.name(), "' from ", uri_, ": ",
-                     why, ": saved {", DescribeSpec(saved), "}, requested {",
-                     DescribeSpec(layout.spec), "}"));
-  }
-  bool holds_any = false;
-  for (int s = 0; s < layout.num_shards(); ++s) holds_any |= variable.Holds(s);
-  if (!holds_any) return absl::OkStatus();
-
-  // Saved files that can hold rows of this PS's shards.
   const bool both_div = layout.kind() != HASH_EMBEDDING &&
                         layout.routing() == PartitionSpec::DIV &&
                         saved.partition().routing() == PartitionSpec::DIV;
@@ -102,81 +85,125 @@ absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
     }
     if (relevant) files.push_back(&f);
   }
+  return files;
+}
 
+absl::StatusOr<ShardFileContents> CheckpointRestorer::ReadVerified(
+    const CheckpointFile& file, const LocalVariable& variable) const {
+  const VariableLayout& layout = *variable.layout;
+  auto data = storage_->Read(file.path());
+  if (!data.ok()) {
+    return absl::Status(data.status().code(),
+                        absl::StrCat("restore of '", variable.name(),
+                                     "': ", data.status().message()));
+  }
+  const std::string name = storage_->Describe(file.path());
+  if (static_cast<int64_t>(data->size()) != file.bytes()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", name, " has ", data->size(),
+                     " bytes but the manifest recorded ", file.bytes()));
+  }
+  // Format 1 recorded the trailer's CRC (of every byte but the last 4);
+  // format 2 the whole file's, as standard tools compute it.
+  const uint32_t recorded_as = manifest_.format_version() >= 2
+                                   ? ShardFileWholeCrc(*data)
+                                   : ShardFileCrc(*data);
+  if (recorded_as != file.crc32c()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", name,
+                     " does not carry the CRC32C the manifest recorded"));
+  }
+  auto contents = DecodeShardFile(*std::move(data), name);
+  if (!contents.ok()) return contents.status();
+  const ShardFileHeader& h = contents->header;
+  if (h.variable() != variable.name() || h.row_width() != layout.row_width ||
+      h.num_slots() != layout.num_slots) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", name, " holds {", h.ShortDebugString(),
+                     "}, not '", variable.name(), "' with row width ",
+                     layout.row_width, " and ", layout.num_slots, " slots"));
+  }
+  return contents;
+}
+
+absl::Status CheckpointRestorer::Import(const ShardFileContents& contents,
+                                        const std::string& name,
+                                        const LocalVariable& variable,
+                                        std::vector<int64_t>* versions,
+                                        int64_t* restored_rows) const {
+  const VariableLayout& layout = *variable.layout;
+  const int64_t stride = contents.row_stride();
+  // Import runs of consecutive rows bound for the same local shard, a
+  // bounded chunk of ids at a time.
+  const int64_t n = contents.num_rows();
+  std::vector<int64_t> ids;
+  for (int64_t first = 0; first < n; first += kRestoreChunkRows) {
+    const int64_t count = std::min(kRestoreChunkRows, n - first);
+    ids.resize(count);
+    for (int64_t i = 0; i < count; ++i) {
+      ids[i] = contents.Id(first + i);
+      if (layout.kind() != HASH_EMBEDDING &&
+          (ids[i] < 0 || ids[i] >= layout.rows)) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint file ", name, " holds row ", ids[i],
+                         " outside [0, ", layout.rows, ")"));
+      }
+    }
+    for (int64_t i = 0; i < count;) {
+      const int shard = layout.ShardOf(ids[i]);
+      int64_t end = i + 1;
+      while (end < count && layout.ShardOf(ids[end]) == shard) ++end;
+      if (variable.Holds(shard)) {
+        const float* rows = contents.rows + (first + i) * stride;
+        absl::Span<const int64_t> run(ids.data() + i, end - i);
+        if (absl::Status s = variable.shard(shard).ImportRows(run, rows);
+            !s.ok()) {
+          return absl::Status(
+              s.code(), absl::StrCat("restore from ", name, ": ", s.message()));
+        }
+        (*versions)[shard] =
+            std::max((*versions)[shard], contents.header.version());
+        *restored_rows += end - i;
+      }
+      i = end;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
+  const VariableLayout& layout = *variable.layout;
+  auto saved_it = specs_.find(variable.name());
+  if (saved_it == specs_.end()) {
+    LOG(INFO) << "restore: '" << variable.name() << "' is not in " << uri_
+              << "; it starts from its initializer";
+    return absl::OkStatus();
+  }
+  const VariableSpec& saved = *saved_it->second;
+  if (std::string why = Incompatibility(saved, layout.spec); !why.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot restore '", variable.name(), "' from ", uri_, ": ",
+                     why, ": saved {", DescribeSpec(saved), "}, requested {",
+                     DescribeSpec(layout.spec), "}"));
+  }
+  bool holds_any = false;
+  for (int s = 0; s < layout.num_shards(); ++s) holds_any |= variable.Holds(s);
+  if (!holds_any) return absl::OkStatus();
+
+  const std::vector<const CheckpointFile*> files = FilesFor(variable, saved);
   std::vector<int64_t> versions(layout.num_shards(), 0);
   int64_t restored_rows = 0;
   for (const CheckpointFile* f : files) {
-    auto data = storage_->Read(f->path());
-    if (!data.ok()) {
-      return absl::Status(data.status().code(),
-                          absl::StrCat("restore of '", variable.name(),
-                                       "': ", data.status().message()));
-    }
-    const std::string name = storage_->Describe(f->path());
-    if (static_cast<int64_t>(data->size()) != f->bytes()) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint file ", name, " has ", data->size(),
-                       " bytes but the manifest recorded ", f->bytes()));
-    }
-    // Format 1 recorded the trailer's CRC (of every byte but the last 4);
-    // format 2 the whole file's, as standard tools compute it.
-    const uint32_t recorded_as = manifest_.format_version() >= 2
-                                     ? ShardFileWholeCrc(*data)
-                                     : ShardFileCrc(*data);
-    if (recorded_as != f->crc32c()) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint file ", name,
-                       " does not carry the CRC32C the manifest recorded"));
-    }
-    auto contents = DecodeShardFile(*std::move(data), name);
+    auto contents = ReadVerified(*f, variable);
     if (!contents.ok()) return contents.status();
-    const ShardFileHeader& h = contents->header;
-    if (h.variable() != variable.name() || h.row_width() != layout.row_width ||
-        h.num_slots() != layout.num_slots) {
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint file ", name, " holds {", h.ShortDebugString(),
-          "}, not '", variable.name(), "' with row width ", layout.row_width,
-          " and ", layout.num_slots, " slots"));
-    }
-    const int64_t stride = contents->row_stride();
-    // Import runs of consecutive rows bound for the same local shard, a
-    // bounded chunk of ids at a time.
-    const int64_t n = contents->num_rows();
-    std::vector<int64_t> ids;
-    for (int64_t first = 0; first < n; first += kRestoreChunkRows) {
-      const int64_t count = std::min(kRestoreChunkRows, n - first);
-      ids.resize(count);
-      for (int64_t i = 0; i < count; ++i) {
-        ids[i] = contents->Id(first + i);
-        if (layout.kind() != HASH_EMBEDDING &&
-            (ids[i] < 0 || ids[i] >= layout.rows)) {
-          return absl::DataLossError(
-              absl::StrCat("checkpoint file ", name, " holds row ", ids[i],
-                           " outside [0, ", layout.rows, ")"));
-        }
-      }
-      for (int64_t i = 0; i < count;) {
-        const int shard = layout.ShardOf(ids[i]);
-        int64_t end = i + 1;
-        while (end < count && layout.ShardOf(ids[end]) == shard) ++end;
-        if (variable.Holds(shard)) {
-          const float* rows = contents->rows + (first + i) * stride;
-          absl::Span<const int64_t> run(ids.data() + i, end - i);
-          if (absl::Status s = variable.shard(shard).ImportRows(run, rows);
-              !s.ok()) {
-            return absl::Status(s.code(), absl::StrCat("restore from ", name,
-                                                       ": ", s.message()));
-          }
-          versions[shard] = std::max(versions[shard], h.version());
-          restored_rows += end - i;
-        }
-        i = end;
-      }
+    if (absl::Status s = Import(*contents, storage_->Describe(f->path()),
+                                variable, &versions, &restored_rows);
+        !s.ok()) {
+      return s;
     }
   }
   for (int s = 0; s < layout.num_shards(); ++s) {
-    if (!variable.Holds(s)) continue;
-    variable.shard(s).RestoreVersion(versions[s]);
+    if (variable.Holds(s)) variable.shard(s).RestoreVersion(versions[s]);
   }
   LOG(INFO) << "restore: '" << variable.name() << "' " << restored_rows
             << " rows from " << files.size() << " file(s) of " << uri_;

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "proto/ps.pb.h"
+#include "ps_server/checkpoint/shard_file.h"
 #include "ps_server/shards/shard_store.h"
 #include "storage/storage.h"
 
@@ -38,6 +39,19 @@ class CheckpointRestorer {
 
  private:
   CheckpointRestorer() = default;
+
+  // Fill's phases: the saved files that can hold rows of `variable`'s
+  // local shards; one file read and checked (size, CRC32C, header) before
+  // it is trusted; its rows imported into whichever local shard each
+  // routes to now (re-cut), keeping each shard's highest saved version.
+  std::vector<const CheckpointFile*> FilesFor(const LocalVariable& variable,
+                                              const VariableSpec& saved) const;
+  absl::StatusOr<ShardFileContents> ReadVerified(
+      const CheckpointFile& file, const LocalVariable& variable) const;
+  absl::Status Import(const ShardFileContents& contents,
+                      const std::string& name, const LocalVariable& variable,
+                      std::vector<int64_t>* versions,
+                      int64_t* restored_rows) const;
 
   std::string uri_;
   std::unique_ptr<Storage> storage_;

@@ -14,7 +14,7 @@ class Adam final : public Optimizer {
  public:
   Adam(float beta1, float beta2, float epsilon)
       : Optimizer(2, 0, 0), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {}
-  // derived[0] = lr * sqrt(1 - beta2^t) / (1 - beta1^t).
+  // corrected_learning_rate = lr * sqrt(1 - beta2^t) / (1 - beta1^t).
   void Prepare(UpdateContext* context) const override;
   void Apply(float* params, float* const* slots, const float* grad, size_t n,
              const UpdateContext& context) const override;

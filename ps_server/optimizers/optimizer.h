@@ -22,9 +22,10 @@ struct UpdateContext {
   // 1-based number of updates applied to the shard, this one included
   // (Adam's bias correction).
   int64_t step = 1;
-  // Per-update constants an optimizer derives once (Optimizer::Prepare)
-  // rather than for every row it updates.
-  float derived[2] = {0, 0};
+  // The learning rate of this update after the optimizer's step-dependent
+  // correction (Adam's bias correction), derived once per update
+  // (Optimizer::Prepare) rather than for every row it updates.
+  float corrected_learning_rate = 0;
 };
 
 class Optimizer {
@@ -37,8 +38,8 @@ class Optimizer {
     return initial_slot_values_[slot];
   }
 
-  // Fills context->derived for one update; call once before the Apply calls
-  // that make up the update.
+  // Fills context->corrected_learning_rate for one update; call once before the
+  // Apply calls that make up the update.
   virtual void Prepare(UpdateContext* context) const {}
 
   // Updates params[0, n) and slots[k][0, n) with grad[0, n).
@@ -68,7 +69,7 @@ class Optimizer {
 // REQUIRES: `spec` was normalized (NormalizeVariableSpec).
 std::unique_ptr<Optimizer> CreateOptimizer(const OptimizerSpec& spec);
 
-// The context for one update: learning rate, step, derived constants.
+// The context for one update: learning rate, step, corrected rate.
 inline UpdateContext MakeUpdateContext(const Optimizer& optimizer,
                                        float learning_rate, int64_t step) {
   UpdateContext context;

@@ -66,16 +66,17 @@ bool AllFinite(const PayloadView& values, size_t* first_bad, float* bad_value) {
   return finite;
 }
 
-absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
-                         const FrameReader& frame, RequestKind kind,
-                         ResolvedItem* out) {
-  const bool push = kind == RequestKind::kPush;
+namespace {
+
+// The variable and shard the item names, which must live on this PS.
+absl::Status ResolveTarget(const ShardStore& store, const TensorItem& item,
+                           RequestKind kind, ResolvedItem* out) {
   const LocalVariable* v = store.Find(item.variable());
   if (v == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat(push ? "push to" : "pull of", " unknown variable '",
-                     item.variable(), "' (PS ", store.ps_task(), " knows ",
-                     store.Variables().size(), " variables; create it first)"));
+    return absl::NotFoundError(absl::StrCat(
+        kind == RequestKind::kPush ? "push to" : "pull of",
+        " unknown variable '", item.variable(), "' (PS ", store.ps_task(),
+        " knows ", store.Variables().size(), " variables; create it first)"));
   }
   const VariableLayout& layout = *v->layout;
   if (item.shard() < 0 || item.shard() >= layout.num_shards()) {
@@ -91,69 +92,79 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
   }
   out->variable = v;
   out->shard = item.shard();
-  const int64_t width = layout.row_width;
-  int64_t rows = 0;  // rows of values the item moves
+  return absl::OkStatus();
+}
 
-  // The variable's kind fixes how the wire addresses it: a range of a
-  // dense shard's floats, or rows by id.
-  out->by_range = layout.kind() == DENSE;
-  if (out->by_range) {
-    if (item.has_ids_payload()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(kind, item),
-                       "a DENSE variable is addressed by offset/count, "
-                       "not ids"));
-    }
-    const int64_t size = layout.shards[item.shard()].num_rows * width;
-    if (item.offset() < 0 || item.count() <= 0 ||
-        item.offset() > size - item.count()) {
-      return absl::OutOfRangeError(
-          absl::StrCat(Where(kind, item), "range [", item.offset(), ", ",
-                       item.offset() + item.count(),
-                       ") is not inside the shard's ", size, " floats"));
-    }
-    out->offset = item.offset();
-    out->count = item.count();
-  } else {
-    if (!item.has_ids_payload() || item.ids_payload() < 0 ||
-        item.ids_payload() >= frame.num_payloads()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(kind, item), "ids_payload ",
-                       item.has_ids_payload() ? absl::StrCat(item.ids_payload())
-                                              : std::string("(unset)"),
-                       " does not name one of the message's ",
-                       frame.num_payloads(), " payloads"));
-    }
-    const PayloadView ids = frame.payload(item.ids_payload());
-    if (ids.size() % sizeof(int64_t) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(kind, item), "ids payload has ", ids.size(),
-                       " bytes, not a multiple of 8 (int64 ids)"));
-    }
-    out->ids.resize(ids.size() / sizeof(int64_t));
-    ids.CopyTo(out->ids.data());
-    if (!IdsBelongToShard(layout, item.shard(), out->ids)) {
-      // Find the first offender only now, for the message.
-      for (int64_t id : out->ids) {
-        if (layout.kind() == EMBEDDING && (id < 0 || id >= layout.rows)) {
-          return absl::OutOfRangeError(absl::StrCat(
-              Where(kind, item), "id ", id, " is outside the vocabulary [0, ",
-              layout.rows, ")"));
-        }
-        const int owner = layout.ShardOf(id);
-        if (owner != item.shard()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              Where(kind, item), "id ", id, " belongs to shard ", owner, " (",
-              PartitionSpec::Routing_Name(layout.routing()), " routing over ",
-              layout.num_shards(), " shards), not ", item.shard()));
-        }
-      }
-    }
-    rows = static_cast<int64_t>(out->ids.size());
+// A range of a dense shard's floats: inside the shard.
+absl::Status ResolveRange(const TensorItem& item, RequestKind kind,
+                          ResolvedItem* out) {
+  const VariableLayout& layout = *out->variable->layout;
+  if (item.has_ids_payload()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kind, item),
+                     "a DENSE variable is addressed by offset/count, not ids"));
   }
+  const int64_t size = layout.shards[item.shard()].num_rows * layout.row_width;
+  if (item.offset() < 0 || item.count() <= 0 ||
+      item.offset() > size - item.count()) {
+    return absl::OutOfRangeError(
+        absl::StrCat(Where(kind, item), "range [", item.offset(), ", ",
+                     item.offset() + item.count(),
+                     ") is not inside the shard's ", size, " floats"));
+  }
+  out->offset = item.offset();
+  out->count = item.count();
+  return absl::OkStatus();
+}
 
-  if (!push) return absl::OkStatus();
+// Rows by id: a whole payload of int64 ids, each routed to this shard (and
+// inside the vocabulary of an EMBEDDING).
+absl::Status ResolveIds(const TensorItem& item, const FrameReader& frame,
+                        RequestKind kind, ResolvedItem* out) {
+  const VariableLayout& layout = *out->variable->layout;
+  if (!item.has_ids_payload() || item.ids_payload() < 0 ||
+      item.ids_payload() >= frame.num_payloads()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kind, item), "ids_payload ",
+                     item.has_ids_payload() ? absl::StrCat(item.ids_payload())
+                                            : std::string("(unset)"),
+                     " does not name one of the message's ",
+                     frame.num_payloads(), " payloads"));
+  }
+  const PayloadView ids = frame.payload(item.ids_payload());
+  if (ids.size() % sizeof(int64_t) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kind, item), "ids payload has ", ids.size(),
+                     " bytes, not a multiple of 8 (int64 ids)"));
+  }
+  out->ids.resize(ids.size() / sizeof(int64_t));
+  ids.CopyTo(out->ids.data());
+  if (IdsBelongToShard(layout, item.shard(), out->ids)) {
+    return absl::OkStatus();
+  }
+  // Find the first offender only now, for the message.
+  for (int64_t id : out->ids) {
+    if (layout.kind() == EMBEDDING && (id < 0 || id >= layout.rows)) {
+      return absl::OutOfRangeError(
+          absl::StrCat(Where(kind, item), "id ", id,
+                       " is outside the vocabulary [0, ", layout.rows, ")"));
+    }
+    const int owner = layout.ShardOf(id);
+    if (owner != item.shard()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(kind, item), "id ", id, " belongs to shard ", owner, " (",
+          PartitionSpec::Routing_Name(layout.routing()), " routing over ",
+          layout.num_shards(), " shards), not ", item.shard()));
+    }
+  }
+  return absl::OkStatus();
+}
 
+// A push's gradient: a payload of exactly the addressed floats, all
+// finite, and a valid learning-rate override.
+absl::Status ResolveGradient(const TensorItem& item, const FrameReader& frame,
+                             RequestKind kind, ResolvedItem* out) {
+  const VariableLayout& layout = *out->variable->layout;
   if (!item.has_grad_payload() || item.grad_payload() < 0 ||
       item.grad_payload() >= frame.num_payloads()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -161,6 +172,8 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
         frame.num_payloads(), " payloads"));
   }
   out->grad = frame.payload(item.grad_payload());
+  const int64_t rows = static_cast<int64_t>(out->ids.size());
+  const int64_t width = layout.row_width;
   const int64_t expected = out->by_range ? item.count() : rows * width;
   if (out->grad.size() % sizeof(float) != 0 ||
       static_cast<int64_t>(out->grad.size() / sizeof(float)) != expected) {
@@ -191,6 +204,23 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
         " must be finite and >= 0 (0 = the variable's own)"));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
+                         const FrameReader& frame, RequestKind kind,
+                         ResolvedItem* out) {
+  if (absl::Status s = ResolveTarget(store, item, kind, out); !s.ok()) {
+    return s;
+  }
+  // The variable's kind fixes how the wire addresses it: a range of a
+  // dense shard's floats, or rows by id.
+  out->by_range = out->variable->layout->kind() == DENSE;
+  absl::Status addressed = out->by_range ? ResolveRange(item, kind, out)
+                                         : ResolveIds(item, frame, kind, out);
+  if (!addressed.ok() || kind == RequestKind::kPull) return addressed;
+  return ResolveGradient(item, frame, kind, out);
 }
 
 }  // namespace psrt

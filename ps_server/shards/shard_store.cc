@@ -57,17 +57,8 @@ ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes)
       memory_limit_bytes_(memory_limit_bytes),
       map_(num_ps) {}
 
-absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
-    int first_index, std::vector<VariableSpec> specs, int num_ps,
-    int64_t* new_bytes_out) {
-  if (num_ps != num_ps_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the client assumes ", num_ps, " PS tasks but this is PS ", ps_task_,
-        " of ", num_ps_, "; every process must use the same cluster spec"));
-  }
-  for (VariableSpec& spec : specs) {
-    if (absl::Status s = NormalizeVariableSpec(&spec); !s.ok()) return s;
-  }
+absl::StatusOr<std::vector<const VariableSpec*>> ShardStore::CheckPositions(
+    int first_index, const std::vector<VariableSpec>& specs) const {
   const int size = static_cast<int>(map_.variables().size());
   if (first_index < 0 || first_index > size) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -76,7 +67,6 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
         first_index, " but this PS's catalog holds ", size,
         " variables; list the catalog (ListVariables) and append at its end"));
   }
-  // Check every position before changing anything.
   std::vector<const VariableSpec*> to_add;
   for (size_t i = 0; i < specs.size(); ++i) {
     const VariableSpec& spec = specs[i];
@@ -99,25 +89,26 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
             "' there; create "
             "variables in the same order everywhere (or from the chief only)"));
       }
-    } else {
-      if (existing != nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("variable '", spec.name(), "' is at catalog position ",
-                         existing->index, ", not ", position));
-      }
-      for (const VariableSpec* other : to_add) {
-        if (other->name() == spec.name()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "variable '", spec.name(), "' appears twice in the request"));
-        }
-      }
-      to_add.push_back(&spec);
+      continue;
     }
+    if (existing != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("variable '", spec.name(), "' is at catalog position ",
+                       existing->index, ", not ", position));
+    }
+    for (const VariableSpec* other : to_add) {
+      if (other->name() == spec.name()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "variable '", spec.name(), "' appears twice in the request"));
+      }
+    }
+    to_add.push_back(&spec);
   }
-  std::vector<std::unique_ptr<LocalVariable>> created;
-  *new_bytes_out = 0;
-  if (to_add.empty()) return created;
+  return to_add;
+}
 
+absl::StatusOr<int64_t> ShardStore::PlanBytes(
+    const std::vector<const VariableSpec*>& to_add) const {
   // Plan on a copy so a memory refusal leaves the catalog untouched.
   ShardMap plan = map_;
   int64_t new_bytes = 0;
@@ -140,8 +131,30 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
         " are available (--memory_limit_bytes or free memory); use more PS "
         "tasks or smaller variables"));
   }
+  return new_bytes;
+}
 
-  for (const VariableSpec* spec : to_add) {
+absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
+    int first_index, std::vector<VariableSpec> specs, int num_ps,
+    int64_t* new_bytes_out) {
+  if (num_ps != num_ps_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the client assumes ", num_ps, " PS tasks but this is PS ", ps_task_,
+        " of ", num_ps_, "; every process must use the same cluster spec"));
+  }
+  for (VariableSpec& spec : specs) {
+    if (absl::Status s = NormalizeVariableSpec(&spec); !s.ok()) return s;
+  }
+  // Check every position and the memory before changing anything.
+  auto to_add = CheckPositions(first_index, specs);
+  if (!to_add.ok()) return to_add.status();
+  std::vector<std::unique_ptr<LocalVariable>> created;
+  *new_bytes_out = 0;
+  if (to_add->empty()) return created;
+  auto new_bytes = PlanBytes(*to_add);
+  if (!new_bytes.ok()) return new_bytes.status();
+
+  for (const VariableSpec* spec : *to_add) {
     if (absl::Status s = map_.Add(*spec); !s.ok()) {
       Discard(&created);
       return s;
@@ -164,8 +177,8 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
       }
     }
   }
-  accounted_bytes_ += new_bytes;  // reserved now; Discard gives it back
-  *new_bytes_out = new_bytes;
+  accounted_bytes_ += *new_bytes;  // reserved now; Discard gives it back
+  *new_bytes_out = *new_bytes;
   return created;
 }
 

@@ -127,6 +127,16 @@ class ShardStore {
                                    const Optimizer* optimizer,
                                    const Initializer& init);
 
+  // Build's checks, before anything changes: the specs' catalog positions
+  // (returning those to append), and the bytes they need on this PS
+  // against the memory limit.
+  absl::StatusOr<std::vector<const VariableSpec*>> CheckPositions(
+      int first_index, const std::vector<VariableSpec>& specs) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  absl::StatusOr<int64_t> PlanBytes(
+      const std::vector<const VariableSpec*>& to_add) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+
   // Checks a creation, adds its layouts to map_ and allocates (and fills)
   // its local shards, unpublished; nothing changes on error.
   absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> Build(
