@@ -3,9 +3,9 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "clients/cpp/batched_call.h"
 #include "clients/cpp/ps_connection.h"
 #include "clients/cpp/step_plan.h"
-#include "clients/cpp/step_request.h"
 #include "grpcpp/client_context.h"
 #include "partitioner/variable_spec.h"
 #include "util/grpc_status.h"
@@ -38,16 +38,16 @@ grpc::Status CallWithRetry(const ClientOptions& options, Call&& call) {
 
 }  // namespace
 
-PendingStep::PendingStep(std::unique_ptr<StepRequest> request)
+PendingCall::PendingCall(std::unique_ptr<BatchedCall> request)
     : request_(std::move(request)) {}
 
-PendingStep::~PendingStep() {
+PendingCall::~PendingCall() {
   if (!waited_) Wait().IgnoreError();
 }
 
-int64_t PendingStep::sync_step() const { return request_->sync_step(); }
+int64_t PendingCall::sync_step() const { return request_->sync_step(); }
 
-absl::Status PendingStep::Wait() {
+absl::Status PendingCall::Wait() {
   if (!waited_) {
     status_ = request_->Wait();
     waited_ = true;
@@ -238,7 +238,7 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
   return RefreshCatalogLocked();
 }
 
-absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPull(
+absl::StatusOr<std::unique_ptr<PendingCall>> Client::StartPull(
     absl::Span<const PullOp> ops, const StepOptions& step) {
   absl::StatusOr<StepPlan> plan;
   {
@@ -248,7 +248,7 @@ absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPull(
   return Start(std::move(plan), /*push=*/false, step);
 }
 
-absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPush(
+absl::StatusOr<std::unique_ptr<PendingCall>> Client::StartPush(
     absl::Span<const PushOp> ops, const StepOptions& step) {
   absl::StatusOr<StepPlan> plan;
   {
@@ -258,16 +258,16 @@ absl::StatusOr<std::unique_ptr<PendingStep>> Client::StartPush(
   return Start(std::move(plan), /*push=*/true, step);
 }
 
-absl::StatusOr<std::unique_ptr<PendingStep>> Client::Start(
+absl::StatusOr<std::unique_ptr<PendingCall>> Client::Start(
     absl::StatusOr<StepPlan> plan, bool push, const StepOptions& step) {
   if (!plan.ok()) return plan.status();
-  const StepRequest::Context context{&connections_, &options_, client_id_,
+  const BatchedCall::Context context{&connections_, &options_, client_id_,
                                      &next_request_id_, step};
-  std::unique_ptr<StepRequest> request =
-      push ? StepRequest::ForPush(context, std::move(*plan))
-           : StepRequest::ForPull(context, std::move(*plan));
+  std::unique_ptr<BatchedCall> request =
+      push ? BatchedCall::ForPush(context, std::move(*plan))
+           : BatchedCall::ForPull(context, std::move(*plan));
   request->Start();
-  return std::unique_ptr<PendingStep>(new PendingStep(std::move(request)));
+  return std::unique_ptr<PendingCall>(new PendingCall(std::move(request)));
 }
 
 absl::Status Client::Pull(absl::Span<const PullOp> ops,

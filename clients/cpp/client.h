@@ -33,86 +33,23 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "clients/cpp/client_options.h"
+#include "clients/cpp/ops.h"
 #include "partitioner/shard_map.h"
 #include "proto/ps.pb.h"
-#include "security/security.h"
 
 namespace psrt {
 
-struct ClientOptions {
-  // host:port of every PS task, in task order.
-  std::vector<std::string> ps_addresses;
-  // Deadline of each attempt of a call.
-  absl::Duration call_timeout = absl::Seconds(60);
-  // Attempts per call for retryable failures (UNAVAILABLE).
-  int max_attempts = 6;
-  absl::Duration initial_backoff = absl::Milliseconds(100);
-  absl::Duration max_backoff = absl::Seconds(5);
-  // Largest message sent or asked for; tensors are split into messages of
-  // this size (one embedding row at least).
-  size_t message_bytes = 1 << 20;
-  // TCP connections per PS; calls are spread over them.
-  int channels_per_ps = 2;
-  // Identifies this worker in push headers (sync modes); -1 if none.
-  int worker_index = -1;
-  // TLS (tls_ca_file; with cert/key for mutual TLS) and the auth token sent
-  // with every call. Empty: plaintext, no token.
-  SecurityOptions security;
-};
-
-// One variable's part of a batched pull. `out` receives the whole dense
-// variable (row-major, its full shape) or ids.size() rows of `dim` floats.
-// REQUIRES: ids and out stay valid until the pull returns.
-struct PullOp {
-  std::string variable;
-  absl::Span<const int64_t> ids;  // empty for a dense variable
-  float* out = nullptr;
-  bool ids_unique = false;  // caller promises no repeats: skips de-dup
-
-  static PullOp Dense(std::string variable, float* out) {
-    return {std::move(variable), {}, out};
-  }
-  static PullOp Rows(std::string variable, absl::Span<const int64_t> ids,
-                     float* out) {
-    return {std::move(variable), ids, out};
-  }
-};
-
-// One variable's part of a batched push: a gradient with the layout of the
-// matching PullOp's `out`. learning_rate > 0 overrides the variable's.
-struct PushOp {
-  std::string variable;
-  absl::Span<const int64_t> ids;
-  const float* grad = nullptr;
-  float learning_rate = 0;
-  bool ids_unique = false;
-
-  static PushOp Dense(std::string variable, const float* grad) {
-    return {std::move(variable), {}, grad};
-  }
-  static PushOp Rows(std::string variable, absl::Span<const int64_t> ids,
-                     const float* grad) {
-    return {std::move(variable), ids, grad};
-  }
-};
-
 class PsConnection;
 struct StepPlan;
-
-// How a batched pull or push takes part in a training step (see
-// Consistency in proto/ps.proto). Default: asynchronous, no step.
-struct StepOptions {
-  Consistency consistency;
-  int64_t step = 0;
-};
-class StepRequest;
+class BatchedCall;
 
 // A pull or push in flight (from Client::StartPull / StartPush).
-class PendingStep {
+class PendingCall {
  public:
-  ~PendingStep();  // waits
-  PendingStep(const PendingStep&) = delete;
-  PendingStep& operator=(const PendingStep&) = delete;
+  ~PendingCall();  // waits
+  PendingCall(const PendingCall&) = delete;
+  PendingCall& operator=(const PendingCall&) = delete;
   // Blocks until every PS has answered (retrying as needed).
   absl::Status Wait();
   // After a SYNC pull: the lowest step not yet applied on the shards read.
@@ -120,8 +57,8 @@ class PendingStep {
 
  private:
   friend class Client;
-  explicit PendingStep(std::unique_ptr<StepRequest> request);
-  std::unique_ptr<StepRequest> request_;
+  explicit PendingCall(std::unique_ptr<BatchedCall> request);
+  std::unique_ptr<BatchedCall> request_;
   bool waited_ = false;
   absl::Status status_;
 };
@@ -161,9 +98,9 @@ class Client {
                     const StepOptions& step = StepOptions());
   // The same, returning immediately (e.g. to prefetch the next step's rows
   // while this one computes). The ops' buffers must stay valid until Wait.
-  absl::StatusOr<std::unique_ptr<PendingStep>> StartPull(
+  absl::StatusOr<std::unique_ptr<PendingCall>> StartPull(
       absl::Span<const PullOp> ops, const StepOptions& step = StepOptions());
-  absl::StatusOr<std::unique_ptr<PendingStep>> StartPush(
+  absl::StatusOr<std::unique_ptr<PendingCall>> StartPush(
       absl::Span<const PushOp> ops, const StepOptions& step = StepOptions());
 
   // Single-variable conveniences.
@@ -189,7 +126,7 @@ class Client {
 
  private:
   explicit Client(ClientOptions options);
-  absl::StatusOr<std::unique_ptr<PendingStep>> Start(
+  absl::StatusOr<std::unique_ptr<PendingCall>> Start(
       absl::StatusOr<StepPlan> plan, bool push, const StepOptions& step);
   absl::Status RefreshCatalogLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
 

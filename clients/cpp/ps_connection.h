@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "clients/cpp/client.h"
+#include "clients/cpp/client_options.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/channel_arguments.h"

@@ -1,5 +1,5 @@
 // One attempt of a streaming RPC to one PS, run by a gRPC callback reactor.
-// StepRequest starts calls, waits for them, and retries failed ones with a
+// BatchedCall starts calls, waits for them, and retries failed ones with a
 // fresh call object.
 #ifndef PSRT_CLIENTS_CPP_RPC_CALL_H_
 #define PSRT_CLIENTS_CPP_RPC_CALL_H_

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "clients/cpp/client.h"
+#include "clients/cpp/ops.h"
 #include "partitioner/shard_map.h"
 #include "proto/buffer_pool.h"
 

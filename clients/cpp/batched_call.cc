@@ -1,6 +1,7 @@
-#include "clients/cpp/step_request.h"
+#include "clients/cpp/batched_call.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -31,32 +32,32 @@ absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
 
 }  // namespace
 
-std::unique_ptr<StepRequest> StepRequest::ForPull(const Context& context,
+std::unique_ptr<BatchedCall> BatchedCall::ForPull(const Context& context,
                                                   StepPlan plan) {
-  std::unique_ptr<StepRequest> r(
-      new StepRequest(context, std::move(plan), false));
+  std::unique_ptr<BatchedCall> r(
+      new BatchedCall(context, std::move(plan), false));
   r->BuildPullCalls();
   return r;
 }
 
-std::unique_ptr<StepRequest> StepRequest::ForPush(const Context& context,
+std::unique_ptr<BatchedCall> BatchedCall::ForPush(const Context& context,
                                                   StepPlan plan) {
-  std::unique_ptr<StepRequest> r(
-      new StepRequest(context, std::move(plan), true));
+  std::unique_ptr<BatchedCall> r(
+      new BatchedCall(context, std::move(plan), true));
   r->BuildPushCalls();
   return r;
 }
 
-StepRequest::StepRequest(const Context& context, StepPlan plan, bool push)
+BatchedCall::BatchedCall(const Context& context, StepPlan plan, bool push)
     : context_(context), push_(push), plan_(std::move(plan)) {}
 
-StepRequest::~StepRequest() {
+BatchedCall::~BatchedCall() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](int* n) { return *n == 0; }, &outstanding_));
 }
 
-void StepRequest::BuildPullCalls() {
+void BatchedCall::BuildPullCalls() {
   const size_t channels = std::max(1, context_.options->channels_per_ps);
   for (size_t ps = 0; ps < plan_.items_by_ps.size(); ++ps) {
     const std::vector<PlannedItem>& items = plan_.items_by_ps[ps];
@@ -67,31 +68,31 @@ void StepRequest::BuildPullCalls() {
     if (total_ids >= kIdsWorthSplitting && channels > 1) {
       max_ids = std::min(max_ids, (total_ids + channels - 1) / channels);
     }
-    PullRequestHeader header;
-    std::vector<grpc::Slice> payloads;
+    // One call per request of at most max_ids ids: each is one message,
+    // framed like every other psrt message (FramePacker).
+    FramePacker<PullRequestHeader> packer(SIZE_MAX);
     std::vector<PullTarget> targets;
     size_t ids_in_request = 0;
     auto flush = [&] {
-      header.set_max_response_message_bytes(
-          static_cast<uint32_t>(context_.options->message_bytes));
-      *header.mutable_consistency() = context_.step.consistency;
-      header.set_worker_index(context_.options->worker_index);
-      header.set_step(context_.step.step);
-      FrameWriter writer(header);
-      for (auto& p : payloads) writer.AddPayload(std::move(p));
+      packer.Flush([&](PullRequestHeader* header, size_t) {
+        header->set_max_response_message_bytes(
+            static_cast<uint32_t>(context_.options->message_bytes));
+        *header->mutable_consistency() = context_.step.consistency;
+        header->set_worker_index(context_.options->worker_index);
+        header->set_step(context_.step.step);
+      });
       Call call;
       call.connection = (*context_.connections)[ps].get();
-      call.pull_request = writer.Finish();
+      call.pull_request = std::move(packer.messages().back());
+      packer.messages().pop_back();
       call.targets = std::move(targets);
       calls_.push_back(std::move(call));
-      header.Clear();
-      payloads.clear();
       targets.clear();
       ids_in_request = 0;
     };
     for (const PlannedItem& item : items) {
       if (item.layout->kind() == DENSE) {
-        TensorItem* t = header.add_items();
+        TensorItem* t = packer.header()->add_items();
         t->set_variable(item.layout->spec.name());
         t->set_shard(item.shard);
         t->set_offset(0);
@@ -103,12 +104,11 @@ void StepRequest::BuildPullCalls() {
         if (ids_in_request == max_ids) flush();
         const size_t n =
             std::min(item.ids.size() - begin, max_ids - ids_in_request);
-        TensorItem* t = header.add_items();
+        TensorItem* t = packer.header()->add_items();
         t->set_variable(item.layout->spec.name());
         t->set_shard(item.shard);
-        t->set_ids_payload(static_cast<int>(payloads.size()));
-        payloads.push_back(
-            lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t)));
+        t->set_ids_payload(packer.AddPayload(
+            lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t))));
         targets.push_back({&item, static_cast<int64_t>(begin),
                            static_cast<int64_t>(n) * item.width()});
         ids_in_request += n;
@@ -119,7 +119,7 @@ void StepRequest::BuildPullCalls() {
   }
 }
 
-void StepRequest::BuildPushCalls() {
+void BatchedCall::BuildPushCalls() {
   const uint64_t request_id = context_.next_request_id->fetch_add(1);
   const size_t limit = context_.options->message_bytes;
   // SYNC and SSP count every worker's step at every PS: PS with nothing to
@@ -184,7 +184,7 @@ void StepRequest::BuildPushCalls() {
   }
 }
 
-void StepRequest::Launch(Call* call) {
+void BatchedCall::Launch(Call* call) {
   ++call->attempts;
   const absl::Duration timeout = context_.options->call_timeout;
   if (push_) {
@@ -204,11 +204,11 @@ void StepRequest::Launch(Call* call) {
   });
 }
 
-void StepRequest::Start() {
+void BatchedCall::Start() {
   for (Call& call : calls_) Launch(&call);
 }
 
-bool StepRequest::Retryable(const grpc::Status& status) const {
+bool BatchedCall::Retryable(const grpc::Status& status) const {
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) return true;
   // The same push is still being applied by the PS (an earlier attempt that
   // timed out on our side); asking again learns its outcome.
@@ -217,7 +217,7 @@ bool StepRequest::Retryable(const grpc::Status& status) const {
              std::string::npos;
 }
 
-absl::Status StepRequest::WithPushOutcomes(const absl::Status& failure) const {
+absl::Status BatchedCall::WithPushOutcomes(const absl::Status& failure) const {
   // A push's calls are independent: name what each PS did, so that a
   // caller knows whether anything was applied. Every call is finished here.
   std::string applied, rejected, unknown;
@@ -255,7 +255,7 @@ absl::Status StepRequest::WithPushOutcomes(const absl::Status& failure) const {
                       absl::StrCat(failure.message(), " [", outcome, "]"));
 }
 
-absl::Status StepRequest::Wait() {
+absl::Status BatchedCall::Wait() {
   const ClientOptions& options = *context_.options;
   absl::Status result;
   while (true) {

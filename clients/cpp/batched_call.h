@@ -1,15 +1,16 @@
 // A batched pull or push in flight: the plan, the messages built from it
 // (lending the plan's and the caller's buffers to gRPC without copying),
 // one or more calls per PS, and the retry loop.
-#ifndef PSRT_CLIENTS_CPP_STEP_REQUEST_H_
-#define PSRT_CLIENTS_CPP_STEP_REQUEST_H_
+#ifndef PSRT_CLIENTS_CPP_BATCHED_CALL_H_
+#define PSRT_CLIENTS_CPP_BATCHED_CALL_H_
 
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "clients/cpp/client.h"
+#include "clients/cpp/client_options.h"
+#include "clients/cpp/ops.h"
 #include "clients/cpp/ps_connection.h"
 #include "clients/cpp/pull_call.h"
 #include "clients/cpp/push_call.h"
@@ -18,7 +19,7 @@
 
 namespace psrt {
 
-class StepRequest {
+class BatchedCall {
  public:
   struct Context {
     const std::vector<std::unique_ptr<PsConnection>>* connections;
@@ -28,11 +29,11 @@ class StepRequest {
     StepOptions step;
   };
 
-  static std::unique_ptr<StepRequest> ForPull(const Context& context,
+  static std::unique_ptr<BatchedCall> ForPull(const Context& context,
                                               StepPlan plan);
-  static std::unique_ptr<StepRequest> ForPush(const Context& context,
+  static std::unique_ptr<BatchedCall> ForPush(const Context& context,
                                               StepPlan plan);
-  ~StepRequest();
+  ~BatchedCall();
 
   void Start();
   // Waits for every call, retrying retryable failures; then finishes the
@@ -52,7 +53,7 @@ class StepRequest {
     std::unique_ptr<RpcCall> rpc;
   };
 
-  StepRequest(const Context& context, StepPlan plan, bool push);
+  BatchedCall(const Context& context, StepPlan plan, bool push);
   void BuildPullCalls();
   void BuildPushCalls();
   void Launch(Call* call);
@@ -75,4 +76,4 @@ class StepRequest {
 
 }  // namespace psrt
 
-#endif  // PSRT_CLIENTS_CPP_STEP_REQUEST_H_
+#endif  // PSRT_CLIENTS_CPP_BATCHED_CALL_H_

@@ -1,0 +1,38 @@
+// How a psrt::Client connects and calls: addresses, deadlines, retries,
+// message size, channels, security (see client.h).
+#ifndef PSRT_CLIENTS_CPP_CLIENT_OPTIONS_H_
+#define PSRT_CLIENTS_CPP_CLIENT_OPTIONS_H_
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "security/security.h"
+
+namespace psrt {
+
+struct ClientOptions {
+  // host:port of every PS task, in task order.
+  std::vector<std::string> ps_addresses;
+  // Deadline of each attempt of a call.
+  absl::Duration call_timeout = absl::Seconds(60);
+  // Attempts per call for retryable failures (UNAVAILABLE).
+  int max_attempts = 6;
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+  // Largest message sent or asked for; tensors are split into messages of
+  // this size (one embedding row at least).
+  size_t message_bytes = 1 << 20;
+  // TCP connections per PS; calls are spread over them.
+  int channels_per_ps = 2;
+  // Identifies this worker in push headers (sync modes); -1 if none.
+  int worker_index = -1;
+  // TLS (tls_ca_file; with cert/key for mutual TLS) and the auth token sent
+  // with every call. Empty: plaintext, no token.
+  SecurityOptions security;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_CLIENTS_CPP_CLIENT_OPTIONS_H_
