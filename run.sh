@@ -32,9 +32,11 @@ main_job() {
 
 run_tests() {
   tools/install_deps.sh
-  # Style and lock discipline first (about a minute): clang-format, and
-  # clang's thread-safety analysis of the ABSL_GUARDED_BY annotations.
+  # Style and lock discipline first (about a minute): clang-format, black
+  # and flake8, and clang's thread-safety analysis of the ABSL_GUARDED_BY
+  # annotations.
   tools/lint/check_format.sh
+  tools/lint/check_python.sh
   tools/lint/check_thread_safety.sh
   bazel test //...
   tools/report_skipped.sh bazel-testlogs

@@ -16,7 +16,7 @@ packages=(
   awscli
   python3-torch python3-setuptools python3-pip python3-yaml
   iproute2 procps rhash iperf3
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format universal-ctags black flake8
 )
 # Node.js and npm run s3rver, the S3 server the checkpoint tests use. A
 # machine with Node from elsewhere (e.g. NodeSource, which bundles npm)

@@ -24,17 +24,21 @@ class BuildWithProtos(build_py):
         out = os.path.join(self.build_lib, "psrt")
         os.makedirs(out, exist_ok=True)
         plugin = shutil.which("grpc_python_plugin") or "/usr/bin/grpc_python_plugin"
-        subprocess.check_call([
-            shutil.which("protoc") or "protoc", f"--proto_path={proto_dir}",
-            f"--python_out={out}", f"--grpc_python_out={out}",
-            f"--plugin=protoc-gen-grpc_python={plugin}",
-            os.path.join(proto_dir, "ps.proto")])
+        subprocess.check_call(
+            [
+                shutil.which("protoc") or "protoc",
+                f"--proto_path={proto_dir}",
+                f"--python_out={out}",
+                f"--grpc_python_out={out}",
+                f"--plugin=protoc-gen-grpc_python={plugin}",
+                os.path.join(proto_dir, "ps.proto"),
+            ]
+        )
         grpc_module = os.path.join(out, "ps_pb2_grpc.py")
         with open(grpc_module) as f:
             text = f.read()
         with open(grpc_module, "w") as f:
-            f.write(re.sub(r"^import ps_pb2 as", "from . import ps_pb2 as", text,
-                           flags=re.M))
+            f.write(re.sub(r"^import ps_pb2 as", "from . import ps_pb2 as", text, flags=re.M))
 
 
 setup(cmdclass={"build_py": BuildWithProtos})

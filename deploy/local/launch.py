@@ -70,11 +70,10 @@ class Process:
         self.restarts = 0
         self.name = f"{role}{index}"
         self.log = os.path.join(log_dir, f"{role}_{index}.log")
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self.thread = threading.Thread(target=self._pump, args=(echo, append),
-                                       daemon=True)
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.thread = threading.Thread(target=self._pump, args=(echo, append), daemon=True)
         self.thread.start()
 
     def _pump(self, echo, append):
@@ -105,35 +104,48 @@ class Process:
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     parser.add_argument("--hosts", type=int, default=2, help="ps_server count")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="worker count (default: one per host)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="worker count (default: one per host)"
+    )
     parser.add_argument("--base_port", type=int, default=2223)
     parser.add_argument("--logs", default=os.path.join(ROOT, "out", "logs"))
     parser.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
-    parser.add_argument("--ps_flag", action="append", default=[],
-                        help="extra ps_server flag (repeatable)")
+    parser.add_argument(
+        "--ps_flag", action="append", default=[], help="extra ps_server flag (repeatable)"
+    )
     parser.add_argument("--stop_grace_secs", type=float, default=30)
-    parser.add_argument("--restart_ps", type=int, default=0,
-                        help="restart a ps_server that dies, up to N times each, "
-                             "with --restore=auto (give it --ps_flag=--checkpoint_uri=...)")
-    parser.add_argument("--restart_workers", type=int, default=0,
-                        help="restart a worker that dies (killed, or a non-zero exit), "
-                             "up to N times each")
-    parser.add_argument("--netns", default="",
-                        help="run each host in its own network namespace named "
-                             "PREFIX-h<i> (needs root and iproute2)")
-    parser.add_argument("--netns_subnet", default="10.77.0",
-                        help="first three octets of the hosts' addresses")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="-- worker command and arguments")
+    parser.add_argument(
+        "--restart_ps",
+        type=int,
+        default=0,
+        help="restart a ps_server that dies, up to N times each, "
+        "with --restore=auto (give it --ps_flag=--checkpoint_uri=...)",
+    )
+    parser.add_argument(
+        "--restart_workers",
+        type=int,
+        default=0,
+        help="restart a worker that dies (killed, or a non-zero exit), " "up to N times each",
+    )
+    parser.add_argument(
+        "--netns",
+        default="",
+        help="run each host in its own network namespace named "
+        "PREFIX-h<i> (needs root and iproute2)",
+    )
+    parser.add_argument(
+        "--netns_subnet", default="10.77.0", help="first three octets of the hosts' addresses"
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- worker command and arguments")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     workers = args.hosts if args.workers is None else args.workers
     if args.hosts < 1 or workers < 0 or (workers > 0 and not command):
-        parser.error("need --hosts >= 1 and a worker command after -- "
-                     "(or --workers=0)")
+        parser.error("need --hosts >= 1 and a worker command after -- " "(or --workers=0)")
     server = os.path.join(args.bin_dir, "ps_server", "ps_server")
     if not os.access(server, os.X_OK):
         parser.error(f"{server} not found; build it: bazel build //ps_server")
@@ -142,6 +154,7 @@ def main():
     network = None
     if args.netns:
         import netns
+
         why = netns.available()
         if why:
             parser.error(f"--netns: {why}")
@@ -149,27 +162,36 @@ def main():
         network.create()
         ps_ports = [args.base_port] * args.hosts
         metrics_ports = [args.base_port + 1] * args.hosts
-        cluster = {"ps": [f"{network.hostname(i)}:{args.base_port}" for i in range(args.hosts)],
-                   "worker": [f"{network.hostname(j % args.hosts)}:{args.base_port + 2}"
-                              for j in range(workers)]}
-        print(f"launch: {args.hosts} hosts in network namespaces {args.netns}-h1.."
-              f"{args.netns}-h{args.hosts} ({args.netns_subnet}.1..), ps_servers at "
-              f"{cluster['ps']}, {workers} worker(s); logs in {args.logs}", flush=True)
+        cluster = {
+            "ps": [f"{network.hostname(i)}:{args.base_port}" for i in range(args.hosts)],
+            "worker": [
+                f"{network.hostname(j % args.hosts)}:{args.base_port + 2}" for j in range(workers)
+            ],
+        }
+        print(
+            f"launch: {args.hosts} hosts in network namespaces {args.netns}-h1.."
+            f"{args.netns}-h{args.hosts} ({args.netns_subnet}.1..), ps_servers at "
+            f"{cluster['ps']}, {workers} worker(s); logs in {args.logs}",
+            flush=True,
+        )
     else:
         ports = pick_ports(args.base_port, 2 * args.hosts + max(workers, 1))
-        ps_ports = ports[:args.hosts]
-        metrics_ports = ports[args.hosts:2 * args.hosts]
-        worker_ports = ports[2 * args.hosts:2 * args.hosts + workers]
+        ps_ports = ports[: args.hosts]
+        metrics_ports = ports[args.hosts : 2 * args.hosts]
+        worker_ports = ports[2 * args.hosts : 2 * args.hosts + workers]
         # (127.0.0.1, not localhost: c-ares leaks its "localhost" lookup at
         # exit, which LeakSanitizer reports in the ASan builds.)
-        cluster = {"ps": [f"127.0.0.1:{p}" for p in ps_ports],
-                   "worker": [f"127.0.0.1:{p}" for p in worker_ports]}
-        print(f"launch: {args.hosts} ps_server(s) on ports {ps_ports} "
-              f"(metrics {metrics_ports}), {workers} worker(s); logs in {args.logs}",
-              flush=True)
+        cluster = {
+            "ps": [f"127.0.0.1:{p}" for p in ps_ports],
+            "worker": [f"127.0.0.1:{p}" for p in worker_ports],
+        }
+        print(
+            f"launch: {args.hosts} ps_server(s) on ports {ps_ports} "
+            f"(metrics {metrics_ports}), {workers} worker(s); logs in {args.logs}",
+            flush=True,
+        )
     try:
-        return supervise(args, command, workers, server, cluster, ps_ports,
-                         metrics_ports, network)
+        return supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, network)
     finally:
         if network is not None:
             network.destroy()
@@ -182,8 +204,7 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
     stopping = threading.Event()
 
     def on_signal(signum, frame):
-        print(f"launch: {signal.Signals(signum).name}: stopping everything",
-              flush=True)
+        print(f"launch: {signal.Signals(signum).name}: stopping everything", flush=True)
         stopping.set()
 
     signal.signal(signal.SIGINT, on_signal)
@@ -199,8 +220,7 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
         servers.append(Process("ps", i, argv + args.ps_flag, env, args.logs, echo=False))
     workers_procs = []
     for i in range(workers):
-        env = dict(os.environ, TF_CONFIG=tf_config("worker", i),
-                   PSRT_WORKER_INDEX=str(i))
+        env = dict(os.environ, TF_CONFIG=tf_config("worker", i), PSRT_WORKER_INDEX=str(i))
         argv = on_host(i % args.hosts) + [a.replace("{index}", str(i)) for a in command]
         workers_procs.append(Process("worker", i, argv, env, args.logs, echo=True))
 
@@ -215,9 +235,11 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
             if code is None:
                 continue
             if p.restarts < args.restart_ps:
-                print(f"launch: {p.name} exited (status {code}); restarting it "
-                      f"({p.restarts + 1} of {args.restart_ps}) with --restore=auto",
-                      flush=True)
+                print(
+                    f"launch: {p.name} exited (status {code}); restarting it "
+                    f"({p.restarts + 1} of {args.restart_ps}) with --restore=auto",
+                    flush=True,
+                )
                 argv = [a for a in p.argv if not a.startswith("--restore=")]
                 servers[i] = p.restarted(argv + ["--restore=auto"], args.logs)
                 continue
@@ -227,15 +249,21 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
             if code in (None, 0) or p in failed:
                 continue
             if p.restarts < args.restart_workers:
-                print(f"launch: {p.name} exited (status {code}); restarting it "
-                      f"({p.restarts + 1} of {args.restart_workers})", flush=True)
+                print(
+                    f"launch: {p.name} exited (status {code}); restarting it "
+                    f"({p.restarts + 1} of {args.restart_workers})",
+                    flush=True,
+                )
                 workers_procs[i] = p.restarted(p.argv, args.logs)
                 continue
             failed.append(p)
             if stepped and any(q.proc.poll() is None for q in workers_procs):
-                print(f"launch: {p.name} failed (exit status {code}); the other "
-                      "workers run on until they finish or name it as missing "
-                      "(--sync_timeout_secs)", flush=True)
+                print(
+                    f"launch: {p.name} failed (exit status {code}); the other "
+                    "workers run on until they finish or name it as missing "
+                    "(--sync_timeout_secs)",
+                    flush=True,
+                )
         running = [q for q in workers_procs if q.proc.poll() is None]
         if any(q.role == "ps" for q in failed) or (failed and not (stepped and running)):
             break
@@ -259,8 +287,11 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
             failed.append(p)
 
     for p in failed:
-        print(f"launch: {p.name} failed (exit status {p.proc.returncode}); "
-              f"last lines of {p.log}:\n{tail(p.log)}", flush=True)
+        print(
+            f"launch: {p.name} failed (exit status {p.proc.returncode}); "
+            f"last lines of {p.log}:\n{tail(p.log)}",
+            flush=True,
+        )
     if failed:
         return 1
     if stopping.is_set():

@@ -66,12 +66,12 @@ class HostNetwork:
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("link", "set", self.bridge, "up")
         hosts_file = "127.0.0.1 localhost\n" + "".join(
-            f"{self.address(i)} {self.hostname(i)}\n" for i in range(self.hosts))
+            f"{self.address(i)} {self.hostname(i)}\n" for i in range(self.hosts)
+        )
         for i in range(self.hosts):
             ns = self.namespace(i)
             _ip("netns", "add", ns)
-            _ip("link", "add", self.veth(i), "type", "veth", "peer", "name", "eth0",
-                "netns", ns)
+            _ip("link", "add", self.veth(i), "type", "veth", "peer", "name", "eth0", "netns", ns)
             _ip("link", "set", self.veth(i), "master", self.bridge, "up")
             _ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")

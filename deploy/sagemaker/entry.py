@@ -48,8 +48,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 PS_PORT, WORKER_PORT, STATUS_PORT = 2222, 2223, 2224
 # Hyperparameters that configure this script, not ps_worker.
-OWN_KEYS = {"checkpoint_uri", "wait_for_workers_secs", "train_channel", "eval_channel",
-            "restarts"}
+OWN_KEYS = {"checkpoint_uri", "wait_for_workers_secs", "train_channel", "eval_channel", "restarts"}
 
 
 def log(message):
@@ -81,9 +80,12 @@ def hyperparameter_value(value):
 def find_binary(name):
     bin_dir = os.environ.get("PSRT_BIN_DIR", "/opt/psrt/bin")
     here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(bin_dir, name, name), os.path.join(bin_dir, name),
-                 os.path.join(here, "..", "..", "bazel-bin", name, name),
-                 shutil.which(name) or ""):
+    for path in (
+        os.path.join(bin_dir, name, name),
+        os.path.join(bin_dir, name),
+        os.path.join(here, "..", "..", "bazel-bin", name, name),
+        shutil.which(name) or "",
+    ):
         if path and os.access(path, os.X_OK):
             return os.path.abspath(path)
     raise SystemExit(f"psrt-sagemaker: cannot find {name} (set PSRT_BIN_DIR)")
@@ -98,20 +100,26 @@ class Config:
         self.hosts = json.loads(hosts) if hosts else resource.get("hosts")
         self.current = os.environ.get("SM_CURRENT_HOST") or resource.get("current_host")
         if not self.hosts or not self.current:
-            raise SystemExit("psrt-sagemaker: no host list: set SM_HOSTS and SM_CURRENT_HOST "
-                             f"or provide {config}/resourceconfig.json")
+            raise SystemExit(
+                "psrt-sagemaker: no host list: set SM_HOSTS and SM_CURRENT_HOST "
+                f"or provide {config}/resourceconfig.json"
+            )
         # algo-1, algo-2, ..., algo-10 (numerically), the same on every host.
-        self.hosts = sorted(self.hosts, key=lambda h: [int(p) if p.isdigit() else p
-                                                       for p in re.split(r"(\d+)", h)])
+        self.hosts = sorted(
+            self.hosts, key=lambda h: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", h)]
+        )
         if self.current not in self.hosts:
-            raise SystemExit(f"psrt-sagemaker: current host {self.current} is not in "
-                             f"{self.hosts}")
+            raise SystemExit(
+                f"psrt-sagemaker: current host {self.current} is not in " f"{self.hosts}"
+            )
         self.index = self.hosts.index(self.current)
         self.chief = self.index == 0
         raw = read_json(os.path.join(config, "hyperparameters.json"), {})
         self.hyperparameters = {k: hyperparameter_value(v) for k, v in raw.items()}
-        self.input_modes = {name: spec.get("TrainingInputMode", "File") for name, spec in
-                            read_json(os.path.join(config, "inputdataconfig.json"), {}).items()}
+        self.input_modes = {
+            name: spec.get("TrainingInputMode", "File")
+            for name, spec in read_json(os.path.join(config, "inputdataconfig.json"), {}).items()
+        }
         self.model_dir = os.environ.get("SM_MODEL_DIR", os.path.join(root, "model"))
         self.output_dir = os.path.join(root, "output")
 
@@ -126,8 +134,10 @@ class Config:
         return os.path.join(path, "*")
 
     def tf_config(self, role):
-        cluster = {"ps": [f"{h}:{PS_PORT}" for h in self.hosts],
-                   "worker": [f"{h}:{WORKER_PORT}" for h in self.hosts]}
+        cluster = {
+            "ps": [f"{h}:{PS_PORT}" for h in self.hosts],
+            "worker": [f"{h}:{WORKER_PORT}" for h in self.hosts],
+        }
         return json.dumps({"cluster": cluster, "task": {"type": role, "index": self.index}})
 
 
@@ -190,11 +200,13 @@ def main():
     hp = dict(cfg.hyperparameters)
     train = cfg.channel_files(hp.get("train_channel", "train"))
     if train is None:
-        raise SystemExit("psrt-sagemaker: no training channel (SM_CHANNEL_TRAIN or "
-                         f"{root}/input/data/train)")
+        raise SystemExit(
+            "psrt-sagemaker: no training channel (SM_CHANNEL_TRAIN or " f"{root}/input/data/train)"
+        )
     eval_files = None
-    for name in [hp.get("eval_channel")] if hp.get("eval_channel") else ["eval", "test",
-                                                                           "validation"]:
+    for name in (
+        [hp.get("eval_channel")] if hp.get("eval_channel") else ["eval", "test", "validation"]
+    ):
         eval_files = cfg.channel_files(name)
         if eval_files:
             break
@@ -205,8 +217,11 @@ def main():
     wait_for_workers = float(hp.get("wait_for_workers_secs", 3600))
     restarts = int(hp.get("restarts", 3))
 
-    ps_flags = [f"--checkpoint_uri={checkpoint_uri}", "--restore=auto",
-                f"--checkpoint_storage_per_host={'true' if per_host else 'false'}"]
+    ps_flags = [
+        f"--checkpoint_uri={checkpoint_uri}",
+        "--restore=auto",
+        f"--checkpoint_storage_per_host={'true' if per_host else 'false'}",
+    ]
     worker_flags = [f"--train_files={train}"]
     if eval_files:
         worker_flags.append(f"--eval_files={eval_files}")
@@ -217,9 +232,11 @@ def main():
             ps_flags.append(f"--{key[3:]}={value}")
         else:
             worker_flags.append(f"--{key}={value}")
-    log(f"host {cfg.current} ({cfg.index + 1} of {len(cfg.hosts)}"
+    log(
+        f"host {cfg.current} ({cfg.index + 1} of {len(cfg.hosts)}"
         f"{', chief' if cfg.chief else ''}); train {train}; eval {eval_files}; "
-        f"checkpoints {checkpoint_uri}")
+        f"checkpoints {checkpoint_uri}"
+    )
     os.makedirs(cfg.output_dir, exist_ok=True)
     if not checkpoint_uri.startswith("s3://"):
         os.makedirs(checkpoint_uri, exist_ok=True)
@@ -241,8 +258,7 @@ def main():
 
     def start(role, argv):
         env = dict(os.environ, TF_CONFIG=cfg.tf_config(role))
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         tail = []
         thread = threading.Thread(target=stream, args=(proc, role, tail), daemon=True)
         thread.start()
@@ -260,22 +276,28 @@ def main():
             worker_thread.join(timeout=5)
             if code < 0 and not terminated.is_set() and worker_restarts < restarts:
                 worker_restarts += 1
-                log(f"ps_worker killed (status {code}); restarting it "
-                    f"({worker_restarts} of {restarts})")
+                log(
+                    f"ps_worker killed (status {code}); restarting it "
+                    f"({worker_restarts} of {restarts})"
+                )
                 worker, worker_tail, worker_thread = start("worker", worker_argv)
                 continue
             break
         if ps.poll() is not None and not terminated.is_set():
             ps_thread.join(timeout=5)
             if ps_restarts >= restarts:
-                log(f"ps_server exited (status {ps.returncode}) {restarts} times; "
-                    "stopping the worker")
+                log(
+                    f"ps_server exited (status {ps.returncode}) {restarts} times; "
+                    "stopping the worker"
+                )
                 worker.send_signal(signal.SIGTERM)
                 worker.wait()
                 break
             ps_restarts += 1
-            log(f"ps_server exited (status {ps.returncode}); restarting it "
-                f"({ps_restarts} of {restarts}); it restores the latest checkpoint")
+            log(
+                f"ps_server exited (status {ps.returncode}); restarting it "
+                f"({ps_restarts} of {restarts}); it restores the latest checkpoint"
+            )
             ps, ps_tail, ps_thread = start("ps", ps_argv)
         time.sleep(0.2)
     code = worker.returncode
@@ -295,8 +317,10 @@ def main():
                         pending.discard(host)
                 time.sleep(1)
             if pending:
-                log(f"workers on {sorted(pending)} still running after "
-                    f"{wait_for_workers:.0f} s; stopping anyway")
+                log(
+                    f"workers on {sorted(pending)} still running after "
+                    f"{wait_for_workers:.0f} s; stopping anyway"
+                )
         else:
             # Keep this PS serving until the chief has finished (it takes the
             # final checkpoint through every PS) or has been gone for 30 s.
@@ -323,8 +347,16 @@ def main():
                 metrics = dict(kv.split("=", 1) for kv in m.group(1).split())
         os.makedirs(cfg.model_dir, exist_ok=True)
         with open(os.path.join(cfg.model_dir, "psrt_model.json"), "w") as f:
-            json.dump({"hyperparameters": cfg.hyperparameters, "hosts": cfg.hosts,
-                       "checkpoint_uri": checkpoint_uri, "final": metrics}, f, indent=1)
+            json.dump(
+                {
+                    "hyperparameters": cfg.hyperparameters,
+                    "hosts": cfg.hosts,
+                    "checkpoint_uri": checkpoint_uri,
+                    "final": metrics,
+                },
+                f,
+                indent=1,
+            )
     state.set(finished=True)
     if cfg.chief and len(cfg.hosts) > 1:
         time.sleep(3)  # let the others see "finished" before the port closes

@@ -22,11 +22,12 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "clients", "python"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python")
+)
 
 CATEGORICAL = [1, 3, 5, 6, 7, 8, 9, 13]  # workclass .. native-country
-CONTINUOUS = [0, 2, 4, 10, 11, 12]        # age, fnlwgt, education-num, gains, hours
+CONTINUOUS = [0, 2, 4, 10, 11, 12]  # age, fnlwgt, education-num, gains, hours
 CROSSES = [(3, 6), (1, 6), (5, 7), (0, 3)]  # education x occupation, ... (0 = age bucket)
 
 
@@ -60,13 +61,17 @@ def featurize(train_rows, test_rows):
         return out
 
     train_ids, test_ids = ids_of(train_rows, True), ids_of(test_rows, False)
-    cont = [np.array([[float(row[c]) for c in CONTINUOUS] for row in rows], np.float32)
-            for rows in (train_rows, test_rows)]
+    cont = [
+        np.array([[float(row[c]) for c in CONTINUOUS] for row in rows], np.float32)
+        for rows in (train_rows, test_rows)
+    ]
     cont = [np.log1p(np.maximum(x, 0)) for x in cont]
     mean, std = cont[0].mean(0), cont[0].std(0) + 1e-6
     cont = [(x - mean) / std for x in cont]
-    labels = [np.array([row[14].startswith(">50K") for row in rows], np.float32)
-              for rows in (train_rows, test_rows)]
+    labels = [
+        np.array([row[14].startswith(">50K") for row in rows], np.float32)
+        for rows in (train_rows, test_rows)
+    ]
     return (train_ids, cont[0], labels[0]), (test_ids, cont[1], labels[1]), len(vocab) + 1
 
 
@@ -75,8 +80,12 @@ class WideDeep(torch.nn.Module):
         super().__init__()
         self.wide, self.deep = wide, deep  # embeddings: [*, 1] and [*, dim]
         self.mlp = torch.nn.Sequential(
-            torch.nn.Linear(fields * dim + dense_dim, 64), torch.nn.ReLU(),
-            torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+            torch.nn.Linear(fields * dim + dense_dim, 64),
+            torch.nn.ReLU(),
+            torch.nn.Linear(64, 32),
+            torch.nn.ReLU(),
+            torch.nn.Linear(32, 1),
+        )
 
     def forward(self, ids, dense):
         wide = self.wide(ids).sum(dim=(1, 2))
@@ -99,8 +108,9 @@ def main():
     args = p.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    train, test, vocab = featurize(read(os.path.join(args.data, "adult.data")),
-                                   read(os.path.join(args.data, "adult.test")))
+    train, test, vocab = featurize(
+        read(os.path.join(args.data, "adult.data")), read(os.path.join(args.data, "adult.test"))
+    )
     fields, dense_dim = train[0].shape[1], train[1].shape[1]
 
     if args.local:
@@ -109,21 +119,33 @@ def main():
         torch.nn.init.zeros_(wide.weight)
         torch.nn.init.trunc_normal_(deep.weight, std=0.01)
         model = WideDeep(wide, deep, fields, args.dim, dense_dim)
-        sparse_opt = torch.optim.Adagrad(list(wide.parameters()) + list(deep.parameters()),
-                                         lr=0.05, initial_accumulator_value=0.1)
+        sparse_opt = torch.optim.Adagrad(
+            list(wide.parameters()) + list(deep.parameters()),
+            lr=0.05,
+            initial_accumulator_value=0.1,
+        )
         dense_opt = torch.optim.Adam(model.mlp.parameters(), lr=1e-3, eps=1e-7)
     else:
         import psrt  # psrt:
         import psrt.torch  # psrt:
+
         client = psrt.Client(args.cluster)  # psrt:
-        wide = psrt.torch.Embedding(client, "wd/wide", vocab, 1,  # psrt:
-                                    initializer="zeros", optimizer="adagrad",
-                                    learning_rate=0.05)
-        deep = psrt.torch.Embedding(client, "wd/deep", vocab, args.dim,  # psrt:
-                                    optimizer="adagrad", learning_rate=0.05)
+        wide = psrt.torch.Embedding(
+            client,
+            "wd/wide",
+            vocab,
+            1,  # psrt:
+            initializer="zeros",
+            optimizer="adagrad",
+            learning_rate=0.05,
+        )
+        deep = psrt.torch.Embedding(
+            client, "wd/deep", vocab, args.dim, optimizer="adagrad", learning_rate=0.05  # psrt:
+        )
         model = WideDeep(wide, deep, fields, args.dim, dense_dim)
-        dense = psrt.torch.DenseParameters(client, model.mlp, prefix="wd/mlp/",  # psrt:
-                                           optimizer="adam", learning_rate=1e-3)
+        dense = psrt.torch.DenseParameters(
+            client, model.mlp, prefix="wd/mlp/", optimizer="adam", learning_rate=1e-3  # psrt:
+        )
 
     if not args.evaluate_only:
         # This worker's shard of the training data.
@@ -135,7 +157,7 @@ def main():
             order = rng.permutation(mine)
             total = 0.0
             for b in range(0, order.size, args.batch_size):
-                idx = order[b:b + args.batch_size]
+                idx = order[b : b + args.batch_size]
                 ids, x, y = (torch.from_numpy(t[idx]) for t in train)
                 if args.local:
                     sparse_opt.zero_grad()
@@ -151,8 +173,9 @@ def main():
                 else:
                     dense.push()  # psrt:
                 total += loss.item() * idx.size
-            print(f"worker {args.worker_index} epoch {epoch} loss={total / mine.size:.5f}",
-                  flush=True)
+            print(
+                f"worker {args.worker_index} epoch {epoch} loss={total / mine.size:.5f}", flush=True
+            )
         if not args.local:
             dense.flush()  # psrt:
             wide.flush()

@@ -466,7 +466,7 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
     grpc::ByteBuffer* response) {
   return ServeUnary<ListVariablesRequest>(
       context, "ListVariables", request, response, /*detached=*/false,
-      [this](const ListVariablesRequest&)
+      [this](const ListVariablesRequest& request)
           -> absl::StatusOr<ListVariablesResponse> {
         ListVariablesResponse out;
         out.set_ps_task(store_->ps_task());
@@ -484,6 +484,15 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
             shard->set_num_rows(v->shard(s).num_rows());
             shard->set_bytes(v->shard(s).bytes());
             shard->set_version(v->shard(s).version());
+          }
+          for (int s = 0; request.with_layout() && s < v->layout->num_shards();
+               ++s) {
+            const ShardLayout& layout = v->layout->shards[s];
+            ShardInfo* shard = info->add_layout();
+            shard->set_shard(s);
+            shard->set_ps_task(layout.ps_task);
+            shard->set_row_begin(layout.row_begin);
+            shard->set_num_rows(layout.num_rows);
           }
         }
         return out;

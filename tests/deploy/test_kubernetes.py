@@ -11,8 +11,7 @@ import re
 
 import yaml
 
-MANIFEST = os.path.join(os.environ.get("TEST_SRCDIR", "."), "psrt",
-                        "deploy/kubernetes/psrt.yaml")
+MANIFEST = os.path.join(os.environ.get("TEST_SRCDIR", "."), "psrt", "deploy/kubernetes/psrt.yaml")
 if not os.path.exists(MANIFEST):
     MANIFEST = "deploy/kubernetes/psrt.yaml"
 

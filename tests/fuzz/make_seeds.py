@@ -54,87 +54,150 @@ def write(target, name, data):
 
 def main():
     gen = tempfile.mkdtemp()
-    subprocess.run(["protoc", f"-I{ROOT}", f"--python_out={gen}", "proto/ps.proto"],
-                   check=True)
+    subprocess.run(["protoc", f"-I{ROOT}", f"--python_out={gen}", "proto/ps.proto"], check=True)
     sys.path.insert(0, os.path.join(gen, "proto"))
     import ps_pb2 as pb
 
-    ids = lambda *v: struct.pack(f"<{len(v)}q", *v)
-    floats = lambda *v: struct.pack(f"<{len(v)}f", *v)
+    def ids(*v):
+        return struct.pack(f"<{len(v)}q", *v)
+
+    def floats(*v):
+        return struct.pack(f"<{len(v)}f", *v)
 
     # request_fuzzer: byte 0 even = Pull, odd = Push (messages after 2-byte lengths).
-    pull = pb.PullRequestHeader(items=[
-        pb.TensorItem(variable="w", shard=0, offset=0, count=32 * 4),
-        pb.TensorItem(variable="emb", shard=0, ids_payload=0),
-        pb.TensorItem(variable="mod", shard=0, ids_payload=1),
-        pb.TensorItem(variable="hash", shard=0, ids_payload=2)])
-    write("request_fuzzer", "pull", b"\x00" + frame(
-        pull.SerializeToString(), [ids(1, 2, 249), ids(0, 3, 6), ids(12345, -7)]))
-    sync = pb.PullRequestHeader(items=[pb.TensorItem(variable="w", shard=0, count=8)],
-                                consistency=pb.Consistency(mode=1, workers=1, timeout_seconds=0.01),
-                                worker_index=0, step=0)
+    pull = pb.PullRequestHeader(
+        items=[
+            pb.TensorItem(variable="w", shard=0, offset=0, count=32 * 4),
+            pb.TensorItem(variable="emb", shard=0, ids_payload=0),
+            pb.TensorItem(variable="mod", shard=0, ids_payload=1),
+            pb.TensorItem(variable="hash", shard=0, ids_payload=2),
+        ]
+    )
+    write(
+        "request_fuzzer",
+        "pull",
+        b"\x00" + frame(pull.SerializeToString(), [ids(1, 2, 249), ids(0, 3, 6), ids(12345, -7)]),
+    )
+    sync = pb.PullRequestHeader(
+        items=[pb.TensorItem(variable="w", shard=0, count=8)],
+        consistency=pb.Consistency(mode=1, workers=1, timeout_seconds=0.01),
+        worker_index=0,
+        step=0,
+    )
     write("request_fuzzer", "pull_sync", b"\x02" + frame(sync.SerializeToString(), []))
-    push = pb.PushRequestHeader(items=[
-        pb.TensorItem(variable="w", shard=0, offset=0, count=8, grad_payload=0),
-        pb.TensorItem(variable="emb", shard=0, ids_payload=1, grad_payload=2),
-        pb.TensorItem(variable="hash", shard=0, ids_payload=3, grad_payload=4)],
-        client_id=1, request_id=1, last=True)
-    message = frame(push.SerializeToString(),
-                    [floats(*[0.5] * 8), ids(1, 2), floats(*[0.1] * 16),
-                     ids(42), floats(1, 2, 3, 4)])
-    with_length = lambda m: struct.pack("<H", len(m)) + m
+    push = pb.PushRequestHeader(
+        items=[
+            pb.TensorItem(variable="w", shard=0, offset=0, count=8, grad_payload=0),
+            pb.TensorItem(variable="emb", shard=0, ids_payload=1, grad_payload=2),
+            pb.TensorItem(variable="hash", shard=0, ids_payload=3, grad_payload=4),
+        ],
+        client_id=1,
+        request_id=1,
+        last=True,
+    )
+    message = frame(
+        push.SerializeToString(),
+        [floats(*[0.5] * 8), ids(1, 2), floats(*[0.1] * 16), ids(42), floats(1, 2, 3, 4)],
+    )
+
+    def with_length(m):
+        return struct.pack("<H", len(m)) + m
+
     write("request_fuzzer", "push", b"\x01" + with_length(message))
-    first = pb.PushRequestHeader(items=[pb.TensorItem(variable="w", shard=0, count=4,
-                                                      grad_payload=0)])
-    last = pb.PushRequestHeader(items=[pb.TensorItem(variable="w", shard=0, offset=4,
-                                                     count=4, grad_payload=0)], last=True)
+    first = pb.PushRequestHeader(
+        items=[pb.TensorItem(variable="w", shard=0, count=4, grad_payload=0)]
+    )
+    last = pb.PushRequestHeader(
+        items=[pb.TensorItem(variable="w", shard=0, offset=4, count=4, grad_payload=0)], last=True
+    )
     m1 = frame(first.SerializeToString(), [floats(1, 1, 1, 1)])
     m2 = frame(last.SerializeToString(), [floats(3e38, 3e38, 1, 1)])
     write("request_fuzzer", "push_two_messages", b"\x03" + with_length(m1) + with_length(m2))
 
     # unary_request_fuzzer: CreateVariablesRequest.
-    spec = pb.VariableSpec(name="new", kind=2, shape=[100, 4],
-                           partition=pb.PartitionSpec(num_shards=2, routing=1),
-                           optimizer=pb.OptimizerSpec(kind=4, learning_rate=0.1, l1=0.01))
-    write("unary_request_fuzzer", "append",
-          pb.CreateVariablesRequest(first_index=4, specs=[spec], num_ps=2).SerializeToString())
-    dense = pb.VariableSpec(name="w", kind=1, shape=[64, 4], partition=pb.PartitionSpec(num_shards=2),
-                            optimizer=pb.OptimizerSpec(learning_rate=0.1))
-    write("unary_request_fuzzer", "existing",
-          pb.CreateVariablesRequest(first_index=0, specs=[dense], num_ps=2).SerializeToString())
+    spec = pb.VariableSpec(
+        name="new",
+        kind=2,
+        shape=[100, 4],
+        partition=pb.PartitionSpec(num_shards=2, routing=1),
+        optimizer=pb.OptimizerSpec(kind=4, learning_rate=0.1, l1=0.01),
+    )
+    write(
+        "unary_request_fuzzer",
+        "append",
+        pb.CreateVariablesRequest(first_index=4, specs=[spec], num_ps=2).SerializeToString(),
+    )
+    dense = pb.VariableSpec(
+        name="w",
+        kind=1,
+        shape=[64, 4],
+        partition=pb.PartitionSpec(num_shards=2),
+        optimizer=pb.OptimizerSpec(learning_rate=0.1),
+    )
+    write(
+        "unary_request_fuzzer",
+        "existing",
+        pb.CreateVariablesRequest(first_index=0, specs=[dense], num_ps=2).SerializeToString(),
+    )
 
     # checkpoint_files_fuzzer: 0 + MANIFEST.json, 1 + a shard file.
-    manifest = (b'{"format_version": 2, "name": "ckpt-0000000003-0000000000001", '
-                b'"global_step": "3", "num_ps": 2, "variables": [{"name": "w", "kind": '
-                b'"DENSE", "shape": ["64", "4"]}], "files": [{"variable": "w", "shard": 1, '
-                b'"ps_task": 1, "path": "w.shard-00001-of-00002", "bytes": "700", '
-                b'"crc32c": 123, "num_rows": "32", "row_begin": "32", "version": "5"}]}')
+    manifest = (
+        b'{"format_version": 2, "name": "ckpt-0000000003-0000000000001", '
+        b'"global_step": "3", "num_ps": 2, "variables": [{"name": "w", "kind": '
+        b'"DENSE", "shape": ["64", "4"]}], "files": [{"variable": "w", "shard": 1, '
+        b'"ps_task": 1, "path": "w.shard-00001-of-00002", "bytes": "700", '
+        b'"crc32c": 123, "num_rows": "32", "row_begin": "32", "version": "5"}]}'
+    )
     write("checkpoint_files_fuzzer", "manifest", b"\x00" + manifest)
     for name, kind, explicit in (("dense", 1, False), ("hash", 3, True)):
-        header = pb.ShardFileHeader(variable=name, shard=0, num_shards=2, kind=kind,
-                                    row_width=4, num_slots=1, num_rows=2, row_begin=0,
-                                    routing=2 if explicit else 0, explicit_ids=explicit,
-                                    version=7).SerializeToString()
+        header = pb.ShardFileHeader(
+            variable=name,
+            shard=0,
+            num_shards=2,
+            kind=kind,
+            row_width=4,
+            num_slots=1,
+            num_rows=2,
+            row_begin=0,
+            routing=2 if explicit else 0,
+            explicit_ids=explicit,
+            version=7,
+        ).SerializeToString()
         body = b"PSRTSHD1" + (ids(9, -4) if explicit else b"") + floats(*range(16))
         body += header + struct.pack("<I", len(header))
-        write("checkpoint_files_fuzzer", f"shard_{name}",
-              b"\x01" + body + struct.pack("<I", crc32c(body)))
+        write(
+            "checkpoint_files_fuzzer",
+            f"shard_{name}",
+            b"\x01" + body + struct.pack("<I", crc32c(body)),
+        )
 
     # s3_response_fuzzer.
-    write("s3_response_fuzzer", "list",
-          b'<?xml version="1.0"?><ListBucketResult><Contents><Key>run1/ckpt-1/a</Key>'
-          b'<Size>12</Size></Contents><Contents><Key>run1/ckpt-1/MANIFEST.json</Key>'
-          b'<Size>3</Size></Contents><IsTruncated>true</IsTruncated>'
-          b'<NextContinuationToken>abc&amp;d</NextContinuationToken></ListBucketResult>')
-    write("s3_response_fuzzer", "error",
-          b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>")
-    write("s3_response_fuzzer", "credentials",
-          b'{"AccessKeyId": "ASIA", "SecretAccessKey": "s\\"e", "Token": "t",'
-          b' "Expiration": "2026-11-23T20:00:00Z"}')
+    write(
+        "s3_response_fuzzer",
+        "list",
+        b'<?xml version="1.0"?><ListBucketResult><Contents><Key>run1/ckpt-1/a</Key>'
+        b"<Size>12</Size></Contents><Contents><Key>run1/ckpt-1/MANIFEST.json</Key>"
+        b"<Size>3</Size></Contents><IsTruncated>true</IsTruncated>"
+        b"<NextContinuationToken>abc&amp;d</NextContinuationToken></ListBucketResult>",
+    )
+    write(
+        "s3_response_fuzzer",
+        "error",
+        b"<Error><Code>SlowDown</Code><Message>Reduce your request rate</Message></Error>",
+    )
+    write(
+        "s3_response_fuzzer",
+        "credentials",
+        b'{"AccessKeyId": "ASIA", "SecretAccessKey": "s\\"e", "Token": "t",'
+        b' "Expiration": "2026-11-23T20:00:00Z"}',
+    )
 
     # record_reader_fuzzer: byte 0 % 4 = format, & 4 = skip bad records.
-    write("record_reader_fuzzer", "libsvm",
-          b"\x00" + b"1 3:1 17:0.5 99:2\n0 1:1 2:1\n# comment\n-1 5:1:1 6:2:0.5\n")
+    write(
+        "record_reader_fuzzer",
+        "libsvm",
+        b"\x00" + b"1 3:1 17:0.5 99:2\n0 1:1 2:1\n# comment\n-1 5:1:1 6:2:0.5\n",
+    )
     write("record_reader_fuzzer", "libsvm_gzip", b"\x04" + gzip.compress(b"1 3:1 17:0.5\n0 4:1\n"))
     with open(os.path.join(ROOT, "testdata/criteo_deepfm_sagemaker/val.tfrecords"), "rb") as f:
         records = b""
@@ -142,9 +205,18 @@ def main():
             (length,) = struct.unpack("<Q", f.read(8))
             records += struct.pack("<Q", length) + f.read(4 + length + 4)
     write("record_reader_fuzzer", "tfrecord", b"\x01" + records)
-    write("record_reader_fuzzer", "criteo_tsv", b"\x02" + (
-        "1\t" + "\t".join(str(i) for i in range(13)) + "\t" +
-        "\t".join(f"{i:08x}" for i in range(26)) + "\n").encode())
+    write(
+        "record_reader_fuzzer",
+        "criteo_tsv",
+        b"\x02"
+        + (
+            "1\t"
+            + "\t".join(str(i) for i in range(13))
+            + "\t"
+            + "\t".join(f"{i:08x}" for i in range(26))
+            + "\n"
+        ).encode(),
+    )
     with open(os.path.join(ROOT, "testdata/adult/adult.data"), "rb") as f:
         write("record_reader_fuzzer", "adult_csv", b"\x03" + f.readline() + f.readline())
     print(f"seeds written under {CORPUS}")

@@ -7,9 +7,11 @@ import time
 
 import pytest
 
-ROOT = os.path.join(os.environ.get("TEST_SRCDIR", ""), "psrt") \
-    if os.environ.get("TEST_SRCDIR") else os.path.dirname(os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__))))
+ROOT = (
+    os.path.join(os.environ.get("TEST_SRCDIR", ""), "psrt")
+    if os.environ.get("TEST_SRCDIR")
+    else os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 sys.path.insert(0, os.path.join(ROOT, "deploy", "local"))
 import netns  # noqa: E402
 
@@ -23,13 +25,19 @@ def needs_netns(test):
     if WHY_NOT is None:
         return test
     if os.environ.get("CI") == "true":
+
         @functools.wraps(test)
         def fail(*args, **kwargs):
             pytest.fail(f"CI must run the namespace tests, but: {WHY_NOT}")
+
         return fail
     return pytest.mark.skip(reason=f"no network namespaces: {WHY_NOT}")(test)
-DONE = re.compile(r"done: steps=(\d+) examples=(\d+) seconds=([\d.]+) examples/s=([\d.]+) "
-                  r"bad_records=\d+ ps_recoveries=(\d+) lost_pushes=(\d+)")
+
+
+DONE = re.compile(
+    r"done: steps=(\d+) examples=(\d+) seconds=([\d.]+) examples/s=([\d.]+) "
+    r"bad_records=\d+ ps_recoveries=(\d+) lost_pushes=(\d+)"
+)
 AUC = re.compile(r"final eval_auc=([\d.]+)")
 
 
@@ -45,5 +53,3 @@ def wait_for(path, pattern, timeout=120):
             return
         time.sleep(0.1)
     raise AssertionError(f"{path} never matched {pattern!r}:\n{read(path)[-2000:]}")
-
-

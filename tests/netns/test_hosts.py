@@ -18,12 +18,26 @@ from netns_util import AUC, DONE, ROOT, needs_netns, netns, read, wait_for
 
 def launch(logs, data, hosts, extra, worker_flags):
     return subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "deploy/local/launch.py"), f"--hosts={hosts}",
-         f"--logs={logs}", f"--bin_dir={ROOT}", *extra, "--",
-         os.path.join(ROOT, "ps_worker/ps_worker"), "--model=deepfm",
-         f"--train_files={data}/train-*", f"--eval_files={data}/test.tfrecords",
-         "--batch_size=256", "--log_every_steps=20", *worker_flags],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            os.path.join(ROOT, "deploy/local/launch.py"),
+            f"--hosts={hosts}",
+            f"--logs={logs}",
+            f"--bin_dir={ROOT}",
+            *extra,
+            "--",
+            os.path.join(ROOT, "ps_worker/ps_worker"),
+            "--model=deepfm",
+            f"--train_files={data}/train-*",
+            f"--eval_files={data}/test.tfrecords",
+            "--batch_size=256",
+            "--log_every_steps=20",
+            *worker_flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(proc, timeout=300):
@@ -43,8 +57,7 @@ def done_lines(logs, workers):
 
 @needs_netns
 def test_three_hosts_train_deepfm(data, tmp_path):
-    proc = launch(tmp_path, data, 3, ["--netns=psrtt1", "--netns_subnet=10.78.0"],
-                  ["--epochs=2"])
+    proc = launch(tmp_path, data, 3, ["--netns=psrtt1", "--netns_subnet=10.78.0"], ["--epochs=2"])
     out = finish(proc)
     assert "ps_servers at ['algo-1:2223', 'algo-2:2223', 'algo-3:2223']" in out
     rows = done_lines(tmp_path, 3)
@@ -60,8 +73,13 @@ def test_three_hosts_train_deepfm(data, tmp_path):
 @needs_netns
 def test_partition_of_one_host_recovers(data, tmp_path):
     net = netns.HostNetwork("psrtt2", 3, "10.79.0")
-    proc = launch(tmp_path, data, 3, ["--netns=psrtt2", "--netns_subnet=10.79.0"],
-                  ["--epochs=0", "--max_steps=500", "--ps_recovery_secs=120"])
+    proc = launch(
+        tmp_path,
+        data,
+        3,
+        ["--netns=psrtt2", "--netns_subnet=10.79.0"],
+        ["--epochs=0", "--max_steps=500", "--ps_recovery_secs=120"],
+    )
     try:
         wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=100 ")
         net.set_link(2, up=False)  # algo-3: its PS and worker cut off
@@ -83,14 +101,25 @@ def test_partition_of_one_host_recovers(data, tmp_path):
 
 
 def test_killed_worker_is_restarted_and_rejoins(data, tmp_path):
-    proc = launch(tmp_path, data, 2, ["--restart_workers=1", "--base_port=26100"],
-                  # (a per-worker flag value to find worker 1's process by)
-                  ["--epochs=0", "--max_steps=300", "--log_every_steps=2{index}"])
+    proc = launch(
+        tmp_path,
+        data,
+        2,
+        ["--restart_workers=1", "--base_port=26100"],
+        # (a per-worker flag value to find worker 1's process by)
+        ["--epochs=0", "--max_steps=300", "--log_every_steps=2{index}"],
+    )
     worker1 = os.path.join(tmp_path, "worker_1.log")
     try:
         wait_for(worker1, r"step=63 ")
-        pid = int(subprocess.run(["pgrep", "-f", r"ps_worker/ps_worker .*--log_every_steps=21"],
-                                 capture_output=True, text=True, check=True).stdout.split()[0])
+        pid = int(
+            subprocess.run(
+                ["pgrep", "-f", r"ps_worker/ps_worker .*--log_every_steps=21"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()[0]
+        )
         os.kill(pid, signal.SIGKILL)
     except Exception:
         proc.kill()
@@ -108,16 +137,35 @@ def test_sync_mode_names_a_dead_worker_under_the_launcher(data, tmp_path):
     """In sync mode a worker that dies does not make the launcher stop the
     others at once: they wait --sync_timeout_secs and then fail naming it,
     as the docs promise. No namespaces needed."""
-    worker = " ".join([
-        os.path.join(ROOT, "ps_worker/ps_worker"), "--model=lr",
-        f"--train_files={data}/train-*", "--batch_size=256", "--mode=sync",
-        "--max_steps=200", "--sync_timeout_secs=5", "--log_every_steps=50"])
+    worker = " ".join(
+        [
+            os.path.join(ROOT, "ps_worker/ps_worker"),
+            "--model=lr",
+            f"--train_files={data}/train-*",
+            "--batch_size=256",
+            "--mode=sync",
+            "--max_steps=200",
+            "--sync_timeout_secs=5",
+            "--log_every_steps=50",
+        ]
+    )
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "deploy/local/launch.py"), "--hosts=2",
-         f"--logs={tmp_path}", f"--bin_dir={ROOT}", "--base_port=26300", "--",
-         "/bin/sh", "-c",
-         f'if [ "$PSRT_WORKER_INDEX" = 1 ]; then echo dying; exit 3; fi; exec {worker}'],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            os.path.join(ROOT, "deploy/local/launch.py"),
+            "--hosts=2",
+            f"--logs={tmp_path}",
+            f"--bin_dir={ROOT}",
+            "--base_port=26300",
+            "--",
+            "/bin/sh",
+            "-c",
+            f'if [ "$PSRT_WORKER_INDEX" = 1 ]; then echo dying; exit 3; fi; exec {worker}',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 1, out[-4000:]
     assert "worker1 failed (exit status 3); the other workers run on" in out, out[-4000:]
@@ -137,8 +185,7 @@ def ps_pid(index, port):
                 env = f.read()
         except OSError:
             continue
-        if (f'"type": "ps", "index": {index}'.encode() in env
-                and f":{port}".encode() in env):
+        if f'"type": "ps", "index": {index}'.encode() in env and f":{port}".encode() in env:
             return int(pid)
     raise AssertionError(f"no ps_server for PS {index} on port {port}")
 
@@ -151,11 +198,18 @@ def test_killed_ps_is_restarted_and_restores(data, tmp_path, victim):
     checkpoint, and training completes. No namespaces needed."""
     ckpt = os.path.join(tmp_path, "ckpt")
     port = 26400 + 10 * victim
-    proc = launch(tmp_path, data, 2,
-                  ["--restart_ps=1", f"--base_port={port}",
-                   f"--ps_flag=--checkpoint_uri={ckpt}",
-                   "--ps_flag=--checkpoint_every_steps=20"],
-                  ["--epochs=0", "--max_steps=400", "--log_every_steps=20"])
+    proc = launch(
+        tmp_path,
+        data,
+        2,
+        [
+            "--restart_ps=1",
+            f"--base_port={port}",
+            f"--ps_flag=--checkpoint_uri={ckpt}",
+            "--ps_flag=--checkpoint_every_steps=20",
+        ],
+        ["--epochs=0", "--max_steps=400", "--log_every_steps=20"],
+    )
     try:
         wait_for(os.path.join(tmp_path, "ps_0.log"), r"checkpoint \S+: \d+ files")
         os.kill(ps_pid(victim, port), signal.SIGKILL)
@@ -163,8 +217,9 @@ def test_killed_ps_is_restarted_and_restores(data, tmp_path, victim):
         proc.kill()
         raise
     out = finish(proc)
-    assert (f"launch: ps{victim} exited (status -9); restarting it (1 of 1) "
-            "with --restore=auto") in out, out[-4000:]
+    assert (
+        f"launch: ps{victim} exited (status -9); restarting it (1 of 1) " "with --restore=auto"
+    ) in out, out[-4000:]
     log = read(os.path.join(tmp_path, f"ps_{victim}.log"))
     assert "restoring from" in log, log[-3000:]
     for row in done_lines(tmp_path, 2):

@@ -40,12 +40,22 @@ def sm_tree(root, data, hosts, current, hyperparameters, pipe=False):
     with open(os.path.join(config, "hyperparameters.json"), "w") as f:
         json.dump({k: json.dumps(v) for k, v in hyperparameters.items()}, f)
     with open(os.path.join(config, "inputdataconfig.json"), "w") as f:
-        json.dump({"train": {"TrainingInputMode": "Pipe" if pipe else "File"},
-                   "eval": {"TrainingInputMode": "File"}}, f)
+        json.dump(
+            {
+                "train": {"TrainingInputMode": "Pipe" if pipe else "File"},
+                "eval": {"TrainingInputMode": "File"},
+            },
+            f,
+        )
     os.makedirs(os.path.join(root, "checkpoints"))  # checkpoint_s3_uri's local side
-    env = dict(os.environ, PSRT_BIN_DIR=ROOT, SM_HOSTS=json.dumps(hosts),
-               SM_CURRENT_HOST=current, SM_MODEL_DIR="/opt/ml/model",
-               SM_CHANNEL_EVAL="/opt/ml/input/data/eval")
+    env = dict(
+        os.environ,
+        PSRT_BIN_DIR=ROOT,
+        SM_HOSTS=json.dumps(hosts),
+        SM_CURRENT_HOST=current,
+        SM_MODEL_DIR="/opt/ml/model",
+        SM_CHANNEL_EVAL="/opt/ml/input/data/eval",
+    )
     env.pop("PSRT_SM_ROOT", None)
     if not pipe:
         env["SM_CHANNEL_TRAIN"] = "/opt/ml/input/data/train"
@@ -65,12 +75,19 @@ class Job:
         os.makedirs("/opt/ml", exist_ok=True)  # the mount point
         for i, name in enumerate(self.names):
             env = sm_tree(self.roots[i], data, self.names, name, hyperparameters, pipe)
-            container = (f'mount --bind "{self.roots[i]}" /opt/ml && '
-                         f'exec "{sys.executable}" "{ENTRY}" train')
+            container = (
+                f'mount --bind "{self.roots[i]}" /opt/ml && '
+                f'exec "{sys.executable}" "{ENTRY}" train'
+            )
             with open(self.logs[i], "w") as log:
-                self.procs.append(subprocess.Popen(
-                    self.net.exec_prefix(i) + ["sh", "-c", container], env=env,
-                    stdout=log, stderr=subprocess.STDOUT))
+                self.procs.append(
+                    subprocess.Popen(
+                        self.net.exec_prefix(i) + ["sh", "-c", container],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
 
     def wait(self, timeout=300):
         deadline = time.time() + timeout
@@ -94,14 +111,20 @@ def checkpoint_dirs(root):
 
 @needs_netns
 def test_three_hosts_train_and_checkpoint(data, tmp_path):
-    job = Job(tmp_path, data, "psrtsm1", "10.80.0", 3,
-              {"model": "deepfm", "epochs": 2, "batch_size": 256, "log_every_steps": 50})
+    job = Job(
+        tmp_path,
+        data,
+        "psrtsm1",
+        "10.80.0",
+        3,
+        {"model": "deepfm", "epochs": 2, "batch_size": 256, "log_every_steps": 50},
+    )
     try:
         codes = job.wait()
     finally:
         job.close()
     logs = [read(p) for p in job.logs]
-    assert codes == [0, 0, 0], "\n".join(l[-3000:] for l in logs)
+    assert codes == [0, 0, 0], "\n".join(log[-3000:] for log in logs)
     assert "algo-1 (1 of 3, chief)" in logs[0]
     for log in logs[1:]:
         assert "chief algo-1 finished; stopping ps_server" in log
@@ -114,8 +137,7 @@ def test_three_hosts_train_and_checkpoint(data, tmp_path):
     # downloads them all to restore); PS 0 wrote the manifest and sent it to
     # every PS (--checkpoint_storage_per_host), so each host also holds it.
     final = checkpoint_dirs(job.roots[0])[-1]
-    manifest = json.load(open(os.path.join(job.roots[0], "checkpoints", final,
-                                           "MANIFEST.json")))
+    manifest = json.load(open(os.path.join(job.roots[0], "checkpoints", final, "MANIFEST.json")))
     listed = {f["path"] for f in manifest["files"]}
     found = set()
     for i, root in enumerate(job.roots):
@@ -134,9 +156,20 @@ def test_three_hosts_train_and_checkpoint(data, tmp_path):
 
 @needs_netns
 def test_sigterm_is_forwarded_and_checkpoints(data, tmp_path):
-    job = Job(tmp_path, data, "psrtsm2", "10.81.0", 2,
-              {"model": "deepfm", "epochs": 0, "max_steps": 1000000, "batch_size": 256,
-               "log_every_steps": 20})
+    job = Job(
+        tmp_path,
+        data,
+        "psrtsm2",
+        "10.81.0",
+        2,
+        {
+            "model": "deepfm",
+            "epochs": 0,
+            "max_steps": 1000000,
+            "batch_size": 256,
+            "log_every_steps": 20,
+        },
+    )
     try:
         wait_for(job.logs[0], r"step=100 ")
         for p in job.procs:  # SageMaker's StopTrainingJob
@@ -153,10 +186,17 @@ def test_sigterm_is_forwarded_and_checkpoints(data, tmp_path):
 
 def pid_on_host(job, i, program):
     """The pid of `program` running in host i's namespace."""
-    in_host = set(subprocess.run(["ip", "netns", "pids", job.net.namespace(i)],
-                                 capture_output=True, text=True, check=True).stdout.split())
-    for pid in subprocess.run(["pgrep", "-f", program], capture_output=True,
-                              text=True).stdout.split():
+    in_host = set(
+        subprocess.run(
+            ["ip", "netns", "pids", job.net.namespace(i)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    )
+    for pid in subprocess.run(
+        ["pgrep", "-f", program], capture_output=True, text=True
+    ).stdout.split():
         if pid in in_host:
             return int(pid)
     raise AssertionError(f"no {program} on {job.names[i]}")
@@ -164,9 +204,21 @@ def pid_on_host(job, i, program):
 
 @needs_netns
 def test_entry_point_restarts_a_killed_ps_and_worker(data, tmp_path):
-    job = Job(tmp_path, data, "psrtsm5", "10.84.0", 2,
-              {"model": "deepfm", "epochs": 0, "max_steps": 700, "batch_size": 256,
-               "log_every_steps": 20, "ps_checkpoint_every_steps": 50})
+    job = Job(
+        tmp_path,
+        data,
+        "psrtsm5",
+        "10.84.0",
+        2,
+        {
+            "model": "deepfm",
+            "epochs": 0,
+            "max_steps": 700,
+            "batch_size": 256,
+            "log_every_steps": 20,
+            "ps_checkpoint_every_steps": 50,
+        },
+    )
     try:
         wait_for(job.logs[0], r"step=200 ")
         os.kill(pid_on_host(job, 1, "ps_server/ps_server"), signal.SIGKILL)
@@ -178,7 +230,7 @@ def test_entry_point_restarts_a_killed_ps_and_worker(data, tmp_path):
     finally:
         job.close()
     logs = [read(p) for p in job.logs]
-    assert codes == [0, 0], "\n".join(l[-3000:] for l in logs)
+    assert codes == [0, 0], "\n".join(log[-3000:] for log in logs)
     # The restarted PS restored its shards; both workers waited and went on.
     assert "restore: '" in logs[1], logs[1][-3000:]
     assert re.search(r"\[worker 0\] done: steps=700 .* ps_recoveries=[1-9]", logs[0])
@@ -198,8 +250,15 @@ def test_entry_point_restarts_a_killed_ps_and_worker(data, tmp_path):
 @needs_netns
 def test_pipe_mode_and_a_failing_worker(data, tmp_path):
     # Pipe mode: the training channel arrives through the FIFO train_0.
-    job = Job(os.path.join(tmp_path, "pipe"), data, "psrtsm3", "10.82.0", 1,
-              {"model": "deepfm", "epochs": 1, "batch_size": 256}, pipe=True)
+    job = Job(
+        os.path.join(tmp_path, "pipe"),
+        data,
+        "psrtsm3",
+        "10.82.0",
+        1,
+        {"model": "deepfm", "epochs": 1, "batch_size": 256},
+        pipe=True,
+    )
 
     def feed():
         with open(os.path.join(job.roots[0], "input", "data", "train_0"), "wb") as fifo:
@@ -220,8 +279,14 @@ def test_pipe_mode_and_a_failing_worker(data, tmp_path):
     assert "done: steps=235 examples=60000" in log, log[-2000:]
 
     # A bad hyperparameter: the worker fails, the entry point reports why.
-    job = Job(os.path.join(tmp_path, "bad"), data, "psrtsm4", "10.83.0", 1,
-              {"model": "nonsense", "epochs": 1})
+    job = Job(
+        os.path.join(tmp_path, "bad"),
+        data,
+        "psrtsm4",
+        "10.83.0",
+        1,
+        {"model": "nonsense", "epochs": 1},
+    )
     try:
         codes = job.wait()
     finally:

@@ -31,8 +31,7 @@ import sys
 import threading
 import urllib.parse
 
-STATS = {"accepted": 0, "rejected": 0, "parts": 0, "injected_503": 0,
-         "aborts": 0}
+STATS = {"accepted": 0, "rejected": 0, "parts": 0, "injected_503": 0, "aborts": 0}
 LOCK = threading.Lock()
 
 
@@ -50,8 +49,9 @@ def canonical_query(raw):
     for part in raw.split("&") if raw else []:
         k, _, v = part.partition("=")
         # Decode then encode again: S3 canonicalizes whatever was sent.
-        pairs.append((uri_encode(urllib.parse.unquote(k), False),
-                      uri_encode(urllib.parse.unquote(v), False)))
+        pairs.append(
+            (uri_encode(urllib.parse.unquote(k), False), uri_encode(urllib.parse.unquote(v), False))
+        )
     pairs.sort()
     return "&".join(f"{k}={v}" for k, v in pairs)
 
@@ -64,7 +64,7 @@ def verify(method, raw_path, headers, body, access_key, secret_key, session_toke
     if not auth.startswith("AWS4-HMAC-SHA256 "):
         return ("AccessDenied", "missing or non-SigV4 Authorization header")
     fields = {}
-    for item in auth[len("AWS4-HMAC-SHA256 "):].split(","):
+    for item in auth[len("AWS4-HMAC-SHA256 ") :].split(","):
         k, _, v = item.strip().partition("=")
         fields[k] = v
     try:
@@ -88,7 +88,8 @@ def verify(method, raw_path, headers, body, access_key, secret_key, session_toke
     amz_date = headers.get("x-amz-date", "")
     try:
         when = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(
-            tzinfo=datetime.timezone.utc)
+            tzinfo=datetime.timezone.utc
+        )
     except ValueError:
         return ("AccessDenied", f"bad x-amz-date {amz_date!r}")
     if not amz_date.startswith(date):
@@ -97,29 +98,42 @@ def verify(method, raw_path, headers, body, access_key, secret_key, session_toke
     if skew > 900:
         return ("RequestTimeTooSkewed", f"x-amz-date is {skew:.0f} s off")
     payload_hash = headers.get("x-amz-content-sha256", "")
-    if payload_hash != "UNSIGNED-PAYLOAD" and \
-            payload_hash != hashlib.sha256(body).hexdigest():
-        return ("XAmzContentSHA256Mismatch",
-                "x-amz-content-sha256 does not match the body")
+    if payload_hash != "UNSIGNED-PAYLOAD" and payload_hash != hashlib.sha256(body).hexdigest():
+        return ("XAmzContentSHA256Mismatch", "x-amz-content-sha256 does not match the body")
     path, _, query = raw_path.partition("?")
     canonical_headers = "".join(
-        f"{h}:{' '.join(headers.get(h, '').strip().split())}\n" for h in signed_headers)
-    canonical_request = "\n".join([
-        method, path, canonical_query(query), canonical_headers,
-        ";".join(signed_headers), payload_hash])
+        f"{h}:{' '.join(headers.get(h, '').strip().split())}\n" for h in signed_headers
+    )
+    canonical_request = "\n".join(
+        [
+            method,
+            path,
+            canonical_query(query),
+            canonical_headers,
+            ";".join(signed_headers),
+            payload_hash,
+        ]
+    )
     scope = f"{date}/{region}/{service}/{terminator}"
-    string_to_sign = "\n".join([
-        "AWS4-HMAC-SHA256", amz_date, scope,
-        hashlib.sha256(canonical_request.encode()).hexdigest()])
+    string_to_sign = "\n".join(
+        [
+            "AWS4-HMAC-SHA256",
+            amz_date,
+            scope,
+            hashlib.sha256(canonical_request.encode()).hexdigest(),
+        ]
+    )
     k = sign(("AWS4" + secret_key).encode(), date)
     k = sign(k, region)
     k = sign(k, service)
     k = sign(k, "aws4_request")
     expected = hmac.new(k, string_to_sign.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, signature):
-        return ("SignatureDoesNotMatch",
-                "The request signature we calculated does not match the signature "
-                f"you provided. Canonical request: {canonical_request!r}")
+        return (
+            "SignatureDoesNotMatch",
+            "The request signature we calculated does not match the signature "
+            f"you provided. Canonical request: {canonical_request!r}",
+        )
     return None
 
 
@@ -137,16 +151,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 data = json.dumps(STATS).encode()
             return self._reply(200, data, {"Content-Type": "application/json"})
         headers = {k.lower(): v for k, v in self.headers.items()}
-        error = verify(self.command, self.path, headers, body,
-                       self.server.access_key, self.server.secret_key,
-                       self.server.session_token)
+        error = verify(
+            self.command,
+            self.path,
+            headers,
+            body,
+            self.server.access_key,
+            self.server.secret_key,
+            self.server.session_token,
+        )
         if error is not None:
             with LOCK:
                 STATS["rejected"] += 1
             code, message = error
             sys.stderr.write(f"sigv4_proxy: rejected {self.command} {self.path}: {code}\n")
-            xml = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code>"
-                   f"<Message>{message}</Message></Error>").encode()
+            xml = (
+                f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                f"<Message>{message}</Message></Error>"
+            ).encode()
             return self._reply(403, xml, {"Content-Type": "application/xml"})
         with LOCK:
             STATS["accepted"] += 1
@@ -159,18 +181,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if inject:
                 STATS["injected_503"] += 1
         if inject:
-            xml = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown"
-                   b"</Code><Message>injected by sigv4_proxy</Message></Error>")
+            xml = (
+                b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown'
+                b"</Code><Message>injected by sigv4_proxy</Message></Error>"
+            )
             return self._reply(503, xml, {"Content-Type": "application/xml"})
         conn = http.client.HTTPConnection(self.server.upstream, timeout=600)
-        forward = {k: v for k, v in self.headers.items()
-                   if k.lower() not in ("connection", "transfer-encoding")}
+        forward = {
+            k: v
+            for k, v in self.headers.items()
+            if k.lower() not in ("connection", "transfer-encoding")
+        }
         forward["Content-Length"] = str(len(body))
         conn.request(self.command, self.path, body=body, headers=forward)
         resp = conn.getresponse()
         data = resp.read()
-        out = {k: v for k, v in resp.getheaders()
-               if k.lower() not in ("connection", "transfer-encoding", "content-length")}
+        out = {
+            k: v
+            for k, v in resp.getheaders()
+            if k.lower() not in ("connection", "transfer-encoding", "content-length")
+        }
         self._reply(resp.status, data, out)
         conn.close()
 
@@ -196,11 +226,18 @@ def main():
     p.add_argument("--upstream", required=True, help="host:port of the S3 server")
     p.add_argument("--access_key", default="S3RVER")
     p.add_argument("--secret_key", default="S3RVER")
-    p.add_argument("--session_token", default="",
-                   help="require this x-amz-security-token (temporary credentials)")
+    p.add_argument(
+        "--session_token",
+        default="",
+        help="require this x-amz-security-token (temporary credentials)",
+    )
     p.add_argument("--port_file", help="write the bound port here")
-    p.add_argument("--fail_every", type=int, default=0,
-                   help="answer every Nth signed request 503 SlowDown (retry tests)")
+    p.add_argument(
+        "--fail_every",
+        type=int,
+        default=0,
+        help="answer every Nth signed request 503 SlowDown (retry tests)",
+    )
     args = p.parse_args()
     server = Server(("127.0.0.1", args.port), Handler)
     server.upstream = args.upstream
@@ -212,9 +249,9 @@ def main():
         with open(args.port_file + ".tmp", "w") as f:
             f.write(str(port))
         import os
+
         os.rename(args.port_file + ".tmp", args.port_file)
-    print(f"sigv4_proxy: listening on 127.0.0.1:{port}, upstream {args.upstream}",
-          flush=True)
+    print(f"sigv4_proxy: listening on 127.0.0.1:{port}, upstream {args.upstream}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

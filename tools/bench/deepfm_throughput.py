@@ -37,25 +37,52 @@ PROGRESS = re.compile(r"data_ms=([\d.]+) pull_ms=([\d.]+) compute_ms=([\d.]+) pu
 def ensure_data(data_dir, examples, fmt="tfrecord"):
     if os.path.exists(os.path.join(data_dir, "planted.json")):
         return
-    subprocess.check_call([
-        os.path.join(BIN, "tools/ctr_datagen/ctr_datagen"), f"--output_dir={data_dir}",
-        f"--train_examples={examples}", "--test_examples=10000", f"--format={fmt}"])
+    subprocess.check_call(
+        [
+            os.path.join(BIN, "tools/ctr_datagen/ctr_datagen"),
+            f"--output_dir={data_dir}",
+            f"--train_examples={examples}",
+            "--test_examples=10000",
+            f"--format={fmt}",
+        ]
+    )
 
 
-def run_psrt(hosts, data_dir, steps, batch, towers, worker_flags=(), model="deepfm",
-             bin_dir=BIN, evaluate=False):
+def run_psrt(
+    hosts,
+    data_dir,
+    steps,
+    batch,
+    towers,
+    worker_flags=(),
+    model="deepfm",
+    bin_dir=BIN,
+    evaluate=False,
+):
     """Trains on a local cluster of `hosts` (binaries from `bin_dir`); returns
     the workers' summed examples/s and their mean per-step breakdown (ms),
     plus "auc" (worker 0's on the held-out test file) with `evaluate`."""
     if evaluate:
         worker_flags = (*worker_flags, f"--eval_files={data_dir}/test.tfrecords")
     logs = tempfile.mkdtemp(prefix=f"psrt_bench_{hosts}h_")
-    cmd = [sys.executable, os.path.join(ROOT, "deploy/local/launch.py"), f"--hosts={hosts}",
-           f"--logs={logs}", "--base_port=24000", f"--bin_dir={bin_dir}", "--",
-           os.path.join(bin_dir, "ps_worker/ps_worker"), f"--model={model}",
-           f"--train_files={data_dir}/train-*", "--epochs=0", f"--max_steps={steps}",
-           f"--batch_size={batch}", f"--towers={towers}", "--log_every_steps=50",
-           *worker_flags]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "deploy/local/launch.py"),
+        f"--hosts={hosts}",
+        f"--logs={logs}",
+        "--base_port=24000",
+        f"--bin_dir={bin_dir}",
+        "--",
+        os.path.join(bin_dir, "ps_worker/ps_worker"),
+        f"--model={model}",
+        f"--train_files={data_dir}/train-*",
+        "--epochs=0",
+        f"--max_steps={steps}",
+        f"--batch_size={batch}",
+        f"--towers={towers}",
+        "--log_every_steps=50",
+        *worker_flags,
+    ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     total, breakdowns = 0.0, []
     for w in range(hosts):
@@ -81,10 +108,20 @@ def run_torch_report(data_dir, examples, batch, device="cpu", evaluate=False):
     """torch_deepfm.py's JSON report: examples_per_s, threads, test_auc, ..."""
     test = [f"--test={data_dir}/test.tfrecords"] if evaluate else []
     out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools/bench/torch_deepfm.py"),
-         f"--train={data_dir}/train-*", f"--max_examples={examples}",
-         f"--batch_size={batch}", f"--device={device}", "--json", *test],
-        check=True, capture_output=True, text=True).stdout
+        [
+            sys.executable,
+            os.path.join(ROOT, "tools/bench/torch_deepfm.py"),
+            f"--train={data_dir}/train-*",
+            f"--max_examples={examples}",
+            f"--batch_size={batch}",
+            f"--device={device}",
+            "--json",
+            *test,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -107,35 +144,56 @@ def main():
     steps_of = {}
     torch_threads = []
     for r in range(args.rounds):
-        rate, steps_of[1] = run_psrt(1, args.data_dir, args.steps, args.batch_size, args.towers,
-                                     evaluate=True)
+        rate, steps_of[1] = run_psrt(
+            1, args.data_dir, args.steps, args.batch_size, args.towers, evaluate=True
+        )
         results["psrt_1_host"].append(rate)
         aucs["psrt_1_host"].append(steps_of[1].pop("auc"))
-        rate, steps_of[2] = run_psrt(2, args.data_dir, args.steps, args.batch_size, args.towers,
-                                     evaluate=True)
+        rate, steps_of[2] = run_psrt(
+            2, args.data_dir, args.steps, args.batch_size, args.towers, evaluate=True
+        )
         results["psrt_2_hosts"].append(rate)
         aucs["psrt_2_hosts"].append(steps_of[2].pop("auc"))
-        report = run_torch_report(args.data_dir, args.steps * args.batch_size, args.batch_size,
-                                  evaluate=True)
+        report = run_torch_report(
+            args.data_dir, args.steps * args.batch_size, args.batch_size, evaluate=True
+        )
         results["pytorch"].append(report["examples_per_s"])
         aucs["pytorch"].append(report["test_auc"])
         torch_threads.append(report["threads"])
-        print(f"round {r + 1}/{args.rounds}: " +
-              " ".join(f"{k}={v[-1]:.0f} (auc {aucs[k][-1]:.4f})" for k, v in results.items()) +
-              f"; pytorch threads={report['threads']}", flush=True)
+        print(
+            f"round {r + 1}/{args.rounds}: "
+            + " ".join(f"{k}={v[-1]:.0f} (auc {aucs[k][-1]:.4f})" for k, v in results.items())
+            + f"; pytorch threads={report['threads']}",
+            flush=True,
+        )
     med = {k: statistics.median(v) for k, v in results.items()}
-    print(f"\nDeepFM, batch {args.batch_size}, {args.steps} steps per worker, "
-          f"median of {args.rounds} rounds (examples/s; test AUC):")
+    print(
+        f"\nDeepFM, batch {args.batch_size}, {args.steps} steps per worker, "
+        f"median of {args.rounds} rounds (examples/s; test AUC):"
+    )
     for k, v in med.items():
-        print(f"  {k:14s} {v:10.0f}   {v / med['pytorch']:.2f}x pytorch   "
-              f"auc {statistics.median(aucs[k]):.4f}")
+        print(
+            f"  {k:14s} {v:10.0f}   {v / med['pytorch']:.2f}x pytorch   "
+            f"auc {statistics.median(aucs[k]):.4f}"
+        )
     print(f"  2 hosts / 1 host: {med['psrt_2_hosts'] / med['psrt_1_host']:.2f}x")
     for hosts, b in sorted(steps_of.items()):
-        print(f"  per-step ms, {hosts} host(s) (last interval): " +
-              " ".join(f"{k}={v:.2f}" for k, v in b.items()))
-    print(json.dumps({"median_examples_per_s": med, "rounds": results, "test_auc": aucs,
-                      "pytorch_threads": torch_threads,
-                      "breakdown_ms": {str(h): b for h, b in steps_of.items()}}))
+        print(
+            f"  per-step ms, {hosts} host(s) (last interval): "
+            + " ".join(f"{k}={v:.2f}" for k, v in b.items())
+        )
+    print(
+        json.dumps(
+            {
+                "median_examples_per_s": med,
+                "rounds": results,
+                "test_auc": aucs,
+                "pytorch_threads": torch_threads,
+                "breakdown_ms": {str(h): b for h, b in steps_of.items()},
+            }
+        )
+    )
+
 
 if __name__ == "__main__":
     main()

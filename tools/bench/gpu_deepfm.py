@@ -24,9 +24,12 @@ import deepfm_throughput as bench
 
 def gpu_name():
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
-                               "--format=csv,noheader"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown GPU"
 
@@ -37,8 +40,12 @@ def main():
     p.add_argument("--data_examples", type=int, default=500000)
     p.add_argument("--steps", type=int, default=300, help="steps per run")
     p.add_argument("--batch_sizes", default="1024,8192")
-    p.add_argument("--cpu_towers", type=int, default=max(1, (os.cpu_count() or 2) // 2),
-                   help="towers (threads) of the --device=cpu worker")
+    p.add_argument(
+        "--cpu_towers",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        help="towers (threads) of the --device=cpu worker",
+    )
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
     bench.ensure_data(args.data_dir, args.data_examples, fmt="libsvm")
@@ -48,35 +55,55 @@ def main():
         for batch in [int(b) for b in args.batch_sizes.split(",")]:
             row = results.setdefault(batch, {"psrt_gpu": [], "psrt_cpu": [], "pytorch_gpu": []})
             common = ["--format=libsvm"]
-            rate, gpu_ms = bench.run_psrt(1, args.data_dir, args.steps, batch, 0,
-                                          common + ["--device=gpu"])
+            rate, gpu_ms = bench.run_psrt(
+                1, args.data_dir, args.steps, batch, 0, common + ["--device=gpu"]
+            )
             row["psrt_gpu"].append(rate)
-            rate, cpu_ms = bench.run_psrt(1, args.data_dir, args.steps, batch,
-                                          args.cpu_towers, common + ["--device=cpu"])
+            rate, cpu_ms = bench.run_psrt(
+                1, args.data_dir, args.steps, batch, args.cpu_towers, common + ["--device=cpu"]
+            )
             row["psrt_cpu"].append(rate)
             row["pytorch_gpu"].append(
-                bench.run_torch(args.data_dir, args.steps * batch, batch, device="cuda"))
+                bench.run_torch(args.data_dir, args.steps * batch, batch, device="cuda")
+            )
             row.setdefault("breakdown_ms", {})["gpu"] = gpu_ms
             row["breakdown_ms"]["cpu"] = cpu_ms
-            print(f"round {r + 1}/{args.rounds} batch {batch}: " +
-                  " ".join(f"{k}={v[-1]:.0f}" for k, v in row.items() if k != "breakdown_ms"),
-                  flush=True)
+            print(
+                f"round {r + 1}/{args.rounds} batch {batch}: "
+                + " ".join(f"{k}={v[-1]:.0f}" for k, v in row.items() if k != "breakdown_ms"),
+                flush=True,
+            )
     summary = {}
     for batch, row in results.items():
         med = {k: statistics.median(v) for k, v in row.items() if k != "breakdown_ms"}
         summary[batch] = med
-        print(f"\nDeepFM, batch {batch}, {args.steps} steps, median of {args.rounds} "
-              f"rounds (examples/s):")
+        print(
+            f"\nDeepFM, batch {batch}, {args.steps} steps, median of {args.rounds} "
+            f"rounds (examples/s):"
+        )
         print(f"  psrt --device=gpu        {med['psrt_gpu']:10.0f}")
-        print(f"  psrt --device=cpu ({args.cpu_towers:2d} t) {med['psrt_cpu']:10.0f}   "
-              f"gpu/cpu = {med['psrt_gpu'] / med['psrt_cpu']:.2f}x")
-        print(f"  PyTorch on the GPU       {med['pytorch_gpu']:10.0f}   "
-              f"psrt gpu/pytorch = {med['psrt_gpu'] / med['pytorch_gpu']:.2f}x")
+        print(
+            f"  psrt --device=cpu ({args.cpu_towers:2d} t) {med['psrt_cpu']:10.0f}   "
+            f"gpu/cpu = {med['psrt_gpu'] / med['psrt_cpu']:.2f}x"
+        )
+        print(
+            f"  PyTorch on the GPU       {med['pytorch_gpu']:10.0f}   "
+            f"psrt gpu/pytorch = {med['psrt_gpu'] / med['pytorch_gpu']:.2f}x"
+        )
         for dev, b in row["breakdown_ms"].items():
-            print(f"  per-step ms, psrt {dev} (last interval): " +
-                  " ".join(f"{k}={v:.2f}" for k, v in b.items()))
-    print(json.dumps({"gpu": gpu_name(), "median_examples_per_s": summary,
-                      "rounds": {b: {k: v for k, v in row.items()} for b, row in results.items()}}))
+            print(
+                f"  per-step ms, psrt {dev} (last interval): "
+                + " ".join(f"{k}={v:.2f}" for k, v in b.items())
+            )
+    print(
+        json.dumps(
+            {
+                "gpu": gpu_name(),
+                "median_examples_per_s": summary,
+                "rounds": {b: {k: v for k, v in row.items()} for b, row in results.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

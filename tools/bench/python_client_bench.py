@@ -45,17 +45,29 @@ def measure(op, seconds, repeat):
 
 def python_round(client, seconds, repeat):
     out = {}
-    client.create_variables([psrt.dense("pybench/dense", (1 << 20,), num_shards=client.num_ps,
-                                        learning_rate=1e-6)])
+    client.create_variables(
+        [psrt.dense("pybench/dense", (1 << 20,), num_shards=client.num_ps, learning_rate=1e-6)]
+    )
     grad = np.full(1 << 20, 0.001, np.float32)
-    out[("dense_4MiB", "push")] = measure(lambda: client.push_dense("pybench/dense", grad),
-                                          seconds, repeat)
-    out[("dense_4MiB", "pull")] = measure(lambda: client.pull_dense("pybench/dense"),
-                                          seconds, repeat)
+    out[("dense_4MiB", "push")] = measure(
+        lambda: client.push_dense("pybench/dense", grad), seconds, repeat
+    )
+    out[("dense_4MiB", "pull")] = measure(
+        lambda: client.pull_dense("pybench/dense"), seconds, repeat
+    )
     vocab, dim, n = 1_000_000, 16, 100_000
-    client.create_variables([psrt.embedding("pybench/emb", vocab, dim,
-                                            num_shards=client.num_ps, optimizer="adagrad",
-                                            learning_rate=0.01)])
+    client.create_variables(
+        [
+            psrt.embedding(
+                "pybench/emb",
+                vocab,
+                dim,
+                num_shards=client.num_ps,
+                optimizer="adagrad",
+                learning_rate=0.01,
+            )
+        ]
+    )
     rng = np.random.default_rng(1)
     batches = [rng.permutation(vocab)[:n] for _ in range(4)]
     grads = np.full((n, dim), 0.01, np.float32)
@@ -66,18 +78,29 @@ def python_round(client, seconds, repeat):
         return batches[counter[0] % 4]
 
     out[("embedding_100k", "push")] = measure(
-        lambda: client.push_rows("pybench/emb", next_batch(), grads), seconds, repeat)
+        lambda: client.push_rows("pybench/emb", next_batch(), grads), seconds, repeat
+    )
     out[("embedding_100k", "pull")] = measure(
-        lambda: client.pull_rows("pybench/emb", next_batch()), seconds, repeat)
+        lambda: client.pull_rows("pybench/emb", next_batch()), seconds, repeat
+    )
     return out
 
 
 def cpp_round(cluster, seconds, repeat):
     text = subprocess.run(
-        [os.path.join(BIN, "tools/ps_bench/ps_bench"), f"--cluster={cluster}",
-         "--cases=dense_4MiB,embedding_100k", "--tcp_baseline=false", "--json",
-         f"--seconds={seconds}", f"--repeat={repeat}"],
-        check=True, capture_output=True, text=True).stdout
+        [
+            os.path.join(BIN, "tools/ps_bench/ps_bench"),
+            f"--cluster={cluster}",
+            "--cases=dense_4MiB,embedding_100k",
+            "--tcp_baseline=false",
+            "--json",
+            f"--seconds={seconds}",
+            f"--repeat={repeat}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     out = {}
     for line in text.splitlines():
         if line.startswith("{"):
@@ -96,9 +119,11 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cluster = json.dumps({"cluster": {"ps": [f"localhost:{port}"]}})
-    server = subprocess.Popen([os.path.join(BIN, "ps_server/ps_server"), f"--cluster={cluster}",
-                               "--metrics_port=0"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [os.path.join(BIN, "ps_server/ps_server"), f"--cluster={cluster}", "--metrics_port=0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ratios = {}
     try:
         client = psrt.Client(cluster)
@@ -108,9 +133,13 @@ def main():
             py = python_round(client, args.seconds, args.repeat)
             for key, rate in py.items():
                 ratios.setdefault(key, []).append((rate, cpp[key]))
-            print(f"round {r + 1}: " + ", ".join(
-                f"{c} {o} py {py[(c, o)]:.1f}/s cpp {cpp[(c, o)]:.1f}/s"
-                for c, o in py), flush=True)
+            print(
+                f"round {r + 1}: "
+                + ", ".join(
+                    f"{c} {o} py {py[(c, o)]:.1f}/s cpp {cpp[(c, o)]:.1f}/s" for c, o in py
+                ),
+                flush=True,
+            )
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait()
@@ -119,10 +148,13 @@ def main():
     for (case, op), pairs in ratios.items():
         ratio = statistics.median(py / cpp for py, cpp in pairs)
         summary[f"{case}/{op}"] = ratio
-        print(f"  {case:15s} {op:5s} python {statistics.median(p for p, _ in pairs):8.1f}/s "
-              f"c++ {statistics.median(c for _, c in pairs):8.1f}/s  ratio {ratio:.2f}")
-    print(json.dumps({"ratios": summary,
-                      "rounds": {f"{c}/{o}": v for (c, o), v in ratios.items()}}))
+        print(
+            f"  {case:15s} {op:5s} python {statistics.median(p for p, _ in pairs):8.1f}/s "
+            f"c++ {statistics.median(c for _, c in pairs):8.1f}/s  ratio {ratio:.2f}"
+        )
+    print(
+        json.dumps({"ratios": summary, "rounds": {f"{c}/{o}": v for (c, o), v in ratios.items()}})
+    )
 
 
 if __name__ == "__main__":

@@ -30,14 +30,25 @@ def main():
     for fmt in args.formats.split(","):
         out = os.path.join(args.data_dir, fmt)
         if not os.path.exists(os.path.join(out, "planted.json")):
-            subprocess.check_call([
-                os.path.join(BIN, "tools/ctr_datagen/ctr_datagen"), f"--output_dir={out}",
-                f"--train_examples={args.examples}", "--test_examples=1000",
-                f"--format={fmt}"], stdout=subprocess.DEVNULL)
-        subprocess.check_call([
-            os.path.join(BIN, "tools/reader_bench/reader_bench"), f"--format={fmt}",
-            f"--train_files={out}/train-*", f"--threads={args.threads}",
-            f"--rounds={args.rounds}"])
+            subprocess.check_call(
+                [
+                    os.path.join(BIN, "tools/ctr_datagen/ctr_datagen"),
+                    f"--output_dir={out}",
+                    f"--train_examples={args.examples}",
+                    "--test_examples=1000",
+                    f"--format={fmt}",
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+        subprocess.check_call(
+            [
+                os.path.join(BIN, "tools/reader_bench/reader_bench"),
+                f"--format={fmt}",
+                f"--train_files={out}/train-*",
+                f"--threads={args.threads}",
+                f"--rounds={args.rounds}",
+            ]
+        )
 
 
 if __name__ == "__main__":

@@ -32,12 +32,19 @@ def main():
     p.add_argument("--data_examples", type=int, default=500000)
     p.add_argument("--models", default="deepfm,fm")
     p.add_argument("--batch_sizes", default="1024,8192")
-    p.add_argument("--examples", type=int, default=600000,
-                   help="examples per run (steps = examples / batch size)")
+    p.add_argument(
+        "--examples",
+        type=int,
+        default=600000,
+        help="examples per run (steps = examples / batch size)",
+    )
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--bin_dir", default=BIN)
-    p.add_argument("--compare_bin_dir", default="",
-                   help="another build's bazel-bin, measured in the same rounds")
+    p.add_argument(
+        "--compare_bin_dir",
+        default="",
+        help="another build's bazel-bin, measured in the same rounds",
+    )
     args = p.parse_args()
     ensure_data(args.data_dir, args.data_examples)
     builds = {"this": args.bin_dir}
@@ -51,28 +58,47 @@ def main():
                 for build, bin_dir in builds.items():
                     for compute in ("none", "model"):
                         rate, breakdown = run_psrt(
-                            1, args.data_dir, steps, batch, 1,
+                            1,
+                            args.data_dir,
+                            steps,
+                            batch,
+                            1,
                             worker_flags=(f"--compute={compute}", "--device=cpu"),
-                            model=model, bin_dir=bin_dir)
+                            model=model,
+                            bin_dir=bin_dir,
+                        )
                         results.setdefault((build, model, batch, compute), []).append(
-                            (rate, breakdown))
-                        print(f"round {r + 1}/{args.rounds} {build} {model} batch={batch} "
-                              f"compute={compute}: {rate:.0f} ex/s " +
-                              " ".join(f"{k}={v:.2f}" for k, v in breakdown.items()),
-                              flush=True)
+                            (rate, breakdown)
+                        )
+                        print(
+                            f"round {r + 1}/{args.rounds} {build} {model} batch={batch} "
+                            f"compute={compute}: {rate:.0f} ex/s "
+                            + " ".join(f"{k}={v:.2f}" for k, v in breakdown.items()),
+                            flush=True,
+                        )
     print(f"\n1 host, medians of {args.rounds} rounds (examples/s; per-step ms):")
     summary = []
     for (build, model, batch, compute), runs in sorted(results.items()):
         rate = statistics.median(x[0] for x in runs)
         ms = {k: statistics.median(x[1][k] for x in runs) for k in runs[0][1]}
-        line = (f"  {build:8s} {model:7s} batch {batch:5d} compute={compute:5s} "
-                f"{rate:10.0f} ex/s  " + " ".join(f"{k}={v:.2f}" for k, v in ms.items()))
+        line = (
+            f"  {build:8s} {model:7s} batch {batch:5d} compute={compute:5s} "
+            f"{rate:10.0f} ex/s  " + " ".join(f"{k}={v:.2f}" for k, v in ms.items())
+        )
         other = results.get(("compare", model, batch, compute))
         if build == "this" and other:
             line += f"  {rate / statistics.median(x[0] for x in other):.2f}x compare"
         print(line)
-        summary.append({"build": build, "model": model, "batch": batch, "compute": compute,
-                        "examples_per_s": rate, "breakdown_ms": ms})
+        summary.append(
+            {
+                "build": build,
+                "model": model,
+                "batch": batch,
+                "compute": compute,
+                "examples_per_s": rate,
+                "breakdown_ms": ms,
+            }
+        )
     print(json.dumps(summary))
 
 

@@ -36,12 +36,11 @@ def free_port():
 def run(cmd, log):
     log.write("+ " + " ".join(cmd) + "\n")
     log.flush()
-    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log.write(result.stdout)
     if result.returncode != 0:
         sys.exit(f"{cmd[0]} failed:\n{result.stdout[-3000:]}")
-    return [json.loads(l) for l in result.stdout.splitlines() if l.startswith("{")]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
 def main():
@@ -62,12 +61,22 @@ def main():
 
     port = free_port()
     server = subprocess.Popen(
-        [os.path.join(BIN, "ps_server/ps_server"), f"--port={port}",
-         "--bind_address=127.0.0.1", "--metrics_port=0"], stdout=log, stderr=log)
+        [
+            os.path.join(BIN, "ps_server/ps_server"),
+            f"--port={port}",
+            "--bind_address=127.0.0.1",
+            "--metrics_port=0",
+        ],
+        stdout=log,
+        stderr=log,
+    )
     cluster = json.dumps({"cluster": {"ps": [f"127.0.0.1:{port}"]}})
     rows = []
-    print(f"{'case':<15}{'op':<5}{'inflight':>8} {'system':<11}{'GB/s':>7}"
-          f"{'Mrows/s':>9}{'x TCP':>7}{'x torch':>8}", flush=True)
+    print(
+        f"{'case':<15}{'op':<5}{'inflight':>8} {'system':<11}{'GB/s':>7}"
+        f"{'Mrows/s':>9}{'x TCP':>7}{'x torch':>8}",
+        flush=True,
+    )
     try:
         time.sleep(1)
         for inflight in args.inflight.split(","):
@@ -78,42 +87,75 @@ def main():
                         systems.append("psrt-unique")
                     samples = {s: [] for s in systems + ["torch"]}
                     for _ in range(args.pairs):
-                        common = [f"--cases={case}", f"--ops={op}",
-                                  f"--seconds={args.seconds}", "--repeat=1",
-                                  f"--inflight={inflight}", "--json"]
+                        common = [
+                            f"--cases={case}",
+                            f"--ops={op}",
+                            f"--seconds={args.seconds}",
+                            "--repeat=1",
+                            f"--inflight={inflight}",
+                            "--json",
+                        ]
                         for system in systems:
                             unique = "true" if system == "psrt-unique" else "false"
                             samples[system] += run(
-                                [os.path.join(BIN, "tools/ps_bench/ps_bench"),
-                                 f"--cluster={cluster}", f"--ids_unique={unique}"]
-                                + common, log)
+                                [
+                                    os.path.join(BIN, "tools/ps_bench/ps_bench"),
+                                    f"--cluster={cluster}",
+                                    f"--ids_unique={unique}",
+                                ]
+                                + common,
+                                log,
+                            )
                         if not args.no_torch:
                             samples["torch"] += run(
-                                ["/usr/bin/python3",
-                                 os.path.join(ROOT, "tools/bench/torch_rpc_baseline.py"),
-                                 f"--port={free_port()}"] + common, log)
+                                [
+                                    "/usr/bin/python3",
+                                    os.path.join(ROOT, "tools/bench/torch_rpc_baseline.py"),
+                                    f"--port={free_port()}",
+                                ]
+                                + common,
+                                log,
+                            )
                     torch = samples["torch"]
                     for system in systems:
                         ours = samples[system]
-                        med = lambda key, rs=ours: statistics.median(r[key] for r in rs)
-                        vs_torch = (statistics.median(
-                            o["ops_per_s"] / t["ops_per_s"] for o, t in zip(ours, torch))
-                            if torch else None)
-                        row = {"case": case, "op": op, "inflight": int(inflight),
-                               "system": system, "gbytes_per_s": med("gbytes_per_s"),
-                               "rows_per_s": med("rows_per_s"),
-                               "ratio_to_tcp": med("ratio_to_tcp"),
-                               "tcp_gbytes_per_s": med("tcp_gbytes_per_s"),
-                               "ratio_to_torch": vs_torch,
-                               "torch_gbytes_per_s": statistics.median(
-                                   t["gbytes_per_s"] for t in torch) if torch else None,
-                               "pairs": args.pairs}
+
+                        def med(key, rs=ours):
+                            return statistics.median(r[key] for r in rs)
+
+                        vs_torch = (
+                            statistics.median(
+                                o["ops_per_s"] / t["ops_per_s"] for o, t in zip(ours, torch)
+                            )
+                            if torch
+                            else None
+                        )
+                        row = {
+                            "case": case,
+                            "op": op,
+                            "inflight": int(inflight),
+                            "system": system,
+                            "gbytes_per_s": med("gbytes_per_s"),
+                            "rows_per_s": med("rows_per_s"),
+                            "ratio_to_tcp": med("ratio_to_tcp"),
+                            "tcp_gbytes_per_s": med("tcp_gbytes_per_s"),
+                            "ratio_to_torch": vs_torch,
+                            "torch_gbytes_per_s": statistics.median(
+                                t["gbytes_per_s"] for t in torch
+                            )
+                            if torch
+                            else None,
+                            "pairs": args.pairs,
+                        }
                         rows.append(row)
                         mrows = f"{row['rows_per_s'] / 1e6:.2f}" if row["rows_per_s"] else "-"
                         vt = f"{vs_torch:.2f}" if vs_torch else "-"
-                        print(f"{case:<15}{op:<5}{inflight:>8} {system:<11}"
-                              f"{row['gbytes_per_s']:>7.3f}{mrows:>9}"
-                              f"{row['ratio_to_tcp']:>7.2f}{vt:>8}", flush=True)
+                        print(
+                            f"{case:<15}{op:<5}{inflight:>8} {system:<11}"
+                            f"{row['gbytes_per_s']:>7.3f}{mrows:>9}"
+                            f"{row['ratio_to_tcp']:>7.2f}{vt:>8}",
+                            flush=True,
+                        )
     finally:
         server.terminate()
         server.wait()

@@ -42,10 +42,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def example_class():
     """tf.Example from proto/tf_example.proto, compiled by protoc now."""
     out = tempfile.mkdtemp()
-    subprocess.check_call(["protoc", f"--proto_path={ROOT}", f"--python_out={out}",
-                           os.path.join(ROOT, "proto/tf_example.proto")])
+    subprocess.check_call(
+        [
+            "protoc",
+            f"--proto_path={ROOT}",
+            f"--python_out={out}",
+            os.path.join(ROOT, "proto/tf_example.proto"),
+        ]
+    )
     sys.path.insert(0, out)
     from proto import tf_example_pb2  # noqa: E402
+
     return tf_example_pb2.Example
 
 
@@ -57,8 +64,7 @@ def read_libsvm(pattern, fields):
             text = f.read().replace(":", " ")
         rows.append(np.array(text.split(), np.float64).reshape(-1, 1 + 2 * fields))
     a = np.concatenate(rows)
-    return (a[:, 0].astype(np.float32), a[:, 1::2].astype(np.int64),
-            a[:, 2::2].astype(np.float32))
+    return (a[:, 0].astype(np.float32), a[:, 1::2].astype(np.int64), a[:, 2::2].astype(np.float32))
 
 
 def read_tfrecords(pattern, fields):
@@ -70,14 +76,17 @@ def read_tfrecords(pattern, fields):
         pos = 0
         while pos < len(data):
             (length,) = struct.unpack_from("<Q", data, pos)
-            record = data[pos + 12:pos + 12 + length]
+            record = data[pos + 12 : pos + 12 + length]
             pos += 12 + length + 4
             e = Example.FromString(record).features.feature
             labels.append(e["label"].float_list.value[0])
             ids.append(e["ids"].int64_list.value)
             values.append(e["values"].float_list.value)
-    return (np.asarray(labels, np.float32), np.asarray(ids, np.int64).reshape(-1, fields),
-            np.asarray(values, np.float32).reshape(-1, fields))
+    return (
+        np.asarray(labels, np.float32),
+        np.asarray(ids, np.int64).reshape(-1, fields),
+        np.asarray(values, np.float32).reshape(-1, fields),
+    )
 
 
 class DeepFM:
@@ -93,23 +102,26 @@ class DeepFM:
         self.mlp_kind = mlp
         layers, width = [], fields * k
         for h in hidden:
-            layers += [torch.nn.Conv1d(width, h, 1) if mlp == "conv1x1"
-                       else torch.nn.Linear(width, h), torch.nn.ReLU()]
+            layers += [
+                torch.nn.Conv1d(width, h, 1) if mlp == "conv1x1" else torch.nn.Linear(width, h),
+                torch.nn.ReLU(),
+            ]
             width = h
-        layers.append(torch.nn.Conv1d(width, 1, 1) if mlp == "conv1x1"
-                      else torch.nn.Linear(width, 1))
+        layers.append(
+            torch.nn.Conv1d(width, 1, 1) if mlp == "conv1x1" else torch.nn.Linear(width, 1)
+        )
         self.mlp = torch.nn.Sequential(*layers).to(device)
         self.bias = torch.nn.Parameter(torch.zeros(1, device=device))
         self.dense = torch.optim.Adam(list(self.mlp.parameters()) + [self.bias], lr=lr_dense)
         self.loss_fn = torch.nn.BCEWithLogitsLoss()
 
     def logits(self, rows, inverse, values):
-        r = rows[inverse]                                    # [B, F, 1 + k]
+        r = rows[inverse]  # [B, F, 1 + k]
         linear = (r[..., 0] * values).sum(1)
-        v = r[..., 1:] * values.unsqueeze(-1)                # [B, F, k]
+        v = r[..., 1:] * values.unsqueeze(-1)  # [B, F, k]
         fm = 0.5 * (v.sum(1).pow(2) - v.pow(2).sum(1)).sum(1)
         x = v.flatten(1)
-        deep = (self.mlp(x.unsqueeze(-1)) if self.mlp_kind == "conv1x1" else self.mlp(x))
+        deep = self.mlp(x.unsqueeze(-1)) if self.mlp_kind == "conv1x1" else self.mlp(x)
         return self.bias + linear + fm + deep.reshape(-1)
 
     def step(self, ids, values, labels):
@@ -119,7 +131,7 @@ class DeepFM:
         self.dense.zero_grad()
         loss.backward()
         self.dense.step()
-        with torch.no_grad():                                # Adagrad, touched rows only
+        with torch.no_grad():  # Adagrad, touched rows only
             g = rows.grad
             acc = self.accumulator[unique] + g * g
             self.accumulator[unique] = acc
@@ -130,9 +142,10 @@ class DeepFM:
     def predict(self, ids, values, batch=8192):
         out = []
         for b in range(0, len(ids), batch):
-            unique, inverse = torch.unique(ids[b:b + batch], return_inverse=True)
-            out.append(torch.sigmoid(self.logits(self.table[unique], inverse,
-                                                 values[b:b + batch])))
+            unique, inverse = torch.unique(ids[b : b + batch], return_inverse=True)
+            out.append(
+                torch.sigmoid(self.logits(self.table[unique], inverse, values[b : b + batch]))
+            )
         return torch.cat(out).cpu().numpy()
 
 
@@ -146,7 +159,7 @@ def auc(labels, scores):
         j = i
         while j + 1 < len(s) and s[j + 1] == s[i]:
             j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
         i = j + 1
     pos = labels > 0.5
     n_pos, n_neg = pos.sum(), (~pos).sum()
@@ -182,8 +195,11 @@ def fastest_threads(make_model, batches, steps=15):
             loss = model.step(*batches(i + 1))
         loss.item()  # waits for the device
         best = min(best, ((time.time() - start) / steps, threads))
-        print(f"torch_deepfm: {threads} thread(s): {1000 * (time.time() - start) / steps:.1f} "
-              "ms per step", flush=True)
+        print(
+            f"torch_deepfm: {threads} thread(s): {1000 * (time.time() - start) / steps:.1f} "
+            "ms per step",
+            flush=True,
+        )
     return best[1]
 
 
@@ -193,16 +209,28 @@ def main():
     p.add_argument("--test", default="", help="held-out files: prints the test AUC")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--steps", type=int, default=0, help="exactly this many steps (0: --epochs)")
-    p.add_argument("--max_examples", type=int, default=0,
-                   help="same as --steps=ceil(max_examples / batch_size)")
+    p.add_argument(
+        "--max_examples",
+        type=int,
+        default=0,
+        help="same as --steps=ceil(max_examples / batch_size)",
+    )
     p.add_argument("--batch_size", type=int, default=1024)
     p.add_argument("--fields", type=int, default=39)
     p.add_argument("--embedding_dim", type=int, default=8)
     p.add_argument("--hidden", default="200,200")
-    p.add_argument("--mlp", default="conv1x1", choices=["conv1x1", "linear"],
-                   help="conv1x1: oneDNN; linear: nn.Linear (Debian: reference BLAS)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="intra-op threads (0: the fastest of 1..cores, measured first)")
+    p.add_argument(
+        "--mlp",
+        default="conv1x1",
+        choices=["conv1x1", "linear"],
+        help="conv1x1: oneDNN; linear: nn.Linear (Debian: reference BLAS)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="intra-op threads (0: the fastest of 1..cores, measured first)",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -213,11 +241,17 @@ def main():
     ids_t = torch.from_numpy(inverse.reshape(ids.shape)).to(device)
     values_t, labels_t = torch.from_numpy(values).to(device), torch.from_numpy(labels).to(device)
     n = len(labels)
-    steps = args.steps or (-(-args.max_examples // args.batch_size) if args.max_examples
-                           else args.epochs * -(-n // args.batch_size))
+    steps = args.steps or (
+        -(-args.max_examples // args.batch_size)
+        if args.max_examples
+        else args.epochs * -(-n // args.batch_size)
+    )
     hidden = [int(h) for h in args.hidden.split(",")]
-    print(f"torch_deepfm: {n} examples, {len(vocab)} distinct ids, read in "
-          f"{time.time() - t0:.1f} s; torch {torch.__version__}, mlp {args.mlp}", flush=True)
+    print(
+        f"torch_deepfm: {n} examples, {len(vocab)} distinct ids, read in "
+        f"{time.time() - t0:.1f} s; torch {torch.__version__}, mlp {args.mlp}",
+        flush=True,
+    )
 
     gen = torch.Generator().manual_seed(2)
     orders = []
@@ -226,14 +260,13 @@ def main():
         epoch, b = divmod(i * args.batch_size, n)
         while len(orders) <= epoch:
             orders.append(torch.randperm(n, generator=gen).to(device))
-        idx = orders[epoch][b:b + args.batch_size]
+        idx = orders[epoch][b : b + args.batch_size]
         return ids_t[idx], values_t[idx], labels_t[idx]
 
     def make_model():
         return DeepFM(len(vocab), args.fields, args.embedding_dim, hidden, args.mlp, device)
 
-    threads = args.threads or (fastest_threads(make_model, batch) if device.type == "cpu"
-                               else 1)
+    threads = args.threads or (fastest_threads(make_model, batch) if device.type == "cpu" else 1)
     torch.set_num_threads(threads)
     model = make_model()
     examples = 0
@@ -245,24 +278,38 @@ def main():
     loss.item()  # waits for the device
     seconds = time.time() - start
     rate = examples / seconds
-    print(f"torch_deepfm: {steps} steps, {examples} examples in {seconds:.1f} s "
-          f"({threads} threads): examples/s={rate:.1f} last loss={loss.item():.4f}",
-          flush=True)
+    print(
+        f"torch_deepfm: {steps} steps, {examples} examples in {seconds:.1f} s "
+        f"({threads} threads): examples/s={rate:.1f} last loss={loss.item():.4f}",
+        flush=True,
+    )
     test_auc = None
     if args.test:
         t_labels, t_ids, t_values = load(args.test, args.fields)
         pos = np.searchsorted(vocab, t_ids)
         known = (pos < len(vocab)) & (vocab[np.minimum(pos, len(vocab) - 1)] == t_ids)
-        mapped = np.where(known, pos, len(vocab))   # unseen ids: the extra row
-        scores = model.predict(torch.from_numpy(mapped).to(device),
-                               torch.from_numpy(t_values).to(device))
+        mapped = np.where(known, pos, len(vocab))  # unseen ids: the extra row
+        scores = model.predict(
+            torch.from_numpy(mapped).to(device), torch.from_numpy(t_values).to(device)
+        )
         test_auc = float(auc(t_labels, scores))
         print(f"torch_deepfm: test examples={len(t_labels)} auc={test_auc:.5f}", flush=True)
     if args.json:
-        print(json.dumps({"system": "pytorch-single-process", "device": args.device,
-                          "mlp": args.mlp, "threads": threads, "steps": steps,
-                          "examples": examples, "seconds": seconds, "examples_per_s": rate,
-                          "test_auc": test_auc}))
+        print(
+            json.dumps(
+                {
+                    "system": "pytorch-single-process",
+                    "device": args.device,
+                    "mlp": args.mlp,
+                    "threads": threads,
+                    "steps": steps,
+                    "examples": examples,
+                    "seconds": seconds,
+                    "examples_per_s": rate,
+                    "test_auc": test_auc,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -90,11 +90,21 @@ def report(args, name, op, bytes_per_op, rates, rows_per_op=0):
         line += f" {rate * rows_per_op / 1e6:7.2f}M rows/s"
     print(line + "  (torch.distributed.rpc)", flush=True)
     if args.json:
-        print(json.dumps({"case": name, "op": op, "bytes_per_op": bytes_per_op,
-                          "ops_per_s": rate, "gbytes_per_s": gbps,
-                          "rows_per_s": rate * rows_per_op,
-                          "inflight": args.inflight,
-                          "baseline": "torch.distributed.rpc"}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "case": name,
+                    "op": op,
+                    "bytes_per_op": bytes_per_op,
+                    "ops_per_s": rate,
+                    "gbytes_per_s": gbps,
+                    "rows_per_s": rate * rows_per_op,
+                    "inflight": args.inflight,
+                    "baseline": "torch.distributed.rpc",
+                }
+            ),
+            flush=True,
+        )
 
 
 def worker(args):
@@ -105,32 +115,34 @@ def worker(args):
             floats = {"dense_4MiB": 1 << 20, "dense_64MiB": 16 << 20}[case]
             rpc.rpc_sync("ps", create, args=(case, (floats,), False))
             grad = torch.full((floats,), 0.001)
-            for op, fn in (("push", lambda: rpc.rpc_async(
-                    "ps", push_dense, args=(case, grad, 1e-6))),
-                           ("pull", lambda: rpc.rpc_async(
-                               "ps", pull_dense, args=(case,)))):
+            for op, fn in (
+                ("push", lambda: rpc.rpc_async("ps", push_dense, args=(case, grad, 1e-6))),
+                ("pull", lambda: rpc.rpc_async("ps", pull_dense, args=(case,))),
+            ):
                 if op not in wanted:
                     continue
-                rates = [measure(fn, args.seconds, args.inflight)
-                         for _ in range(args.repeat)]
+                rates = [measure(fn, args.seconds, args.inflight) for _ in range(args.repeat)]
                 report(args, case, op, floats * 4, rates)
         elif case == "embedding_100k":
             n, dim = args.embedding_ids, args.embedding_dim
             rpc.rpc_sync("ps", create, args=(case, (args.vocab, dim), True))
             g = torch.Generator().manual_seed(1)
-            batches = [torch.randperm(args.vocab, generator=g)[:n]
-                       for _ in range(4)]
+            batches = [torch.randperm(args.vocab, generator=g)[:n] for _ in range(4)]
             grad = torch.full((n, dim), 0.01)
             counter = iter(range(1 << 62))
-            push = lambda: rpc.rpc_async("ps", push_rows, args=(
-                case, batches[next(counter) % 4], grad, 0.01))
-            pull = lambda: rpc.rpc_async("ps", pull_rows, args=(
-                case, batches[next(counter) % 4]))
+
+            def push():
+                return rpc.rpc_async(
+                    "ps", push_rows, args=(case, batches[next(counter) % 4], grad, 0.01)
+                )
+
+            def pull():
+                return rpc.rpc_async("ps", pull_rows, args=(case, batches[next(counter) % 4]))
+
             for op, fn in (("push", push), ("pull", pull)):
                 if op not in wanted:
                     continue
-                rates = [measure(fn, args.seconds, args.inflight)
-                         for _ in range(args.repeat)]
+                rates = [measure(fn, args.seconds, args.inflight) for _ in range(args.repeat)]
                 report(args, case, op, n * (8 + 4 * dim), rates, rows_per_op=n)
         else:
             sys.exit(f"unknown case {case!r}")
@@ -140,8 +152,8 @@ def run(rank, args):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
     options = rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=8, rpc_timeout=300,
-        _transports=["uv"], _channels=["basic"])
+        num_worker_threads=8, rpc_timeout=300, _transports=["uv"], _channels=["basic"]
+    )
     name = "ps" if rank == 0 else "worker"
     rpc.init_rpc(name, rank=rank, world_size=2, rpc_backend_options=options)
     if rank == 1:
@@ -162,8 +174,11 @@ def main():
     parser.add_argument("--port", type=int, default=29512)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    print(f"torch {torch.__version__} rpc baseline: {args.inflight} op(s) in "
-          f"flight, median of {args.repeat} x {args.seconds} s", flush=True)
+    print(
+        f"torch {torch.__version__} rpc baseline: {args.inflight} op(s) in "
+        f"flight, median of {args.repeat} x {args.seconds} s",
+        flush=True,
+    )
     mp.spawn(run, args=(args,), nprocs=2, join=True)
 
 

@@ -12,5 +12,15 @@ from .client import Client, PsError, load_cluster
 from .shard_map import ShardMap, mix_id, normalize
 from .specs import dense, embedding, hash_embedding
 
-__all__ = ["Client", "PsError", "ShardMap", "dense", "embedding", "hash_embedding",
-           "load_cluster", "mix_id", "normalize", "ps_pb2"]
+__all__ = [
+    "Client",
+    "PsError",
+    "ShardMap",
+    "dense",
+    "embedding",
+    "hash_embedding",
+    "load_cluster",
+    "mix_id",
+    "normalize",
+    "ps_pb2",
+]

@@ -14,16 +14,22 @@ import sys
 
 def _generate(proto_dir, out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    subprocess.check_call([
-        "protoc", f"--proto_path={proto_dir}", f"--python_out={out_dir}",
-        f"--grpc_python_out={out_dir}",
-        "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
-        os.path.join(proto_dir, "ps.proto")])
+    subprocess.check_call(
+        [
+            "protoc",
+            f"--proto_path={proto_dir}",
+            f"--python_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
+            os.path.join(proto_dir, "ps.proto"),
+        ]
+    )
 
 
 def _load():
     try:
         from . import ps_pb2, ps_pb2_grpc  # generated next to this file
+
         return ps_pb2, ps_pb2_grpc
     except ImportError:
         pass
@@ -31,8 +37,10 @@ def _load():
     proto_dir = os.path.normpath(os.path.join(here, "..", "..", "..", "proto"))
     proto = os.path.join(proto_dir, "ps.proto")
     if not os.path.exists(proto):
-        raise ImportError("psrt's generated modules are missing and proto/ps.proto "
-                          "is not beside the source; install the package with pip")
+        raise ImportError(
+            "psrt's generated modules are missing and proto/ps.proto "
+            "is not beside the source; install the package with pip"
+        )
     with open(proto, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     out = os.path.join(os.path.expanduser("~"), ".cache", "psrt", digest)

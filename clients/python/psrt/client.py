@@ -6,6 +6,7 @@ import os
 import random
 import threading
 import time
+from typing import NamedTuple, Optional
 
 import grpc
 import numpy as np
@@ -22,6 +23,27 @@ MESSAGE_BYTES = 4 << 20
 # smaller messages overlap better (measured: 1 MiB beats 4 MiB).
 PULL_MESSAGE_BYTES = int(os.environ.get("PSRT_PULL_MESSAGE_BYTES", 1 << 20))
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+
+
+class _PullPiece(NamedTuple):
+    """One item of a Pull request and where its values go: `count` floats
+    into `out` (a flat float32 array) from `offset`; `ids` None for a dense
+    range."""
+
+    item: "ps_pb2.TensorItem"
+    ids: Optional[np.ndarray]
+    out: np.ndarray
+    offset: int
+    count: int
+
+
+class _PushPiece(NamedTuple):
+    """One item of a Push request: its ids (None for a dense range) and
+    gradient rows."""
+
+    item: "ps_pb2.TensorItem"
+    ids: Optional[np.ndarray]
+    grads: np.ndarray
 
 
 class PsError(RuntimeError):
@@ -61,12 +83,15 @@ def load_cluster(cluster=None):
 
 def _gradient(name, array, shapes):
     """`array` as a flat float32 array, if it is float32 and has one of
-    `shapes` (a list, in the order errors name them); TypeError / ValueError naming the variable otherwise. Nothing
+    `shapes` (a list, in the order errors name them); TypeError / ValueError naming the variable
+    otherwise. Nothing
     is converted silently: a float64 gradient is a TypeError."""
     a = np.asarray(array)
     if a.dtype != np.float32:
-        raise TypeError(f"'{name}': gradients must be float32 arrays, got {a.dtype} "
-                        f"(convert with .astype(np.float32))")
+        raise TypeError(
+            f"'{name}': gradients must be float32 arrays, got {a.dtype} "
+            f"(convert with .astype(np.float32))"
+        )
     if a.shape not in shapes:
         want = " or ".join(str(s) for s in dict.fromkeys(shapes))
         raise ValueError(f"'{name}': gradient has shape {a.shape}, expected {want}")
@@ -80,10 +105,14 @@ def _check_finite(name, grads, ids=None, row_width=1):
         return
     bad = int(np.argmin(finite.reshape(-1)))
     value = grads.reshape(-1)[bad]
-    where = (f"element {bad}" if ids is None else
-             f"the row of id {int(ids[bad // row_width])} (summed over its repeats)")
-    raise ValueError(f"push of '{name}': gradient {where} is {value}; "
-                     f"nothing was sent to any PS")
+    where = (
+        f"element {bad}"
+        if ids is None
+        else f"the row of id {int(ids[bad // row_width])} (summed over its repeats)"
+    )
+    raise ValueError(
+        f"push of '{name}': gradient {where} is {value}; " f"nothing was sent to any PS"
+    )
 
 
 def _ids(name, ids):
@@ -95,64 +124,94 @@ def _ids(name, ids):
 
 # Failures after which a PS may or may not have applied a push (the call
 # broke off). Any other code is the PS refusing it: a PS checks a whole push
-# before applying any of it. The C++ client (step_request.cc) uses the same.
-_BROKE_OFF = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-              grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED,
-              grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+# before applying any of it. The C++ client (batched_call.cc) uses the same.
+_BROKE_OFF = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+}
 
 
 def _push_outcome(jobs, errors):
     """What each PS did with a push, as the C++ client words it."""
     applied = [f"PS {job[0]}" for job, e in zip(jobs, errors) if e is None]
-    refused = [f"PS {job[0]}" for job, e in zip(jobs, errors)
-               if isinstance(e, PsError) and e.code not in _BROKE_OFF]
-    unknown = [f"PS {job[0]}" for job, e in zip(jobs, errors)
-               if e is not None and not (isinstance(e, PsError) and e.code not in _BROKE_OFF)]
+    refused = [
+        f"PS {job[0]}"
+        for job, e in zip(jobs, errors)
+        if isinstance(e, PsError) and e.code not in _BROKE_OFF
+    ]
+    unknown = [
+        f"PS {job[0]}"
+        for job, e in zip(jobs, errors)
+        if e is not None and not (isinstance(e, PsError) and e.code not in _BROKE_OFF)
+    ]
     if not applied and not unknown:
         text = "nothing was applied on any PS"
     else:
-        text = (f"applied on {', '.join(applied) or 'no PS'}; "
-                f"not applied on {', '.join(refused) or 'no PS'}")
+        text = (
+            f"applied on {', '.join(applied) or 'no PS'}; "
+            f"not applied on {', '.join(refused) or 'no PS'}"
+        )
     if unknown:
-        text += (f"; unknown on {', '.join(unknown)} (the call broke off: that PS "
-                 f"may or may not have applied it)")
+        text += (
+            f"; unknown on {', '.join(unknown)} (the call broke off: that PS "
+            f"may or may not have applied it)"
+        )
     return text
 
 
 class Client:
     """Connects to every PS of a cluster.
 
-        client = psrt.Client({"cluster": {"ps": ["h1:2223", "h2:2223"]}})
-        client.create_variables([psrt.embedding("emb", 1_000_000, 16, ...)])
-        rows = client.pull_rows("emb", ids)          # [len(ids), 16]
-        client.push_rows("emb", ids, grads)          # repeated ids summed
+    client = psrt.Client({"cluster": {"ps": ["h1:2223", "h2:2223"]}})
+    client.create_variables([psrt.embedding("emb", 1_000_000, 16, ...)])
+    rows = client.pull_rows("emb", ids)          # [len(ids), 16]
+    client.push_rows("emb", ids, grads)          # repeated ids summed
     """
 
-    def __init__(self, cluster=None, timeout=60.0, max_attempts=6, channels_per_ps=1,
-                 tls_ca_file=None, tls_cert_file=None, tls_key_file=None, auth_token=None):
+    def __init__(
+        self,
+        cluster=None,
+        timeout=60.0,
+        max_attempts=6,
+        channels_per_ps=1,
+        tls_ca_file=None,
+        tls_cert_file=None,
+        tls_key_file=None,
+        auth_token=None,
+    ):
         """TLS: tls_ca_file (PEM CA of the servers' certificates), plus
         tls_cert_file/tls_key_file for mutual TLS. auth_token (default
         $PSRT_AUTH_TOKEN) is sent with every call."""
         self.addresses = load_cluster(cluster)
         self.timeout = timeout
         self.max_attempts = max_attempts
-        options = [("grpc.max_receive_message_length", 64 << 20),
-                   ("grpc.max_send_message_length", 64 << 20),
-                   ("grpc.max_reconnect_backoff_ms", 2000)]
+        options = [
+            ("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.max_send_message_length", 64 << 20),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+        ]
         # Separate TCP connections per PS (a local subchannel pool each):
         # large pulls are split over them.
         token = auth_token if auth_token is not None else os.environ.get("PSRT_AUTH_TOKEN", "")
         self._metadata = (("authorization", f"Bearer {token.strip()}"),) if token.strip() else ()
         credentials = None
         if tls_ca_file or tls_cert_file:
+
             def read(path):
                 if not path:
                     return None
                 with open(path, "rb") as f:
                     return f.read()
+
             credentials = grpc.ssl_channel_credentials(
-                root_certificates=read(tls_ca_file), private_key=read(tls_key_file),
-                certificate_chain=read(tls_cert_file))
+                root_certificates=read(tls_ca_file),
+                private_key=read(tls_key_file),
+                certificate_chain=read(tls_cert_file),
+            )
 
         def channel(address):
             opts = options + [("grpc.use_local_subchannel_pool", 1)]
@@ -160,21 +219,34 @@ class Client:
                 return grpc.insecure_channel(address, options=opts)
             return grpc.secure_channel(address, credentials, options=opts)
 
-        self._all_channels = [[channel(a) for _ in range(max(1, channels_per_ps))]
-                              for a in self.addresses]
+        self._all_channels = [
+            [channel(a) for _ in range(max(1, channels_per_ps))] for a in self.addresses
+        ]
         self._channels = [c[0] for c in self._all_channels]
         self._stubs = [ps_pb2_grpc.ParameterServerStub(c) for c in self._channels]
-        self._pull = [[c.unary_stream("/psrt.ParameterServer/Pull",
-                                      request_serializer=frame.identity,
-                                      response_deserializer=frame.identity)
-                       for c in channels] for channels in self._all_channels]
-        self._push = [c.stream_unary("/psrt.ParameterServer/Push",
-                                     request_serializer=frame.identity,
-                                     response_deserializer=ps_pb2.PushResponse.FromString)
-                      for c in self._channels]
+        self._pull = [
+            [
+                c.unary_stream(
+                    "/psrt.ParameterServer/Pull",
+                    request_serializer=frame.identity,
+                    response_deserializer=frame.identity,
+                )
+                for c in channels
+            ]
+            for channels in self._all_channels
+        ]
+        self._push = [
+            c.stream_unary(
+                "/psrt.ParameterServer/Push",
+                request_serializer=frame.identity,
+                response_deserializer=ps_pb2.PushResponse.FromString,
+            )
+            for c in self._channels
+        ]
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max(2, len(self.addresses) * max(1, channels_per_ps)))
-        self._map = ShardMap(len(self.addresses))
+            max(2, len(self.addresses) * max(1, channels_per_ps))
+        )
+        self._map = ShardMap()
         self._lock = threading.Lock()
         self._client_id = random.getrandbits(63) | 1
         self._request_id = 0
@@ -208,17 +280,18 @@ class Client:
                     time.sleep(delay * (0.5 + random.random() / 2))
                     delay = min(delay * 2, 5.0)
                     continue
-                raise PsError(code, f"{what} to {self.addresses[ps]}: {e.details()}",
-                              ps) from None
+                raise PsError(code, f"{what} to {self.addresses[ps]}: {e.details()}", ps) from None
 
     def wait_for_servers(self, timeout=30.0):
         for i, c in enumerate(self._channels):
             try:
                 grpc.channel_ready_future(c).result(timeout=timeout)
             except grpc.FutureTimeoutError:
-                raise PsError(grpc.StatusCode.UNAVAILABLE,
-                              f"PS {i} ({self.addresses[i]}) not reachable in {timeout} s",
-                              i) from None
+                raise PsError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"PS {i} ({self.addresses[i]}) not reachable in {timeout} s",
+                    i,
+                ) from None
 
     # ---- catalog ----------------------------------------------------------
 
@@ -253,17 +326,23 @@ class Client:
             if v is None:
                 fresh.append(s)
             elif v.spec != s:
-                raise PsError(grpc.StatusCode.ALREADY_EXISTS,
-                              f"variable '{s.name}' already exists with a different spec: "
-                              f"existing {{{v.spec}}}, requested {{{s}}}".replace("\n", " "))
+                raise PsError(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"variable '{s.name}' already exists with a different spec: "
+                    f"existing {{{v.spec}}}, requested {{{s}}}".replace("\n", " "),
+                )
         # PS 0 gets what is new at the end of its catalog; every other PS
         # the whole catalog, so one that fell behind catches up. All or
         # nothing across PS, as the C++ client: prepare everywhere (PS 0
         # first), commit everywhere (PS 0 last), or abort where prepared.
-        whole = ps_pb2.CreateVariablesRequest(first_index=0, specs=catalog + fresh,
-                                              num_ps=self.num_ps)
-        first = (ps_pb2.CreateVariablesRequest(first_index=len(catalog), specs=fresh,
-                                               num_ps=self.num_ps) if fresh else whole)
+        whole = ps_pb2.CreateVariablesRequest(
+            first_index=0, specs=catalog + fresh, num_ps=self.num_ps
+        )
+        first = (
+            ps_pb2.CreateVariablesRequest(first_index=len(catalog), specs=fresh, num_ps=self.num_ps)
+            if fresh
+            else whole
+        )
         self._request_id += 1
         creation = (self._client_id ^ (self._request_id * 0x9E3779B97F4A7C15)) % (1 << 64)
         Phase = ps_pb2.CreateVariablesRequest
@@ -274,9 +353,13 @@ class Client:
             r.phase, r.creation_id = phase, creation
             if phase != Phase.PREPARE:
                 del r.specs[:]
-            return self._call(ps, lambda: self._stubs[ps].CreateVariables(
-                r, timeout=max(self.timeout, 600), metadata=self._metadata),
-                "CreateVariables")
+            return self._call(
+                ps,
+                lambda: self._stubs[ps].CreateVariables(
+                    r, timeout=max(self.timeout, 600), metadata=self._metadata
+                ),
+                "CreateVariables",
+            )
 
         prepared = []
         try:
@@ -289,10 +372,14 @@ class Client:
                     send(ps, first, Phase.ABORT)
                 except PsError:
                     pass  # a prepared creation is discarded after 60 s anyway
-            error = (_LostCreationRace if e.code == grpc.StatusCode.FAILED_PRECONDITION
-                     and not prepared else PsError)
-            raise error(e.code, f"{e.server_message} [nothing was created on any PS]",
-                        e.ps) from None
+            error = (
+                _LostCreationRace
+                if e.code == grpc.StatusCode.FAILED_PRECONDITION and not prepared
+                else PsError
+            )
+            raise error(
+                e.code, f"{e.server_message} [nothing was created on any PS]", e.ps
+            ) from None
         for ps in reversed(range(self.num_ps)):
             send(ps, first, Phase.COMMIT)
         self._refresh_locked()
@@ -302,14 +389,27 @@ class Client:
             self._refresh_locked()
 
     def _refresh_locked(self):
-        response = self._call(0, lambda: self._stubs[0].ListVariables(
-            ps_pb2.ListVariablesRequest(), timeout=self.timeout, metadata=self._metadata), "ListVariables")
+        # The catalog and where every shard lives, as PS 0 has them: the
+        # client does not recompute placement.
+        response = self._call(
+            0,
+            lambda: self._stubs[0].ListVariables(
+                ps_pb2.ListVariablesRequest(with_layout=True),
+                timeout=self.timeout,
+                metadata=self._metadata,
+            ),
+            "ListVariables",
+        )
         if len(response.variables) == len(self._map.variables):
             return
-        m = ShardMap(self.num_ps)
-        for info in response.variables:
-            m.add(info.spec)
-        self._map = m
+        if response.num_ps != self.num_ps:
+            raise PsError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"PS 0 ({self.addresses[0]}) belongs to a cluster of {response.num_ps} "
+                f"PS, this client was given {self.num_ps} addresses",
+                0,
+            )
+        self._map = ShardMap.from_listing(response)
 
     @staticmethod
     def _copy(spec):
@@ -328,23 +428,43 @@ class Client:
         return v
 
     def list_variables(self):
-        return [self._call(ps, lambda ps=ps: self._stubs[ps].ListVariables(
-            ps_pb2.ListVariablesRequest(), timeout=self.timeout, metadata=self._metadata), "ListVariables")
-            for ps in range(self.num_ps)]
+        return [
+            self._call(
+                ps,
+                lambda ps=ps: self._stubs[ps].ListVariables(
+                    ps_pb2.ListVariablesRequest(), timeout=self.timeout, metadata=self._metadata
+                ),
+                "ListVariables",
+            )
+            for ps in range(self.num_ps)
+        ]
 
     def stats(self):
-        return [self._call(ps, lambda ps=ps: self._stubs[ps].GetStats(
-            ps_pb2.StatsRequest(), timeout=self.timeout, metadata=self._metadata), "GetStats")
-            for ps in range(self.num_ps)]
+        return [
+            self._call(
+                ps,
+                lambda ps=ps: self._stubs[ps].GetStats(
+                    ps_pb2.StatsRequest(), timeout=self.timeout, metadata=self._metadata
+                ),
+                "GetStats",
+            )
+            for ps in range(self.num_ps)
+        ]
 
     def checkpoint(self, uri="", timeout=3600.0):
         """Every PS saves its shards (PS 0 coordinates) under the servers'
         --checkpoint_uri; returns CheckpointResponse (uri, global_step,
         bytes, seconds). A non-empty `uri` must name that same root (the
         servers refuse any other)."""
-        return self._call(0, lambda: self._stubs[0].Checkpoint(
-            ps_pb2.CheckpointRequest(checkpoint_uri=uri), timeout=timeout,
-            metadata=self._metadata), "Checkpoint")
+        return self._call(
+            0,
+            lambda: self._stubs[0].Checkpoint(
+                ps_pb2.CheckpointRequest(checkpoint_uri=uri),
+                timeout=timeout,
+                metadata=self._metadata,
+            ),
+            "Checkpoint",
+        )
 
     # ---- planning ---------------------------------------------------------
 
@@ -377,10 +497,14 @@ class Client:
         start, end)]) with unique sorted by shard; inverse maps each id to
         its unique row, None when that is the identity."""
         unique, inverse = self._unique(v, ids)
-        if v.kind != ps_pb2.HASH_EMBEDDING and unique.size and (
-                unique[0] < 0 or unique[-1] >= v.rows):
-            raise ValueError(f"'{v.name}': ids must lie in [0, {v.rows}), got "
-                             f"[{unique[0]}, {unique[-1]}]")
+        if (
+            v.kind != ps_pb2.HASH_EMBEDDING
+            and unique.size
+            and (unique[0] < 0 or unique[-1] >= v.rows)
+        ):
+            raise ValueError(
+                f"'{v.name}': ids must lie in [0, {v.rows}), got " f"[{unique[0]}, {unique[-1]}]"
+            )
         if len(v.shards) == 1:
             return unique, inverse, [(0, 0, int(unique.size))] if unique.size else []
         shard = v.shard_of(unique)
@@ -422,8 +546,9 @@ class Client:
         if error is None:
             return
         if outcome is not None and isinstance(error, PsError):
-            raise PsError(error.code, f"{error.server_message} [{outcome(jobs, errors)}]",
-                          error.ps) from None
+            raise PsError(
+                error.code, f"{error.server_message} [{outcome(jobs, errors)}]", error.ps
+            ) from None
         raise error
 
     # ---- pull -------------------------------------------------------------
@@ -432,7 +557,7 @@ class Client:
         """Batched pull: `ops` maps variable name -> ids (embedding) or None
         (whole dense variable). One Pull call per PS, all in parallel.
         Returns name -> array ([len(ids), dim] or the variable's shape)."""
-        per_ps = [[] for _ in range(self.num_ps)]  # (item, name, dst offset, count)
+        per_ps = [[] for _ in range(self.num_ps)]  # _PullPiece lists
         results, finish = {}, []
         for name, ids in ops.items():
             v = self.layout(name)
@@ -443,7 +568,9 @@ class Client:
                 for sh in v.shards:
                     count = sh.num_rows * v.row_width
                     item = ps_pb2.TensorItem(variable=name, shard=sh.shard, offset=0, count=count)
-                    per_ps[sh.ps_task].append((item, None, out, sh.row_begin * v.row_width, count))
+                    per_ps[sh.ps_task].append(
+                        _PullPiece(item, None, out, sh.row_begin * v.row_width, count)
+                    )
                 results[name] = out
                 finish.append((name, lambda o=out, v=v: o.reshape(tuple(v.spec.shape) or (1,))))
             else:
@@ -453,10 +580,20 @@ class Client:
                 for shard, s, e in groups:
                     item = ps_pb2.TensorItem(variable=name, shard=shard)
                     per_ps[v.shards[shard].ps_task].append(
-                        (item, unique[s:e], rows.reshape(-1), s * v.row_width,
-                         (e - s) * v.row_width))
-                finish.append((name, lambda r=rows, inv=inverse:
-                               r if inv is None else np.take(r, inv, axis=0)))
+                        _PullPiece(
+                            item,
+                            unique[s:e],
+                            rows.reshape(-1),
+                            s * v.row_width,
+                            (e - s) * v.row_width,
+                        )
+                    )
+                finish.append(
+                    (
+                        name,
+                        lambda r=rows, inv=inverse: r if inv is None else np.take(r, inv, axis=0),
+                    )
+                )
         jobs = []
         for ps, items in enumerate(per_ps):
             if not items:
@@ -470,39 +607,68 @@ class Client:
     def _split_pull(items, ways):
         """Splits one PS's pull items into up to `ways` requests of about
         equal size when they are large (>= 32k rows' or 1M floats' worth)."""
-        total = sum(count for _, _, _, _, count in items)
-        if ways < 2 or total < (1 << 20) and sum(
-                0 if ids is None else ids.size for _, ids, _, _, _ in items) < 32768:
+        total = sum(p.count for p in items)
+        if (
+            ways < 2
+            or total < (1 << 20)
+            and sum(0 if p.ids is None else p.ids.size for p in items) < 32768
+        ):
             return [items]
         target = -(-total // ways)
         parts, current, size = [], [], 0
         queue = list(items)
         while queue:
-            item, ids, out, offset, count = queue.pop(0)
+            piece = queue.pop(0)
+            item, ids, out, offset, count = piece
             room = target - size
             if count > room and room > 0 and len(parts) < ways - 1:
                 # Cut this item: rows (whole rows) or a dense range.
                 if ids is not None:
                     width = count // ids.size
                     cut = max(1, room // width)
-                    head = (ps_pb2.TensorItem(variable=item.variable, shard=item.shard),
-                            ids[:cut], out, offset, cut * width)
-                    tail = (ps_pb2.TensorItem(variable=item.variable, shard=item.shard),
-                            ids[cut:], out, offset + cut * width, count - cut * width)
+                    head = _PullPiece(
+                        ps_pb2.TensorItem(variable=item.variable, shard=item.shard),
+                        ids[:cut],
+                        out,
+                        offset,
+                        cut * width,
+                    )
+                    tail = _PullPiece(
+                        ps_pb2.TensorItem(variable=item.variable, shard=item.shard),
+                        ids[cut:],
+                        out,
+                        offset + cut * width,
+                        count - cut * width,
+                    )
                 else:
-                    head = (ps_pb2.TensorItem(variable=item.variable, shard=item.shard,
-                                              offset=item.offset, count=room),
-                            None, out, offset, room)
-                    tail = (ps_pb2.TensorItem(variable=item.variable, shard=item.shard,
-                                              offset=item.offset + room, count=count - room),
-                            None, out, offset + room, count - room)
-                if head[4] > 0 and tail[4] > 0:
+                    head = _PullPiece(
+                        ps_pb2.TensorItem(
+                            variable=item.variable, shard=item.shard, offset=item.offset, count=room
+                        ),
+                        None,
+                        out,
+                        offset,
+                        room,
+                    )
+                    tail = _PullPiece(
+                        ps_pb2.TensorItem(
+                            variable=item.variable,
+                            shard=item.shard,
+                            offset=item.offset + room,
+                            count=count - room,
+                        ),
+                        None,
+                        out,
+                        offset + room,
+                        count - room,
+                    )
+                if head.count > 0 and tail.count > 0:
                     current.append(head)
                     parts.append(current)
                     current, size = [], 0
                     queue.insert(0, tail)
                     continue
-            current.append((item, ids, out, offset, count))
+            current.append(piece)
             size += count
             if size >= target and len(parts) < ways - 1:
                 parts.append(current)
@@ -514,35 +680,40 @@ class Client:
     def _pull_one(self, ps, items, step, channel=0):
         header = ps_pb2.PullRequestHeader(step=step, max_response_message_bytes=PULL_MESSAGE_BYTES)
         payloads = []
-        for item, ids, _, _, _ in items:
-            if ids is not None:
-                item.ids_payload = len(payloads)
-                payloads.append(ids)
-            header.items.append(item)
+        for p in items:
+            if p.ids is not None:
+                p.item.ids_payload = len(payloads)
+                payloads.append(p.ids)
+            header.items.append(p.item)
         request = frame.encode(header.SerializeToString(), payloads)
         received = [0] * len(items)
 
         def run():
             for i in range(len(received)):
                 received[i] = 0
-            for message in self._pull[ps][channel](request, timeout=self.timeout,
-                                                   metadata=self._metadata):
+            for message in self._pull[ps][channel](
+                request, timeout=self.timeout, metadata=self._metadata
+            ):
                 head, pays = frame.decode(message)
                 h = ps_pb2.PullResponseHeader.FromString(head)
                 for piece in h.pieces:
-                    _, _, out, offset, count = items[piece.item]
+                    target = items[piece.item]
                     values = np.frombuffer(pays[piece.values_payload], dtype=np.float32)
-                    start = offset + piece.first_float
-                    if piece.first_float + values.size > count:
-                        raise PsError(grpc.StatusCode.DATA_LOSS,
-                                      f"PS {ps} sent too many values for item {piece.item}")
-                    out[start:start + values.size] = values
+                    start = target.offset + piece.first_float
+                    if piece.first_float + values.size > target.count:
+                        raise PsError(
+                            grpc.StatusCode.DATA_LOSS,
+                            f"PS {ps} sent too many values for item {piece.item}",
+                        )
+                    target.out[start : start + values.size] = values
                     received[piece.item] += values.size
-            for i, (item, _, _, _, count) in enumerate(items):
-                if received[i] != count:
-                    raise PsError(grpc.StatusCode.DATA_LOSS,
-                                  f"PS {ps} sent {received[i]} of {count} values of "
-                                  f"'{item.variable}' shard {item.shard}")
+            for i, p in enumerate(items):
+                if received[i] != p.count:
+                    raise PsError(
+                        grpc.StatusCode.DATA_LOSS,
+                        f"PS {ps} sent {received[i]} of {p.count} values of "
+                        f"'{p.item.variable}' shard {p.item.shard}",
+                    )
 
         self._call(ps, run, "Pull")
 
@@ -568,8 +739,10 @@ class Client:
             v = self.layout(name)
             lr = learning_rates.get(name, 0.0)
             if not (isinstance(lr, numbers.Real) and np.isfinite(lr) and lr >= 0):
-                raise ValueError(f"push of '{name}': learning_rate {lr!r} must be a "
-                                 f"finite number >= 0 (0 = the variable's own)")
+                raise ValueError(
+                    f"push of '{name}': learning_rate {lr!r} must be a "
+                    f"finite number >= 0 (0 = the variable's own)"
+                )
             lr = float(lr)
             shape = tuple(int(d) for d in v.spec.shape)
             row_shape = shape[1:]
@@ -582,17 +755,19 @@ class Client:
                     size = sh.num_rows * v.row_width
                     for off in range(0, size, limit):
                         count = min(limit, size - off)
-                        item = ps_pb2.TensorItem(variable=name, shard=sh.shard, offset=off,
-                                                 count=count, learning_rate=lr)
-                        per_ps[sh.ps_task].append((item, None,
-                                                   grad[base + off:base + off + count]))
+                        item = ps_pb2.TensorItem(
+                            variable=name, shard=sh.shard, offset=off, count=count, learning_rate=lr
+                        )
+                        per_ps[sh.ps_task].append(
+                            _PushPiece(item, None, grad[base + off : base + off + count])
+                        )
             else:
                 ids, grads = op
                 id_shape = np.shape(ids)
                 ids = _ids(name, ids)
-                grads = _gradient(name, grads, [(ids.size,) + row_shape,
-                                                tuple(id_shape) + row_shape]
-                                  ).reshape(-1, v.row_width)
+                grads = _gradient(
+                    name, grads, [(ids.size,) + row_shape, tuple(id_shape) + row_shape]
+                ).reshape(-1, v.row_width)
                 unique, inverse, groups = self._plan_rows(v, ids)
                 if inverse is None:
                     summed = grads
@@ -610,7 +785,8 @@ class Client:
                         b = min(e, a + rows_per_item)
                         item = ps_pb2.TensorItem(variable=name, shard=shard, learning_rate=lr)
                         per_ps[v.shards[shard].ps_task].append(
-                            (item, unique[a:b], summed[a:b]))
+                            _PushPiece(item, unique[a:b], summed[a:b])
+                        )
         with self._lock:
             self._request_id += 1
             request_id = self._request_id
@@ -641,9 +817,11 @@ class Client:
         first.client_id, first.request_id, first.step = self._client_id, request_id, step
         messages[-1][0].last = True
         encoded = [frame.encode(h.SerializeToString(), p) for h, p in messages]
-        return self._call(ps, lambda: self._push[ps](iter(encoded), timeout=self.timeout,
-                                                         metadata=self._metadata),
-                          "Push")
+        return self._call(
+            ps,
+            lambda: self._push[ps](iter(encoded), timeout=self.timeout, metadata=self._metadata),
+            "Push",
+        )
 
     def push_dense(self, name, grad, learning_rate=0.0):
         self.push({name: grad}, learning_rates={name: learning_rate})

@@ -58,9 +58,9 @@ def decode(data):
         if tag == 0x0A:
             if payloads:
                 raise FrameError("header after a payload")
-            header = bytes(view[pos:pos + length])
+            header = bytes(view[pos : pos + length])
         elif tag == 0x12:
-            payloads.append(view[pos:pos + length])
+            payloads.append(view[pos : pos + length])
         else:
             raise FrameError(f"unexpected field tag {tag:#x}")
         pos += length

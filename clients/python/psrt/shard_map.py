@@ -1,7 +1,9 @@
-"""Variable specs and the shard map, computed exactly as the C++ side does
-(partitioner/variable_spec.cc, partitioner/shard_map.h): placement is a pure
-function of the ordered specs and the number of PS tasks, so this client, the
-C++ client and every PS agree without asking each other."""
+"""Variable specs and the shard map. Specs are checked and completed here as
+partitioner/variable_spec.cc does (a bad spec is a ValueError before anything
+is sent); where each shard lives is not recomputed: the client takes the
+servers' own layout (ListVariables with_layout), and only routes ids to
+shards by the protocol's rules (DIV, MOD, HASH with mix_id), which
+testdata/wire_golden.json pins for both languages."""
 import math
 
 import numpy as np
@@ -14,11 +16,13 @@ _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678
 
 DENSE, EMBEDDING, HASH_EMBEDDING = (ps_pb2.DENSE, ps_pb2.EMBEDDING, ps_pb2.HASH_EMBEDDING)
 P = ps_pb2.PartitionSpec
-O = ps_pb2.OptimizerSpec
+Opt = ps_pb2.OptimizerSpec
 
 
 def num_slots(optimizer_kind):
-    return {O.SGD: 0, O.MOMENTUM: 1, O.ADAGRAD: 1, O.ADAM: 2, O.FTRL: 2}.get(optimizer_kind, 0)
+    return {Opt.SGD: 0, Opt.MOMENTUM: 1, Opt.ADAGRAD: 1, Opt.ADAM: 2, Opt.FTRL: 2}.get(
+        optimizer_kind, 0
+    )
 
 
 def num_rows(spec):
@@ -75,29 +79,29 @@ def normalize(spec):
     if p.num_shards > MAX_SHARDS:
         bad("more than 65536 shards")
     init = spec.initializer
-    I = ps_pb2.InitializerSpec
+    Init = ps_pb2.InitializerSpec
     if not all(math.isfinite(v) for v in (init.value, init.min, init.max, init.mean, init.stddev)):
         bad("initializer parameters must be finite")
-    if init.kind == I.UNIFORM and not init.min < init.max:
+    if init.kind == Init.UNIFORM and not init.min < init.max:
         bad(f"uniform initializer needs min < max, got [{init.min}, {init.max})")
-    if init.kind in (I.NORMAL, I.TRUNCATED_NORMAL) and not init.stddev > 0:
+    if init.kind in (Init.NORMAL, Init.TRUNCATED_NORMAL) and not init.stddev > 0:
         bad("normal initializer needs stddev > 0")
     opt = spec.optimizer
     if not (opt.learning_rate > 0 and math.isfinite(opt.learning_rate)):
         bad(f"optimizer learning_rate must be > 0, got {opt.learning_rate}")
-    if opt.kind == O.MOMENTUM:
+    if opt.kind == Opt.MOMENTUM:
         if opt.momentum == 0:
             opt.momentum = 0.9
         if not 0 < opt.momentum < 1:
             bad("momentum must be in (0, 1)")
-    elif opt.kind in (O.ADAGRAD, O.FTRL):
+    elif opt.kind in (Opt.ADAGRAD, Opt.FTRL):
         if opt.initial_accumulator_value == 0:
             opt.initial_accumulator_value = 0.1
         if not opt.initial_accumulator_value > 0:
             bad("initial_accumulator_value must be > 0")
         if opt.l1 < 0 or opt.l2 < 0 or opt.beta < 0:
             bad("l1, l2 and beta must not be negative")
-    elif opt.kind == O.ADAM:
+    elif opt.kind == Opt.ADAM:
         if opt.beta1 == 0:
             opt.beta1 = 0.9
         if opt.beta2 == 0:
@@ -123,25 +127,37 @@ def mix_id(ids):
 
 
 class Shard:
-    __slots__ = ("shard", "ps_task", "row_begin", "num_rows", "bytes")
+    __slots__ = ("shard", "ps_task", "row_begin", "num_rows")
 
-    def __init__(self, shard, ps_task, row_begin, num_rows, nbytes):
-        self.shard, self.ps_task, self.row_begin = shard, ps_task, row_begin
-        self.num_rows, self.bytes = num_rows, nbytes
+    def __init__(self, shard, ps_task, row_begin, num_rows):
+        self.shard, self.ps_task = shard, ps_task
+        self.row_begin, self.num_rows = row_begin, num_rows
 
     def __repr__(self):
-        return (f"Shard({self.shard}, ps={self.ps_task}, rows=[{self.row_begin}, "
-                f"+{self.num_rows}), bytes={self.bytes})")
+        return (
+            f"Shard({self.shard}, ps={self.ps_task}, rows=[{self.row_begin}, " f"+{self.num_rows}))"
+        )
 
 
 class VariableLayout:
-    def __init__(self, spec, index):
+    def __init__(self, spec, index, shards):
         self.spec = spec
         self.index = index
         self.rows = num_rows(spec)
         self.row_width = row_width(spec)
         self.num_slots = num_slots(spec.optimizer.kind)
-        self.shards = []
+        self.shards = shards
+
+    @classmethod
+    def from_info(cls, info, index):
+        """The layout a PS reported (a VariableInfo listed with_layout)."""
+        shards = [Shard(s.shard, s.ps_task, s.row_begin, s.num_rows) for s in info.layout]
+        if not shards or [s.shard for s in shards] != list(range(len(shards))):
+            raise ValueError(
+                f"variable '{info.spec.name}': the server listed no complete "
+                f"layout ({len(shards)} shards)"
+            )
+        return cls(info.spec, index, shards)
 
     @property
     def name(self):
@@ -167,53 +183,17 @@ class VariableLayout:
 
 
 class ShardMap:
-    def __init__(self, num_ps):
-        self.num_ps = num_ps
-        self.variables = []
-        self.by_name = {}
-        self.load = [0] * num_ps
-        self.next_round_robin = 0
+    """The ordered catalog with every variable's layout, as the servers
+    report it."""
 
-    def add(self, spec):
-        if spec.name in self.by_name:
-            raise ValueError(f"variable '{spec.name}' is already in the map")
-        v = VariableLayout(spec, len(self.variables))
-        row_bytes = v.row_width * 4 * (1 + v.num_slots)
-        hashed = spec.kind == HASH_EMBEDDING
-        p = spec.partition
-        n = 1
-        if p.num_shards > 0:
-            n = p.num_shards
-        elif p.max_shard_bytes > 0:
-            n = -(-(v.rows * v.row_width * 4) // p.max_shard_bytes)
-        if not (hashed and v.rows == 0):
-            n = min(n, v.rows)
-        n = max(1, min(n, MAX_SHARDS))
-        q, extra = divmod(v.rows, n)
-        for s in range(n):
-            row_begin = 0
-            if hashed:
-                rows = 0 if v.rows == 0 else -(-v.rows // n)
-                weight = (-(-UNBOUNDED_HASH_ROWS_FOR_PLACEMENT // n)
-                          if v.rows == 0 else rows)
-            elif p.routing == P.MOD:
-                rows = -(-(v.rows - s) // n)
-                weight = rows
-            else:
-                row_begin = s * q + min(s, extra)
-                rows = q + (1 if s < extra else 0)
-                weight = rows
-            nbytes = weight * row_bytes
-            if p.placement == P.GREEDY_BYTES:
-                ps = min(range(self.num_ps), key=lambda i: (self.load[i], i))
-            else:
-                ps = self.next_round_robin % self.num_ps
-                self.next_round_robin += 1
-            self.load[ps] += nbytes
-            v.shards.append(Shard(s, ps, row_begin, rows, nbytes))
-        self.by_name[spec.name] = v
-        self.variables.append(v)
-        return v
+    def __init__(self, variables=()):
+        self.variables = list(variables)
+        self.by_name = {v.name: v for v in self.variables}
+
+    @classmethod
+    def from_listing(cls, response):
+        """From a ListVariablesResponse requested with_layout."""
+        return cls(VariableLayout.from_info(info, i) for i, info in enumerate(response.variables))
 
     def find(self, name):
         return self.by_name.get(name)

@@ -5,12 +5,23 @@ that should spread a table over every PS passes num_shards=client.num_ps."""
 from ._proto import ps_pb2
 
 _OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "adam": 3, "ftrl": 4}
-_INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3,
-                 "truncated_normal": 4}
+_INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}
 
 
-def _spec(name, kind, shape, num_shards, max_shard_bytes, routing, placement,
-          optimizer, learning_rate, initializer, seed, **params):
+def _spec(
+    name,
+    kind,
+    shape,
+    num_shards,
+    max_shard_bytes,
+    routing,
+    placement,
+    optimizer,
+    learning_rate,
+    initializer,
+    seed,
+    **params,
+):
     s = ps_pb2.VariableSpec(name=name, kind=kind, shape=list(shape))
     s.partition.num_shards = num_shards
     s.partition.max_shard_bytes = max_shard_bytes
@@ -30,21 +41,87 @@ def _spec(name, kind, shape, num_shards, max_shard_bytes, routing, placement,
     return s
 
 
-def dense(name, shape, num_shards=0, max_shard_bytes=0, placement="round_robin",
-          optimizer="sgd", learning_rate=0.01, initializer="zeros", seed=0, **optimizer_params):
-    return _spec(name, ps_pb2.DENSE, shape, num_shards, max_shard_bytes, "div", placement,
-                 optimizer, learning_rate, initializer, seed, **optimizer_params)
+def dense(
+    name,
+    shape,
+    num_shards=0,
+    max_shard_bytes=0,
+    placement="round_robin",
+    optimizer="sgd",
+    learning_rate=0.01,
+    initializer="zeros",
+    seed=0,
+    **optimizer_params,
+):
+    return _spec(
+        name,
+        ps_pb2.DENSE,
+        shape,
+        num_shards,
+        max_shard_bytes,
+        "div",
+        placement,
+        optimizer,
+        learning_rate,
+        initializer,
+        seed,
+        **optimizer_params,
+    )
 
 
-def embedding(name, vocab, dim, num_shards=0, max_shard_bytes=0, routing="div",
-              placement="round_robin", optimizer="adagrad", learning_rate=0.05,
-              initializer="zeros", seed=0, **optimizer_params):
-    return _spec(name, ps_pb2.EMBEDDING, (vocab, dim), num_shards, max_shard_bytes, routing,
-                 placement, optimizer, learning_rate, initializer, seed, **optimizer_params)
+def embedding(
+    name,
+    vocab,
+    dim,
+    num_shards=0,
+    max_shard_bytes=0,
+    routing="div",
+    placement="round_robin",
+    optimizer="adagrad",
+    learning_rate=0.05,
+    initializer="zeros",
+    seed=0,
+    **optimizer_params,
+):
+    return _spec(
+        name,
+        ps_pb2.EMBEDDING,
+        (vocab, dim),
+        num_shards,
+        max_shard_bytes,
+        routing,
+        placement,
+        optimizer,
+        learning_rate,
+        initializer,
+        seed,
+        **optimizer_params,
+    )
 
 
-def hash_embedding(name, dim, capacity=0, num_shards=0, placement="round_robin",
-                   optimizer="adagrad", learning_rate=0.05, initializer="zeros", seed=0,
-                   **optimizer_params):
-    return _spec(name, ps_pb2.HASH_EMBEDDING, (capacity, dim), num_shards, 0, "hash",
-                 placement, optimizer, learning_rate, initializer, seed, **optimizer_params)
+def hash_embedding(
+    name,
+    dim,
+    capacity=0,
+    num_shards=0,
+    placement="round_robin",
+    optimizer="adagrad",
+    learning_rate=0.05,
+    initializer="zeros",
+    seed=0,
+    **optimizer_params,
+):
+    return _spec(
+        name,
+        ps_pb2.HASH_EMBEDDING,
+        (capacity, dim),
+        num_shards,
+        0,
+        "hash",
+        placement,
+        optimizer,
+        learning_rate,
+        initializer,
+        seed,
+        **optimizer_params,
+    )

@@ -34,23 +34,50 @@ class Embedding(torch.nn.Module):
     occurrences. `hash=True` makes it a hash embedding (any int64 id, rows
     created on first push; `vocab` is then the capacity, 0 = unbounded)."""
 
-    def __init__(self, client, name, vocab, dim, hash=False, num_shards=None,
-                 optimizer="adagrad", learning_rate=0.05, initializer=None, seed=0,
-                 **optimizer_params):
+    def __init__(
+        self,
+        client,
+        name,
+        vocab,
+        dim,
+        hash=False,
+        num_shards=None,
+        optimizer="adagrad",
+        learning_rate=0.05,
+        initializer=None,
+        seed=0,
+        **optimizer_params
+    ):
         super().__init__()
         self.client, self.name, self.dim = client, name, dim
         shards = client.num_ps if num_shards is None else num_shards
         init = initializer or ("truncated_normal", {"stddev": 0.01})
         if hash:
-            spec = _specs.hash_embedding(name, dim, capacity=vocab, num_shards=shards,
-                                         placement="greedy_bytes", optimizer=optimizer,
-                                         learning_rate=learning_rate, initializer=init,
-                                         seed=seed, **optimizer_params)
+            spec = _specs.hash_embedding(
+                name,
+                dim,
+                capacity=vocab,
+                num_shards=shards,
+                placement="greedy_bytes",
+                optimizer=optimizer,
+                learning_rate=learning_rate,
+                initializer=init,
+                seed=seed,
+                **optimizer_params
+            )
         else:
-            spec = _specs.embedding(name, vocab, dim, num_shards=shards,
-                                    placement="greedy_bytes", optimizer=optimizer,
-                                    learning_rate=learning_rate, initializer=init,
-                                    seed=seed, **optimizer_params)
+            spec = _specs.embedding(
+                name,
+                vocab,
+                dim,
+                num_shards=shards,
+                placement="greedy_bytes",
+                optimizer=optimizer,
+                learning_rate=learning_rate,
+                initializer=init,
+                seed=seed,
+                **optimizer_params
+            )
         client.create_variables([spec])
         self._pool = concurrent.futures.ThreadPoolExecutor(1)
         self._pending = None
@@ -88,20 +115,36 @@ class DenseParameters:
     are all zero), seeded by its name, so every worker starts from the same
     weights."""
 
-    def __init__(self, client, module, prefix="", optimizer="adam", learning_rate=1e-3,
-                 num_shards=1, **optimizer_params):
+    def __init__(
+        self,
+        client,
+        module,
+        prefix="",
+        optimizer="adam",
+        learning_rate=1e-3,
+        num_shards=1,
+        **optimizer_params
+    ):
         self.client = client
         self.params = [(prefix + name, p) for name, p in module.named_parameters()]
         specs = []
         for name, p in self.params:
             std = float(p.detach().std()) if p.numel() > 1 else float(p.detach().abs().sum())
-            init = ("uniform", {"min": -std * 3 ** 0.5, "max": std * 3 ** 0.5}) \
-                if std > 0 else "zeros"
-            specs.append(_specs.dense(name, tuple(p.shape) or (1,),
-                                      num_shards=min(num_shards, max(1, p.shape[0] if p.dim() else 1)),
-                                      optimizer=optimizer, learning_rate=learning_rate,
-                                      initializer=init, seed=zlib.crc32(name.encode()),
-                                      **optimizer_params))
+            init = (
+                ("uniform", {"min": -std * 3**0.5, "max": std * 3**0.5}) if std > 0 else "zeros"
+            )
+            specs.append(
+                _specs.dense(
+                    name,
+                    tuple(p.shape) or (1,),
+                    num_shards=min(num_shards, max(1, p.shape[0] if p.dim() else 1)),
+                    optimizer=optimizer,
+                    learning_rate=learning_rate,
+                    initializer=init,
+                    seed=zlib.crc32(name.encode()),
+                    **optimizer_params
+                )
+            )
         client.create_variables(specs)
         self._pool = concurrent.futures.ThreadPoolExecutor(1)
         self._pending = None
@@ -124,8 +167,11 @@ class DenseParameters:
         grads = {}
         for name, p in self.params:
             g = p.grad
-            grads[name] = (np.zeros(p.numel(), np.float32) if g is None
-                           else g.detach().to(torch.float32).reshape(-1).numpy().copy())
+            grads[name] = (
+                np.zeros(p.numel(), np.float32)
+                if g is None
+                else g.detach().to(torch.float32).reshape(-1).numpy().copy()
+            )
         self._pending = self._pool.submit(self.client.push, grads, self.step)
         self.step += 1
 

@@ -6,7 +6,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -20,9 +19,11 @@ def _binary(env_name, relative):
     path = os.environ.get(env_name)
     if path:
         return path
-    for base in (os.environ.get("TEST_SRCDIR", ""), os.getcwd(),
-                 os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))),
-                              "bazel-bin")):
+    for base in (
+        os.environ.get("TEST_SRCDIR", ""),
+        os.getcwd(),
+        os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "bazel-bin"),
+    ):
         for candidate in (os.path.join(base, "psrt", relative), os.path.join(base, relative)):
             if os.path.exists(candidate):
                 return candidate
@@ -47,9 +48,19 @@ class Cluster:
         binary = _binary("PSRT_PS_SERVER", "ps_server/ps_server")
         for i in range(num_ps):
             log = open(os.path.join(self.logs, f"ps_{i}.log"), "w")
-            self.procs.append(subprocess.Popen(
-                [binary, f"--cluster={json.dumps(self.spec)}", f"--task_index={i}",
-                 "--metrics_port=0", *flags], stdout=log, stderr=subprocess.STDOUT))
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        binary,
+                        f"--cluster={json.dumps(self.spec)}",
+                        f"--task_index={i}",
+                        "--metrics_port=0",
+                        *flags,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         client = self.client()
         client.wait_for_servers(30)
         client.close()
@@ -59,8 +70,9 @@ class Cluster:
         self.procs[i].kill()
         self.procs[i].wait()
         log = open(os.path.join(self.logs, f"ps_{i}.log"), "a")
-        self.procs[i] = subprocess.Popen(self.procs[i].args + list(flags), stdout=log,
-                                         stderr=subprocess.STDOUT)
+        self.procs[i] = subprocess.Popen(
+            self.procs[i].args + list(flags), stdout=log, stderr=subprocess.STDOUT
+        )
         client = self.client()
         client.wait_for_servers(30)
         client.close()

@@ -2,7 +2,6 @@
 worker processes through a 2-PS psrt cluster reaches the test accuracy of
 the same script trained locally (within 0.5%)."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,8 +20,12 @@ def accuracy(output):
 
 
 def run(*args):
-    out = subprocess.run([sys.executable, SCRIPT, "--data=testdata/adult", *args],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, SCRIPT, "--data=testdata/adult", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
@@ -31,11 +34,22 @@ def test_two_workers_through_psrt_match_local_training(make_cluster):
     local = accuracy(run("--local"))
     cluster = make_cluster(2)
     spec = json.dumps(cluster.spec)
-    workers = [subprocess.Popen([sys.executable, SCRIPT, "--data=testdata/adult",
-                                 f"--cluster={spec}", f"--worker_index={i}",
-                                 "--num_workers=2"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for i in range(2)]
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                SCRIPT,
+                "--data=testdata/adult",
+                f"--cluster={spec}",
+                f"--worker_index={i}",
+                "--num_workers=2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     for w in workers:
         out, _ = w.communicate(timeout=600)
         assert w.returncode == 0, out

@@ -4,7 +4,6 @@ import pytest
 
 import psrt
 from psrt import frame
-from psrt.shard_map import ShardMap
 
 
 def test_frame_round_trip_and_rejects_malformed():
@@ -32,32 +31,37 @@ def varied_specs(num_ps):
     return [
         psrt.dense("w0", (1000, 8), num_shards=3, optimizer="adam"),
         psrt.dense("w1", (17,), num_shards=4, placement="greedy_bytes"),
-        psrt.embedding("e0", 100_003, 16, num_shards=5, routing="mod",
-                       placement="greedy_bytes"),
+        psrt.embedding("e0", 100_003, 16, num_shards=5, routing="mod", placement="greedy_bytes"),
         psrt.embedding("e1", 50_000, 4, max_shard_bytes=100_000, optimizer="ftrl"),
         psrt.hash_embedding("h0", 8, num_shards=num_ps, placement="greedy_bytes"),
-        psrt.hash_embedding("h1", 8, capacity=1_000_000, num_shards=7,
-                            optimizer="momentum"),
+        psrt.hash_embedding("h1", 8, capacity=1_000_000, num_shards=7, optimizer="momentum"),
         psrt.dense("w2", (3, 5, 7), num_shards=2, placement="greedy_bytes"),
     ]
 
 
-def test_shard_map_is_identical_to_the_servers(make_cluster):
+def test_layout_comes_from_the_servers_and_matches_what_each_holds(make_cluster):
     cluster = make_cluster(3)
     client = cluster.client()
     client.create_variables(varied_specs(3))
-    expected = ShardMap(3)
-    for s in varied_specs(3):
-        expected.add(psrt.normalize(s))
+    names = [s.name for s in varied_specs(3)]
+    layouts = [client.layout(name) for name in names]
+    # Placement spreads the shards (round robin and greedy by bytes).
+    assert {sh.ps_task for v in layouts for sh in v.shards} == {0, 1, 2}
+    assert [len(v.shards) for v in layouts] == [3, 4, 5, 8, 3, 7, 2]
     seen = {}
     for ps, listing in enumerate(client.list_variables()):
-        assert [v.spec.name for v in listing.variables] == [v.name for v in expected.variables]
+        assert [v.spec.name for v in listing.variables] == names
         for info in listing.variables:
             for shard in info.shards:
                 assert shard.ps_task == ps
-                seen[(info.spec.name, shard.shard)] = (ps, shard.row_begin, shard.num_rows,
-                                                       info.spec.kind)
-    for v in expected.variables:
+                seen[(info.spec.name, shard.shard)] = (
+                    ps,
+                    shard.row_begin,
+                    shard.num_rows,
+                    info.spec.kind,
+                )
+    # The layout PS 0 reports is the one every PS holds, shard for shard.
+    for v in layouts:
         for sh in v.shards:
             ps, row_begin, rows, kind = seen.pop((v.name, sh.shard))
             assert ps == sh.ps_task, (v.name, sh.shard)
@@ -75,7 +79,6 @@ def test_shard_map_is_identical_to_the_servers(make_cluster):
 
 def test_specs_are_validated_before_sending():
     with pytest.raises(ValueError, match="'bad': EMBEDDING shape"):
-        psrt.normalize(psrt.ps_pb2.VariableSpec(name="bad", kind=psrt.ps_pb2.EMBEDDING,
-                                                shape=[10]))
+        psrt.normalize(psrt.ps_pb2.VariableSpec(name="bad", kind=psrt.ps_pb2.EMBEDDING, shape=[10]))
     with pytest.raises(ValueError, match="learning_rate"):
         psrt.normalize(psrt.dense("w", (3,), learning_rate=0))

@@ -10,8 +10,9 @@ def test_dense_push_pull_matches_sgd_exactly(cluster2):
     client = cluster2.client()
     # 4M floats over 3 shards on 2 PS: pushes and pulls are split into
     # many messages.
-    client.create_variables([psrt.dense("big", (1 << 20, 4), num_shards=3, optimizer="sgd",
-                                        learning_rate=0.5)])
+    client.create_variables(
+        [psrt.dense("big", (1 << 20, 4), num_shards=3, optimizer="sgd", learning_rate=0.5)]
+    )
     assert np.count_nonzero(client.pull_dense("big")) == 0
     rng = np.random.default_rng(1)
     grad = rng.integers(-8, 8, size=(1 << 20, 4)).astype(np.float32)
@@ -23,8 +24,19 @@ def test_dense_push_pull_matches_sgd_exactly(cluster2):
 
 def test_sparse_push_sums_duplicates_and_matches_adagrad(cluster2):
     client = cluster2.client()
-    client.create_variables([psrt.embedding("emb", 10_000, 8, num_shards=4, routing="mod",
-                                            optimizer="adagrad", learning_rate=0.1)])
+    client.create_variables(
+        [
+            psrt.embedding(
+                "emb",
+                10_000,
+                8,
+                num_shards=4,
+                routing="mod",
+                optimizer="adagrad",
+                learning_rate=0.1,
+            )
+        ]
+    )
     ids = np.array([5, 9_999, 5, 42, 5, 0], dtype=np.int64)
     grads = np.arange(ids.size * 8, dtype=np.float32).reshape(-1, 8) / 10
     client.push_rows("emb", ids, grads)
@@ -51,10 +63,24 @@ def test_updates_equal_the_cpp_clients(cluster2, cpp_push):
     specs = []
     for who in ("py", "cpp"):
         specs += [
-            psrt.dense(f"{who}/adam", (300, 7), num_shards=3, optimizer="adam",
-                       learning_rate=0.01, initializer=("uniform", {"min": -1, "max": 1})),
-            psrt.embedding(f"{who}/ftrl", 5_000, 4, num_shards=2, optimizer="ftrl",
-                           learning_rate=0.05, l1=0.01, l2=0.001),
+            psrt.dense(
+                f"{who}/adam",
+                (300, 7),
+                num_shards=3,
+                optimizer="adam",
+                learning_rate=0.01,
+                initializer=("uniform", {"min": -1, "max": 1}),
+            ),
+            psrt.embedding(
+                f"{who}/ftrl",
+                5_000,
+                4,
+                num_shards=2,
+                optimizer="ftrl",
+                learning_rate=0.05,
+                l1=0.01,
+                l2=0.001,
+            ),
             psrt.hash_embedding(f"{who}/hash", 8, num_shards=3, optimizer="adagrad"),
         ]
     client.create_variables(specs)
@@ -63,30 +89,40 @@ def test_updates_equal_the_cpp_clients(cluster2, cpp_push):
         g_dense = rng.normal(size=(300, 7)).astype(np.float32)
         ids = rng.integers(0, 5_000, size=200)  # with repeats
         g_rows = rng.normal(size=(200, 4)).astype(np.float32)
-        hash_ids = rng.integers(-10**12, 10**12, size=100)
+        hash_ids = rng.integers(-(10**12), 10**12, size=100)
         g_hash = rng.normal(size=(100, 8)).astype(np.float32)
-        client.push({"py/adam": g_dense, "py/ftrl": (ids, g_rows),
-                     "py/hash": (hash_ids, g_hash)}, step=step)
+        client.push(
+            {"py/adam": g_dense, "py/ftrl": (ids, g_rows), "py/hash": (hash_ids, g_hash)}, step=step
+        )
         cpp_push(cluster2, "cpp/adam", g_dense)
         cpp_push(cluster2, "cpp/ftrl", g_rows, ids=ids)
         cpp_push(cluster2, "cpp/hash", g_hash, ids=hash_ids)
-    versions = {(v.spec.name, sh.shard): sh.version
-                for listing in client.list_variables() for v in listing.variables
-                for sh in v.shards}
+    versions = {
+        (v.spec.name, sh.shard): sh.version
+        for listing in client.list_variables()
+        for v in listing.variables
+        for sh in v.shards
+    }
     py, cpp = client.pull_dense("py/adam"), client.pull_dense("cpp/adam")
     assert np.array_equal(py, cpp), (np.count_nonzero(py != cpp), versions)
     all_ids = np.arange(5_000)
-    assert np.array_equal(client.pull_rows("py/ftrl", all_ids),
-                          client.pull_rows("cpp/ftrl", all_ids))
-    assert np.array_equal(client.pull_rows("py/hash", hash_ids),
-                          client.pull_rows("cpp/hash", hash_ids))
+    assert np.array_equal(
+        client.pull_rows("py/ftrl", all_ids), client.pull_rows("cpp/ftrl", all_ids)
+    )
+    assert np.array_equal(
+        client.pull_rows("py/hash", hash_ids), client.pull_rows("cpp/hash", hash_ids)
+    )
 
 
 def test_errors_are_exceptions_with_the_servers_message(cluster2):
     client = cluster2.client()
-    client.create_variables([psrt.embedding("e", 100, 4, num_shards=2),
-                             psrt.dense("d", (10,), num_shards=1),
-                             psrt.dense("m", (10, 3), num_shards=1)])
+    client.create_variables(
+        [
+            psrt.embedding("e", 100, 4, num_shards=2),
+            psrt.dense("d", (10,), num_shards=1),
+            psrt.dense("m", (10, 3), num_shards=1),
+        ]
+    )
     # Only float32 gradients, never converted silently.
     with pytest.raises(TypeError, match="float32"):
         client.push_dense("d", np.arange(10))
@@ -102,7 +138,7 @@ def test_errors_are_exceptions_with_the_servers_message(cluster2):
     with pytest.raises(ValueError, match=r"shape \(4, 2\), expected \(2, 4\)"):
         client.push_rows("e", [1, 2], np.zeros((4, 2), np.float32))
     client.push_dense("m", np.zeros((10, 3), np.float32))  # its own shape
-    client.push_dense("m", np.zeros(30, np.float32))       # or flat, as pulled
+    client.push_dense("m", np.zeros(30, np.float32))  # or flat, as pulled
     client.push_rows("e", np.array([[1, 2]]), np.zeros((1, 2, 4), np.float32))
     with pytest.raises(ValueError, match="learning_rate"):
         client.push_dense("d", np.zeros(10, np.float32), learning_rate=float("inf"))
@@ -135,20 +171,19 @@ def test_errors_are_exceptions_with_the_servers_message(cluster2):
 
 def test_a_push_one_ps_refuses_names_where_it_was_applied(cluster2):
     client = cluster2.client()
-    client.create_variables([psrt.dense("d", (8,), num_shards=1),
-                             psrt.hash_embedding("h", 4, capacity=4, num_shards=2)])
+    client.create_variables(
+        [psrt.dense("d", (8,), num_shards=1), psrt.hash_embedding("h", 4, capacity=4, num_shards=2)]
+    )
     dense_ps = client.layout("d").shards[0].ps_task
     other = 1 - dense_ps
     h = client.layout("h")
     ids = np.arange(1000, 1064)
     ids = ids[[h.shards[s].ps_task == other for s in h.shard_of(ids)]]
     with pytest.raises(psrt.PsError) as e:
-        client.push({"d": np.ones(8, np.float32),
-                     "h": (ids, np.ones((ids.size, 4), np.float32))})
+        client.push({"d": np.ones(8, np.float32), "h": (ids, np.ones((ids.size, 4), np.float32))})
     assert e.value.code.name == "RESOURCE_EXHAUSTED"
     assert f"applied on PS {dense_ps}; not applied on PS {other}" in str(e.value)
     assert np.allclose(client.pull_dense("d"), -0.01)  # SGD, lr 0.01: applied
-
 
 
 def test_a_restarted_ps_gets_the_catalog_again_and_restores(make_cluster, tmp_path):
@@ -191,11 +226,13 @@ def test_concurrent_creators_all_succeed_and_create_once(cluster2):
     # and retries (nothing was created by its attempt), as the C++ client
     # does, instead of failing the worker.
     import threading
+
     clients = [cluster2.client() for _ in range(4)]
     errors = []
     for round_ in range(5):
         specs = [psrt.dense(f"r{round_}_d{i}", (1000,), num_shards=2) for i in range(3)] + [
-            psrt.embedding(f"r{round_}_e", 5000, 8, num_shards=2)]
+            psrt.embedding(f"r{round_}_e", 5000, 8, num_shards=2)
+        ]
         start = threading.Barrier(len(clients))
 
         def create(c):

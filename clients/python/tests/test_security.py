@@ -15,7 +15,8 @@ def certs(tmp_path_factory):
 openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=ca
 openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost
 printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext
-openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial \\
+  -out server.pem -days 2 -extfile san.ext
 echo py-token > token
 """
     subprocess.run(["bash", "-c", script], check=True, capture_output=True)
@@ -23,8 +24,11 @@ echo py-token > token
 
 
 def test_tls_and_token(make_cluster, certs):
-    flags = [f"--tls_cert_file={certs}/server.pem", f"--tls_key_file={certs}/server.key",
-             f"--auth_token_file={certs}/token"]
+    flags = [
+        f"--tls_cert_file={certs}/server.pem",
+        f"--tls_key_file={certs}/server.key",
+        f"--auth_token_file={certs}/token",
+    ]
     good = {"tls_ca_file": str(certs / "ca.pem"), "auth_token": "py-token"}
     cluster = make_cluster(1, flags, client_kwargs=good)
     client = cluster.client()

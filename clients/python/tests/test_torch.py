@@ -11,8 +11,9 @@ import psrt.torch  # noqa: E402
 
 def test_embedding_backward_pushes_summed_row_gradients(cluster2):
     client = cluster2.client()
-    emb = psrt.torch.Embedding(client, "emb", vocab=1000, dim=4, optimizer="sgd",
-                               learning_rate=1.0, initializer="zeros")
+    emb = psrt.torch.Embedding(
+        client, "emb", vocab=1000, dim=4, optimizer="sgd", learning_rate=1.0, initializer="zeros"
+    )
     ids = torch.tensor([[3, 7], [3, 999]])
     out = emb(ids)
     assert out.shape == (2, 2, 4)
@@ -31,8 +32,9 @@ def test_dense_parameters_follow_local_sgd(cluster2):
     torch.manual_seed(0)
     client = cluster2.client()
     model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
-    dense = psrt.torch.DenseParameters(client, model, prefix="m/", optimizer="sgd",
-                                       learning_rate=0.1)
+    dense = psrt.torch.DenseParameters(
+        client, model, prefix="m/", optimizer="sgd", learning_rate=0.1
+    )
     dense.pull()
     local = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
     local.load_state_dict(model.state_dict())
