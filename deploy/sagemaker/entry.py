@@ -194,9 +194,10 @@ def stream(proc, prefix, tail):
         sys.stdout.flush()
 
 
-def main():
-    root = os.environ.get("PSRT_SM_ROOT", "/opt/ml")
-    cfg = Config(root)
+def plan(cfg):
+    """What this host runs: the flags of its ps_server and ps_worker (from
+    the channels and hyperparameters) and the checkpoint location."""
+    root = cfg.root
     hp = dict(cfg.hyperparameters)
     train = cfg.channel_files(hp.get("train_channel", "train"))
     if train is None:
@@ -214,9 +215,6 @@ def main():
     # /opt/ml/checkpoints is each host's own disk: PS 0 sends every PS the
     # manifest, so a PS restarted on its host restores from its own files.
     per_host = not hp.get("checkpoint_uri")
-    wait_for_workers = float(hp.get("wait_for_workers_secs", 3600))
-    restarts = int(hp.get("restarts", 3))
-
     ps_flags = [
         f"--checkpoint_uri={checkpoint_uri}",
         "--restore=auto",
@@ -237,144 +235,187 @@ def main():
         f"{', chief' if cfg.chief else ''}); train {train}; eval {eval_files}; "
         f"checkpoints {checkpoint_uri}"
     )
+    return ps_flags, worker_flags, checkpoint_uri
+
+
+class Supervisor:
+    """Runs this host's ps_server and ps_worker with TF_CONFIG set, streams
+    their output, restarts either when it dies (up to `restarts` times), and
+    forwards SIGTERM to both."""
+
+    def __init__(self, cfg, ps_argv, worker_argv, restarts):
+        self.cfg, self.ps_argv, self.worker_argv = cfg, ps_argv, worker_argv
+        self.restarts = restarts
+        self.terminated = threading.Event()
+        self.procs = {}
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGINT, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame):
+        log("SIGTERM: stopping ps_worker and ps_server (the servers checkpoint first)")
+        self.terminated.set()
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    def _start(self, role, argv):
+        env = dict(os.environ, TF_CONFIG=self.cfg.tf_config(role))
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        tail = []
+        thread = threading.Thread(target=stream, args=(proc, role, tail), daemon=True)
+        thread.start()
+        self.procs[role] = proc
+        return proc, tail, thread
+
+    def run_worker(self):
+        """Until the worker ends for good; returns its exit status. The PS
+        keeps running (self.ps)."""
+        restarts = self.restarts
+        self.ps, self.ps_tail, self.ps_thread = self._start("ps", self.ps_argv)
+        worker, self.worker_tail, worker_thread = self._start("worker", self.worker_argv)
+        ps_restarts = worker_restarts = 0
+        while True:
+            code = worker.poll()
+            if code is not None:
+                worker_thread.join(timeout=5)
+                if code < 0 and not self.terminated.is_set() and worker_restarts < restarts:
+                    worker_restarts += 1
+                    log(
+                        f"ps_worker killed (status {code}); restarting it "
+                        f"({worker_restarts} of {restarts})"
+                    )
+                    worker, self.worker_tail, worker_thread = self._start(
+                        "worker", self.worker_argv
+                    )
+                    continue
+                return code
+            if self.ps.poll() is not None and not self.terminated.is_set():
+                self.ps_thread.join(timeout=5)
+                if ps_restarts >= restarts:
+                    log(
+                        f"ps_server exited (status {self.ps.returncode}) {restarts} times; "
+                        "stopping the worker"
+                    )
+                    worker.send_signal(signal.SIGTERM)
+                    return worker.wait()
+                ps_restarts += 1
+                log(
+                    f"ps_server exited (status {self.ps.returncode}); restarting it "
+                    f"({ps_restarts} of {restarts}); it restores the latest checkpoint"
+                )
+                self.ps, self.ps_tail, self.ps_thread = self._start("ps", self.ps_argv)
+            time.sleep(0.2)
+
+    def stop_ps(self):
+        """SIGTERM to the PS (it takes or waits for the final checkpoint);
+        returns its exit status."""
+        if self.ps.poll() is None:
+            self.ps.send_signal(signal.SIGTERM)
+        ps_code = self.ps.wait()
+        self.ps_thread.join(timeout=5)
+        if ps_code not in (0, -signal.SIGTERM):
+            log(f"ps_server exited with status {ps_code}")
+        return ps_code
+
+
+def wait_for_peers(cfg, wait_for_workers, terminated):
+    """After this host's worker succeeded: the chief waits for every other
+    host's worker (they still push to every PS); the others keep their PS
+    serving until the chief has finished (it takes the final checkpoint
+    through every PS) or has been gone for 30 s."""
+    if cfg.chief:
+        deadline = time.time() + wait_for_workers
+        pending = set(cfg.hosts[1:])
+        while pending and time.time() < deadline and not terminated.is_set():
+            for host in list(pending):
+                s = peer_state(host)
+                if s is not None and s.get("worker") != "running":
+                    log(f"{host}: worker {s['worker']}")
+                    pending.discard(host)
+            time.sleep(1)
+        if pending:
+            log(
+                f"workers on {sorted(pending)} still running after "
+                f"{wait_for_workers:.0f} s; stopping anyway"
+            )
+        return
+    chief, silent = cfg.hosts[0], 0
+    while silent < 30 and not terminated.is_set():
+        s = peer_state(chief)
+        if s is not None and s.get("finished"):
+            break
+        silent = silent + 1 if s is None else 0
+        time.sleep(1)
+    log(f"chief {chief} {'gone' if silent >= 30 else 'finished'}; stopping ps_server")
+
+
+def write_model_pointer(cfg, checkpoint_uri, worker_tail):
+    """The chief's SM_MODEL_DIR/psrt_model.json: the run's hyperparameters,
+    hosts, checkpoint location and final evaluation."""
+    metrics = {}
+    for line in worker_tail:
+        m = re.search(r"final (.*)", line)
+        if m:
+            metrics = dict(kv.split("=", 1) for kv in m.group(1).split())
+    os.makedirs(cfg.model_dir, exist_ok=True)
+    with open(os.path.join(cfg.model_dir, "psrt_model.json"), "w") as f:
+        json.dump(
+            {
+                "hyperparameters": cfg.hyperparameters,
+                "hosts": cfg.hosts,
+                "checkpoint_uri": checkpoint_uri,
+                "final": metrics,
+            },
+            f,
+            indent=1,
+        )
+
+
+def write_failure(cfg, program, status, tail):
+    """SageMaker shows /opt/ml/output/failure as the job's failure reason."""
+    with open(os.path.join(cfg.output_dir, "failure"), "w") as f:
+        f.write(f"{program} on {cfg.current} exited with status {status}:\n")
+        f.writelines(tail[-20:])
+
+
+def main():
+    cfg = Config(os.environ.get("PSRT_SM_ROOT", "/opt/ml"))
+    ps_flags, worker_flags, checkpoint_uri = plan(cfg)
+    hp = cfg.hyperparameters
+    wait_for_workers = float(hp.get("wait_for_workers_secs", 3600))
     os.makedirs(cfg.output_dir, exist_ok=True)
     if not checkpoint_uri.startswith("s3://"):
         os.makedirs(checkpoint_uri, exist_ok=True)
 
     state = WorkerState()
     status_server = state.serve()
-    terminated = threading.Event()
-    procs = {}
-
-    def on_sigterm(signum, frame):
-        log("SIGTERM: stopping ps_worker and ps_server (the servers checkpoint first)")
-        terminated.set()
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, on_sigterm)
-
-    def start(role, argv):
-        env = dict(os.environ, TF_CONFIG=cfg.tf_config(role))
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        tail = []
-        thread = threading.Thread(target=stream, args=(proc, role, tail), daemon=True)
-        thread.start()
-        procs[role] = proc
-        return proc, tail, thread
-
-    ps_argv = [find_binary("ps_server")] + ps_flags
-    worker_argv = [find_binary("ps_worker")] + worker_flags
-    ps, ps_tail, ps_thread = start("ps", ps_argv)
-    worker, worker_tail, worker_thread = start("worker", worker_argv)
-    ps_restarts = worker_restarts = 0
-    while True:
-        code = worker.poll()
-        if code is not None:
-            worker_thread.join(timeout=5)
-            if code < 0 and not terminated.is_set() and worker_restarts < restarts:
-                worker_restarts += 1
-                log(
-                    f"ps_worker killed (status {code}); restarting it "
-                    f"({worker_restarts} of {restarts})"
-                )
-                worker, worker_tail, worker_thread = start("worker", worker_argv)
-                continue
-            break
-        if ps.poll() is not None and not terminated.is_set():
-            ps_thread.join(timeout=5)
-            if ps_restarts >= restarts:
-                log(
-                    f"ps_server exited (status {ps.returncode}) {restarts} times; "
-                    "stopping the worker"
-                )
-                worker.send_signal(signal.SIGTERM)
-                worker.wait()
-                break
-            ps_restarts += 1
-            log(
-                f"ps_server exited (status {ps.returncode}); restarting it "
-                f"({ps_restarts} of {restarts}); it restores the latest checkpoint"
-            )
-            ps, ps_tail, ps_thread = start("ps", ps_argv)
-        time.sleep(0.2)
-    code = worker.returncode
+    supervisor = Supervisor(
+        cfg,
+        [find_binary("ps_server")] + ps_flags,
+        [find_binary("ps_worker")] + worker_flags,
+        int(hp.get("restarts", 3)),
+    )
+    code = supervisor.run_worker()
     state.set(worker="succeeded" if code == 0 else "failed", exit_status=code)
     log(f"ps_worker exited with status {code}")
-
+    terminated = supervisor.terminated
     if code == 0 and not terminated.is_set():
-        if cfg.chief:
-            # Other workers still push to every PS: wait for all of them.
-            deadline = time.time() + wait_for_workers
-            pending = set(cfg.hosts[1:])
-            while pending and time.time() < deadline and not terminated.is_set():
-                for host in list(pending):
-                    s = peer_state(host)
-                    if s is not None and s.get("worker") != "running":
-                        log(f"{host}: worker {s['worker']}")
-                        pending.discard(host)
-                time.sleep(1)
-            if pending:
-                log(
-                    f"workers on {sorted(pending)} still running after "
-                    f"{wait_for_workers:.0f} s; stopping anyway"
-                )
-        else:
-            # Keep this PS serving until the chief has finished (it takes the
-            # final checkpoint through every PS) or has been gone for 30 s.
-            chief, silent = cfg.hosts[0], 0
-            while silent < 30 and not terminated.is_set():
-                s = peer_state(chief)
-                if s is not None and s.get("finished"):
-                    break
-                silent = silent + 1 if s is None else 0
-                time.sleep(1)
-            log(f"chief {chief} {'gone' if silent >= 30 else 'finished'}; stopping ps_server")
-    if ps.poll() is None:
-        ps.send_signal(signal.SIGTERM)
-    ps_code = ps.wait()
-    ps_thread.join(timeout=5)
-    if ps_code not in (0, -signal.SIGTERM):
-        log(f"ps_server exited with status {ps_code}")
-
+        wait_for_peers(cfg, wait_for_workers, terminated)
+    ps_code = supervisor.stop_ps()
     if code == 0 and cfg.chief:
-        metrics = {}
-        for line in worker_tail:
-            m = re.search(r"final (.*)", line)
-            if m:
-                metrics = dict(kv.split("=", 1) for kv in m.group(1).split())
-        os.makedirs(cfg.model_dir, exist_ok=True)
-        with open(os.path.join(cfg.model_dir, "psrt_model.json"), "w") as f:
-            json.dump(
-                {
-                    "hyperparameters": cfg.hyperparameters,
-                    "hosts": cfg.hosts,
-                    "checkpoint_uri": checkpoint_uri,
-                    "final": metrics,
-                },
-                f,
-                indent=1,
-            )
+        write_model_pointer(cfg, checkpoint_uri, supervisor.worker_tail)
     state.set(finished=True)
     if cfg.chief and len(cfg.hosts) > 1:
         time.sleep(3)  # let the others see "finished" before the port closes
     status_server.shutdown()
 
-    def fail(program, status, tail):
-        """SageMaker shows /opt/ml/output/failure as the job's failure reason."""
-        with open(os.path.join(cfg.output_dir, "failure"), "w") as f:
-            f.write(f"{program} on {cfg.current} exited with status {status}:\n")
-            f.writelines(tail[-20:])
-
     if terminated.is_set():
         return 143
     if code != 0:
-        fail("ps_worker", code, worker_tail)
+        write_failure(cfg, "ps_worker", code, supervisor.worker_tail)
         return code if code > 0 else 1
     if ps_code not in (0, -signal.SIGTERM):
-        fail("ps_server", ps_code, ps_tail)
+        write_failure(cfg, "ps_server", ps_code, supervisor.ps_tail)
         return 1
     log("done")
     return 0
