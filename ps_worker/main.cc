@@ -87,6 +87,11 @@ DEFINE_string(compute, "model",
               "pushed as if computed (the ceiling of the read-pull-push path, "
               "for benchmarks; loss and auc then mean nothing).");
 DEFINE_string(mode, "async", "async, sync or ssp.");
+DEFINE_int32(pushes_in_flight, 1,
+             "Pushes kept in flight (1-16): step k's gradients are sent once "
+             "step k - N's push was acknowledged. More overlap the PS's apply "
+             "with the next steps; async pulls may then miss this worker's "
+             "own last N + 1 steps (sync and ssp keep their bound).");
 DEFINE_int32(staleness, 2, "ssp: steps a worker may run ahead of the slowest.");
 DEFINE_double(ps_recovery_secs, 600,
               "async: when a PS fails (down, restarting, restarted without "
@@ -237,6 +242,11 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.towers = FLAGS_towers;
   o.compute = FLAGS_compute;
   o.max_steps = FLAGS_max_steps;
+  if (FLAGS_pushes_in_flight < 1 || FLAGS_pushes_in_flight > 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pushes_in_flight=", FLAGS_pushes_in_flight, ": must be in [1, 16]"));
+  }
+  o.pushes_in_flight = FLAGS_pushes_in_flight;
   if (!(FLAGS_learning_rate_decay > 0 && FLAGS_learning_rate_decay <= 1)) {
     return absl::InvalidArgumentError(
         "--learning_rate_decay must be in (0, 1]");

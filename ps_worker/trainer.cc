@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -313,7 +314,19 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   ProgressInterval interval;
   Breakdown& breakdown = interval.breakdown;
   std::vector<float> predictions;
-  std::unique_ptr<Step> pushing;
+  // Steps whose pushes are in flight, oldest first: at most
+  // --pushes_in_flight of them.
+  std::deque<std::unique_ptr<Step>> pushing;
+  // Waits for the oldest push in flight; recovers from a PS failure (the
+  // push counted lost) or returns the error.
+  auto finish_oldest_push = [&]() -> absl::Status {
+    std::unique_ptr<Step> done = std::move(pushing.front());
+    pushing.pop_front();
+    if (absl::Status s = done->push->Wait(); !s.ok()) {
+      return RecoverFromFailedPush(s, &result);
+    }
+    return absl::OkStatus();
+  };
 
   if (absl::Status s = Prepare(cur.get(), options_.consistency); !s.ok()) {
     return s;
@@ -322,10 +335,10 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     absl::Time t = absl::Now();
     if (absl::Status s = cur->pull->Wait(); !s.ok()) {
       if (!Recoverable(s)) return s;
-      if (pushing != nullptr && !pushing->push->Wait().ok()) {
-        ++result.lost_pushes;
+      for (const auto& step : pushing) {
+        if (!step->push->Wait().ok()) ++result.lost_pushes;
       }
-      pushing = nullptr;
+      pushing.clear();
       ++result.recoveries;
       if (absl::Status r = Recover(s); !r.ok()) return r;
       if (absl::Status r = Prepare(cur.get(), options_.consistency); !r.ok()) {
@@ -366,15 +379,11 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     if (!loss.ok()) return loss.status();
     breakdown.compute += MillisSince(t);
 
-    // One push in flight at a time: wait for the previous one, then send.
+    // At most --pushes_in_flight pushes outstanding: wait for the oldest,
+    // then send.
     t = absl::Now();
-    if (pushing != nullptr) {
-      if (absl::Status s = pushing->push->Wait(); !s.ok()) {
-        if (absl::Status r = RecoverFromFailedPush(s, &result); !r.ok()) {
-          return r;
-        }
-        pushing = nullptr;
-      }
+    while (static_cast<int>(pushing.size()) >= options_.pushes_in_flight) {
+      if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
     }
     breakdown.push += MillisSince(t);
     if (absl::Status s = StartPush(cur.get()); !s.ok()) return s;
@@ -387,23 +396,21 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       Log(interval.TakeLine(result, dataset_->stats().epoch, model_->classes(),
                             &result.last_loss));
     }
-    pushing = std::move(cur);
+    pushing.push_back(std::move(cur));
     if (options_.evaluate && options_.eval_every_steps > 0 && !last &&
         result.steps % options_.eval_every_steps == 0 &&
         !options_.eval.patterns.empty()) {
-      if (absl::Status s = pushing->push->Wait(); !s.ok()) return s;
+      for (const auto& step : pushing) {
+        if (absl::Status s = step->push->Wait(); !s.ok()) return s;
+      }
       auto eval = Evaluate();
       if (!eval.ok()) return eval.status();
     }
     if (last) break;
     cur = std::move(next);
   }
-  if (pushing != nullptr) {
-    if (absl::Status s = pushing->push->Wait(); !s.ok()) {
-      if (absl::Status r = RecoverFromFailedPush(s, &result); !r.ok()) {
-        return r;
-      }
-    }
+  while (!pushing.empty()) {
+    if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return Report(result);

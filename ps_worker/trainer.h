@@ -42,6 +42,13 @@ struct TrainerOptions {
   std::string compute = "model";
   Consistency consistency;
   int64_t max_steps = 0;  // 0: until the training data is exhausted
+  // Pushes a worker keeps in flight: it sends step k's gradients once the
+  // push of step k - pushes_in_flight was acknowledged (1: one at a time).
+  // In ASYNC, a step's pulled parameters may then lack this worker's own
+  // updates of its last pushes_in_flight + 1 steps (the pull of step k + 1
+  // starts before step k computes); SYNC and SSP keep their mode's bound,
+  // which the servers enforce on pulls.
+  int pushes_in_flight = 1;
   // Learning rates are multiplied by this once per epoch (1: constant),
   // through the pushes' learning-rate override.
   float learning_rate_decay = 1.0f;

@@ -106,6 +106,52 @@ TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
   EXPECT_EQ(captures(R"(eval examples=.* logloss=([0-9.]+))").size(), 1u);
 }
 
+// --pushes_in_flight=4: the worker sends step k's gradients before step
+// k - 1's push was acknowledged; every push still lands (none lost, every
+// example trained) and the held-out AUC meets the one-at-a-time bound.
+TEST(TrainDeepFmTest, PushesInFlightTrainAsWellAndLoseNothing) {
+  auto cluster = StartCluster(2, 1);
+  ASSERT_NE(cluster, nullptr);
+  const std::string dir = FreshTestDir("deepfm_in_flight");
+  ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
+                             dir + "/eval.tfrecords")
+                  .ok());
+  auto runs = cluster->RunWorkers(
+      kWorker,
+      {"--model=deepfm",
+       absl::StrCat("--train_files=", dir, "/train.tfrecords"),
+       absl::StrCat("--eval_files=", dir, "/eval.tfrecords"), "--vocab=117581",
+       "--epochs=4", "--batch_size=256", "--log_every_steps=20",
+       "--shuffle_buffer=0", "--pushes_in_flight=4"},
+      {0}, absl::Minutes(5));
+  ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
+  const std::string& out = runs[0].output;
+  EXPECT_EQ(LastMetric(out, "examples"), 32000) << out;
+  EXPECT_EQ(LastMetric(out, "steps"), 128) << out;  // 4 x ceil(8000 / 256)
+  EXPECT_EQ(LastMetric(out, "lost_pushes"), 0) << out;
+  EXPECT_GT(LastMetric(out, "eval_auc"), 0.68) << out;
+  // Every step's push reached both PS once, the last one included.
+  auto client = Client::Connect(cluster->MakeClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const StatsResponse& s : *stats) {
+    EXPECT_EQ(s.push_requests(), 128) << s.ShortDebugString();
+    EXPECT_EQ(s.global_step(), 128) << s.ShortDebugString();
+    EXPECT_EQ(s.rejected_pushes(), 0);
+  }
+
+  auto bad =
+      cluster->RunWorkers(kWorker,
+                          {"--model=lr", absl::StrCat("--train_files=", kVal),
+                           "--pushes_in_flight=0"},
+                          {0}, absl::Minutes(1));
+  EXPECT_EQ(bad[0].exit_code, 2);
+  EXPECT_NE(bad[0].output.find("--pushes_in_flight=0: must be in [1, 16]"),
+            std::string::npos)
+      << bad[0].output;
+}
+
 TEST(TrainDeepFmTest, BadInputIsReportedWithFileAndRecord) {
   auto cluster = StartCluster(1, 1);
   ASSERT_NE(cluster, nullptr);

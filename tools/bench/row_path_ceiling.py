@@ -14,7 +14,9 @@ per-step breakdown (data_ms: waiting for the next batch; pull_ms: waiting
 for its rows; compute_ms; push_ms: waiting for the previous push). The
 ceiling is the number every row-path change is judged by. --compare_bin_dir
 runs a second build (e.g. an older main's bazel-bin copied aside) in the
-same rounds, and prints each figure as a ratio to it.
+same rounds, and prints each figure as a ratio to it. --pushes_in_flight
+runs each case with each of the listed values (ps_worker
+--pushes_in_flight) and prints each figure as a ratio to the first.
 """
 import argparse
 import json
@@ -45,7 +47,13 @@ def main():
         default="",
         help="another build's bazel-bin, measured in the same rounds",
     )
+    p.add_argument(
+        "--pushes_in_flight",
+        default="1",
+        help="comma-separated ps_worker --pushes_in_flight values, measured in the same rounds",
+    )
     args = p.parse_args()
+    in_flight = [int(x) for x in args.pushes_in_flight.split(",")]
     ensure_data(args.data_dir, args.data_examples)
     builds = {"this": args.bin_dir}
     if args.compare_bin_dir:
@@ -57,37 +65,45 @@ def main():
                 steps = max(20, args.examples // batch)
                 for build, bin_dir in builds.items():
                     for compute in ("none", "model"):
-                        rate, breakdown = run_psrt(
-                            1,
-                            args.data_dir,
-                            steps,
-                            batch,
-                            1,
-                            worker_flags=(f"--compute={compute}", "--device=cpu"),
-                            model=model,
-                            bin_dir=bin_dir,
-                        )
-                        results.setdefault((build, model, batch, compute), []).append(
-                            (rate, breakdown)
-                        )
-                        print(
-                            f"round {r + 1}/{args.rounds} {build} {model} batch={batch} "
-                            f"compute={compute}: {rate:.0f} ex/s "
-                            + " ".join(f"{k}={v:.2f}" for k, v in breakdown.items()),
-                            flush=True,
-                        )
+                        for pif in in_flight:
+                            flags = (f"--compute={compute}", "--device=cpu")
+                            if pif != 1:
+                                flags += (f"--pushes_in_flight={pif}",)
+                            rate, breakdown = run_psrt(
+                                1,
+                                args.data_dir,
+                                steps,
+                                batch,
+                                1,
+                                worker_flags=flags,
+                                model=model,
+                                bin_dir=bin_dir,
+                            )
+                            key = (build, model, batch, compute, pif)
+                            results.setdefault(key, []).append((rate, breakdown))
+                            print(
+                                f"round {r + 1}/{args.rounds} {build} {model} batch={batch} "
+                                f"compute={compute} pushes_in_flight={pif}: {rate:.0f} ex/s "
+                                + " ".join(f"{k}={v:.2f}" for k, v in breakdown.items()),
+                                flush=True,
+                            )
     print(f"\n1 host, medians of {args.rounds} rounds (examples/s; per-step ms):")
     summary = []
-    for (build, model, batch, compute), runs in sorted(results.items()):
+    for (build, model, batch, compute, pif), runs in sorted(results.items()):
         rate = statistics.median(x[0] for x in runs)
         ms = {k: statistics.median(x[1][k] for x in runs) for k in runs[0][1]}
         line = (
-            f"  {build:8s} {model:7s} batch {batch:5d} compute={compute:5s} "
+            f"  {build:8s} {model:7s} batch {batch:5d} compute={compute:5s} in_flight={pif} "
             f"{rate:10.0f} ex/s  " + " ".join(f"{k}={v:.2f}" for k, v in ms.items())
         )
-        other = results.get(("compare", model, batch, compute))
+        other = results.get(("compare", model, batch, compute, pif))
         if build == "this" and other:
             line += f"  {rate / statistics.median(x[0] for x in other):.2f}x compare"
+        first = results.get((build, model, batch, compute, in_flight[0]))
+        if pif != in_flight[0] and first:
+            line += (
+                f"  {rate / statistics.median(x[0] for x in first):.2f}x in_flight={in_flight[0]}"
+            )
         print(line)
         summary.append(
             {
@@ -95,6 +111,7 @@ def main():
                 "model": model,
                 "batch": batch,
                 "compute": compute,
+                "pushes_in_flight": pif,
                 "examples_per_s": rate,
                 "breakdown_ms": ms,
             }
