@@ -49,6 +49,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 PS_PORT, WORKER_PORT, STATUS_PORT = 2222, 2223, 2224
 # Hyperparameters that configure this script, not ps_worker.
 OWN_KEYS = {"checkpoint_uri", "wait_for_workers_secs", "train_channel", "eval_channel", "restarts"}
+# Hyperparameters SageMaker's framework estimators add on their own
+# (sagemaker_program, sagemaker_submit_directory, sagemaker_region, ...;
+# TensorFlow's estimator adds model_dir): not psrt flags, so not passed on.
+FRAMEWORK_PREFIX = "sagemaker_"
+FRAMEWORK_KEYS = {"model_dir"}
 
 
 def log(message):
@@ -223,8 +228,14 @@ def plan(cfg):
     worker_flags = [f"--train_files={train}"]
     if eval_files:
         worker_flags.append(f"--eval_files={eval_files}")
+    framework = sorted(k for k in hp if k.startswith(FRAMEWORK_PREFIX) or k in FRAMEWORK_KEYS)
+    if framework:
+        log(
+            f"ignoring the estimator's own hyperparameters {', '.join(framework)} "
+            "(psrt writes the model to SM_MODEL_DIR and checkpoints to checkpoint_uri)"
+        )
     for key, value in hp.items():
-        if key in OWN_KEYS:
+        if key in OWN_KEYS or key in framework:
             continue
         if key.startswith("ps_"):
             ps_flags.append(f"--{key[3:]}={value}")
