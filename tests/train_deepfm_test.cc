@@ -34,6 +34,28 @@ std::unique_ptr<LocalCluster> StartCluster(int num_ps, int num_workers) {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
+// DeepFM by one ps_worker for 4 epochs on 8,000 of the SageMaker records,
+// the other 2,000 held out for evaluation; `flags` are added.
+std::vector<LocalCluster::WorkerRun> TrainHeldOut(
+    LocalCluster* cluster, const std::string& name,
+    const std::vector<std::string>& flags) {
+  const std::string dir = FreshTestDir(name);
+  EXPECT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
+                             dir + "/eval.tfrecords")
+                  .ok());
+  std::vector<std::string> args = {
+      "--model=deepfm",
+      absl::StrCat("--train_files=", dir, "/train.tfrecords"),
+      absl::StrCat("--eval_files=", dir, "/eval.tfrecords"),
+      "--vocab=117581",
+      "--epochs=4",
+      "--batch_size=256",
+      "--log_every_steps=20",
+      "--shuffle_buffer=0"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  return cluster->RunWorkers(kWorker, args, {0}, absl::Minutes(5));
+}
+
 // --eval_every_steps: worker 0 evaluates every N steps and at the end.
 TEST(TrainDeepFmTest, EvaluatesEveryNSteps) {
   auto cluster = StartCluster(1, 1);
@@ -60,19 +82,7 @@ TEST(TrainDeepFmTest, EvaluatesEveryNSteps) {
 TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
   auto cluster = StartCluster(1, 1);
   ASSERT_NE(cluster, nullptr);
-  // 8,000 records to train on, the other 2,000 held out for evaluation.
-  const std::string dir = FreshTestDir("deepfm_split");
-  ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
-                             dir + "/eval.tfrecords")
-                  .ok());
-  auto runs = cluster->RunWorkers(
-      kWorker,
-      {"--model=deepfm",
-       absl::StrCat("--train_files=", dir, "/train.tfrecords"),
-       absl::StrCat("--eval_files=", dir, "/eval.tfrecords"), "--vocab=117581",
-       "--epochs=4", "--batch_size=256", "--log_every_steps=20",
-       "--shuffle_buffer=0"},
-      {0}, absl::Minutes(5));
+  auto runs = TrainHeldOut(cluster.get(), "deepfm_split", {});
   ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
   const std::string& out = runs[0].output;
   // Every record of every epoch was read (CRCs checked by the reader).
@@ -112,18 +122,8 @@ TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
 TEST(TrainDeepFmTest, PushesInFlightTrainAsWellAndLoseNothing) {
   auto cluster = StartCluster(2, 1);
   ASSERT_NE(cluster, nullptr);
-  const std::string dir = FreshTestDir("deepfm_in_flight");
-  ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
-                             dir + "/eval.tfrecords")
-                  .ok());
-  auto runs = cluster->RunWorkers(
-      kWorker,
-      {"--model=deepfm",
-       absl::StrCat("--train_files=", dir, "/train.tfrecords"),
-       absl::StrCat("--eval_files=", dir, "/eval.tfrecords"), "--vocab=117581",
-       "--epochs=4", "--batch_size=256", "--log_every_steps=20",
-       "--shuffle_buffer=0", "--pushes_in_flight=4"},
-      {0}, absl::Minutes(5));
+  auto runs =
+      TrainHeldOut(cluster.get(), "deepfm_in_flight", {"--pushes_in_flight=4"});
   ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
   const std::string& out = runs[0].output;
   EXPECT_EQ(LastMetric(out, "examples"), 32000) << out;

@@ -19,6 +19,7 @@ struct PendingShardUpdate {
   int shard = 0;
   Shard* target = nullptr;
   ShardUpdate update;
+  int64_t undo_floats = 0;  // target->UndoFloats(update), once prepared
 };
 
 }  // namespace
@@ -137,7 +138,8 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (absl::Status s = u.target->Prepare(&u.update, scale); !s.ok()) {
       return s;
     }
-    undo_floats += u.target->UndoFloats(u.update);
+    u.undo_floats = u.target->UndoFloats(u.update);
+    undo_floats += u.undo_floats;
   }
   std::stable_sort(
       updates.begin(), updates.end(),
@@ -162,16 +164,15 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   float* next_undo = reinterpret_cast<float*>(undo.data());
   for (const PendingShardUpdate& u : updates) {
     if (!checked.ok()) break;
-    const int64_t floats = u.target->UndoFloats(u.update);
-    if (floats == 0) continue;
+    if (u.undo_floats == 0) continue;
     checked = u.target->ApplyLocked(u.update, next_undo);
     undoable.push_back({&u, next_undo});
-    next_undo += floats;
+    next_undo += u.undo_floats;
     if (!checked.ok()) refused = &u;
   }
   if (checked.ok()) {
     for (const PendingShardUpdate& u : updates) {
-      if (u.target->UndoFloats(u.update) != 0) continue;
+      if (u.undo_floats != 0) continue;
       // Cannot fail: CheckLocked passed.
       u.target->ApplyLocked(u.update, nullptr).IgnoreError();
     }
