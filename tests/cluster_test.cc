@@ -570,5 +570,22 @@ TEST_F(ClusterTest, LargeTensorsTravelInBoundedMessages) {
   EXPECT_GT(in, kFloats * 4);
 }
 
+// The harness itself: a PS that dies while starting is reported at once,
+// with the end of its log, not after the whole start timeout.
+TEST(LocalClusterTest, APsThatCannotStartIsReportedAtOnceWithItsLog) {
+  LocalCluster::Options options;
+  options.num_ps = 2;
+  options.extra_flags = {"--no_such_flag_for_ps_server=1"};
+  const absl::Time start = absl::Now();
+  auto cluster = LocalCluster::Start(options);
+  ASSERT_FALSE(cluster.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  const std::string message(cluster.status().message());
+  EXPECT_NE(message.find("exited during start with code"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("no_such_flag_for_ps_server"), std::string::npos)
+      << message;
+}
+
 }  // namespace
 }  // namespace psrt

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -35,32 +36,109 @@ int PickUnusedPort() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
+// Clusters started by this test process so far: each one's PS logs get
+// their own names, so a later cluster never overwrites an earlier one's.
+std::atomic<int> clusters_started{0};
+
+// The last `max_bytes` of the file at `path` ("" if it cannot be read).
+std::string FileTail(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  return all.size() <= max_bytes ? all : all.substr(all.size() - max_bytes);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     Options options) {
-  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
-  cluster->options_ = options;
-  for (int i = 0; i < options.num_ps; ++i) {
-    cluster->spec_.ps.push_back(
-        absl::StrCat(options.host, ":", PickUnusedPort()));
-    cluster->metrics_ports_.push_back(PickUnusedPort());
-    const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
-    cluster->logs_.push_back(
-        absl::StrCat(dir ? dir : "/tmp", "/ps_", i, "_", getpid(), ".log"));
+  // A port picked free can be taken by another process before the PS binds
+  // it (tests run in parallel); such a start is retried on fresh ports.
+  constexpr int kAttempts = 3;
+  absl::Status last;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+    cluster->options_ = options;
+    cluster->PickAddresses();
+    absl::Status s = cluster->LaunchAll();
+    if (s.ok()) s = cluster->WaitUntilServing(-1, kStartTimeout);
+    if (s.ok()) return cluster;
+    last = s;
+    if (!cluster->LostPortRace()) break;
   }
-  for (int i = 0; i < std::max(1, options.num_workers); ++i) {
-    cluster->spec_.workers.push_back(
-        absl::StrCat(options.host, ":", PickUnusedPort()));
+  return last;
+}
+
+void LocalCluster::PickAddresses() {
+  const int sequence = clusters_started.fetch_add(1);
+  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  for (int i = 0; i < options_.num_ps; ++i) {
+    spec_.ps.push_back(absl::StrCat(options_.host, ":", PickUnusedPort()));
+    metrics_ports_.push_back(PickUnusedPort());
+    logs_.push_back(absl::StrCat(dir ? dir : "/tmp", "/ps_", i, "_", getpid(),
+                                 "_", sequence, ".log"));
   }
-  cluster->pids_.assign(options.num_ps, -1);
-  for (int i = 0; i < options.num_ps; ++i) {
-    if (absl::Status s = cluster->Launch(i); !s.ok()) return s;
+  for (int i = 0; i < std::max(1, options_.num_workers); ++i) {
+    spec_.workers.push_back(absl::StrCat(options_.host, ":", PickUnusedPort()));
   }
-  auto client = Client::Connect(cluster->MakeClientOptions());
-  if (!client.ok()) return client.status();
-  if (absl::Status s = (*client)->WaitForServers(absl::Seconds(30)); !s.ok()) {
-    return s;
+  pids_.assign(options_.num_ps, -1);
+}
+
+absl::Status LocalCluster::LaunchAll() {
+  for (int i = 0; i < options_.num_ps; ++i) {
+    if (absl::Status s = Launch(i); !s.ok()) return s;
   }
-  return cluster;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::WaitUntilServing(int only_ps,
+                                            absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (int i = 0; i < options_.num_ps; ++i) {
+    if (only_ps >= 0 && i != only_ps) continue;
+    ClientOptions client_options = MakeClientOptions();
+    client_options.ps_addresses = {spec_.ps[i]};
+    auto client = Client::Connect(client_options);
+    if (!client.ok()) return client.status();
+    while (true) {
+      // Short probes, so a PS that died is reported at once, not after the
+      // whole timeout.
+      const absl::Status healthy =
+          (*client)->WaitForServers(absl::Milliseconds(500));
+      if (healthy.ok()) break;
+      int status = 0;
+      if (pids_[i] > 0 && waitpid(pids_[i], &status, WNOHANG) == pids_[i]) {
+        pids_[i] = -1;
+        return absl::UnavailableError(absl::StrCat(
+            "PS ", i, " (", spec_.ps[i], ") exited during start with ",
+            WIFEXITED(status) ? absl::StrCat("code ", WEXITSTATUS(status))
+                              : absl::StrCat("signal ", WTERMSIG(status)),
+            "; end of ", logs_[i], ":\n", FileTail(logs_[i], 3000)));
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "PS ", i, " (", spec_.ps[i], ", pid ", pids_[i],
+            ") still running but not serving after ",
+            absl::FormatDuration(timeout), ": ", healthy.message(), "; end of ",
+            logs_[i], ":\n", FileTail(logs_[i], 3000)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool LocalCluster::LostPortRace() const {
+  for (const std::string& log : logs_) {
+    const std::string tail = FileTail(log, 3000);
+    if (tail.find("cannot listen on") != std::string::npos ||
+        tail.find("Address already in use") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
 }
 
 absl::Status LocalCluster::Launch(int ps,
@@ -116,11 +194,7 @@ int LocalCluster::Kill(int ps, int signal) {
 absl::Status LocalCluster::Restart(int ps,
                                    std::vector<std::string> more_flags) {
   if (absl::Status s = Launch(ps, more_flags); !s.ok()) return s;
-  ClientOptions options = MakeClientOptions();
-  options.ps_addresses = {spec_.ps[ps]};
-  auto client = Client::Connect(options);
-  if (!client.ok()) return client.status();
-  return (*client)->WaitForServers(absl::Seconds(30));
+  return WaitUntilServing(ps, kStartTimeout);
 }
 
 LocalCluster::~LocalCluster() {

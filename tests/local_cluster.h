@@ -72,8 +72,19 @@ class LocalCluster {
                                     const std::string& log_prefix = "");
 
  private:
+  // How long a PS may take to serve after it was launched (sanitizer builds
+  // on a loaded 2-core machine start slowly).
+  static constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+
   LocalCluster() = default;
+  void PickAddresses();
+  absl::Status LaunchAll();
   absl::Status Launch(int ps, const std::vector<std::string>& more_flags = {});
+  // Waits until PS `only_ps` (-1: every PS) answers its health check; fails
+  // at once, with the end of its log, when one exits instead.
+  absl::Status WaitUntilServing(int only_ps, absl::Duration timeout);
+  // Whether a PS failed because its port was taken after it was picked.
+  bool LostPortRace() const;
 
   Options options_;
   ClusterSpec spec_;
