@@ -45,7 +45,8 @@ DEFINE_int64(memory_limit_bytes, 0,
              "Bytes of shards this PS may hold: creating variables, and "
              "hash-embedding tables growing on push, are refused "
              "(RESOURCE_EXHAUSTED) past it. 0: 90% of the memory available "
-             "at each creation or growth.");
+             "at each creation or growth: the host's MemAvailable, or in a "
+             "container the cgroup memory limit less its working set.");
 DEFINE_int32(apply_threads, 0,
              "Helper threads that split large updates and reads (dense >= 1 "
              "MiB, >= 16k embedding rows) over the cores. 0: cores - 1.");

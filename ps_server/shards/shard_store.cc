@@ -1,7 +1,6 @@
 #include "ps_server/shards/shard_store.h"
 
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -10,20 +9,23 @@
 #include "ps_server/shards/dense_shard.h"
 #include "ps_server/shards/embedding_shard.h"
 #include "ps_server/shards/hash_embedding_shard.h"
+#include "util/memory_headroom.h"
 
 namespace psrt {
 namespace {
 
-// MemAvailable from /proc/meminfo, or 0 if unknown.
-int64_t AvailableMemoryBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kb;
-  std::string unit;
-  while (meminfo >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
+// What shards may still take: what this process may allocate (host or
+// container) less a reserve of 10% of that memory's total, kept for
+// messages in flight, gRPC and the allocator, so that a table growing to
+// the edge is refused before the OOM killer acts; -1 if unknown.
+MemoryHeadroom UsableMemory() {
+  MemoryHeadroom headroom = AvailableMemory();
+  if (headroom.bytes >= 0) {
+    headroom.bytes = std::max<int64_t>(0, headroom.bytes - headroom.total / 10);
+    headroom.source = absl::StrCat(headroom.source, " less a reserve of ",
+                                   headroom.total / 10, " bytes (10%)");
   }
-  return 0;
+  return headroom;
 }
 
 }  // namespace
@@ -121,15 +123,20 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
     }
   }
   const int64_t held = accounted_bytes_.load();
-  const int64_t limit = memory_limit_bytes_ > 0
-                            ? memory_limit_bytes_ - held
-                            : AvailableMemoryBytes() / 10 * 9;
-  if (limit > 0 && new_bytes > limit) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "creating ", to_add.size(), " variable(s) needs ", new_bytes,
-        " bytes on PS ", ps_task_, " but only ", limit,
-        " are available (--memory_limit_bytes or free memory); use more PS "
-        "tasks or smaller variables"));
+  MemoryHeadroom usable;
+  if (memory_limit_bytes_ > 0) {
+    usable.bytes = memory_limit_bytes_ - held;
+    usable.source = absl::StrCat("--memory_limit_bytes=", memory_limit_bytes_,
+                                 " less the ", held, " bytes held");
+  } else {
+    usable = UsableMemory();
+  }
+  if (usable.bytes >= 0 && new_bytes > usable.bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("creating ", to_add.size(), " variable(s) needs ",
+                     new_bytes, " bytes on PS ", ps_task_, " but only ",
+                     usable.bytes, " are available (", usable.source,
+                     "); use more PS tasks or smaller variables"));
   }
   return new_bytes;
 }
@@ -277,13 +284,13 @@ absl::Status ShardStore::AbortVariables(uint64_t creation_id) {
 
 absl::Status ShardStore::ReserveMemory(int64_t bytes) {
   if (memory_limit_bytes_ <= 0) {
-    const int64_t available = AvailableMemoryBytes() / 10 * 9;
-    if (available > 0 && bytes > available) {
+    const MemoryHeadroom usable = UsableMemory();
+    if (usable.bytes >= 0 && bytes > usable.bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "needs ", bytes, " bytes but only ", available, " are free on PS ",
-          ps_task_,
-          " (90% of MemAvailable); set --memory_limit_bytes, bound the table "
-          "(shape[0]) or use more PS tasks"));
+          "needs ", bytes, " bytes but only ", usable.bytes, " are free on PS ",
+          ps_task_, " (", usable.source,
+          "); set --memory_limit_bytes, bound the table (shape[0]) or use "
+          "more PS tasks"));
     }
     accounted_bytes_ += bytes;
     return absl::OkStatus();
