@@ -83,20 +83,36 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(const std::string& json) {
   }
   const Struct& cluster = cluster_it->second.struct_value();
   for (const auto& [job, unused] : cluster.fields()) {
-    if (job != "ps" && job != "worker" && job != "chief" &&
+    if (job != "ps" && job != "worker" && job != "chief" && job != "master" &&
         job != "evaluator") {
-      return Invalid(absl::StrCat("unknown job \"", job,
-                                  "\" (expected ps, worker, chief)"));
+      return Invalid(
+          absl::StrCat("unknown job \"", job,
+                       "\" (expected ps, worker, chief or master, evaluator)"));
     }
   }
+  // TF 1.x (and SageMaker's TensorFlow toolkit, which also adds
+  // "environment": "cloud") names the chief "master"; TensorFlow treats the
+  // two alike, and so does psrt.
+  const bool has_master = cluster.fields().contains("master");
+  if (has_master && cluster.fields().contains("chief")) {
+    return Invalid("both cluster.chief and cluster.master: list one chief");
+  }
+  const std::string chief_job = has_master ? "master" : "chief";
   ClusterSpec spec;
   std::vector<std::string> chief;
   if (auto s = ReadAddresses(cluster, "ps", &spec.ps); !s.ok()) return s;
-  if (auto s = ReadAddresses(cluster, "chief", &chief); !s.ok()) return s;
+  if (auto s = ReadAddresses(cluster, chief_job, &chief); !s.ok()) return s;
   if (auto s = ReadAddresses(cluster, "worker", &spec.workers); !s.ok()) {
     return s;
   }
-  if (chief.size() > 1) return Invalid("at most one chief");
+  if (chief.size() > 1) {
+    return Invalid(absl::StrCat("at most one ", chief_job));
+  }
+  if (has_master) {
+    spec.notes.push_back(
+        "cluster.master is taken as the chief (TensorFlow 1.x's name for "
+        "it): worker 0");
+  }
   spec.workers.insert(spec.workers.begin(), chief.begin(), chief.end());
   if (spec.ps.empty()) return Invalid("cluster.ps must list at least one PS");
   std::set<std::string> seen;
@@ -130,13 +146,15 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(const std::string& json) {
       index = static_cast<int>(idx->second.number_value());
     }
     std::string t = type->second.string_value();
+    if (t == "master") t = "chief";
     if (t == "chief") {
       if (index != 0) return Invalid("task.index of the chief must be 0");
     } else if (t == "worker") {
       index += static_cast<int>(chief.size());
     } else if (t != "ps" && t != "evaluator") {
       return Invalid(
-          absl::StrCat("task.type \"", t, "\" is not ps, worker or chief"));
+          absl::StrCat("task.type \"", t,
+                       "\" is not ps, worker, chief (or master) or evaluator"));
     }
     if (t == "chief") t = "worker";
     const int count = t == "ps" ? spec.num_ps() : spec.num_workers();

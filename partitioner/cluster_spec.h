@@ -26,6 +26,9 @@ struct ClusterSpec {
   std::vector<std::string> workers;  // host:port of each worker; [0] is chief
   TaskSpec task;                     // this process; empty type if absent
   bool has_task = false;
+  // What the parser read differently from how it was written, for the log
+  // (e.g. a "master" job taken as the chief).
+  std::vector<std::string> notes;
 
   int num_ps() const { return static_cast<int>(ps.size()); }
   int num_workers() const { return static_cast<int>(workers.size()); }

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -29,6 +30,47 @@ TEST(ClusterSpecTest, ChiefBecomesWorkerZero) {
   EXPECT_EQ(spec->task.index, 2);
 }
 
+// TF_CONFIG exactly as SageMaker's TensorFlow training toolkit writes it
+// for a 3-host parameter_server job (its _build_tf_config): the chief is a
+// "master" job on port 2222, every host runs a PS on 2223, and a top-level
+// "environment": "cloud".
+TEST(ClusterSpecTest, AcceptsSageMakersTensorFlowToolkitConfigUnchanged) {
+  constexpr char kCluster[] =
+      R"("cluster": {"master": ["algo-1:2222"],
+      "ps": ["algo-1:2223", "algo-2:2223", "algo-3:2223"],
+      "worker": ["algo-2:2222", "algo-3:2222"]}, "environment": "cloud")";
+  auto master = ParseClusterSpec(absl::StrCat(
+      "{", kCluster, R"(, "task": {"index": 0, "type": "master"}})"));
+  ASSERT_TRUE(master.ok()) << master.status();
+  EXPECT_EQ(master->workers, (std::vector<std::string>{
+                                 "algo-1:2222", "algo-2:2222", "algo-3:2222"}));
+  EXPECT_EQ(master->num_ps(), 3);
+  EXPECT_EQ(master->task.type, "worker");
+  EXPECT_EQ(master->task.index, 0);
+  ASSERT_EQ(master->notes.size(), 1u);
+  EXPECT_NE(master->notes[0].find("master is taken as the chief"),
+            std::string::npos);
+
+  auto worker = ParseClusterSpec(absl::StrCat(
+      "{", kCluster, R"(, "task": {"index": 1, "type": "worker"}})"));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(worker->task.type, "worker");
+  EXPECT_EQ(worker->task.index, 2);  // algo-3: after the master and algo-2
+  auto ps = ParseClusterSpec(
+      absl::StrCat("{", kCluster, R"(, "task": {"index": 2, "type": "ps"}})"));
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  EXPECT_EQ(ps->task.type, "ps");
+  EXPECT_EQ(ps->task.index, 2);
+
+  auto both = ParseClusterSpec(R"({"cluster": {"ps": ["p:1"],
+      "master": ["m:2"], "chief": ["c:3"]}})");
+  EXPECT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("both cluster.chief and "
+                                         "cluster.master"),
+            std::string::npos)
+      << both.status();
+}
+
 TEST(ClusterSpecTest, ErrorsNameTheProblem) {
   struct Case {
     const char* json;
@@ -42,12 +84,12 @@ TEST(ClusterSpecTest, ErrorsNameTheProblem) {
        "cluster.ps[0]: address 'a' is not host:port"},
       {R"({"cluster": {"ps": ["a:99999"]}})", "no valid port"},
       {R"({"cluster": {"ps": ["a:1", "a:1"]}})", "appears twice"},
-      {R"({"cluster": {"ps": ["a:1"], "master": ["b:1"]}})",
-       "unknown job \"master\""},
+      {R"({"cluster": {"ps": ["a:1"], "boss": ["b:1"]}})",
+       "unknown job \"boss\""},
       {R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 3}})",
        "task ps:3 is outside the cluster (1 ps tasks)"},
       {R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "boss"}})",
-       "is not ps, worker or chief"},
+       "is not ps, worker, chief (or master) or evaluator"},
       {R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0.5}})",
        "must be an integer"},
   };

@@ -115,6 +115,7 @@ psrt::S3Options S3OptionsFromFlags() {
 absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   auto cluster = psrt::LoadClusterSpec(FLAGS_cluster, 2223);
   if (!cluster.ok()) return cluster.status();
+  for (const std::string& note : cluster->notes) LOG(INFO) << note;
   int task = FLAGS_task_index;
   if (task < 0) {
     task = cluster->has_task && cluster->task.type == "ps" ? cluster->task.index

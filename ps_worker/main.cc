@@ -16,6 +16,7 @@
 #include "glog/logging.h"
 #include "partitioner/cluster_spec.h"
 #include "proto/buffer_pool.h"
+#include "ps_worker/continuous_evaluator.h"
 #include "ps_worker/trainer.h"
 
 DEFINE_string(cluster, "",
@@ -103,6 +104,10 @@ DEFINE_double(sync_timeout_secs, 60,
               "with their names.");
 DEFINE_int32(log_every_steps, 100, "Progress line interval.");
 DEFINE_int64(eval_every_steps, 0, "Evaluate every N steps (0: at the end).");
+DEFINE_double(eval_interval_secs, 60,
+              "The evaluator task (TF_CONFIG task.type \"evaluator\"): "
+              "evaluate the latest parameters on --eval_files at most this "
+              "often, whenever they changed.");
 DEFINE_bool(eval_on_all_workers, false,
             "Evaluate on every worker, not only the chief.");
 
@@ -168,7 +173,9 @@ absl::StatusOr<ModelConfig> ModelConfigFromFlags() {
 absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   auto cluster = LoadClusterSpec(FLAGS_cluster, 2223);
   if (!cluster.ok()) return cluster.status();
+  for (const std::string& note : cluster->notes) LOG(INFO) << note;
   TrainerOptions o;
+  o.evaluator = cluster->has_task && cluster->task.type == "evaluator";
   o.worker_index = FLAGS_task_index >= 0 ? FLAGS_task_index
                    : cluster->has_task && cluster->task.type == "worker"
                        ? cluster->task.index
@@ -209,7 +216,13 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   reader.criteo_buckets = FLAGS_criteo_buckets;
   reader.skip_bad_records = FLAGS_skip_bad_records;
   o.train.patterns = SplitList(FLAGS_train_files);
-  if (o.train.patterns.empty()) {
+  if (o.evaluator && FLAGS_eval_files.empty()) {
+    return absl::InvalidArgumentError(
+        "this is the evaluator task (TF_CONFIG task.type \"evaluator\"): it "
+        "evaluates the workers' parameters on --eval_files, which is not "
+        "set");
+  }
+  if (o.train.patterns.empty() && !o.evaluator) {
     return absl::InvalidArgumentError("--train_files is required");
   }
   o.train.reader = reader;
@@ -270,6 +283,26 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   return o;
 }
 
+// TF's evaluator task: evaluates while the workers train, trains nothing.
+int RunEvaluator(Trainer* trainer, const TrainerOptions& o) {
+  if (!(FLAGS_eval_interval_secs > 0)) {
+    LOG(ERROR) << "--eval_interval_secs must be > 0";
+    return 2;
+  }
+  auto run = RunContinuousEvaluation(trainer, o.max_steps,
+                                     absl::Seconds(FLAGS_eval_interval_secs));
+  if (!run.ok()) {
+    LOG(ERROR) << "evaluation failed: " << run.status();
+    return 1;
+  }
+  std::cout << "[evaluator] final eval_auc=" << run->last.auc
+            << " eval_logloss=" << run->last.log_loss
+            << " eval_accuracy=" << run->last.accuracy
+            << " global_step=" << run->last_global_step
+            << " evaluations=" << run->evaluations << std::endl;
+  return 0;
+}
+
 int Run() {
   auto options = TrainerOptionsFromFlags();
   if (!options.ok()) {
@@ -278,6 +311,7 @@ int Run() {
   }
   const TrainerOptions& o = *options;
   Trainer trainer(o);
+  if (o.evaluator) return RunEvaluator(&trainer, o);
   absl::StatusOr<TrainingResult> result = trainer.Run();
   if (!result.ok()) {
     LOG(ERROR) << "training failed: " << result.status();

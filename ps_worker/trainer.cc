@@ -49,7 +49,10 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
 Trainer::~Trainer() = default;
 
 void Trainer::Log(const std::string& line) const {
-  std::cout << "[worker " << options_.worker_index << "] " << line << std::endl;
+  std::cout << (options_.evaluator
+                    ? std::string("[evaluator] ")
+                    : absl::StrCat("[worker ", options_.worker_index, "] "))
+            << line << std::endl;
 }
 
 absl::Status Trainer::Prepare(Step* step, const Consistency& consistency) {
@@ -133,6 +136,29 @@ absl::Status Trainer::RecoverFromFailedPush(const absl::Status& status,
   return Recover(status);
 }
 
+absl::Status Trainer::Connect() {
+  auto client = Client::Connect(options_.client);
+  if (!client.ok()) return client.status();
+  client_ = std::move(*client);
+  return client_->WaitForServers(options_.wait_for_servers);
+}
+
+absl::Status Trainer::BuildModel(const Batch& first) {
+  config_ = options_.model;
+  if (config_.fields == 0 && first.fields() > 0) {
+    config_.fields = first.fields();
+  }
+  if (config_.dense_dim == 0) config_.dense_dim = first.dense_dim;
+  config_.num_ps = client_->num_ps();
+  auto model = CreateModel(config_);
+  if (!model.ok()) return model.status();
+  model_ = std::move(*model);
+  if (absl::Status s = client_->CreateVariables(model_->variables()); !s.ok()) {
+    return s;
+  }
+  return model_->Check(first);
+}
+
 absl::Status Trainer::Setup(Step* first) {
   const bool sync = options_.consistency.mode() == Consistency::SYNC;
   if (sync && options_.num_workers > 1 && options_.max_steps <= 0) {
@@ -140,13 +166,7 @@ absl::Status Trainer::Setup(Step* first) {
         "sync training needs --max_steps: every worker must run the same "
         "number of steps");
   }
-  auto client = Client::Connect(options_.client);
-  if (!client.ok()) return client.status();
-  client_ = std::move(*client);
-  if (absl::Status s = client_->WaitForServers(options_.wait_for_servers);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = Connect(); !s.ok()) return s;
 
   DatasetOptions train = options_.train;
   train.num_shards = options_.num_workers;
@@ -163,19 +183,25 @@ absl::Status Trainer::Setup(Step* first) {
         "worker ", options_.worker_index, " of ", options_.num_workers,
         " has no training data (its shard of the files is empty)"));
   }
-  config_ = options_.model;
-  if (config_.fields == 0 && first->batch.fields() > 0) {
-    config_.fields = first->batch.fields();
+  return BuildModel(first->batch);
+}
+
+absl::Status Trainer::PrepareToEvaluate() {
+  if (options_.eval.patterns.empty()) {
+    return absl::InvalidArgumentError("evaluation needs --eval_files");
   }
-  if (config_.dense_dim == 0) config_.dense_dim = first->batch.dense_dim;
-  config_.num_ps = client_->num_ps();
-  auto model = CreateModel(config_);
-  if (!model.ok()) return model.status();
-  model_ = std::move(*model);
-  if (absl::Status s = client_->CreateVariables(model_->variables()); !s.ok()) {
-    return s;
+  if (absl::Status s = Connect(); !s.ok()) return s;
+  DatasetOptions eval = options_.eval;
+  eval.epochs = 1;
+  auto dataset = Dataset::Create(eval);
+  if (!dataset.ok()) return dataset.status();
+  Batch first;
+  absl::StatusOr<bool> got = (*dataset)->Next(&first);
+  if (!got.ok()) return got.status();
+  if (!*got) {
+    return absl::FailedPreconditionError("the --eval_files hold no examples");
   }
-  return model_->Check(first->batch);
+  return BuildModel(first);
 }
 
 absl::StatusOr<bool> Trainer::ResumeFromRestoredServers(Step* first) {

@@ -55,6 +55,9 @@ struct TrainerOptions {
   int log_every_steps = 100;
   int64_t eval_every_steps = 0;  // 0: only at the end
   bool evaluate = true;          // (the chief evaluates; others need not)
+  // This process is TF's evaluator task, not a worker: it trains nothing
+  // (continuous_evaluator.h); its log lines say "[evaluator]".
+  bool evaluator = false;
   absl::Duration wait_for_servers = absl::Seconds(120);
   // Async mode: how long to keep retrying when a PS fails (unreachable, or
   // restarted without our variables) before giving up; 0: fail at once.
@@ -92,6 +95,11 @@ class Trainer {
 
   // Evaluates the current parameters on options.eval.
   absl::StatusOr<EvalResult> Evaluate();
+  // Instead of Run, for evaluation only: connects, builds the model from
+  // the first evaluation batch and creates its variables (the same specs
+  // the workers create), so that Evaluate can follow.
+  absl::Status PrepareToEvaluate();
+  void Log(const std::string& line) const;
 
  private:
   struct Step;
@@ -100,6 +108,9 @@ class Trainer {
   // Run's phases. Setup: connects, opens the data, reads the first batch
   // into `first`, builds the model and creates its variables.
   absl::Status Setup(Step* first);
+  absl::Status Connect();
+  // The model for batches shaped as `first`; creates its variables.
+  absl::Status BuildModel(const Batch& first);
   // ASYNC with servers restored from a checkpoint: continues at its step;
   // true if --max_steps was already reached there.
   absl::StatusOr<bool> ResumeFromRestoredServers(Step* first);
@@ -122,7 +133,6 @@ class Trainer {
   // `status` if it is not a PS failure worth waiting out.
   absl::Status RecoverFromFailedPush(const absl::Status& status,
                                      TrainingResult* result);
-  void Log(const std::string& line) const;
 
   TrainerOptions options_;
   ModelConfig config_;  // options_.model, completed from the data

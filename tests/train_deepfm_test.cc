@@ -2,6 +2,7 @@
 // against real ps_server processes, on the 10,000 DeepFM-on-SageMaker
 // validation records: the loss falls, bad input is reported, sync training
 // equals an in-process reference, and a missing sync worker is named.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -77,6 +78,61 @@ TEST(TrainDeepFmTest, EvaluatesEveryNSteps) {
   }
   // After steps 10 and 20, and at the end (step 30).
   EXPECT_EQ(evals, 3) << out;
+}
+
+// TF_CONFIG task.type "evaluator": the process trains nothing and
+// evaluates the latest parameters while worker 0 trains, until the last
+// step, as TF's evaluator does with each checkpoint.
+TEST(TrainDeepFmTest, TheEvaluatorTaskEvaluatesWhileTheWorkerTrains) {
+  auto cluster = StartCluster(1, 1);
+  ASSERT_NE(cluster, nullptr);
+  const std::string dir = FreshTestDir("evaluator");
+  ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
+                             dir + "/eval.tfrecords")
+                  .ok());
+  ClusterSpec worker = cluster->spec(), evaluator = cluster->spec();
+  worker.has_task = evaluator.has_task = true;
+  worker.task = {"worker", 0};
+  evaluator.task = {"evaluator", 0};
+  auto runs =
+      RunPrograms(kWorker,
+                  {"--model=deepfm",
+                   absl::StrCat("--train_files=", dir, "/train.tfrecords"),
+                   absl::StrCat("--eval_files=", dir, "/eval.tfrecords"),
+                   "--vocab=117581", "--batch_size=64", "--max_steps=400",
+                   "--log_every_steps=100", "--eval_interval_secs=0.2"},
+                  {ClusterSpecToJson(worker), ClusterSpecToJson(evaluator)},
+                  absl::Minutes(5));
+  ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
+  ASSERT_EQ(runs[1].exit_code, 0) << runs[1].output;
+  const std::string& out = runs[1].output;
+  EXPECT_EQ(out.find("[worker"), std::string::npos) << out;  // trains nothing
+  const std::regex line(R"(\[evaluator\] evaluation \d+ at global step (\d+): )"
+                        R"(examples=(\d+) auc=([0-9.]+))");
+  std::vector<int64_t> steps;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    steps.push_back(std::stoll((*it)[1]));
+    EXPECT_EQ((*it)[2], "2000");  // the whole held-out file each time
+  }
+  // Several evaluations during training, at rising steps, the last at the
+  // last step.
+  ASSERT_GE(steps.size(), 3u) << out;
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end())) << out;
+  EXPECT_LT(steps.front(), 400) << out;
+  EXPECT_EQ(steps.back(), 400) << out;
+  // Its last evaluation saw the worker's final parameters: the same AUC
+  // as the worker's own final evaluation of the same file.
+  EXPECT_GT(LastMetric(out, "eval_auc"), 0.65) << out;  // 0.5 untrained
+  EXPECT_NEAR(LastMetric(out, "eval_auc"),
+              LastMetric(runs[0].output, "eval_auc"), 1e-9)
+      << out << runs[0].output;
+  // Every push the PS applied came from the worker.
+  auto client = Client::Connect(cluster->MakeClientOptions());
+  ASSERT_TRUE(client.ok());
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].push_requests(), 400);
 }
 
 TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
