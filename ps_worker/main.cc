@@ -52,6 +52,12 @@ DEFINE_string(train_files, "",
               "Comma-separated files or globs; '{epoch}' is replaced by the "
               "epoch (SageMaker Pipe mode FIFOs).");
 DEFINE_string(eval_files, "", "Validation files (empty: no evaluation).");
+DEFINE_string(data_sharding, "auto",
+              "How workers split --train_files: record (record i to worker "
+              "i % workers), file (file i to worker i % workers), none "
+              "(each worker's input is already its own share, as SageMaker's "
+              "ShardedByS3Key channels), auto (file when the files divide "
+              "evenly over the workers, else record).");
 DEFINE_string(format, "tfrecord", "libsvm, tfrecord, criteo_tsv, csv or idx.");
 DEFINE_string(label_field, "label", "tfrecord: label feature.");
 DEFINE_string(ids_field, "ids", "tfrecord: int64 id list feature ('' = none).");
@@ -226,6 +232,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
     return absl::InvalidArgumentError("--train_files is required");
   }
   o.train.reader = reader;
+  o.data_sharding = FLAGS_data_sharding;
   o.train.batch_size = FLAGS_batch_size;
   o.train.shuffle_buffer = FLAGS_shuffle_buffer;
   if (FLAGS_reader_threads < 0 || FLAGS_reader_threads > 256) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "clients/cpp/id_index.h"
+#include "ps_worker/data/data_sharding.h"
 #include "ps_worker/device.h"
 #include "ps_worker/evaluation.h"
 #include "ps_worker/no_compute_towers.h"
@@ -168,9 +169,12 @@ absl::Status Trainer::Setup(Step* first) {
   }
   if (absl::Status s = Connect(); !s.ok()) return s;
 
-  DatasetOptions train = options_.train;
-  train.num_shards = options_.num_workers;
-  train.shard_index = options_.worker_index;
+  absl::StatusOr<ShardedData> sharded =
+      ShardData(options_.train, options_.data_sharding, options_.num_workers,
+                options_.worker_index);
+  if (!sharded.ok()) return sharded.status();
+  Log(sharded->description);
+  DatasetOptions train = std::move(sharded->options);
   if (options_.max_steps > 0) train.epochs = 0;  // the step budget decides
   auto dataset = Dataset::Create(train);
   if (!dataset.ok()) return dataset.status();

@@ -32,8 +32,10 @@ struct TrainerOptions {
   ClientOptions client;  // PS addresses; worker_index is set from below
   int worker_index = 0;
   int num_workers = 1;
-  ModelConfig model;           // fields / dense_dim 0: taken from the data
-  DatasetOptions train;        // sharded by the trainer over the workers
+  ModelConfig model;     // fields / dense_dim 0: taken from the data
+  DatasetOptions train;  // sharded by the trainer over the workers
+  // How: auto, record, file or none (ps_worker/data/data_sharding.h).
+  std::string data_sharding = "auto";
   DatasetOptions eval;         // no patterns: no evaluation
   std::string device = "cpu";  // cpu, gpu or auto (ps_worker/device.h)
   int towers = 1;              // 0: the device's default

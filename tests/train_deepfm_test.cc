@@ -135,6 +135,70 @@ TEST(TrainDeepFmTest, TheEvaluatorTaskEvaluatesWhileTheWorkerTrains) {
   EXPECT_EQ((*stats)[0].push_requests(), 400);
 }
 
+// --data_sharding over two workers and two files of 8,000 and 2,000
+// records, one epoch: each record is trained exactly once, by whole files
+// (file; auto too, since 2 files divide evenly over 2 workers), interleaved
+// (record), or by each worker from its own input (none, as under
+// SageMaker's ShardedByS3Key).
+TEST(TrainDeepFmTest, DataShardingTrainsEveryRecordOncePerEpoch) {
+  auto cluster = StartCluster(1, 2);
+  ASSERT_NE(cluster, nullptr);
+  const std::string dir = FreshTestDir("sharding");
+  const std::string big = dir + "/a.tfrecords", small = dir + "/b.tfrecords";
+  ASSERT_TRUE(SplitTfRecords(kVal, 8000, big, small).ok());
+  struct Case {
+    std::string sharding;
+    std::vector<std::string> files;  // per worker, or one list for both
+    int64_t examples[2];
+  } cases[] = {
+      {"file", {big + "," + small}, {8000, 2000}},
+      {"auto", {big + "," + small}, {8000, 2000}},  // 2 files, 2 workers
+      {"record", {big + "," + small}, {5000, 5000}},
+      {"none", {big, small}, {8000, 2000}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.sharding);
+    std::vector<std::string> configs;
+    for (int w = 0; w < 2; ++w) {
+      ClusterSpec spec = cluster->spec();
+      spec.has_task = true;
+      spec.task = {"worker", w};
+      configs.push_back(ClusterSpecToJson(spec));
+    }
+    // Both workers at once, each with its own --train_files where the case
+    // has two lists (RunPrograms passes one argv: run them one by one).
+    std::vector<LocalCluster::WorkerRun> runs;
+    if (c.files.size() == 1) {
+      runs = RunPrograms(
+          kWorker,
+          {"--model=lr", "--vocab=117581", "--batch_size=500", "--epochs=1",
+           "--mode=async", absl::StrCat("--data_sharding=", c.sharding),
+           absl::StrCat("--train_files=", c.files[0])},
+          configs, absl::Minutes(3));
+    } else {
+      for (int w = 0; w < 2; ++w) {
+        auto one = RunPrograms(
+            kWorker,
+            {"--model=lr", "--vocab=117581", "--batch_size=500", "--epochs=1",
+             absl::StrCat("--data_sharding=", c.sharding),
+             absl::StrCat("--train_files=", c.files[w])},
+            {configs[w]}, absl::Minutes(3));
+        runs.push_back(one[0]);
+      }
+    }
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_EQ(runs[w].exit_code, 0) << runs[w].output;
+      EXPECT_EQ(LastMetric(runs[w].output, "examples"), c.examples[w])
+          << runs[w].output;
+      EXPECT_NE(
+          runs[w].output.find(absl::StrCat(
+              "data sharding: ", c.sharding == "auto" ? "file" : c.sharding)),
+          std::string::npos)
+          << runs[w].output;
+    }
+  }
+}
+
 TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
   auto cluster = StartCluster(1, 1);
   ASSERT_NE(cluster, nullptr);

@@ -121,9 +121,14 @@ class Config:
         self.chief = self.index == 0
         raw = read_json(os.path.join(config, "hyperparameters.json"), {})
         self.hyperparameters = {k: hyperparameter_value(v) for k, v in raw.items()}
+        channels = read_json(os.path.join(config, "inputdataconfig.json"), {})
         self.input_modes = {
-            name: spec.get("TrainingInputMode", "File")
-            for name, spec in read_json(os.path.join(config, "inputdataconfig.json"), {}).items()
+            name: spec.get("TrainingInputMode", "File") for name, spec in channels.items()
+        }
+        # ShardedByS3Key: SageMaker already gave each host its own objects.
+        self.distribution = {
+            name: spec.get("S3DistributionType", "FullyReplicated")
+            for name, spec in channels.items()
         }
         self.model_dir = os.environ.get("SM_MODEL_DIR", os.path.join(root, "model"))
         self.output_dir = os.path.join(root, "output")
@@ -226,6 +231,15 @@ def plan(cfg):
         f"--checkpoint_storage_per_host={'true' if per_host else 'false'}",
     ]
     worker_flags = [f"--train_files={train}"]
+    train_channel = hp.get("train_channel", "train")
+    if "data_sharding" not in hp and cfg.distribution.get(train_channel) == "ShardedByS3Key":
+        # Each host's channel holds only its share: splitting it again over
+        # the workers would train each worker on 1/N of 1/N.
+        worker_flags.append("--data_sharding=none")
+        log(
+            f"channel {train_channel} is ShardedByS3Key: "
+            "each worker trains on all of its host's share"
+        )
     if eval_files:
         worker_flags.append(f"--eval_files={eval_files}")
     framework = sorted(k for k in hp if k.startswith(FRAMEWORK_PREFIX) or k in FRAMEWORK_KEYS)

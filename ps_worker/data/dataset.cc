@@ -196,6 +196,20 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
   absl::StatusOr<std::vector<std::string>> files =
       ExpandPatterns(options_.patterns, epoch);
   if (!files.ok()) return files.status();
+  if (options_.shard_by == DatasetOptions::ShardBy::kFile) {
+    if (static_cast<int>(files->size()) <= options_.shard_index) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sharding by file: epoch ", epoch, " has ", files->size(),
+          " file(s) for ", options_.num_shards, " workers, none for worker ",
+          options_.shard_index, "; shard by record or use more files"));
+    }
+    std::vector<std::string> mine;
+    for (size_t i = options_.shard_index; i < files->size();
+         i += options_.num_shards) {
+      mine.push_back((*files)[i]);
+    }
+    *files = std::move(mine);
+  }
   std::mt19937_64 rng(options_.seed * 1000003 + epoch);
   if (options_.shuffle_buffer > 0)
     std::shuffle(files->begin(), files->end(), rng);
@@ -265,7 +279,8 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
     std::unique_ptr<RawChunk> chunk;
     while (!stopped) {
       // Counts records that exist: a file's end is not a record.
-      if (record % options_.num_shards != options_.shard_index) {
+      if (options_.shard_by == DatasetOptions::ShardBy::kRecord &&
+          record % options_.num_shards != options_.shard_index) {
         absl::StatusOr<bool> more = reader->Skip();
         if (!more.ok()) return more.status();
         if (!*more) break;

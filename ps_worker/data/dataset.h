@@ -35,7 +35,14 @@ struct DatasetOptions {
   // (/opt/ml/input/data/train_{epoch}).
   std::vector<std::string> patterns;
   ReaderOptions reader;
-  // Record i (counted from 0 in every epoch) belongs to shard i % num_shards.
+  // How the data is split over num_shards workers (1: no split).
+  // kRecord: record i (counted from 0 in every epoch over all files)
+  // belongs to shard i % num_shards; every shard reads every file.
+  // kFile: file i of each epoch's list (patterns in order, each glob's
+  // matches sorted) belongs to shard i % num_shards, as tf.data's FILE
+  // auto-shard policy; each shard opens only its own files.
+  enum class ShardBy { kRecord, kFile };
+  ShardBy shard_by = ShardBy::kRecord;
   int num_shards = 1;
   int shard_index = 0;
   // Batches do not span epochs: each epoch ends with its remainder (unless

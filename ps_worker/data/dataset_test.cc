@@ -56,6 +56,56 @@ TEST(DatasetTest, ShardsAreDisjointAndCoverEveryRecord) {
   EXPECT_EQ(std::set<int>(all.begin(), all.end()).size(), 30u);
 }
 
+// Sharding by file: each shard reads whole files (file i to shard i % n)
+// and every record of every epoch is read by exactly one shard, shuffled
+// or not; a shard without a file is an error naming the counts.
+TEST(DatasetTest, FileShardsReadWholeFilesAndCoverEveryRecordOncePerEpoch) {
+  WriteFiles("fileshard", 5, 10);  // labels 10f .. 10f+9 in file f
+  for (int shuffle : {0, 7}) {
+    std::multiset<int> all;
+    for (int shard = 0; shard < 3; ++shard) {
+      DatasetOptions o;
+      o.patterns = {::testing::TempDir() + "/fileshard*.txt"};
+      o.shard_by = DatasetOptions::ShardBy::kFile;
+      o.num_shards = 3;
+      o.shard_index = shard;
+      o.batch_size = 4;
+      o.epochs = 2;
+      o.shuffle_buffer = shuffle;
+      o.seed = 11 + shard;  // as the trainer seeds each worker
+      auto d = Dataset::Create(o);
+      ASSERT_TRUE(d.ok()) << d.status();
+      std::set<int> files;
+      for (int label : Drain(d->get())) {
+        files.insert(label / 10);
+        all.insert(label);
+      }
+      // Files 0 and 3 to shard 0, 1 and 4 to shard 1, 2 to shard 2.
+      std::set<int> expected;
+      for (int f = shard; f < 5; f += 3) expected.insert(f);
+      EXPECT_EQ(files, expected) << "shard " << shard;
+    }
+    ASSERT_EQ(all.size(), 100u);  // 2 epochs x 50 records
+    for (int label = 0; label < 50; ++label) {
+      EXPECT_EQ(all.count(label), 2u) << label;
+    }
+  }
+  DatasetOptions too_many;
+  too_many.patterns = {::testing::TempDir() + "/fileshard*.txt"};
+  too_many.shard_by = DatasetOptions::ShardBy::kFile;
+  too_many.num_shards = 6;
+  too_many.shard_index = 5;
+  auto d = Dataset::Create(too_many);
+  ASSERT_TRUE(d.ok()) << d.status();
+  Batch b;
+  absl::StatusOr<bool> got = (*d)->Next(&b);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find(
+                "has 5 file(s) for 6 workers, none for worker 5"),
+            std::string::npos)
+      << got.status();
+}
+
 TEST(DatasetTest, ShufflesWithinEpochsAndRepeats) {
   WriteFiles("shuffle", 2, 50);
   DatasetOptions o;

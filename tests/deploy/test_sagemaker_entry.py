@@ -18,7 +18,7 @@ def entry():
     return module
 
 
-def opt_ml(tmp_path, monkeypatch, hyperparameters):
+def opt_ml(tmp_path, monkeypatch, hyperparameters, channels=None):
     root = tmp_path / "opt_ml"
     config = root / "input" / "config"
     config.mkdir(parents=True)
@@ -30,6 +30,8 @@ def opt_ml(tmp_path, monkeypatch, hyperparameters):
     (config / "hyperparameters.json").write_text(
         json.dumps({k: json.dumps(v) for k, v in hyperparameters.items()})
     )
+    if channels is not None:
+        (config / "inputdataconfig.json").write_text(json.dumps(channels))
     for name in ("SM_HOSTS", "SM_CURRENT_HOST", "SM_CHANNEL_TRAIN", "SM_CHANNEL_EVAL"):
         monkeypatch.delenv(name, raising=False)
     return str(root)
@@ -71,3 +73,44 @@ def test_without_a_training_channel_it_stops_naming_it(entry, tmp_path, monkeypa
     os.rmdir(os.path.join(root, "input", "data", "train"))
     with pytest.raises(SystemExit, match="no training channel"):
         entry.plan(entry.Config(root))
+
+
+def channel(distribution, mode="File"):
+    # One channel of inputdataconfig.json as SageMaker writes it.
+    return {
+        "TrainingInputMode": mode,
+        "S3DistributionType": distribution,
+        "RecordWrapperType": "None",
+    }
+
+
+def test_sharded_by_s3_key_channels_are_not_split_again(entry, tmp_path, monkeypatch, capsys):
+    sharded = opt_ml(
+        tmp_path / "a", monkeypatch, {"model": "lr"}, {"train": channel("ShardedByS3Key")}
+    )
+    _, worker_flags, _ = entry.plan(entry.Config(sharded))
+    assert "--data_sharding=none" in worker_flags
+    assert "ShardedByS3Key" in capsys.readouterr().out
+    # Pipe mode: each host's FIFO streams only its own objects too.
+    piped = opt_ml(
+        tmp_path / "b", monkeypatch, {"model": "lr"}, {"train": channel("ShardedByS3Key", "Pipe")}
+    )
+    _, worker_flags, _ = entry.plan(entry.Config(piped))
+    assert "--data_sharding=none" in worker_flags
+    # Fully replicated: the workers split it (ps_worker's default).
+    replicated = opt_ml(
+        tmp_path / "c", monkeypatch, {"model": "lr"}, {"train": channel("FullyReplicated")}
+    )
+    _, worker_flags, _ = entry.plan(entry.Config(replicated))
+    assert not [f for f in worker_flags if f.startswith("--data_sharding")]
+    # The user's own choice wins.
+    chosen = opt_ml(
+        tmp_path / "d",
+        monkeypatch,
+        {"model": "lr", "data_sharding": "record"},
+        {"train": channel("ShardedByS3Key")},
+    )
+    _, worker_flags, _ = entry.plan(entry.Config(chosen))
+    assert [f for f in worker_flags if f.startswith("--data_sharding")] == [
+        "--data_sharding=record"
+    ]
