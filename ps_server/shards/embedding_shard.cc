@@ -13,23 +13,8 @@
 
 namespace psrt {
 namespace {
-// Rows ahead of the one being updated whose memory is prefetched.
-constexpr size_t kPrefetchDistance = 16;
 // Gathers and updates of at least this many rows are split over the cores.
 constexpr int64_t kParallelRows = 16384;
-
-// Copies a row aside for undo with streaming stores: the copy is read back
-// only if the push is refused, so it should not evict the table's rows
-// from the caches. `to` is 16-byte aligned where rows are 4-float multiples.
-void SaveRow(const float* from, int64_t floats, float* to) {
-  if (floats % 4 != 0 || reinterpret_cast<uintptr_t>(to) % 16 != 0) {
-    std::memcpy(to, from, floats * sizeof(float));
-    return;
-  }
-  for (int64_t i = 0; i < floats; i += 4) {
-    _mm_stream_ps(to + i, _mm_loadu_ps(from + i));
-  }
-}
 }  // namespace
 
 EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
@@ -76,10 +61,10 @@ int64_t EmbeddingShard::Gather(absl::Span<const int64_t> ids,
   const float* data = data_.get();
   auto gather = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      if (i + static_cast<int64_t>(kPrefetchDistance) < end) {
+      if (i + static_cast<int64_t>(kRowPrefetchDistance) < end) {
         __builtin_prefetch(
             data +
-            layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
+            layout_.LocalRow(shard_, ids[i + kRowPrefetchDistance]) * stride_);
       }
       std::memcpy(out + i * width_,
                   data + layout_.LocalRow(shard_, ids[i]) * stride_,
@@ -107,17 +92,17 @@ absl::Status EmbeddingShard::ApplyRowsLocked(
       const size_t end = row + rows;
       ForEachRow(grads[p], width_, [&](size_t r, const float* g) {
         const size_t i = row + r;
-        if (i + kPrefetchDistance < end) {
-          const char* ahead = reinterpret_cast<const char*>(
-              data +
-              layout_.LocalRow(shard_, ids[i + kPrefetchDistance]) * stride_);
-          for (int64_t line = 0; line < stride_ * 4; line += 64) {
-            __builtin_prefetch(ahead + line, 1);
-          }
+        if (i + kRowPrefetchDistance < end) {
+          PrefetchRow(
+              data + layout_.LocalRow(shard_, ids[i + kRowPrefetchDistance]) *
+                         stride_,
+              stride_, /*write=*/true);
         }
         float* values = data + layout_.LocalRow(shard_, ids[i]) * stride_;
         float* slots[2] = {values + width_, values + 2 * width_};
-        if (undo != nullptr) SaveRow(values, stride_, undo + i * stride_);
+        if (undo != nullptr) {
+          SaveRowForUndo(values, stride_, undo + i * stride_);
+        }
         optimizer_->Apply(values, slots, g, width_, context);
         if (undo != nullptr && bad == ids.size() &&
             !SpanFinite(values, stride_)) {
@@ -126,7 +111,7 @@ absl::Status EmbeddingShard::ApplyRowsLocked(
       });
       row = end;
     }
-    if (undo != nullptr) _mm_sfence();  // saved rows visible to UndoLocked
+    if (undo != nullptr) FinishSavingRows();  // visible to UndoLocked
     if (bad != ids.size()) {
       absl::MutexLock lock(&bad_mu);
       bad_row = std::min(bad_row, bad);

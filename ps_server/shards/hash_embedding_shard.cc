@@ -46,15 +46,35 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   return row;
 }
 
+void HashEmbeddingShard::FindRows(absl::Span<const int64_t> ids,
+                                  uint32_t* rows) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kRowPrefetchDistance < ids.size()) {
+      index_.prefetch(ids[i + kRowPrefetchDistance]);
+    }
+    auto it = index_.find(ids[i]);
+    rows[i] = it == index_.end() ? kNoRow : it->second;
+  }
+}
+
 int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
                                    float* out) const {
   absl::ReaderMutexLock lock(&mu_);
+  // Two passes, each with its memory prefetched ahead: the ids' index
+  // slots, then their rows (both random reads of tables larger than the
+  // caches).
+  std::vector<uint32_t> rows(ids.size());
+  FindRows(ids, rows.data());
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = index_.find(ids[i]);
-    if (it == index_.end()) {
+    if (i + kRowPrefetchDistance < ids.size() &&
+        rows[i + kRowPrefetchDistance] != kNoRow) {
+      PrefetchRow(Row(rows[i + kRowPrefetchDistance]), width_,
+                  /*write=*/false);
+    }
+    if (rows[i] == kNoRow) {
       init_.FillRow(ids[i], width_, out + i * width_);
     } else {
-      std::memcpy(out + i * width_, Row(it->second), width_ * sizeof(float));
+      std::memcpy(out + i * width_, Row(rows[i]), width_ * sizeof(float));
     }
   }
   return version_;
@@ -63,7 +83,12 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
 absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
   absl::MutexLock lock(&mu_);
   int64_t missing = 0;
-  for (int64_t id : ids) missing += index_.contains(id) ? 0 : 1;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + kRowPrefetchDistance < ids.size()) {
+      index_.prefetch(ids[i + kRowPrefetchDistance]);
+    }
+    missing += index_.contains(ids[i]) ? 0 : 1;
+  }
   const int64_t limit =
       capacity_ > 0
           ? std::min<int64_t>(capacity_, std::numeric_limits<uint32_t>::max())
@@ -101,26 +126,35 @@ absl::Status HashEmbeddingShard::ApplyRowsLocked(
     float learning_rate, float* undo) {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
+  // The rows first (index slots prefetched ahead), so that the update loop
+  // can prefetch rows ahead (Prepare created them; a row still missing is
+  // created here).
+  std::vector<uint32_t> rows(ids.size());
+  FindRows(ids, rows.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] == kNoRow) rows[i] = CreateRow(ids[i]);
+  }
   size_t bad = ids.size();
   // The callback runs on this thread, inside this function's hold of mu_.
   ForEachGradientRow(
       grads, width_,
       [&](size_t i, const float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        auto it = index_.find(ids[i]);
-        const uint32_t r = it == index_.end() ? CreateRow(ids[i]) : it->second;
-        float* row = Row(r);
-        float* slots[2] = {row + width_, row + 2 * width_};
-        if (undo != nullptr) {
-          std::memcpy(undo + i * stride_, row, stride_ * sizeof(float));
+        if (i + kRowPrefetchDistance < ids.size()) {
+          PrefetchRow(Row(rows[i + kRowPrefetchDistance]), stride_,
+                      /*write=*/true);
         }
+        float* row = Row(rows[i]);
+        float* slots[2] = {row + width_, row + 2 * width_};
+        if (undo != nullptr) SaveRowForUndo(row, stride_, undo + i * stride_);
         optimizer_->Apply(row, slots, g, width_, context);
         if (undo != nullptr && bad == ids.size() && !SpanFinite(row, stride_)) {
           bad = i;
         }
       });
+  if (undo != nullptr) FinishSavingRows();  // visible to UndoRowsLocked
   ++version_;
   if (bad == ids.size()) return absl::OkStatus();
-  const float* now = Row(index_.find(ids[bad])->second);
+  const float* now = Row(rows[bad]);
   const float* old = undo + bad * stride_;
   int64_t column = 0;
   while (column < stride_ && std::isfinite(now[column])) ++column;

@@ -82,6 +82,11 @@ class HashEmbeddingShard final : public RowShard {
   const float* Row(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Appends an initialized row for `id` and returns its index.
   uint32_t CreateRow(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The row of each of `ids` (kNoRow where absent) into `rows`, each id's
+  // index slot prefetched kRowPrefetchDistance ids ahead.
+  static constexpr uint32_t kNoRow = ~uint32_t{0};
+  void FindRows(absl::Span<const int64_t> ids, uint32_t* rows) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const VariableLayout& layout_;
   const int shard_;

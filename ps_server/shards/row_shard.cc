@@ -1,10 +1,27 @@
 #include "ps_server/shards/row_shard.h"
 
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace psrt {
+
+void SaveRowForUndo(const float* from, int64_t floats, float* to) {
+  if (floats % 4 != 0 || reinterpret_cast<uintptr_t>(to) % 16 != 0) {
+    std::memcpy(to, from, floats * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < floats; i += 4) {
+    _mm_stream_ps(to + i, _mm_loadu_ps(from + i));
+  }
+}
+
+void FinishSavingRows() { _mm_sfence(); }
 
 absl::Status NonFiniteRowError(int64_t id, int64_t column, float value,
                                float old) {

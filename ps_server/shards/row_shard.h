@@ -84,6 +84,30 @@ class RowShard : public Shard {
   virtual bool HasRepeatedIds(absl::Span<const int64_t> ids) const;
 };
 
+// Rows ahead of the one being read or updated whose memory is prefetched:
+// rows of a table larger than the caches are random DRAM reads, and this
+// many in flight hide most of their latency.
+inline constexpr size_t kRowPrefetchDistance = 16;
+
+// Prefetches every cache line of a row of `floats` floats (for writing if
+// `write`).
+inline void PrefetchRow(const float* row, int64_t floats, bool write) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t line = 0; line < floats * 4; line += 64) {
+    if (write) {
+      __builtin_prefetch(bytes + line, 1);
+    } else {
+      __builtin_prefetch(bytes + line, 0);
+    }
+  }
+}
+
+// Copies a row aside for undo with streaming stores: the copy is read back
+// only if the push is refused, so it should not evict the table's rows
+// from the caches. Call FinishSavingRows() before the copies are read.
+void SaveRowForUndo(const float* from, int64_t floats, float* to);
+void FinishSavingRows();
+
 // The error ApplyRowsLocked returns for the row of `id`, column `column` of
 // which became `value` (from `old`).
 absl::Status NonFiniteRowError(int64_t id, int64_t column, float value,

@@ -7,6 +7,7 @@
 #include "benchmark/benchmark.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/shards/embedding_shard.h"
+#include "ps_server/shards/hash_embedding_shard.h"
 
 namespace psrt {
 namespace {
@@ -99,6 +100,78 @@ void BM_Gather(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 100000);
 }
 BENCHMARK(BM_Gather)->Unit(benchmark::kMillisecond);
+
+// A HASH_EMBEDDING shard (the kind DeepFM's tables are) holding `rows`
+// rows of `dim` floats, every id pushed once so every row exists.
+struct HashTable {
+  HashTable(int64_t rows, int64_t dim) : map(1) {
+    VariableSpec s;
+    s.set_name("h");
+    s.set_kind(HASH_EMBEDDING);
+    s.add_shape(0);
+    s.add_shape(dim);
+    s.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+    s.mutable_optimizer()->set_learning_rate(0.01f);
+    NormalizeVariableSpec(&s).IgnoreError();
+    map.Add(s).IgnoreError();
+    optimizer = CreateOptimizer(map.Find("h")->spec.optimizer());
+    shard = std::make_unique<HashEmbeddingShard>(
+        *map.Find("h"), 0, optimizer.get(), Initializer(s.initializer()));
+    std::vector<int64_t> ids(rows);
+    // Ids as a CTR hash spreads them, not 0..rows-1 in order.
+    std::mt19937_64 rng(7);
+    for (int64_t& id : ids) id = static_cast<int64_t>(rng());
+    shard->EnsureRows(ids).IgnoreError();
+    all_ids = std::move(ids);
+  }
+  // 16 batches of n distinct ids of the table.
+  std::vector<std::vector<int64_t>> Batches(int64_t n) const {
+    std::vector<int64_t> all = all_ids;
+    std::mt19937_64 rng(1);
+    std::vector<std::vector<int64_t>> batches(16);
+    for (auto& batch : batches) {
+      std::shuffle(all.begin(), all.end(), rng);
+      batch.assign(all.begin(), all.begin() + n);
+    }
+    return batches;
+  }
+  ShardMap map;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<HashEmbeddingShard> shard;
+  std::vector<int64_t> all_ids;
+};
+
+// The push path of a hash embedding: rows ensured (Prepare), then applied
+// with undo (ApplyRowsLocked), 100k ids of a 1M-row table; dim 8 and 16.
+void BM_HashApplyChecked(benchmark::State& state) {
+  const int64_t dim = state.range(0);
+  HashTable table(1000000, dim);
+  const auto batches = table.Batches(100000);
+  std::vector<float> grads(100000 * dim, 0.01f);
+  std::vector<float> undo(100000 * table.shard->row_stride());
+  const PayloadView view =
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
+  size_t next = 0;
+  for (auto _ : state) {
+    const auto& ids = batches[next++ % 16];
+    table.shard->EnsureRows(ids).IgnoreError();
+    absl::MutexLock lock(table.shard->mutex());
+    table.shard->ApplyRowsLocked(ids, {view}, 0.01f, undo.data()).IgnoreError();
+  }
+  state.SetItemsProcessed(state.iterations() * 100000);
+}
+BENCHMARK(BM_HashApplyChecked)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
+
+void BM_HashGather(benchmark::State& state) {
+  const int64_t dim = state.range(0);
+  HashTable table(1000000, dim);
+  const auto batches = table.Batches(100000);
+  std::vector<float> out(100000 * dim);
+  size_t next = 0;
+  for (auto _ : state) table.shard->Gather(batches[next++ % 16], out.data());
+  state.SetItemsProcessed(state.iterations() * 100000);
+}
+BENCHMARK(BM_HashGather)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace psrt
