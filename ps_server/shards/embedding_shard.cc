@@ -40,9 +40,10 @@ EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
   });
 }
 
-bool EmbeddingShard::HasRepeatedIds(absl::Span<const int64_t> ids) const {
+bool EmbeddingShard::HasRepeatedIds(const ShardUpdate& update) const {
+  const std::vector<int64_t>& ids = update.ids;
   if (rows_ > 64 * static_cast<int64_t>(ids.size())) {
-    return RowShard::HasRepeatedIds(ids);
+    return RowShard::HasRepeatedIds(update);
   }
   if (ids.size() < 2) return false;
   std::vector<uint64_t> seen((rows_ + 63) / 64);

@@ -45,7 +45,7 @@ class EmbeddingShard final : public RowShard {
 
  protected:
   // A bitmap over the shard's rows where that is cheaper than a hash set.
-  bool HasRepeatedIds(absl::Span<const int64_t> ids) const override;
+  bool HasRepeatedIds(const ShardUpdate& update) const override;
 
  private:
   const VariableLayout& layout_;

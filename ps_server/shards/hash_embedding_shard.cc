@@ -80,15 +80,15 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
   return version_;
 }
 
-absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
+absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
+                                            std::vector<uint32_t>* rows_out) {
+  std::vector<uint32_t> local;
+  std::vector<uint32_t>& rows = rows_out != nullptr ? *rows_out : local;
+  rows.resize(ids.size());
   absl::MutexLock lock(&mu_);
-  int64_t missing = 0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kRowPrefetchDistance < ids.size()) {
-      index_.prefetch(ids[i + kRowPrefetchDistance]);
-    }
-    missing += index_.contains(ids[i]) ? 0 : 1;
-  }
+  FindRows(ids, rows.data());
+  // An id missing twice is counted twice: the check errs on the safe side.
+  const int64_t missing = std::count(rows.begin(), rows.end(), kNoRow);
   const int64_t limit =
       capacity_ > 0
           ? std::min<int64_t>(capacity_, std::numeric_limits<uint32_t>::max())
@@ -114,18 +114,46 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids) {
   }
   if (missing > 0) {
     index_.reserve(rows_ + missing);
-    for (int64_t id : ids) {
-      if (!index_.contains(id)) CreateRow(id);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (rows[i] != kNoRow) continue;
+      auto it = index_.find(ids[i]);  // created for an earlier repeat?
+      rows[i] = it != index_.end() ? it->second : CreateRow(ids[i]);
     }
   }
+  if (rows_out == nullptr) rows.clear();
   return absl::OkStatus();
+}
+
+bool HashEmbeddingShard::HasRepeatedIds(const ShardUpdate& update) const {
+  const std::vector<uint32_t>& rows = update.rows;
+  if (rows.size() != update.ids.size()) return RowShard::HasRepeatedIds(update);
+  if (rows.size() < 2) return false;
+  // Rows are dense indices: a bitmap over the highest one (at most 64 bits
+  // per row of the update, else the hash set).
+  const uint32_t top = *std::max_element(rows.begin(), rows.end());
+  if (top / 64 > rows.size()) return RowShard::HasRepeatedIds(update);
+  std::vector<uint64_t> seen(top / 64 + 1);
+  for (uint32_t r : rows) {
+    const uint64_t bit = uint64_t{1} << (r & 63);
+    if (seen[r >> 6] & bit) return true;
+    seen[r >> 6] |= bit;
+  }
+  return false;
+}
+
+absl::Status HashEmbeddingShard::ApplyLocked(const ShardUpdate& update,
+                                             float* undo) {
+  if (update.rows.size() != update.ids.size()) {
+    return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
+                           undo);
+  }
+  return ApplyToRowsLocked(update.ids, update.rows, update.grads,
+                           update.learning_rate, undo);
 }
 
 absl::Status HashEmbeddingShard::ApplyRowsLocked(
     absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
     float learning_rate, float* undo) {
-  const UpdateContext context =
-      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
   // The rows first (index slots prefetched ahead), so that the update loop
   // can prefetch rows ahead (Prepare created them; a row still missing is
   // created here).
@@ -134,6 +162,14 @@ absl::Status HashEmbeddingShard::ApplyRowsLocked(
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] == kNoRow) rows[i] = CreateRow(ids[i]);
   }
+  return ApplyToRowsLocked(ids, rows, grads, learning_rate, undo);
+}
+
+absl::Status HashEmbeddingShard::ApplyToRowsLocked(
+    absl::Span<const int64_t> ids, absl::Span<const uint32_t> rows,
+    absl::Span<const PayloadView> grads, float learning_rate, float* undo) {
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
   size_t bad = ids.size();
   // The callback runs on this thread, inside this function's hold of mu_.
   ForEachGradientRow(

@@ -50,7 +50,12 @@ class HashEmbeddingShard final : public RowShard {
                      Reserve reserve = nullptr);
 
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
-  absl::Status EnsureRows(absl::Span<const int64_t> ids) override;
+  using RowShard::EnsureRows;
+  absl::Status EnsureRows(absl::Span<const int64_t> ids,
+                          std::vector<uint32_t>* rows) override;
+  // With the rows Prepare found (update.rows), no second lookup.
+  absl::Status ApplyLocked(const ShardUpdate& update, float* undo) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
   absl::Status ApplyRowsLocked(absl::Span<const int64_t> ids,
                                absl::Span<const PayloadView> grads,
@@ -87,6 +92,14 @@ class HashEmbeddingShard final : public RowShard {
   static constexpr uint32_t kNoRow = ~uint32_t{0};
   void FindRows(absl::Span<const int64_t> ids, uint32_t* rows) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // ApplyRowsLocked on the rows of `ids`.
+  absl::Status ApplyToRowsLocked(absl::Span<const int64_t> ids,
+                                 absl::Span<const uint32_t> rows,
+                                 absl::Span<const PayloadView> grads,
+                                 float learning_rate, float* undo)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Repeats found on the rows (a bitmap over them) when they are known.
+  bool HasRepeatedIds(const ShardUpdate& update) const override;
 
   const VariableLayout& layout_;
   const int shard_;

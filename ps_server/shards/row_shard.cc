@@ -30,7 +30,8 @@ absl::Status NonFiniteRowError(int64_t id, int64_t column, float value,
       column, " of its values and slots (from ", old, ")"));
 }
 
-bool RowShard::HasRepeatedIds(absl::Span<const int64_t> ids) const {
+bool RowShard::HasRepeatedIds(const ShardUpdate& update) const {
+  const std::vector<int64_t>& ids = update.ids;
   if (ids.size() < 2) return false;
   absl::flat_hash_set<int64_t> seen;
   seen.reserve(ids.size());
@@ -41,15 +42,24 @@ bool RowShard::HasRepeatedIds(absl::Span<const int64_t> ids) const {
 }
 
 absl::Status RowShard::Prepare(ShardUpdate* u, float scale) {
-  if (scale != 1.0f || HasRepeatedIds(u->ids)) {
+  // Rows are created before anything is locked: if a shard is full nothing
+  // is updated (rows created meanwhile hold their initial values, which
+  // pulls of absent ids return anyway).
+  if (absl::Status s = EnsureRows(u->ids, &u->rows); !s.ok()) return s;
+  if (scale != 1.0f || HasRepeatedIds(*u)) {
     // Repeated ids become one row holding the sum of their gradients.
     const int64_t width = row_width();
     absl::flat_hash_map<int64_t, size_t> position;
     std::vector<int64_t> unique;
     std::vector<size_t> slot_of(u->ids.size());
+    std::vector<uint32_t> unique_rows;
+    const bool has_rows = u->rows.size() == u->ids.size();
     for (size_t i = 0; i < u->ids.size(); ++i) {
       auto [it, inserted] = position.emplace(u->ids[i], unique.size());
-      if (inserted) unique.push_back(u->ids[i]);
+      if (inserted) {
+        unique.push_back(u->ids[i]);
+        if (has_rows) unique_rows.push_back(u->rows[i]);
+      }
       slot_of[i] = it->second;
     }
     u->merged.assign(unique.size() * width, 0.0f);
@@ -59,13 +69,11 @@ absl::Status RowShard::Prepare(ShardUpdate* u, float scale) {
     });
     for (float& x : u->merged) x *= scale;
     u->ids = std::move(unique);
+    u->rows = std::move(unique_rows);
     u->grads = {PayloadView::Contiguous(u->merged.data(),
                                         u->merged.size() * sizeof(float))};
   }
-  // Rows are created before anything is locked: if a shard is full nothing
-  // is updated (rows created meanwhile hold their initial values, which
-  // pulls of absent ids return anyway).
-  return EnsureRows(u->ids);
+  return absl::OkStatus();
 }
 
 }  // namespace psrt

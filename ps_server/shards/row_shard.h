@@ -23,9 +23,14 @@ class RowShard : public Shard {
 
   // Makes sure rows exist for `ids` before an update (hash shards create
   // them; RESOURCE_EXHAUSTED if that would pass the shard's capacity, with
-  // nothing created).
-  virtual absl::Status EnsureRows(absl::Span<const int64_t> ids) {
+  // nothing created). Hash shards also store each id's row in `rows` (if
+  // given), for ApplyLocked to use without looking the ids up again.
+  virtual absl::Status EnsureRows(absl::Span<const int64_t> ids,
+                                  std::vector<uint32_t>* rows) {
     return absl::OkStatus();
+  }
+  absl::Status EnsureRows(absl::Span<const int64_t> ids) {
+    return EnsureRows(ids, nullptr);
   }
 
   // Applies one update: `grads` are payloads holding, in order, one row of
@@ -67,7 +72,7 @@ class RowShard : public Shard {
   int64_t UndoFloats(const ShardUpdate& update) const final {
     return static_cast<int64_t>(update.ids.size()) * row_stride();
   }
-  absl::Status ApplyLocked(const ShardUpdate& update, float* undo) final {
+  absl::Status ApplyLocked(const ShardUpdate& update, float* undo) override {
     return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
                            undo);
   }
@@ -79,9 +84,9 @@ class RowShard : public Shard {
   virtual int64_t row_width() const = 0;
 
  protected:
-  // True if `ids` repeats an id (a hash set; shards that know their rows
-  // may do better).
-  virtual bool HasRepeatedIds(absl::Span<const int64_t> ids) const;
+  // True if the update repeats an id (a hash set of its ids; shards that
+  // know their rows may do better). REQUIRES: EnsureRows(ids, &rows) ran.
+  virtual bool HasRepeatedIds(const ShardUpdate& update) const;
 };
 
 // Rows ahead of the one being read or updated whose memory is prefetched:

@@ -45,6 +45,10 @@ struct ShardUpdate {
   std::vector<int64_t> ids;
   std::vector<PayloadView> grads;  // one row per id, in order
   std::vector<float> merged;       // owns gradients Prepare summed or scaled
+  // Hash shards: the row of each id, found by Prepare (rows are never moved
+  // or removed, so they stay valid until the update is applied); empty
+  // where the shard addresses rows by id itself.
+  std::vector<uint32_t> rows;
 };
 
 class Shard {

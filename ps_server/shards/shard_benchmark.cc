@@ -141,8 +141,9 @@ struct HashTable {
   std::vector<int64_t> all_ids;
 };
 
-// The push path of a hash embedding: rows ensured (Prepare), then applied
-// with undo (ApplyRowsLocked), 100k ids of a 1M-row table; dim 8 and 16.
+// The push path of a hash embedding as the push handler drives it
+// (shard.h): Prepare (repeats checked, rows ensured), then ApplyLocked
+// with undo; 100k ids of a 1M-row table; dim 8 and 16.
 void BM_HashApplyChecked(benchmark::State& state) {
   const int64_t dim = state.range(0);
   HashTable table(1000000, dim);
@@ -153,10 +154,13 @@ void BM_HashApplyChecked(benchmark::State& state) {
       PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
   size_t next = 0;
   for (auto _ : state) {
-    const auto& ids = batches[next++ % 16];
-    table.shard->EnsureRows(ids).IgnoreError();
+    ShardUpdate update;
+    update.learning_rate = 0.01f;
+    update.ids = batches[next++ % 16];
+    update.grads = {view};
+    table.shard->Prepare(&update, 1.0f).IgnoreError();
     absl::MutexLock lock(table.shard->mutex());
-    table.shard->ApplyRowsLocked(ids, {view}, 0.01f, undo.data()).IgnoreError();
+    table.shard->ApplyLocked(update, undo.data()).IgnoreError();
   }
   state.SetItemsProcessed(state.iterations() * 100000);
 }

@@ -163,6 +163,62 @@ TEST(HashEmbeddingShardTest, CapacityIsAHardLimitAndPullsStoreNothing) {
   EXPECT_GT(unbounded.bytes(), static_cast<int64_t>(many.size()) * 2 * 4);
 }
 
+// The push protocol on a hash shard: Prepare finds (and creates) the rows
+// once and ApplyLocked updates them; repeated ids, new ones among them, are
+// summed into one row; a refused update is undone exactly.
+TEST(HashEmbeddingShardTest, PreparedRowsAreAppliedAndRepeatsSummed) {
+  ShardMap map = MapWith(Spec(HASH_EMBEDDING, {0, 2}, 1, OptimizerSpec::SGD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  HashEmbeddingShard shard(layout, 0, opt.get(), init);
+  std::vector<int64_t> old_ids(5000);
+  std::iota(old_ids.begin(), old_ids.end(), 100);
+  ASSERT_TRUE(shard.EnsureRows(old_ids).ok());
+
+  // 7 appears three times (new), 150 twice (existing), 9 once (new).
+  ShardUpdate update;
+  update.learning_rate = 1.0f;
+  update.ids = {7, 150, 7, 9, 150, 7};
+  const std::vector<float> grads = {1, 10, 2, 20, 3, 30, 4, 40, 5, 50, 6, 60};
+  update.grads = {View(grads)};
+  ASSERT_TRUE(shard.Prepare(&update, 1.0f).ok());
+  ASSERT_EQ(update.ids, (std::vector<int64_t>{7, 150, 9}));
+  ASSERT_EQ(update.rows.size(), 3u);
+  EXPECT_EQ(shard.num_rows(), 5002);
+  {
+    absl::MutexLock lock(shard.mutex());
+    std::vector<float> undo(3 * shard.row_stride());
+    ASSERT_TRUE(shard.ApplyLocked(update, undo.data()).ok());
+  }
+  std::vector<float> values(6);
+  shard.Gather(update.ids, values.data());
+  EXPECT_FLOAT_EQ(values[0], init.Value(7, 0) - (1 + 3 + 6));
+  EXPECT_FLOAT_EQ(values[1], init.Value(7, 1) - (10 + 30 + 60));
+  EXPECT_FLOAT_EQ(values[2], init.Value(150, 0) - (2 + 5));
+  EXPECT_FLOAT_EQ(values[4], init.Value(9, 0) - 4);
+
+  // An overflowing update is refused and leaves every row as it was.
+  ShardUpdate bad;
+  bad.learning_rate = 1.0f;
+  bad.ids = {9, 151};
+  const std::vector<float> huge = {1, 1, 3e38f, -3e38f};
+  bad.grads = {View(huge)};
+  ASSERT_TRUE(shard.Prepare(&bad, 1e38f).ok());
+  std::vector<float> before(4), after(4);
+  shard.Gather(bad.ids, before.data());
+  {
+    absl::MutexLock lock(shard.mutex());
+    std::vector<float> undo(2 * shard.row_stride());
+    absl::Status s = shard.ApplyLocked(bad, undo.data());
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("id 151"), std::string::npos) << s;
+    shard.UndoLocked(bad, undo.data());
+  }
+  shard.Gather(bad.ids, after.data());
+  EXPECT_EQ(before, after);
+}
+
 TEST(DenseShardTest, ConcurrentReadsNeverSeeHalfAnUpdate) {
   VariableSpec spec = Spec(DENSE, {4096}, 1, OptimizerSpec::SGD);
   spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
