@@ -12,10 +12,7 @@
 #include "util/thread_pool.h"
 
 namespace psrt {
-namespace {
-// Gathers and updates of at least this many rows are split over the cores.
-constexpr int64_t kParallelRows = 16384;
-}  // namespace
+namespace {}  // namespace
 
 EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
                                const Optimizer* optimizer,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/finite.h"
+#include "util/thread_pool.h"
 
 namespace psrt {
 
@@ -48,13 +49,18 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
 
 void HashEmbeddingShard::FindRows(absl::Span<const int64_t> ids,
                                   uint32_t* rows) const {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kRowPrefetchDistance < ids.size()) {
-      index_.prefetch(ids[i + kRowPrefetchDistance]);
+  // Lookups only read the index: ranges of a large request run on the
+  // pool's threads under the caller's hold of mu_.
+  auto find = [&](int64_t begin, int64_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + static_cast<int64_t>(kRowPrefetchDistance) < end) {
+        index_.prefetch(ids[i + kRowPrefetchDistance]);
+      }
+      auto it = index_.find(ids[i]);
+      rows[i] = it == index_.end() ? kNoRow : it->second;
     }
-    auto it = index_.find(ids[i]);
-    rows[i] = it == index_.end() ? kNoRow : it->second;
-  }
+  };
+  PoolParallelFor(static_cast<int64_t>(ids.size()), kParallelRows, find);
 }
 
 int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
@@ -65,18 +71,21 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
   // caches).
   std::vector<uint32_t> rows(ids.size());
   FindRows(ids, rows.data());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i + kRowPrefetchDistance < ids.size() &&
-        rows[i + kRowPrefetchDistance] != kNoRow) {
-      PrefetchRow(Row(rows[i + kRowPrefetchDistance]), width_,
-                  /*write=*/false);
+  auto copy = [&](int64_t begin, int64_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + static_cast<int64_t>(kRowPrefetchDistance) < end &&
+          rows[i + kRowPrefetchDistance] != kNoRow) {
+        PrefetchRow(Row(rows[i + kRowPrefetchDistance]), width_,
+                    /*write=*/false);
+      }
+      if (rows[i] == kNoRow) {
+        init_.FillRow(ids[i], width_, out + i * width_);
+      } else {
+        std::memcpy(out + i * width_, Row(rows[i]), width_ * sizeof(float));
+      }
     }
-    if (rows[i] == kNoRow) {
-      init_.FillRow(ids[i], width_, out + i * width_);
-    } else {
-      std::memcpy(out + i * width_, Row(rows[i]), width_ * sizeof(float));
-    }
-  }
+  };
+  PoolParallelFor(static_cast<int64_t>(ids.size()), kParallelRows, copy);
   return version_;
 }
 
@@ -170,24 +179,59 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
     absl::Span<const PayloadView> grads, float learning_rate, float* undo) {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
-  size_t bad = ids.size();
-  // The callback runs on this thread, inside this function's hold of mu_.
-  ForEachGradientRow(
-      grads, width_,
-      [&](size_t i, const float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        if (i + kRowPrefetchDistance < ids.size()) {
-          PrefetchRow(Row(rows[i + kRowPrefetchDistance]), stride_,
-                      /*write=*/true);
-        }
-        float* row = Row(rows[i]);
-        float* slots[2] = {row + width_, row + 2 * width_};
-        if (undo != nullptr) SaveRowForUndo(row, stride_, undo + i * stride_);
-        optimizer_->Apply(row, slots, g, width_, context);
-        if (undo != nullptr && bad == ids.size() && !SpanFinite(row, stride_)) {
-          bad = i;
-        }
-      });
-  if (undo != nullptr) FinishSavingRows();  // visible to UndoRowsLocked
+  absl::Mutex bad_mu;
+  size_t bad_row = ids.size();  // the first row gone non-finite
+  // Rows of gradient pieces [first, last); `row` is the id index of the
+  // first of them. (A gradient row is only valid inside ForEachRow's
+  // callback: one that straddles wire slices is assembled in a buffer.)
+  auto update = [&](size_t first, size_t last,
+                    size_t row) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    size_t bad = ids.size();
+    for (size_t p = first; p < last; ++p) {
+      const size_t end = row + grads[p].size() / (width_ * sizeof(float));
+      // Runs inside the caller's hold of mu_ (here or on a pool thread).
+      ForEachRow(grads[p], width_,
+                 [&](size_t r, const float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                   const size_t i = row + r;
+                   if (i + kRowPrefetchDistance < end) {
+                     PrefetchRow(Row(rows[i + kRowPrefetchDistance]), stride_,
+                                 /*write=*/true);
+                   }
+                   float* values = Row(rows[i]);
+                   float* slots[2] = {values + width_, values + 2 * width_};
+                   if (undo != nullptr) {
+                     SaveRowForUndo(values, stride_, undo + i * stride_);
+                   }
+                   optimizer_->Apply(values, slots, g, width_, context);
+                   if (undo != nullptr && bad == ids.size() &&
+                       !SpanFinite(values, stride_)) {
+                     bad = i;
+                   }
+                 });
+      row = end;
+    }
+    if (undo != nullptr) FinishSavingRows();  // visible to UndoRowsLocked
+    if (bad != ids.size()) {
+      absl::MutexLock lock(&bad_mu);
+      bad_row = std::min(bad_row, bad);
+    }
+  };
+  if (ids.size() < static_cast<size_t>(kParallelRows) || grads.size() < 2) {
+    update(0, grads.size(), 0);
+  } else {
+    // Ids are unique (Prepare merged repeats), so pieces update disjoint
+    // rows: split the pieces over the cores.
+    std::vector<size_t> first_row(grads.size() + 1, 0);
+    for (size_t p = 0; p < grads.size(); ++p) {
+      first_row[p + 1] =
+          first_row[p] + grads[p].size() / (width_ * sizeof(float));
+    }
+    PoolParallelFor(static_cast<int64_t>(grads.size()), 1,
+                    [&](int64_t begin, int64_t end) {
+                      update(begin, end, first_row[begin]);
+                    });
+  }
+  const size_t bad = bad_row;
   ++version_;
   if (bad == ids.size()) return absl::OkStatus();
   const float* now = Row(rows[bad]);

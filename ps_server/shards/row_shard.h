@@ -93,6 +93,9 @@ class RowShard : public Shard {
 // rows of a table larger than the caches are random DRAM reads, and this
 // many in flight hide most of their latency.
 inline constexpr size_t kRowPrefetchDistance = 16;
+// Gathers, lookups and updates of at least this many rows are split over
+// the cores (util/thread_pool.h).
+inline constexpr int64_t kParallelRows = 16384;
 
 // Prefetches every cache line of a row of `floats` floats (for writing if
 // `write`).

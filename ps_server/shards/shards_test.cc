@@ -219,6 +219,59 @@ TEST(HashEmbeddingShardTest, PreparedRowsAreAppliedAndRepeatsSummed) {
   EXPECT_EQ(before, after);
 }
 
+// A push large enough to be applied and gathered on several threads, its
+// gradient in three pieces whose wire slices cut rows at odd byte offsets
+// (rows straddling slices are assembled in a buffer): every row gets
+// exactly its own gradient.
+TEST(HashEmbeddingShardTest, LargeSlicedPushesApplyEachRowItsOwnGradient) {
+  ShardMap map = MapWith(Spec(HASH_EMBEDDING, {0, 3}, 1, OptimizerSpec::SGD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  HashEmbeddingShard shard(layout, 0, opt.get(), init);
+  const size_t n = 5 * kParallelRows + 7;
+  std::vector<int64_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int64_t>(i * 7919 + 3);
+  std::vector<float> grads(n * 3);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.001f * (i % 997);
+  // Three pieces of about a third of the rows each; each piece cut into
+  // slices every 4,099 bytes (not a multiple of a row or of a float).
+  const char* bytes = reinterpret_cast<const char*>(grads.data());
+  const size_t row_bytes = 3 * sizeof(float);
+  const size_t piece_rows[3] = {n / 3, n / 3, n - 2 * (n / 3)};
+  std::vector<std::vector<absl::string_view>> slices(3);
+  std::vector<PayloadView> pieces;
+  size_t offset = 0;
+  for (int p = 0; p < 3; ++p) {
+    const size_t size = piece_rows[p] * row_bytes;
+    for (size_t at = 0; at < size; at += 4099) {
+      slices[p].emplace_back(bytes + offset + at,
+                             std::min<size_t>(4099, size - at));
+    }
+    pieces.emplace_back(slices[p].data(), slices[p].size(), size);
+    offset += size;
+  }
+  ShardUpdate update;
+  update.learning_rate = 1.0f;
+  update.ids = ids;
+  update.grads = pieces;
+  ASSERT_TRUE(shard.Prepare(&update, 1.0f).ok());
+  {
+    absl::MutexLock lock(shard.mutex());
+    std::vector<float> undo(n * shard.row_stride());
+    ASSERT_TRUE(shard.ApplyLocked(update, undo.data()).ok());
+  }
+  std::vector<float> values(n * 3);
+  shard.Gather(ids, values.data());
+  for (size_t i = 0; i < n; ++i) {
+    for (int d = 0; d < 3; ++d) {
+      ASSERT_FLOAT_EQ(values[i * 3 + d],
+                      init.Value(ids[i], d) - grads[i * 3 + d])
+          << "row " << i << " float " << d;
+    }
+  }
+}
+
 TEST(DenseShardTest, ConcurrentReadsNeverSeeHalfAnUpdate) {
   VariableSpec spec = Spec(DENSE, {4096}, 1, OptimizerSpec::SGD);
   spec.mutable_initializer()->set_kind(InitializerSpec::ZEROS);
