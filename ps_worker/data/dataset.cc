@@ -180,6 +180,10 @@ class EpochBatcher {
     if (batch_.size < options_.batch_size) return true;
     Batch full;
     std::swap(full, batch_);
+    // The next batch's columns sized as this one's: growing them from empty
+    // copied each column about twice over (10% of a --compute=none
+    // worker's CPU at batch 8,192).
+    batch_.ReserveLike(full);
     return emit_(std::move(full));
   }
 

@@ -48,6 +48,16 @@ struct Batch {
     dense.clear();
   }
 
+  // Room for a batch the size of `other` (with 1/8 to spare).
+  void ReserveLike(const Batch& other) {
+    auto room = [](size_t n) { return n + n / 8; };
+    labels.reserve(room(other.labels.size()));
+    ids.reserve(room(other.ids.size()));
+    values.reserve(room(other.values.size()));
+    offsets.reserve(room(other.offsets.size()));
+    dense.reserve(room(other.dense.size()));
+  }
+
   // Appends an example. REQUIRES: its dense size equals dense_dim (or the
   // batch is empty).
   void Add(const Example& e) {
