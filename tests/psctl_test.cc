@@ -2,8 +2,12 @@
 // servers hold (shards, bytes, requests), a checkpoint it asks for is
 // written and then listed with the bytes each PS wrote, and partial or
 // corrupt checkpoints are reported as such instead of crashing the listing.
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -13,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
+#include "tests/worker_output.h"
 
 namespace psrt {
 namespace {
@@ -198,6 +203,138 @@ TEST_F(PsctlTest, CheckpointThenCheckpointsListsItWithBytesPerPs) {
     rows += n;
   }
   EXPECT_EQ(rows, kDenseFloats + kVocab) << list.output;
+}
+
+// The float32 data of a .npy file psctl export wrote, and its shape text.
+std::vector<float> ReadNpyFloats(const std::string& path, std::string* shape) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  const size_t header_end = bytes.find('\n') + 1;
+  EXPECT_EQ(header_end % 64, 0u) << "the data must start 64-byte aligned";
+  const size_t at = bytes.find("'shape': (");
+  *shape = bytes.substr(at + 10, bytes.find(')', at) - at - 10);
+  std::vector<float> out((bytes.size() - header_end) / sizeof(float));
+  std::memcpy(out.data(), bytes.data() + header_end, out.size() * 4);
+  return out;
+}
+
+// psctl export: a checkpoint of a 2-PS cluster as numpy files, every
+// shard of each variable in its place.
+TEST_F(PsctlTest, ExportWritesEachVariableWholeAsNumpy) {
+  std::vector<float> grad(kDenseFloats);
+  for (int64_t i = 0; i < kDenseFloats; ++i) grad[i] = 0.001f * (i % 1000);
+  ASSERT_TRUE(client_->PushDense("w", grad.data()).ok());
+  ASSERT_EQ(Psctl({"checkpoint"}).exit_code, 0);
+  const std::string out = FreshTestDir("psctl_export");
+  auto run = RunPrograms("tools/psctl/psctl",
+                         {absl::StrCat("--checkpoint_uri=", root_),
+                          absl::StrCat("--out=", out), "export"},
+                         {""}, absl::Seconds(60))[0];
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "2 variables")) << run.output;
+  std::string shape;
+  std::vector<float> w = ReadNpyFloats(out + "/w.npy", &shape);
+  EXPECT_EQ(shape, "100000,");
+  ASSERT_EQ(w.size(), static_cast<size_t>(kDenseFloats));
+  for (int64_t i = 0; i < kDenseFloats; ++i) {
+    ASSERT_FLOAT_EQ(w[i], -0.5f * grad[i]) << i;  // zeros, one SGD step
+  }
+  std::vector<float> emb = ReadNpyFloats(out + "/emb.npy", &shape);
+  EXPECT_EQ(shape, "2000, 16");
+  EXPECT_EQ(emb.size(), static_cast<size_t>(kVocab * kDim));
+  std::ifstream index(out + "/index.json");
+  std::string json((std::istreambuf_iterator<char>(index)),
+                   std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(json, "\"name\": \"w\", \"kind\": \"DENSE\""))
+      << json;
+
+  // A shard file that lost its last byte is named, and nothing is claimed.
+  const std::string latest = root_ + "/" + [&] {
+    std::ifstream f(root_ + "/latest");
+    std::string name;
+    std::getline(f, name);
+    return name;
+  }();
+  const std::string victim = latest + "/w.shard-00001-of-00002";
+  std::filesystem::resize_file(victim, std::filesystem::file_size(victim) - 1);
+  auto broken = RunPrograms("tools/psctl/psctl",
+                            {absl::StrCat("--checkpoint_uri=", root_),
+                             absl::StrCat("--out=", out + "2"), "export"},
+                            {""}, absl::Seconds(60))[0];
+  EXPECT_EQ(broken.exit_code, 1) << broken.output;
+  EXPECT_TRUE(absl::StrContains(broken.output, "w.shard-00001-of-00002"))
+      << broken.output;
+}
+
+// The export is the trained model: logistic regression trained by
+// ps_worker on a 2-PS cluster, exported, and evaluated again by a pure
+// numpy forward pass (tests/export/numpy_lr_auc.py) gives the AUC the
+// worker reported.
+TEST(PsctlExportTest, NumpyReproducesTheWorkersEvalAuc) {
+  const std::string dir = FreshTestDir("export_lr");
+  // Planted logistic regression: 2,000 ids, 8 per example.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> weight(0.0f, 1.0f);
+  std::vector<float> truth(2000);
+  for (float& t : truth) t = weight(rng);
+  auto write = [&](const std::string& path, int examples) {
+    std::ofstream out(path);
+    std::uniform_int_distribution<int> id(0, 1999);
+    std::uniform_real_distribution<float> u(0, 1);
+    for (int e = 0; e < examples; ++e) {
+      std::vector<int> ids(8);
+      float z = -0.3f;
+      for (int& i : ids) {
+        i = id(rng);
+        z += 0.5f * truth[i];
+      }
+      out << (u(rng) < 1 / (1 + std::exp(-z)) ? 1 : 0);
+      for (int i : ids) out << " " << i << ":1";
+      out << "\n";
+    }
+  };
+  write(dir + "/train.libsvm", 8000);
+  write(dir + "/eval.libsvm", 2000);
+  const std::string root = dir + "/checkpoints";
+  auto cluster = LocalCluster::Start(
+      {.num_ps = 2,
+       .extra_flags = {absl::StrCat("--checkpoint_uri=", root),
+                       "--checkpoint_on_shutdown=false"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto worker = (*cluster)->RunWorkers(
+      "ps_worker/ps_worker",
+      {"--model=lr", "--vocab=0", "--format=libsvm",
+       absl::StrCat("--train_files=", dir, "/train.libsvm"),
+       absl::StrCat("--eval_files=", dir, "/eval.libsvm"), "--epochs=3",
+       "--batch_size=128", "--learning_rate=0.1", "--shuffle_buffer=0"},
+      {0}, absl::Minutes(3))[0];
+  ASSERT_EQ(worker.exit_code, 0) << worker.output;
+  const double worker_auc = LastMetric(worker.output, "eval_auc");
+  EXPECT_GT(worker_auc, 0.7) << worker.output;  // 0.5: untrained
+
+  auto checkpoint = RunPrograms(
+      "tools/psctl/psctl",
+      {absl::StrCat("--cluster=", ClusterSpecToJson((*cluster)->spec())),
+       "checkpoint"},
+      {""}, absl::Seconds(60))[0];
+  ASSERT_EQ(checkpoint.exit_code, 0) << checkpoint.output;
+  const std::string out = dir + "/export";
+  auto exported = RunPrograms("tools/psctl/psctl",
+                              {absl::StrCat("--checkpoint_uri=", root),
+                               absl::StrCat("--out=", out), "export"},
+                              {""}, absl::Seconds(60))[0];
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto numpy = RunPrograms(
+      "/usr/bin/python3",
+      {"tests/export/numpy_lr_auc.py", absl::StrCat("--export=", out),
+       absl::StrCat("--eval=", dir, "/eval.libsvm")},
+      {""}, absl::Seconds(120))[0];
+  ASSERT_EQ(numpy.exit_code, 0) << numpy.output;
+  EXPECT_NEAR(LastMetric(numpy.output, "auc"), worker_auc, 1e-4)
+      << numpy.output << worker.output;
+  EXPECT_EQ(LastMetric(numpy.output, "examples"), 2000) << numpy.output;
 }
 
 TEST_F(PsctlTest, BadCommandsExitWithUsage) {

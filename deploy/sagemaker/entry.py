@@ -87,8 +87,10 @@ def find_binary(name):
     here = os.path.dirname(os.path.abspath(__file__))
     for path in (
         os.path.join(bin_dir, name, name),
+        os.path.join(bin_dir, "tools", name, name),
         os.path.join(bin_dir, name),
         os.path.join(here, "..", "..", "bazel-bin", name, name),
+        os.path.join(here, "..", "..", "bazel-bin", "tools", name, name),
         shutil.which(name) or "",
     ):
         if path and os.access(path, os.X_OK):
@@ -396,6 +398,29 @@ def write_model_pointer(cfg, checkpoint_uri, worker_tail):
         )
 
 
+def export_model(cfg, checkpoint_uri, per_host):
+    """The chief's SM_MODEL_DIR/export: the final checkpoint as numpy files
+    (psctl export), loadable without psrt. Needs every PS's shards in one
+    place: a shared checkpoint_uri (S3 or EFS); with per-host checkpoints
+    the chief holds only its own PS's, so it says so instead."""
+    out = os.path.join(cfg.model_dir, "export")
+    if per_host and len(cfg.hosts) > 1:
+        log(
+            "no numpy export in SM_MODEL_DIR: each host checkpointed to its own "
+            "disk; set the checkpoint_uri hyperparameter (S3 or EFS) to get one, "
+            "or run psctl export on the synced checkpoint_s3_uri"
+        )
+        return False
+    result = subprocess.run(
+        [find_binary("psctl"), f"--checkpoint_uri={checkpoint_uri}", f"--out={out}", "export"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    log(result.stdout.strip())
+    return result.returncode == 0
+
+
 def write_failure(cfg, program, status, tail):
     """SageMaker shows /opt/ml/output/failure as the job's failure reason."""
     with open(os.path.join(cfg.output_dir, "failure"), "w") as f:
@@ -429,6 +454,8 @@ def main():
     ps_code = supervisor.stop_ps()
     if code == 0 and cfg.chief:
         write_model_pointer(cfg, checkpoint_uri, supervisor.worker_tail)
+        if ps_code in (0, -signal.SIGTERM):
+            export_model(cfg, checkpoint_uri, per_host=not hp.get("checkpoint_uri"))
     state.set(finished=True)
     if cfg.chief and len(cfg.hosts) > 1:
         time.sleep(3)  # let the others see "finished" before the port closes

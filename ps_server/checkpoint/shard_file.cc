@@ -30,8 +30,7 @@ uint32_t GetU32(const char* p) {
 
 }  // namespace
 
-std::string ShardFileName(absl::string_view variable, int shard,
-                          int num_shards) {
+std::string VariableFileStem(absl::string_view variable) {
   std::string out;
   for (unsigned char c : variable) {
     if (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-') {
@@ -40,8 +39,13 @@ std::string ShardFileName(absl::string_view variable, int shard,
       absl::StrAppendFormat(&out, "%%%02X", c);
     }
   }
-  absl::StrAppendFormat(&out, ".shard-%05d-of-%05d", shard, num_shards);
   return out;
+}
+
+std::string ShardFileName(absl::string_view variable, int shard,
+                          int num_shards) {
+  return absl::StrFormat("%s.shard-%05d-of-%05d", VariableFileStem(variable),
+                         shard, num_shards);
 }
 
 absl::Status WriteShardFile(const LocalVariable& variable, int shard,

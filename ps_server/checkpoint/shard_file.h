@@ -59,8 +59,12 @@ uint32_t ShardFileCrc(absl::string_view data);
 // Crc32c(data) whenever the trailer is right.
 uint32_t ShardFileWholeCrc(absl::string_view data);
 
-// The file name of a shard inside a checkpoint: the variable name with
-// anything outside [A-Za-z0-9._-] percent-encoded, plus the shard number.
+// A variable name as a file name: anything outside [A-Za-z0-9._-]
+// percent-encoded ('/' -> %2F).
+std::string VariableFileStem(absl::string_view variable);
+
+// The file name of a shard inside a checkpoint: VariableFileStem plus the
+// shard number.
 std::string ShardFileName(absl::string_view variable, int shard,
                           int num_shards);
 

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 
 from netns_util import ROOT, needs_netns, netns, read, wait_for
 
@@ -277,6 +278,19 @@ def test_pipe_mode_and_a_failing_worker(data, tmp_path):
     assert codes == [0], log[-3000:]
     assert "train_{epoch}" in log
     assert "done: steps=235 examples=60000" in log, log[-2000:]
+    # One host holds every shard: the chief exported the final checkpoint
+    # to SM_MODEL_DIR/export as numpy files (psctl export).
+    export = os.path.join(job.roots[0], "model", "export")
+    index = json.load(open(os.path.join(export, "index.json")))
+    names = {v["name"] for v in index["variables"]}
+    assert {"deepfm/linear/weights", "deepfm/linear/bias"} <= names, names
+    for v in index["variables"]:
+        values = np.load(os.path.join(export, v["file"]))
+        assert values.dtype == np.float32 and values.shape[0] == v["rows"], v
+        if "ids_file" in v:  # hash embeddings: the id of each row, sorted
+            ids = np.load(os.path.join(export, v["ids_file"]))
+            assert ids.shape == (v["rows"],) and (np.diff(ids) > 0).all(), v
+        assert np.isfinite(values).all() and values.any(), v["name"]
 
     # A bad hyperparameter: the worker fails, the entry point reports why.
     job = Job(

@@ -21,6 +21,7 @@
 #include "partitioner/variable_spec.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "storage/storage.h"
+#include "tools/psctl/checkpoint_export.h"
 
 DEFINE_string(cluster, "",
               "Cluster spec (TF_CONFIG-style JSON or file); empty: TF_CONFIG, "
@@ -35,6 +36,11 @@ DEFINE_double(checkpoint_timeout_secs, 3600,
 DEFINE_string(s3_endpoint, "", "checkpoints: S3-compatible endpoint.");
 DEFINE_string(s3_region, "", "checkpoints: region to sign for.");
 DEFINE_bool(shards, false, "checkpoints: also list every shard file.");
+DEFINE_string(checkpoint_name, "",
+              "export: which checkpoint under --checkpoint_uri (default: "
+              "its latest, or --checkpoint_uri itself if it is one).");
+DEFINE_string(out, "",
+              "export: local directory for the .npy files and index.json.");
 
 namespace psrt {
 namespace {
@@ -226,6 +232,60 @@ int ListCheckpointsCommand() {
   return 0;
 }
 
+// The checkpoint as numpy files (checkpoint_export.h).
+int ExportCommand() {
+  if (FLAGS_checkpoint_uri.empty() || FLAGS_out.empty()) {
+    std::cerr << "psctl export: --checkpoint_uri and --out are required\n";
+    return 2;
+  }
+  S3Options s3;
+  s3.endpoint = FLAGS_s3_endpoint;
+  s3.region = FLAGS_s3_region;
+  auto root = OpenStorage(FLAGS_checkpoint_uri, s3);
+  if (!root.ok()) {
+    std::cerr << "psctl: " << root.status() << "\n";
+    return 2;
+  }
+  std::string name = FLAGS_checkpoint_name;
+  if (name.empty()) {
+    auto latest = ReadLatest(**root);
+    if (latest.ok()) {
+      name = *latest;
+    } else if (!absl::IsNotFound(latest.status())) {
+      std::cerr << "psctl: " << latest.status() << "\n";
+      return 1;
+    }
+  } else if (absl::Status s = CheckCheckpointName(name); !s.ok()) {
+    std::cerr << "psctl: --checkpoint_name: " << s << "\n";
+    return 2;
+  }
+  // No `latest`: --checkpoint_uri names one checkpoint.
+  auto checkpoint = name.empty()
+                        ? std::move(root)
+                        : OpenStorage(JoinUri(FLAGS_checkpoint_uri, name), s3);
+  if (!checkpoint.ok()) {
+    std::cerr << "psctl: " << checkpoint.status() << "\n";
+    return 2;
+  }
+  auto manifest = ReadManifest(**checkpoint, "");
+  if (!manifest.ok()) {
+    std::cerr << "psctl: " << manifest.status() << "\n";
+    return 1;
+  }
+  auto summary = ExportCheckpoint(**checkpoint, *manifest, FLAGS_out);
+  if (!summary.ok()) {
+    std::cerr << "psctl: export of " << manifest->name()
+              << " failed: " << summary.status() << "\n";
+    return 1;
+  }
+  std::cout << "exported " << manifest->name() << " (global step "
+            << manifest->global_step() << "): " << summary->variables
+            << " variables, " << summary->rows << " rows, "
+            << Bytes(summary->bytes) << " to " << FLAGS_out
+            << " (index.json)\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace psrt
 
@@ -233,19 +293,21 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "Inspects a running psrt cluster.\n"
       "  psctl [--cluster=JSON|FILE] status|variables|balance|checkpoint\n"
-      "  psctl --checkpoint_uri=URI checkpoints");
+      "  psctl --checkpoint_uri=URI checkpoints\n"
+      "  psctl --checkpoint_uri=URI [--checkpoint_name=NAME] --out=DIR export");
   FLAGS_logtostderr = true;
   psrt::HandleHelpFlag(argc, argv, "tools/psctl/");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   if (argc != 2) {
     std::cerr << "usage: psctl [--cluster=...] "
-                 "status|variables|balance|checkpoint|checkpoints\n";
+                 "status|variables|balance|checkpoint|checkpoints|export\n";
     return 2;
   }
   if (std::string(argv[1]) == "checkpoints") {
     return psrt::ListCheckpointsCommand();
   }
+  if (std::string(argv[1]) == "export") return psrt::ExportCommand();
   auto cluster = psrt::LoadClusterSpec(FLAGS_cluster, 2223);
   if (!cluster.ok()) {
     std::cerr << "psctl: " << cluster.status() << "\n";
@@ -283,6 +345,7 @@ int main(int argc, char** argv) {
   if (command == "balance") return psrt::Balance(client->get());
   if (command == "checkpoint") return psrt::TakeCheckpoint(client->get());
   std::cerr << "psctl: unknown command '" << command
-            << "' (status, variables, balance, checkpoint, checkpoints)\n";
+            << "' (status, variables, balance, checkpoint, checkpoints, "
+               "export)\n";
   return 2;
 }
