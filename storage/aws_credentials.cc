@@ -4,14 +4,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "storage/http_client.h"
+#include "storage/s3_xml.h"
 
 namespace psrt {
 namespace {
@@ -47,6 +50,36 @@ absl::StatusOr<AwsCredentials> ParseTemporary(absl::string_view json,
     }
   }
   return c;
+}
+
+// The whole of a small file with surrounding whitespace removed (a token
+// file), or NOT_FOUND naming it.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          absl::string_view variable) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(variable, "=", path, ": cannot read the file"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return std::string(absl::StripAsciiWhitespace(text.str()));
+}
+
+// STS's regional endpoint for the configured region (AWS_REGION or
+// AWS_DEFAULT_REGION), the global one without a region;
+// AWS_ENDPOINT_URL_STS overrides both (as in the AWS SDKs).
+std::string StsEndpoint() {
+  std::string endpoint = Env("AWS_ENDPOINT_URL_STS");
+  if (!endpoint.empty()) {
+    while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+    return endpoint;
+  }
+  std::string region = Env("AWS_REGION");
+  if (region.empty()) region = Env("AWS_DEFAULT_REGION");
+  if (region.empty()) return "https://sts.amazonaws.com";
+  return absl::StrCat("https://sts.", region, ".amazonaws.com",
+                      absl::StartsWith(region, "cn-") ? ".cn" : "");
 }
 
 absl::StatusOr<HttpResponse> Fetch(HttpRequest request,
@@ -109,43 +142,148 @@ absl::StatusOr<AwsCredentials> CredentialsFromEnvironment() {
   return c;
 }
 
-absl::StatusOr<AwsCredentials> CredentialsFromSharedFile() {
-  std::string path = Env("AWS_SHARED_CREDENTIALS_FILE");
-  if (path.empty()) {
-    const std::string home = Env("HOME");
-    if (home.empty()) return absl::NotFoundError("HOME is not set");
-    path = home + "/.aws/credentials";
+absl::StatusOr<AwsCredentials> CredentialsFromWebIdentity() {
+  const std::string token_file = Env("AWS_WEB_IDENTITY_TOKEN_FILE");
+  const std::string role_arn = Env("AWS_ROLE_ARN");
+  if (token_file.empty() && role_arn.empty()) {
+    return absl::NotFoundError(
+        "AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN are not set");
   }
+  if (token_file.empty() || role_arn.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "web identity needs both AWS_WEB_IDENTITY_TOKEN_FILE and "
+        "AWS_ROLE_ARN; ",
+        token_file.empty() ? "AWS_WEB_IDENTITY_TOKEN_FILE" : "AWS_ROLE_ARN",
+        " is not set"));
+  }
+  // Read on every refresh: EKS rotates the projected token file.
+  auto token = ReadTokenFile(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE");
+  if (!token.ok()) return absl::InvalidArgumentError(token.status().message());
+  std::string session = Env("AWS_ROLE_SESSION_NAME");
+  if (session.empty()) {
+    session = absl::StrCat("psrt-", absl::ToUnixMillis(absl::Now()));
+  }
+  const std::string body = absl::StrCat(
+      "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=",
+      UriEncode(role_arn, false),
+      "&RoleSessionName=", UriEncode(session, false),
+      "&WebIdentityToken=", UriEncode(*token, false));
+  HttpRequest request;
+  request.method = "POST";
+  request.url = StsEndpoint() + "/";
+  request.headers.push_back(
+      {"Content-Type", "application/x-www-form-urlencoded"});
+  request.body = body;
+  const std::string source =
+      absl::StrCat("web identity (STS AssumeRoleWithWebIdentity at ",
+                   request.url, " as ", role_arn, ")");
+  auto response = Fetch(request, source);
+  if (!response.ok()) return response.status();
+  AwsCredentials c;
+  c.source = source;
+  c.access_key_id = XmlFirst(response->body, "AccessKeyId");
+  c.secret_access_key = XmlFirst(response->body, "SecretAccessKey");
+  c.session_token = XmlFirst(response->body, "SessionToken");
+  if (c.access_key_id.empty() || c.secret_access_key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source,
+        " answered without credentials: ", response->body.substr(0, 200)));
+  }
+  const std::string expiration = XmlFirst(response->body, "Expiration");
+  std::string error;
+  if (!expiration.empty() &&
+      !absl::ParseTime(absl::RFC3339_full, expiration, &c.expiration, &error)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": cannot parse Expiration '", expiration, "': ", error));
+  }
+  return c;
+}
+
+absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ReadIniSection(
+    const std::string& path, absl::string_view section) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
-  std::string profile = Env("AWS_PROFILE");
-  if (profile.empty()) profile = "default";
-  AwsCredentials c;
-  c.source = absl::StrCat(path, " [", profile, "]");
-  std::string line, section;
+  absl::flat_hash_map<std::string, std::string> values;
+  std::string line, current;
   while (std::getline(in, line)) {
     absl::string_view l = absl::StripAsciiWhitespace(line);
     if (l.empty() || l[0] == '#' || l[0] == ';') continue;
     if (l.front() == '[' && l.back() == ']') {
-      section =
+      current =
           std::string(absl::StripAsciiWhitespace(l.substr(1, l.size() - 2)));
       continue;
     }
-    if (section != profile) continue;
+    if (current != section) continue;
     std::pair<std::string, std::string> kv =
         absl::StrSplit(l, absl::MaxSplits('=', 1));
-    const std::string key(absl::StripAsciiWhitespace(kv.first));
-    const std::string value(absl::StripAsciiWhitespace(kv.second));
-    if (key == "aws_access_key_id") c.access_key_id = value;
-    if (key == "aws_secret_access_key") c.secret_access_key = value;
-    if (key == "aws_session_token") c.session_token = value;
+    values[std::string(absl::StripAsciiWhitespace(kv.first))] =
+        std::string(absl::StripAsciiWhitespace(kv.second));
   }
-  if (c.access_key_id.empty() || c.secret_access_key.empty()) {
-    return absl::NotFoundError(absl::StrCat(
+  return values;
+}
+
+namespace {
+
+std::string AwsFile(const char* variable, const char* name) {
+  const std::string path = Env(variable);
+  if (!path.empty()) return path;
+  const std::string home = Env("HOME");
+  return home.empty() ? "" : absl::StrCat(home, "/.aws/", name);
+}
+
+std::string Profile() {
+  const std::string profile = Env("AWS_PROFILE");
+  return profile.empty() ? "default" : profile;
+}
+
+// The profile's section of ~/.aws/config: "[default]" or "[profile NAME]".
+absl::StatusOr<absl::flat_hash_map<std::string, std::string>>
+ConfigFileProfile() {
+  const std::string path = AwsFile("AWS_CONFIG_FILE", "config");
+  if (path.empty()) return absl::NotFoundError("HOME is not set");
+  const std::string profile = Profile();
+  return ReadIniSection(
+      path, profile == "default" ? profile : absl::StrCat("profile ", profile));
+}
+
+}  // namespace
+
+absl::StatusOr<AwsCredentials> CredentialsFromSharedFile() {
+  const std::string profile = Profile();
+  // The credentials file first, then the config file, which may hold keys
+  // too (as `aws configure` can write them).
+  std::vector<std::string> looked;
+  for (const bool config : {false, true}) {
+    const std::string path =
+        config ? AwsFile("AWS_CONFIG_FILE", "config")
+               : AwsFile("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+    if (path.empty()) return absl::NotFoundError("HOME is not set");
+    auto values = config ? ConfigFileProfile() : ReadIniSection(path, profile);
+    if (!values.ok()) {
+      looked.push_back(std::string(values.status().message()));
+      continue;
+    }
+    AwsCredentials c;
+    c.source = absl::StrCat(path, " [", profile, "]");
+    c.access_key_id = (*values)["aws_access_key_id"];
+    c.secret_access_key = (*values)["aws_secret_access_key"];
+    c.session_token = (*values)["aws_session_token"];
+    if (!c.access_key_id.empty() && !c.secret_access_key.empty()) return c;
+    looked.push_back(absl::StrCat(
         path, " has no aws_access_key_id/aws_secret_access_key in profile ",
         profile));
   }
-  return c;
+  return absl::NotFoundError(absl::StrJoin(looked, "; "));
+}
+
+std::string AwsRegionFromEnvironmentOrConfig() {
+  for (const char* variable : {"AWS_REGION", "AWS_DEFAULT_REGION"}) {
+    const std::string region = Env(variable);
+    if (!region.empty()) return region;
+  }
+  auto profile = ConfigFileProfile();
+  if (profile.ok()) return (*profile)["region"];
+  return "";
 }
 
 absl::StatusOr<AwsCredentials> CredentialsFromContainer() {
@@ -160,7 +298,17 @@ absl::StatusOr<AwsCredentials> CredentialsFromContainer() {
     return absl::NotFoundError(
         "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI/FULL_URI are not set");
   }
-  const std::string token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  std::string token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+  // EKS Pod Identity hands the token as a file (rotated: read each time).
+  const std::string token_file = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+  if (token.empty() && !token_file.empty()) {
+    auto from_file =
+        ReadTokenFile(token_file, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+    if (!from_file.ok()) {
+      return absl::InvalidArgumentError(from_file.status().message());
+    }
+    token = *from_file;
+  }
   if (!token.empty()) request.headers.push_back({"Authorization", token});
   const std::string source =
       absl::StrCat("container credentials ", request.url);
@@ -208,9 +356,9 @@ absl::StatusOr<AwsCredentials> AwsCredentialsProvider::Get() {
     return credentials_;
   }
   std::vector<std::string> tried;
-  for (auto* source :
-       {&CredentialsFromEnvironment, &CredentialsFromSharedFile,
-        &CredentialsFromContainer, &CredentialsFromInstanceMetadata}) {
+  for (auto* source : {&CredentialsFromEnvironment, &CredentialsFromWebIdentity,
+                       &CredentialsFromSharedFile, &CredentialsFromContainer,
+                       &CredentialsFromInstanceMetadata}) {
     auto c = source();
     if (c.ok()) {
       LOG(INFO) << "AWS credentials from " << c->source;

@@ -5,10 +5,13 @@
 
 #include <civetweb.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -49,6 +52,10 @@ class FakeCredentialServer {
     absl::MutexLock l(&mu_);
     return expiring_requests_;
   }
+  std::vector<std::string> sts_bodies() {
+    absl::MutexLock l(&mu_);
+    return sts_bodies_;
+  }
 
  private:
   static void Reply(mg_connection* conn, int status, const std::string& body) {
@@ -81,6 +88,45 @@ class FakeCredentialServer {
                            R"(", "Expiration": ")", expiration, R"("})"));
         return 1;
       }
+    }
+    // STS AssumeRoleWithWebIdentity: a form POST; the role and the token
+    // (the token file's contents) must be the ones configured.
+    if (uri == "/" && method == "POST") {
+      std::string body(4096, '\0');
+      body.resize(std::max(0, mg_read(conn, body.data(), body.size())));
+      {
+        absl::MutexLock l(&self->mu_);
+        self->sts_bodies_.push_back(body);
+      }
+      const bool ok =
+          absl::StrContains(body, "Action=AssumeRoleWithWebIdentity") &&
+          absl::StrContains(
+              body, "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fps") &&
+          absl::StrContains(body, "WebIdentityToken=eyJ.projected.token") &&
+          absl::StrContains(body, "RoleSessionName=");
+      if (!ok) {
+        Reply(conn, 400,
+              "<ErrorResponse><Error><Code>InvalidIdentityToken</Code>"
+              "<Message>bad token</Message></Error></ErrorResponse>");
+        return 1;
+      }
+      Reply(conn, 200,
+            "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentity"
+            "Result><Credentials><AccessKeyId>ASIAWEBID</AccessKeyId>"
+            "<SecretAccessKey>web/secret</SecretAccessKey><SessionToken>"
+            "web-session</SessionToken><Expiration>2099-01-01T00:00:00Z"
+            "</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
+            "</AssumeRoleWithWebIdentityResponse>");
+      return 1;
+    }
+    // EKS Pod Identity: the full URI, the token from the token file.
+    if (uri == "/v1/credentials") {
+      const char* auth = mg_get_header(conn, "Authorization");
+      Reply(conn,
+            auth != nullptr && std::string(auth) == "pod-identity-jwt" ? 200
+                                                                       : 401,
+            kTemporary);
+      return 1;
     }
     // Container endpoint: the relative URI, with the authorization token.
     if (uri == "/v2/credentials/abc") {
@@ -120,6 +166,7 @@ class FakeCredentialServer {
   absl::Mutex mu_;
   int token_requests_ = 0;
   int expiring_requests_ = 0;
+  std::vector<std::string> sts_bodies_;
 };
 
 class AwsCredentialsTest : public ::testing::Test {
@@ -131,6 +178,10 @@ class AwsCredentialsTest : public ::testing::Test {
           "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
           "AWS_CONTAINER_CREDENTIALS_FULL_URI",
           "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+          "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+          "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+          "AWS_ROLE_SESSION_NAME", "AWS_ENDPOINT_URL_STS", "AWS_REGION",
+          "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE",
           "PSRT_AWS_CONTAINER_CREDENTIALS_HOST",
           "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_DISABLED"}) {
       unsetenv(v);
@@ -173,6 +224,90 @@ TEST_F(AwsCredentialsTest, SharedCredentialsFileWithProfile) {
   EXPECT_EQ(c->session_token, "traintoken");
   setenv("AWS_PROFILE", "absent", 1);
   EXPECT_FALSE(CredentialsFromSharedFile().ok());
+}
+
+// EKS IAM roles for service accounts: the projected token exchanged at STS.
+TEST_F(AwsCredentialsTest, WebIdentityAsEksProvidesIt) {
+  FakeCredentialServer server;
+  const std::string token = absl::StrCat(std::getenv("HOME"), "/token");
+  std::ofstream(token) << "eyJ.projected.token\n";
+  setenv("AWS_WEB_IDENTITY_TOKEN_FILE", token.c_str(), 1);
+  setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/ps", 1);
+  setenv("AWS_ROLE_SESSION_NAME", "trainer-7", 1);
+  setenv("AWS_ENDPOINT_URL_STS", server.base().c_str(), 1);
+  AwsCredentialsProvider provider;
+  auto c = provider.Get();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key_id, "ASIAWEBID");
+  EXPECT_EQ(c->secret_access_key, "web/secret");
+  EXPECT_EQ(c->session_token, "web-session");
+  EXPECT_EQ(c->expiration, absl::FromCivil(absl::CivilSecond(2099, 1, 1),
+                                           absl::UTCTimeZone()));
+  ASSERT_EQ(server.sts_bodies().size(), 1u);
+  EXPECT_TRUE(
+      absl::StrContains(server.sts_bodies()[0], "RoleSessionName=trainer-7"))
+      << server.sts_bodies()[0];
+  // The token file is read at each fetch (EKS rotates it): a bad token is
+  // STS's error, named, not a fall-through to other sources.
+  std::ofstream(token) << "expired";
+  auto bad = CredentialsFromWebIdentity();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "InvalidIdentityToken"))
+      << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(),
+                                "arn:aws:iam::123456789012:role/ps"))
+      << bad.status();
+  // Half configured: says which variable is missing.
+  unsetenv("AWS_ROLE_ARN");
+  auto half = CredentialsFromWebIdentity();
+  EXPECT_EQ(half.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(half.status().message(), "AWS_ROLE_ARN"));
+  // The regional STS endpoint follows AWS_REGION when not overridden.
+  unsetenv("AWS_ENDPOINT_URL_STS");
+  setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/ps", 1);
+  setenv("AWS_REGION", "eu-west-1", 1);
+  setenv("AWS_WEB_IDENTITY_TOKEN_FILE", "/nonexistent/token", 1);
+  auto unreadable = CredentialsFromWebIdentity();
+  EXPECT_TRUE(
+      absl::StrContains(unreadable.status().message(), "/nonexistent/token"))
+      << unreadable.status();
+}
+
+// EKS Pod Identity: the full URI and a token file instead of a token.
+TEST_F(AwsCredentialsTest, PodIdentityTokenFile) {
+  FakeCredentialServer server;
+  const std::string token = absl::StrCat(std::getenv("HOME"), "/pod-token");
+  std::ofstream(token) << "pod-identity-jwt\n";
+  setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI",
+         (server.base() + "/v1/credentials").c_str(), 1);
+  setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", token.c_str(), 1);
+  AwsCredentialsProvider provider;
+  auto c = provider.Get();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key_id, "ASIATEMPORARY");
+  std::ofstream(token) << "stale";
+  auto bad = CredentialsFromContainer();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "401"));
+}
+
+// ~/.aws/config: keys and region of "[profile NAME]" (or "[default]").
+TEST_F(AwsCredentialsTest, ConfigFileProfilesAndRegion) {
+  const std::string config = absl::StrCat(std::getenv("HOME"), "/config");
+  std::ofstream(config) << "[default]\nregion = us-west-2\n\n"
+                           "[profile training]\nregion=eu-central-1\n"
+                           "aws_access_key_id = AKIACONFIG\n"
+                           "aws_secret_access_key = configsecret\n";
+  setenv("AWS_CONFIG_FILE", config.c_str(), 1);
+  setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials", 1);
+  EXPECT_EQ(AwsRegionFromEnvironmentOrConfig(), "us-west-2");
+  setenv("AWS_PROFILE", "training", 1);
+  EXPECT_EQ(AwsRegionFromEnvironmentOrConfig(), "eu-central-1");
+  auto c = CredentialsFromSharedFile();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->access_key_id, "AKIACONFIG");
+  setenv("AWS_REGION", "ap-south-1", 1);  // the environment wins
+  EXPECT_EQ(AwsRegionFromEnvironmentOrConfig(), "ap-south-1");
 }
 
 TEST_F(AwsCredentialsTest, ContainerEndpointAsSageMakerProvidesIt) {

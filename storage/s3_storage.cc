@@ -30,11 +30,6 @@ namespace {
 
 constexpr int64_t kMinPartBytes = 5 << 20;
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
-
 class S3Storage final : public Storage {
  public:
   S3Storage(std::string bucket, std::string prefix, const S3Options& options)
@@ -42,8 +37,9 @@ class S3Storage final : public Storage {
         prefix_(std::move(prefix)),
         options_(options) {
     while (!prefix_.empty() && prefix_.back() == '/') prefix_.pop_back();
-    if (options_.region.empty()) options_.region = Env("AWS_REGION");
-    if (options_.region.empty()) options_.region = Env("AWS_DEFAULT_REGION");
+    if (options_.region.empty()) {
+      options_.region = AwsRegionFromEnvironmentOrConfig();
+    }
     if (options_.region.empty()) options_.region = "us-east-1";
     while (!options_.endpoint.empty() && options_.endpoint.back() == '/') {
       options_.endpoint.pop_back();
@@ -207,6 +203,20 @@ class S3Storage final : public Storage {
     if (code == "NoSuchBucket") {
       return absl::NotFoundError(
           absl::StrCat("bucket '", bucket_, "' does not exist (", text, ")"));
+    }
+    // A bucket in another region: S3 says which in a header (301
+    // PermanentRedirect, 400 on HEAD) or in the error's <Region>
+    // (AuthorizationHeaderMalformed).
+    std::string region = XmlFirst(r.body, "Region");
+    if (auto it = r.headers.find("x-amz-bucket-region");
+        it != r.headers.end()) {
+      region = it->second;
+    }
+    if (!region.empty() && region != options_.region) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("bucket '", bucket_, "' is in region ", region, ", not ",
+                       options_.region, ": set --s3_region=", region,
+                       " (or AWS_REGION=", region, ") (", text, ")"));
     }
     switch (r.status) {
       case 404:

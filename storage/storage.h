@@ -59,7 +59,9 @@ struct S3Options {
   // http(s)://host:port of an S3-compatible store (path-style requests);
   // empty: AWS, https://<bucket>.s3.<region>.amazonaws.com.
   std::string endpoint;
-  // Region to sign for; empty: $AWS_REGION, $AWS_DEFAULT_REGION, us-east-1.
+  // Region to sign for; empty: $AWS_REGION, $AWS_DEFAULT_REGION, the
+  // AWS_PROFILE profile's region in ~/.aws/config, us-east-1. A bucket in
+  // another region is FAILED_PRECONDITION naming the region to set.
   std::string region;
   // Objects larger than this go up as multipart uploads of this part size
   // (at least 5 MiB; grown where 10,000 parts would not suffice).
