@@ -31,17 +31,24 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-# s3rver from the npm registry, pinned, into /opt/psrt-node (tests find it
-# there or at $PSRT_S3RVER).
-install_s3rver() {
-  local prefix=/opt/psrt-node version=3.7.1
-  if [[ -x "$prefix/node_modules/.bin/s3rver" ]] &&
-    grep -q "\"version\": \"$version\"" "$prefix/node_modules/s3rver/package.json"; then
-    return
-  fi
-  echo "install_deps: installing s3rver@$version into $prefix"
+# From the npm registry, pinned, into /opt/psrt-node: s3rver (the S3
+# server the checkpoint tests use; tests find it there or at
+# $PSRT_S3RVER), and kubernetes-models + js-yaml (the Kubernetes API
+# schemas tests/deploy/test_kubernetes.py validates the manifests with).
+install_node_tools() {
+  local prefix=/opt/psrt-node
+  local wanted=(s3rver@3.7.1 kubernetes-models@5.1.0 js-yaml@4.1.0)
+  local missing_tools=()
+  for tool in "${wanted[@]}"; do
+    local name=${tool%@*} version=${tool##*@}
+    if ! grep -q "\"version\": \"$version\"" "$prefix/node_modules/$name/package.json" 2>/dev/null; then
+      missing_tools+=("$tool")
+    fi
+  done
+  ((${#missing_tools[@]} == 0)) && return
+  echo "install_deps: installing ${missing_tools[*]} into $prefix"
   $sudo mkdir -p "$prefix"
-  $sudo npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "s3rver@$version"
+  $sudo npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "${wanted[@]}"
 }
 
 sudo=""
@@ -50,7 +57,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#packages[@]} packages present"
-  install_s3rver
+  install_node_tools
   exit 0
 fi
 
@@ -62,4 +69,4 @@ echo "install_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-install_s3rver
+install_node_tools

@@ -1,23 +1,39 @@
-"""deploy/kubernetes/psrt.yaml: the fields psrt relies on are consistent.
+"""deploy/kubernetes/*.yaml: valid Kubernetes objects, and the fields psrt
+relies on are consistent.
 
 Every process finds the others through cluster.json, so its host names must
-be the StatefulSets' per-pod DNS names (<set>-<i>.<headless service>), as
-many as the replicas, on the ports the containers expose; the task index
-comes from the pod ordinal; the PS is probed over gRPC health on its port;
-and SIGTERM leaves time for the final checkpoint."""
+be the per-pod DNS names (<set or job>-<i>.<headless service>), as many as
+the replicas or completions, on the ports the containers expose; a server's
+task index comes from its ordinal, a worker's from its completion index;
+workers are a Job that ends; the PS is probed over gRPC health on its port,
+kept from voluntary disruption and scraped by Prometheus; memory limits are
+set (the PS's guard reads them); SIGTERM leaves time for the final
+checkpoint."""
 import json
 import os
 import re
+import shutil
+import subprocess
 
+import pytest
 import yaml
 
-MANIFEST = os.path.join(os.environ.get("TEST_SRCDIR", "."), "psrt", "deploy/kubernetes/psrt.yaml")
-if not os.path.exists(MANIFEST):
-    MANIFEST = "deploy/kubernetes/psrt.yaml"
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load():
-    with open(MANIFEST) as f:
+def source(path):
+    under_bazel = os.path.join(os.environ.get("TEST_SRCDIR", "."), "psrt", path)
+    return under_bazel if os.path.exists(under_bazel) else path
+
+
+MANIFEST = source("deploy/kubernetes/psrt.yaml")
+TFJOB = source("deploy/kubernetes/psrt-tfjob.yaml")
+# kubernetes-models and js-yaml, installed by tools/install_deps.sh.
+NODE_TOOLS = os.environ.get("PSRT_NODE_PREFIX", "/opt/psrt-node")
+
+
+def load(path=MANIFEST):
+    with open(path) as f:
         docs = [d for d in yaml.safe_load_all(f) if d]
     by_kind = {}
     for d in docs:
@@ -30,27 +46,131 @@ def flags(container):
     return dict(re.findall(r"--(\w+)=(\S+)", text)), text
 
 
-def test_cluster_spec_names_every_pod_of_each_stateful_set():
+def test_cluster_spec_names_every_server_and_worker_pod():
     k = load()
     cluster = json.loads(k["ConfigMap"]["psrt-cluster"]["data"]["cluster.json"])["cluster"]
-    for role, set_name in (("ps", "psrt-ps"), ("worker", "psrt-worker")):
-        sts = k["StatefulSet"][set_name]
-        service = k["Service"][sts["spec"]["serviceName"]]
+    ps = k["StatefulSet"]["psrt-ps"]
+    workers = k["Job"]["psrt-worker"]
+    for role, name, template, count, service_name, index in (
+        (
+            "ps",
+            "psrt-ps",
+            ps["spec"]["template"],
+            ps["spec"]["replicas"],
+            ps["spec"]["serviceName"],
+            "${HOSTNAME##*-}",
+        ),
+        (
+            "worker",
+            "psrt-worker",
+            workers["spec"]["template"],
+            workers["spec"]["completions"],
+            workers["spec"]["template"]["spec"]["subdomain"],
+            "${JOB_COMPLETION_INDEX}",
+        ),
+    ):
+        service = k["Service"][service_name]
         assert service["spec"]["clusterIP"] == "None", "per-pod DNS needs a headless Service"
-        assert service["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
-        container = sts["spec"]["template"]["spec"]["containers"][0]
+        labels = template["metadata"]["labels"]
+        assert all(labels.get(key) == v for key, v in service["spec"]["selector"].items())
+        container = template["spec"]["containers"][0]
         ports = {p["containerPort"] for p in container["ports"]}
         addresses = cluster[role]
-        assert len(addresses) == sts["spec"]["replicas"], role
+        assert len(addresses) == count, role
         for i, address in enumerate(addresses):
             host, port = address.rsplit(":", 1)
-            assert host == f"{set_name}-{i}.{service['metadata']['name']}", address
+            # StatefulSet pods and Indexed Job pods are both <name>-<i>.
+            assert host == f"{name}-{i}.{service['metadata']['name']}", address
             assert int(port) in ports, address
         f, text = flags(container)
         assert f["cluster"].startswith("/etc/psrt/")
-        assert "--task_index=${HOSTNAME##*-}" in text, "task index must come from the ordinal"
+        assert f"--task_index={index}" in text, role
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         assert "/etc/psrt" in mounts
+        assert "memory" in container["resources"]["limits"], role
+
+
+def test_workers_are_an_indexed_job_that_ends():
+    k = load()
+    assert "psrt-worker" not in k.get("StatefulSet", {}), "a StatefulSet restarts finished workers"
+    spec = k["Job"]["psrt-worker"]["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["parallelism"] == spec["completions"], "sync training needs every worker at once"
+    assert spec["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never")
+
+
+def test_ps_disruption_budget_and_metrics_scraping():
+    k = load()
+    ps = k["StatefulSet"]["psrt-ps"]["spec"]
+    pdb = k["PodDisruptionBudget"]["psrt-ps"]["spec"]
+    assert pdb["selector"]["matchLabels"] == ps["selector"]["matchLabels"]
+    assert pdb["maxUnavailable"] == 0
+    annotations = ps["template"]["metadata"]["annotations"]
+    f, _ = flags(ps["template"]["spec"]["containers"][0])
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == f["metrics_port"]
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_tfjob_lets_the_operator_write_tf_config():
+    job = load(TFJOB)["TFJob"]["psrt"]
+    specs = job["spec"]["tfReplicaSpecs"]
+    assert set(specs) == {"PS", "Worker"}
+    for role, spec in specs.items():
+        container = spec["template"]["spec"]["containers"][0]
+        assert container["name"] == "tensorflow", "the operator finds its port on this container"
+        assert {"name": "tfjob-port", "containerPort": 2222} in container["ports"]
+        # No --cluster and no --task_index: both come from TF_CONFIG.
+        assert not [a for a in container["args"] if a.startswith(("--cluster", "--task_index"))]
+        assert "memory" in container["resources"]["limits"], role
+    ps = specs["PS"]["template"]
+    container = ps["spec"]["containers"][0]
+    f = dict(a[2:].split("=", 1) for a in container["args"])
+    assert container["readinessProbe"]["grpc"]["port"] == 2222
+    assert f["restore"] == "auto"
+    assert ps["spec"]["terminationGracePeriodSeconds"] > int(f["final_checkpoint_wait_secs"])
+    assert ps["metadata"]["annotations"]["prometheus.io/port"] == f["metrics_port"]
+    assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+
+
+def validate(*paths):
+    """Runs tests/deploy/validate_manifests.mjs on `paths` with the
+    kubernetes-models schemas; returns (exit code, output)."""
+    node = shutil.which("node")
+    have = node and os.path.isdir(os.path.join(NODE_TOOLS, "node_modules", "kubernetes-models"))
+    if not have:
+        why = f"node or {NODE_TOOLS}/node_modules/kubernetes-models missing (tools/install_deps.sh)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    with open(os.path.join(HERE, "validate_manifests.mjs")) as script:
+        run = subprocess.run(
+            [node, "--input-type=module", "-", *[os.path.abspath(p) for p in paths]],
+            stdin=script,
+            cwd=NODE_TOOLS,
+            capture_output=True,
+            text=True,
+        )
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_manifests_match_the_kubernetes_api_schema(tmp_path):
+    code, output = validate(MANIFEST, TFJOB)
+    assert code == 0, output
+    assert "7 objects valid" in output, output
+    # The validator can fail: a misspelt enum, a string where an integer
+    # belongs, a container without its (required) name, each named.
+    text = open(MANIFEST).read()
+    for broken, expected in (
+        (text.replace("completionMode: Indexed", "completionMode: Indexd"), "completionMode"),
+        (text.replace("completions: 2", "completions: two"), "completions"),
+        (text.replace("- name: ps-worker\n          image", "- image"), "name"),
+    ):
+        assert broken != text
+        path = tmp_path / "broken.yaml"
+        path.write_text(broken)
+        code, output = validate(str(path))
+        assert code == 1 and "INVALID" in output and expected in output, output
 
 
 def test_ps_probes_checkpoints_and_grace_period():
