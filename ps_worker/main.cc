@@ -63,6 +63,11 @@ DEFINE_string(label_field, "label", "tfrecord: label feature.");
 DEFINE_string(ids_field, "ids", "tfrecord: int64 id list feature ('' = none).");
 DEFINE_string(values_field, "values", "tfrecord: float value list ('' = 1.0).");
 DEFINE_string(dense_field, "", "tfrecord: float list of dense features.");
+DEFINE_string(tfrecord_features, "",
+              "tfrecord: per-column features instead of the ids/values/dense "
+              "lists, e.g. categorical:C1..C26,dense:I1..I13 (categorical "
+              "int64 or bytes values hashed into ids per column; dense "
+              "columns one float each; absent: a missing id / 0).");
 DEFINE_string(csv_schema, "adult", "csv: column schema or preset.");
 DEFINE_int64(criteo_buckets, 0,
              "criteo_tsv: categorical id buckets (0: hash).");
@@ -218,6 +223,15 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   reader.ids_field = FLAGS_ids_field;
   reader.values_field = FLAGS_values_field;
   reader.dense_field = FLAGS_dense_field;
+  if (!FLAGS_tfrecord_features.empty()) {
+    if (FLAGS_format != "tfrecord") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tfrecord_features needs --format=tfrecord, not ", FLAGS_format));
+    }
+    auto columns = ParseTfRecordFeatures(FLAGS_tfrecord_features);
+    if (!columns.ok()) return columns.status();
+    reader.columns = *std::move(columns);
+  }
   reader.csv_schema = FLAGS_csv_schema;
   reader.criteo_buckets = FLAGS_criteo_buckets;
   reader.skip_bad_records = FLAGS_skip_bad_records;

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "ps_worker/data/example.h"
+#include "ps_worker/data/tfrecord_features.h"
 
 namespace psrt {
 
@@ -30,6 +31,9 @@ struct ReaderOptions {
   std::string ids_field = "ids";
   std::string values_field = "values";  // optional; 1.0 per id if absent
   std::string dense_field;              // optional float list
+  // Per-column features instead of ids/values/dense lists
+  // (tfrecord_features.h); empty: the list fields above.
+  TfRecordColumns columns;
   // csv: the column schema (see csv_reader.h) or a preset name ("adult").
   std::string csv_schema = "adult";
   // criteo_tsv: 0 keeps 63-bit hashed ids (for HASH_EMBEDDING); N > 0 maps

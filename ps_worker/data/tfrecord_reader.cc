@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/tf_example.pb.h"
+#include "ps_worker/data/feature_hash.h"
 #include "util/crc32c.h"
 
 namespace psrt {
@@ -58,6 +59,7 @@ class TfRecordReader final : public RecordReader {
           absl::StrCat("feature '", options_.label_field,
                        "' must hold exactly one float or int64"));
     }
+    if (!options_.columns.empty()) return ParseColumns(get, e);
     if (!options_.ids_field.empty()) {
       const tf::Feature* ids = get(options_.ids_field);
       if (ids == nullptr) return Missing(options_.ids_field);
@@ -95,6 +97,48 @@ class TfRecordReader final : public RecordReader {
   }
 
  private:
+  // --tfrecord_features: one id per categorical column value (its
+  // "missing" id when absent), one float per dense column (0 when absent).
+  template <typename Get>
+  absl::Status ParseColumns(const Get& get, Example* e) const {
+    const TfRecordColumns& columns = options_.columns;
+    for (size_t c = 0; c < columns.categorical.size(); ++c) {
+      const int64_t column = static_cast<int64_t>(c);
+      const tf::Feature* f = get(columns.categorical[c]);
+      size_t before = e->ids.size();
+      if (f != nullptr && f->has_int64_list()) {
+        for (int64_t v : f->int64_list().value()) {
+          e->ids.push_back(HashFeature(column, absl::StrCat(v)));
+        }
+      } else if (f != nullptr && f->has_bytes_list()) {
+        for (const std::string& v : f->bytes_list().value()) {
+          e->ids.push_back(HashFeature(column, v));
+        }
+      } else if (f != nullptr && f->has_float_list()) {
+        return WrongType(columns.categorical[c], "int64 or bytes");
+      }
+      if (e->ids.size() == before) e->ids.push_back(HashFeature(column, ""));
+    }
+    e->values.assign(e->ids.size(), 1.0f);
+    for (const std::string& name : columns.dense) {
+      const tf::Feature* f = get(name);
+      const int n = f == nullptr          ? 0
+                    : f->has_float_list() ? f->float_list().value_size()
+                    : f->has_int64_list() ? f->int64_list().value_size()
+                                          : -1;
+      if (n < 0) return WrongType(name, "float or int64");
+      if (n > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "dense feature '", name, "' has ", n, " values, not one"));
+      }
+      e->dense.push_back(n == 0 ? 0.0f
+                         : f->has_float_list()
+                             ? f->float_list().value(0)
+                             : static_cast<float>(f->int64_list().value(0)));
+    }
+    return absl::OkStatus();
+  }
+
   static absl::Status Missing(const std::string& name) {
     return absl::InvalidArgumentError(absl::StrCat("no feature '", name, "'"));
   }
