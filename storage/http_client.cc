@@ -9,12 +9,48 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 
 namespace psrt {
 namespace {
 
-struct GlobalInit {
-  GlobalInit() { curl_global_init(CURL_GLOBAL_DEFAULT); }
+// libcurl's global state, and one connection pool for the process: every
+// request's easy handle joins a share of connections, TLS sessions and DNS
+// answers, so requests to the same host reuse an open (TLS) connection
+// instead of a new TCP connect and handshake each. The share locks per data
+// kind; easy handles themselves are per request and per thread.
+class ConnectionPool {
+ public:
+  ConnectionPool() {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    share_ = curl_share_init();
+    curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, &ConnectionPool::Lock);
+    curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, &ConnectionPool::Unlock);
+    curl_share_setopt(share_, CURLSHOPT_USERDATA, this);
+    for (curl_lock_data data :
+         {CURL_LOCK_DATA_CONNECT, CURL_LOCK_DATA_SSL_SESSION,
+          CURL_LOCK_DATA_DNS}) {
+      curl_share_setopt(share_, CURLSHOPT_SHARE, data);
+    }
+  }
+  CURLSH* share() const { return share_; }
+
+ private:
+  static void Lock(CURL*, curl_lock_data data, curl_lock_access,
+                   void* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    static_cast<ConnectionPool*>(self)->mutexes_[Slot(data)].Lock();
+  }
+  static void Unlock(CURL*, curl_lock_data data,
+                     void* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    static_cast<ConnectionPool*>(self)->mutexes_[Slot(data)].Unlock();
+  }
+  static size_t Slot(curl_lock_data data) {
+    return std::min<size_t>(static_cast<size_t>(data), kSlots - 1);
+  }
+
+  static constexpr size_t kSlots = CURL_LOCK_DATA_LAST + 1;
+  absl::Mutex mutexes_[kSlots];
+  CURLSH* share_ = nullptr;  // lives as long as the process
 };
 
 struct Upload {
@@ -50,7 +86,7 @@ size_t WriteHeader(char* data, size_t size, size_t count, void* user) {
 }  // namespace
 
 absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
-  static GlobalInit init;
+  static ConnectionPool* const pool = new ConnectionPool();
   CURL* curl = curl_easy_init();
   if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
   HttpResponse response;
@@ -69,6 +105,7 @@ absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
       });
   if (!has_content_type) headers = curl_slist_append(headers, "Content-Type:");
   char error[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(curl, CURLOPT_SHARE, pool->share());
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
