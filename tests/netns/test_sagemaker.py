@@ -20,8 +20,10 @@ from netns_util import ROOT, needs_netns, netns, read, wait_for
 ENTRY = os.path.join(ROOT, "deploy/sagemaker/entry.py")
 
 
-def sm_tree(root, data, hosts, current, hyperparameters, pipe=False):
-    """A host's /opt/ml as SageMaker lays it out, and the container's env."""
+def sm_tree(root, data, hosts, current, hyperparameters, pipe=False, sharded=False):
+    """A host's /opt/ml as SageMaker lays it out, and the container's env.
+    `sharded`: the train channel is ShardedByS3Key, so host i gets only the
+    i-th training file (S3 objects are dealt out to the hosts)."""
     config = os.path.join(root, "input", "config")
     os.makedirs(config)
     train = os.path.join(root, "input", "data", "train")
@@ -32,9 +34,11 @@ def sm_tree(root, data, hosts, current, hyperparameters, pipe=False):
         os.mkfifo(os.path.join(root, "input", "data", "train_0"))
     else:
         os.makedirs(train)
-        for name in os.listdir(data):
-            if name.startswith("train-"):
-                os.symlink(os.path.join(data, name), os.path.join(train, name))
+        files = sorted(n for n in os.listdir(data) if n.startswith("train-"))
+        if sharded:
+            files = files[hosts.index(current) :: len(hosts)]
+        for name in files:
+            os.symlink(os.path.join(data, name), os.path.join(train, name))
     with open(os.path.join(config, "resourceconfig.json"), "w") as f:
         json.dump({"current_host": current, "hosts": hosts}, f)
     # The SageMaker SDK JSON-encodes every hyperparameter value.
@@ -43,7 +47,10 @@ def sm_tree(root, data, hosts, current, hyperparameters, pipe=False):
     with open(os.path.join(config, "inputdataconfig.json"), "w") as f:
         json.dump(
             {
-                "train": {"TrainingInputMode": "Pipe" if pipe else "File"},
+                "train": {
+                    "TrainingInputMode": "Pipe" if pipe else "File",
+                    "S3DistributionType": "ShardedByS3Key" if sharded else "FullyReplicated",
+                },
                 "eval": {"TrainingInputMode": "File"},
             },
             f,
@@ -66,7 +73,9 @@ def sm_tree(root, data, hosts, current, hyperparameters, pipe=False):
 class Job:
     """One entry point per host, each in its host's namespace."""
 
-    def __init__(self, tmp_path, data, prefix, subnet, hosts, hyperparameters, pipe=False):
+    def __init__(
+        self, tmp_path, data, prefix, subnet, hosts, hyperparameters, pipe=False, sharded=False
+    ):
         self.net = netns.HostNetwork(prefix, hosts, subnet)
         self.net.create()
         self.names = [self.net.hostname(i) for i in range(hosts)]
@@ -75,7 +84,7 @@ class Job:
         self.procs = []
         os.makedirs("/opt/ml", exist_ok=True)  # the mount point
         for i, name in enumerate(self.names):
-            env = sm_tree(self.roots[i], data, self.names, name, hyperparameters, pipe)
+            env = sm_tree(self.roots[i], data, self.names, name, hyperparameters, pipe, sharded)
             container = (
                 f'mount --bind "{self.roots[i]}" /opt/ml && '
                 f'exec "{sys.executable}" "{ENTRY}" train'
@@ -153,6 +162,32 @@ def test_three_hosts_train_and_checkpoint(data, tmp_path):
         assert sum(".shard-" in f and "-of-00003" in f for f in files) == 2, files
         found |= files
     assert listed <= found, listed - found
+
+
+@needs_netns
+def test_sharded_by_s3_key_channels_train_every_example_once(data, tmp_path):
+    # Each host's channel holds one of the two 30,000-example files: each
+    # worker must train all of its file (not half, as record sharding over
+    # the workers would), so an epoch covers every example exactly once.
+    job = Job(
+        tmp_path,
+        data,
+        "psrtsm6",
+        "10.85.0",
+        2,
+        {"model": "lr", "epochs": 1, "batch_size": 500},
+        sharded=True,
+    )
+    try:
+        codes = job.wait()
+    finally:
+        job.close()
+    logs = [read(p) for p in job.logs]
+    assert codes == [0, 0], "\n".join(log[-3000:] for log in logs)
+    for i, log in enumerate(logs):
+        assert "channel train is ShardedByS3Key" in log, log[-2000:]
+        assert "data sharding: none" in log, log[-2000:]
+        assert re.search(rf"\[worker {i}\] done: steps=60 examples=30000 ", log), log[-2000:]
 
 
 @needs_netns
