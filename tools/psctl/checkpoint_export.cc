@@ -85,6 +85,18 @@ absl::StatusOr<Exported> ExportVariable(Storage& checkpoint,
       std::accumulate(spec.shape().begin() + 1, spec.shape().end(), int64_t{1},
                       std::multiplies<int64_t>());
   const int64_t rows = spec.shape(0);
+  // Sizes from the manifest are checked against each other before any
+  // memory is sized by them: the files of a dense or embedding variable
+  // hold its rows exactly once.
+  int64_t listed_rows = 0;
+  for (const CheckpointFile& f : manifest.files()) {
+    if (f.variable() == spec.name()) listed_rows += f.num_rows();
+  }
+  if (!hashed && (width <= 0 || listed_rows != rows)) {
+    return absl::DataLossError(absl::StrCat("the manifest's files of '",
+                                            spec.name(), "' hold ", listed_rows,
+                                            " rows but its shape has ", rows));
+  }
   std::vector<float> values;
   std::vector<std::pair<int64_t, std::vector<float>>> by_id;  // hash only
   if (!hashed) values.assign(rows * width, 0.0f);
