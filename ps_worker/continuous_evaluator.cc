@@ -56,6 +56,7 @@ absl::StatusOr<ContinuousEvaluation> RunContinuousEvaluation(
         run.last_global_step = progress->global_step;
         evaluated_pushes = progress->pushes;
         ++run.evaluations;
+        trainer->WriteEvalSummary(progress->global_step, *result);
         trainer->Log(absl::StrFormat(
             "evaluation %d at global step %d: examples=%d auc=%.5f "
             "logloss=%.5f accuracy=%.5f",

@@ -115,6 +115,10 @@ DEFINE_double(sync_timeout_secs, 60,
               "with their names.");
 DEFINE_int32(log_every_steps, 100, "Progress line interval.");
 DEFINE_int64(eval_every_steps, 0, "Evaluate every N steps (0: at the end).");
+DEFINE_string(summary_dir, "",
+              "Write TensorBoard event files here: each progress line's loss, "
+              "auc, examples/s and time breakdown, and every evaluation "
+              "(eval/auc, eval/logloss, eval/accuracy). Empty: none.");
 DEFINE_double(eval_interval_secs, 60,
               "The evaluator task (TF_CONFIG task.type \"evaluator\"): "
               "evaluate the latest parameters on --eval_files at most this "
@@ -247,6 +251,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   }
   o.train.reader = reader;
   o.data_sharding = FLAGS_data_sharding;
+  o.summary_dir = FLAGS_summary_dir;
   o.train.batch_size = FLAGS_batch_size;
   o.train.shuffle_buffer = FLAGS_shuffle_buffer;
   if (FLAGS_reader_threads < 0 || FLAGS_reader_threads > 256) {

@@ -13,6 +13,7 @@
 #include "ps_worker/device.h"
 #include "ps_worker/evaluation.h"
 #include "ps_worker/no_compute_towers.h"
+#include "ps_worker/summary_writer.h"
 
 namespace psrt {
 namespace {
@@ -48,6 +49,23 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::WriteSummary(int64_t step, const Scalars& scalars) {
+  if (summary_ == nullptr) return;
+  if (absl::Status s = summary_->Scalars(step, scalars); !s.ok()) {
+    Log(absl::StrCat("--summary_dir: ", s.ToString(), "; no more summaries"));
+    summary_.reset();
+  }
+}
+
+void Trainer::WriteEvalSummary(int64_t step, const EvalResult& eval) {
+  Scalars scalars = {{"eval/accuracy", eval.accuracy}};
+  if (eval.binary) {
+    scalars.push_back({"eval/auc", eval.auc});
+    scalars.push_back({"eval/logloss", eval.log_loss});
+  }
+  WriteSummary(step, scalars);
+}
 
 void Trainer::Log(const std::string& line) const {
   std::cout << (options_.evaluator
@@ -138,6 +156,13 @@ absl::Status Trainer::RecoverFromFailedPush(const absl::Status& status,
 }
 
 absl::Status Trainer::Connect() {
+  if (!options_.summary_dir.empty() && summary_ == nullptr) {
+    auto summary = SummaryWriter::Open(
+        options_.summary_dir, options_.evaluator ? -1 : options_.worker_index);
+    if (!summary.ok()) return summary.status();
+    summary_ = *std::move(summary);
+    Log(absl::StrCat("TensorBoard summaries to ", summary_->path()));
+  }
   auto client = Client::Connect(options_.client);
   if (!client.ok()) return client.status();
   client_ = std::move(*client);
@@ -305,10 +330,18 @@ class Trainer::ProgressInterval {
   }
   // The line for the interval so far (and its mean loss), then restarts it.
   std::string TakeLine(const TrainingResult& result, int64_t epoch, int classes,
-                       double* mean_loss) {
+                       double* mean_loss, Scalars* scalars) {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
     *mean_loss = loss_ / examples_;
     const double n = static_cast<double>(breakdown.steps);
+    *scalars = {{"loss", *mean_loss},
+                {classes == 2 ? "auc" : "accuracy",
+                 classes == 2 ? eval_.auc() : eval_.accuracy()},
+                {"examples_per_sec", examples_ / seconds},
+                {"time/data_ms", breakdown.data / n},
+                {"time/pull_ms", breakdown.pull / n},
+                {"time/compute_ms", breakdown.compute / n},
+                {"time/push_ms", breakdown.push / n}};
     std::string line = absl::StrFormat(
         "step=%d epoch=%d examples=%d examples/s=%.1f loss=%.5f %s "
         "data_ms=%.2f pull_ms=%.2f compute_ms=%.2f push_ms=%.2f",
@@ -423,8 +456,10 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     interval.Add(cur->batch, predictions.data(), *loss, model_->classes());
     const bool last = !have_next;
     if (result.steps % options_.log_every_steps == 0 || last) {
+      Scalars scalars;
       Log(interval.TakeLine(result, dataset_->stats().epoch, model_->classes(),
-                            &result.last_loss));
+                            &result.last_loss, &scalars));
+      WriteSummary(result.steps, scalars);
     }
     pushing.push_back(std::move(cur));
     if (options_.evaluate && options_.eval_every_steps > 0 && !last &&
@@ -435,6 +470,7 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       }
       auto eval = Evaluate();
       if (!eval.ok()) return eval.status();
+      WriteEvalSummary(result.steps, *eval);
     }
     if (last) break;
     cur = std::move(next);
@@ -451,6 +487,7 @@ absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
     auto eval = Evaluate();
     if (!eval.ok()) return eval.status();
     result.eval = *eval;
+    WriteEvalSummary(result.steps, *eval);
   }
   result.bad_records = dataset_->stats().bad_records;
   Log(absl::StrFormat(

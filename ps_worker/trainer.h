@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "clients/cpp/client.h"
@@ -27,6 +29,7 @@
 namespace psrt {
 
 class TowerRunner;
+class SummaryWriter;
 
 struct TrainerOptions {
   ClientOptions client;  // PS addresses; worker_index is set from below
@@ -60,6 +63,9 @@ struct TrainerOptions {
   // This process is TF's evaluator task, not a worker: it trains nothing
   // (continuous_evaluator.h); its log lines say "[evaluator]".
   bool evaluator = false;
+  // TensorBoard event files of the progress lines' figures and every
+  // evaluation (summary_writer.h); empty: none.
+  std::string summary_dir;
   absl::Duration wait_for_servers = absl::Seconds(120);
   // Async mode: how long to keep retrying when a PS fails (unreachable, or
   // restarted without our variables) before giving up; 0: fail at once.
@@ -102,6 +108,11 @@ class Trainer {
   // the workers create), so that Evaluate can follow.
   absl::Status PrepareToEvaluate();
   void Log(const std::string& line) const;
+  // Scalars (tag, value) at a step to --summary_dir, if set; an evaluation
+  // as eval/auc, eval/logloss, eval/accuracy. Public for the evaluator.
+  using Scalars = std::vector<std::pair<std::string, double>>;
+  void WriteSummary(int64_t step, const Scalars& scalars);
+  void WriteEvalSummary(int64_t step, const EvalResult& eval);
 
  private:
   struct Step;
@@ -141,6 +152,7 @@ class Trainer {
   std::unique_ptr<Client> client_;
   std::unique_ptr<Dataset> dataset_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<SummaryWriter> summary_;
 };
 
 }  // namespace psrt

@@ -4,11 +4,13 @@
 // equals an in-process reference, and a missing sync worker is named.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <random>
 #include <regex>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "clients/cpp/id_index.h"
@@ -257,6 +259,66 @@ TEST(TrainDeepFmTest, TrainsOnPerColumnTfRecords) {
       << out;
   EXPECT_EQ(LastMetric(out, "examples"), 36000) << out;
   EXPECT_GT(LastMetric(out, "eval_auc"), 0.75) << out;  // 0.5: no signal
+}
+
+// --summary_dir: TensorBoard event files, read back by an independent
+// reader (tests/summary/read_events.py: TFRecord framing with CRC checks,
+// Event protos decoded by hand), hold every progress line's loss and
+// examples/s at its step, and the evaluations.
+TEST(TrainDeepFmTest, SummariesHoldTheProgressLinesFigures) {
+  auto cluster = StartCluster(1, 1);
+  ASSERT_NE(cluster, nullptr);
+  const std::string dir = FreshTestDir("summaries");
+  auto runs = cluster->RunWorkers(
+      kWorker,
+      {"--model=lr", absl::StrCat("--train_files=", kVal),
+       absl::StrCat("--eval_files=", kVal), "--vocab=117581", "--batch_size=64",
+       "--max_steps=60", "--log_every_steps=20", "--eval_every_steps=30",
+       absl::StrCat("--summary_dir=", dir)},
+      {0}, absl::Minutes(3));
+  ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
+  const std::string& out = runs[0].output;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    files.push_back(entry.path().string());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find("/events.out.tfevents."), std::string::npos);
+  auto read = RunPrograms("/usr/bin/python3",
+                          {"tests/summary/read_events.py", files[0]}, {""},
+                          absl::Seconds(60))[0];
+  ASSERT_EQ(read.exit_code, 0) << read.output;
+  EXPECT_EQ(read.output.rfind("file_version brain.Event:2", 0), 0u)
+      << read.output;
+  // "step tag value" lines, by tag.
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> scalars;
+  std::istringstream lines(read.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    int64_t step;
+    std::string tag;
+    double value;
+    if (words >> step >> tag >> value) scalars[tag].push_back({step, value});
+  }
+  // One loss per progress line (steps 20, 40, 60), equal to the logged one.
+  const std::vector<double> logged = MetricValues(out, "loss");
+  ASSERT_EQ(logged.size(), 3u) << out;
+  ASSERT_EQ(scalars["loss"].size(), 3u) << read.output;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(scalars["loss"][i].first, static_cast<int64_t>(20 * (i + 1)));
+    EXPECT_NEAR(scalars["loss"][i].second, logged[i], 1e-5);
+  }
+  for (const char* tag : {"auc", "examples_per_sec", "time/data_ms",
+                          "time/pull_ms", "time/compute_ms", "time/push_ms"}) {
+    EXPECT_EQ(scalars[tag].size(), 3u) << tag;
+  }
+  EXPECT_GT(scalars["examples_per_sec"][0].second, 0);
+  // Evaluations at step 30 and at the end, the last as the log says.
+  ASSERT_EQ(scalars["eval/auc"].size(), 2u) << read.output;
+  EXPECT_EQ(scalars["eval/auc"][0].first, 30);
+  EXPECT_EQ(scalars["eval/auc"][1].first, 60);
+  EXPECT_NEAR(scalars["eval/auc"][1].second, LastMetric(out, "eval_auc"), 1e-5);
 }
 
 TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {

@@ -23,6 +23,13 @@ absl::StatusOr<std::unique_ptr<TfRecordWriter>> TfRecordWriter::Open(
 
 TfRecordWriter::~TfRecordWriter() { Close().IgnoreError(); }
 
+absl::Status TfRecordWriter::Flush() {
+  if (gzflush(static_cast<gzFile>(file_), Z_SYNC_FLUSH) != Z_OK) {
+    return absl::DataLossError(absl::StrCat("flushing '", path_, "' failed"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TfRecordWriter::WriteRecord(const std::string& data) {
   char header[12];
   const uint64_t length = data.size();

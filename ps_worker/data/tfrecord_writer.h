@@ -24,6 +24,8 @@ class TfRecordWriter {
   absl::Status WriteRecord(const std::string& data);
   // Appends `example` as a tf.Example with the feature names of `names`.
   absl::Status WriteExample(const Example& example, const ReaderOptions& names);
+  // Pushes what was written to the file (a reader sees whole records).
+  absl::Status Flush();
   // Flushes and closes; errors from the file system surface here.
   absl::Status Close();
 
