@@ -411,8 +411,13 @@ def export_model(cfg, checkpoint_uri, per_host):
             "or run psctl export on the synced checkpoint_s3_uri"
         )
         return False
+    try:
+        psctl = find_binary("psctl")
+    except SystemExit as missing:  # an image without psctl: training succeeded
+        log(f"no numpy export in SM_MODEL_DIR: {missing}")
+        return False
     result = subprocess.run(
-        [find_binary("psctl"), f"--checkpoint_uri={checkpoint_uri}", f"--out={out}", "export"],
+        [psctl, f"--checkpoint_uri={checkpoint_uri}", f"--out={out}", "export"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

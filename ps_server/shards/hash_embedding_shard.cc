@@ -169,7 +169,9 @@ absl::Status HashEmbeddingShard::ApplyRowsLocked(
   std::vector<uint32_t> rows(ids.size());
   FindRows(ids, rows.data());
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] == kNoRow) rows[i] = CreateRow(ids[i]);
+    if (rows[i] != kNoRow) continue;
+    auto it = index_.find(ids[i]);  // created for an earlier repeat?
+    rows[i] = it != index_.end() ? it->second : CreateRow(ids[i]);
   }
   return ApplyToRowsLocked(ids, rows, grads, learning_rate, undo);
 }
