@@ -21,7 +21,7 @@ for m in $modules; do
 done
 protoc -I. --cpp_out="$out/gen" --grpc_out="$out/gen" \
   --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" proto/ps.proto
-protoc -I. --cpp_out="$out/gen" proto/tf_example.proto
+protoc -I. --cpp_out="$out/gen" proto/tf_example.proto proto/tf_event.proto
 # shellcheck disable=SC2086
 flags="-std=c++17 -fsyntax-only -Wthread-safety -Werror=thread-safety
   -I. -I$out/gen $(pkg-config --cflags $present eigen3)"
