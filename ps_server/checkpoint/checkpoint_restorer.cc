@@ -91,30 +91,14 @@ std::vector<const CheckpointFile*> CheckpointRestorer::FilesFor(
 absl::StatusOr<ShardFileContents> CheckpointRestorer::ReadVerified(
     const CheckpointFile& file, const LocalVariable& variable) const {
   const VariableLayout& layout = *variable.layout;
-  auto data = storage_->Read(file.path());
-  if (!data.ok()) {
-    return absl::Status(data.status().code(),
+  auto contents = ReadShardFile(*storage_, file, manifest_.format_version());
+  if (!contents.ok() && !absl::IsDataLoss(contents.status())) {
+    return absl::Status(contents.status().code(),
                         absl::StrCat("restore of '", variable.name(),
-                                     "': ", data.status().message()));
+                                     "': ", contents.status().message()));
   }
-  const std::string name = storage_->Describe(file.path());
-  if (static_cast<int64_t>(data->size()) != file.bytes()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", name, " has ", data->size(),
-                     " bytes but the manifest recorded ", file.bytes()));
-  }
-  // Format 1 recorded the trailer's CRC (of every byte but the last 4);
-  // format 2 the whole file's, as standard tools compute it.
-  const uint32_t recorded_as = manifest_.format_version() >= 2
-                                   ? ShardFileWholeCrc(*data)
-                                   : ShardFileCrc(*data);
-  if (recorded_as != file.crc32c()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", name,
-                     " does not carry the CRC32C the manifest recorded"));
-  }
-  auto contents = DecodeShardFile(*std::move(data), name);
   if (!contents.ok()) return contents.status();
+  const std::string name = storage_->Describe(file.path());
   const ShardFileHeader& h = contents->header;
   if (h.variable() != variable.name() || h.row_width() != layout.row_width ||
       h.num_slots() != layout.num_slots) {

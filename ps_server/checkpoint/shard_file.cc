@@ -179,4 +179,27 @@ absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
   return c;
 }
 
+absl::StatusOr<ShardFileContents> ReadShardFile(Storage& checkpoint,
+                                                const CheckpointFile& file,
+                                                int format_version) {
+  auto data = checkpoint.Read(file.path());
+  if (!data.ok()) return data.status();
+  const std::string name = checkpoint.Describe(file.path());
+  if (static_cast<int64_t>(data->size()) != file.bytes()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", name, " has ", data->size(),
+                     " bytes but the manifest recorded ", file.bytes()));
+  }
+  // Format 1 recorded the trailer's CRC (of every byte but the last 4);
+  // format 2 the whole file's, as standard tools compute it.
+  const uint32_t recorded_as =
+      format_version >= 2 ? ShardFileWholeCrc(*data) : ShardFileCrc(*data);
+  if (recorded_as != file.crc32c()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", name,
+                     " does not carry the CRC32C the manifest recorded"));
+  }
+  return DecodeShardFile(*std::move(data), name);
+}
+
 }  // namespace psrt

@@ -52,6 +52,14 @@ struct ShardFileContents {
 absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
                                                   absl::string_view name);
 
+// Reads the shard file `file` of a checkpoint from `checkpoint` (storage
+// rooted at the checkpoint) and checks it against what the manifest (of
+// format `format_version`) recorded: its size and CRC32C, then decodes it.
+// DATA_LOSS names the file; a storage error is returned as it is.
+absl::StatusOr<ShardFileContents> ReadShardFile(Storage& checkpoint,
+                                                const CheckpointFile& file,
+                                                int format_version);
+
 // The CRC32C a file ends with (of every byte before it).
 uint32_t ShardFileCrc(absl::string_view data);
 // The CRC32C of the whole file (what a manifest of format 2 records), from

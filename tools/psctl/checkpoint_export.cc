@@ -50,26 +50,6 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-absl::StatusOr<ShardFileContents> ReadShard(Storage& checkpoint,
-                                            const CheckpointManifest& manifest,
-                                            const CheckpointFile& file) {
-  auto data = checkpoint.Read(file.path());
-  if (!data.ok()) return data.status();
-  const std::string name = checkpoint.Describe(file.path());
-  if (static_cast<int64_t>(data->size()) != file.bytes()) {
-    return absl::DataLossError(absl::StrCat(name, " has ", data->size(),
-                                            " bytes but the manifest recorded ",
-                                            file.bytes()));
-  }
-  const uint32_t crc = manifest.format_version() >= 2 ? ShardFileWholeCrc(*data)
-                                                      : ShardFileCrc(*data);
-  if (crc != file.crc32c()) {
-    return absl::DataLossError(
-        absl::StrCat(name, " does not carry the CRC32C the manifest recorded"));
-  }
-  return DecodeShardFile(*std::move(data), name);
-}
-
 struct Exported {
   std::string json;  // its index.json entry
   int64_t rows = 0;
@@ -104,7 +84,7 @@ absl::StatusOr<Exported> ExportVariable(Storage& checkpoint,
   for (const CheckpointFile& f : manifest.files()) {
     if (f.variable() != spec.name()) continue;
     ++files;
-    auto shard = ReadShard(checkpoint, manifest, f);
+    auto shard = ReadShardFile(checkpoint, f, manifest.format_version());
     if (!shard.ok()) return shard.status();
     if (shard->header.row_width() != width) {
       return absl::DataLossError(

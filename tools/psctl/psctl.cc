@@ -168,6 +168,13 @@ int TakeCheckpoint(Client* client) {
   return 0;
 }
 
+S3Options S3OptionsFromFlags() {
+  S3Options s3;
+  s3.endpoint = FLAGS_s3_endpoint;
+  s3.region = FLAGS_s3_region;
+  return s3;
+}
+
 // Every checkpoint under --checkpoint_uri with its step, size, and the
 // bytes each PS wrote (the balance report otherwise made from S3 listings).
 int ListCheckpointsCommand() {
@@ -175,9 +182,7 @@ int ListCheckpointsCommand() {
     std::cerr << "psctl checkpoints: --checkpoint_uri is required\n";
     return 2;
   }
-  S3Options s3;
-  s3.endpoint = FLAGS_s3_endpoint;
-  s3.region = FLAGS_s3_region;
+  const S3Options s3 = S3OptionsFromFlags();
   auto root = OpenStorage(FLAGS_checkpoint_uri, s3);
   if (!root.ok()) {
     std::cerr << "psctl: " << root.status() << "\n";
@@ -238,9 +243,7 @@ int ExportCommand() {
     std::cerr << "psctl export: --checkpoint_uri and --out are required\n";
     return 2;
   }
-  S3Options s3;
-  s3.endpoint = FLAGS_s3_endpoint;
-  s3.region = FLAGS_s3_region;
+  const S3Options s3 = S3OptionsFromFlags();
   auto root = OpenStorage(FLAGS_checkpoint_uri, s3);
   if (!root.ok()) {
     std::cerr << "psctl: " << root.status() << "\n";
