@@ -39,7 +39,7 @@ class BadInputTest : public ::testing::Test {
     e.add_shape(16);
     e.mutable_partition()->set_num_shards(4);
     e.mutable_optimizer()->set_learning_rate(1);
-    ASSERT_TRUE(client_->CreateVariables({w, e}).ok());
+    ASSERT_EQ(client_->CreateVariables({w, e}), absl::OkStatus());
     channel_ = grpc::CreateChannel(cluster_->ps_addresses()[0],
                                    grpc::InsecureChannelCredentials());
     stub_ = ParameterServer::NewStub(channel_);
@@ -374,7 +374,7 @@ TEST_F(BadInputTest, UpdatesWithNonFiniteResultsAreRejectedWhole) {
   acc.add_shape(2);
   acc.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
   acc.mutable_optimizer()->set_learning_rate(1);
-  ASSERT_TRUE(client_->CreateVariables({big, acc}).ok());
+  ASSERT_EQ(client_->CreateVariables({big, acc}), absl::OkStatus());
   std::vector<float> huge(4, 3e38f), out(4);
   // 0 - 3e38 is finite: applied.
   ASSERT_TRUE(client_->PushDense("big", huge.data()).ok());

@@ -33,7 +33,7 @@ TEST(CatalogTest, CreationRefusedByOnePsLeavesNothingOnAny) {
   auto client = Client::Connect((*cluster)->MakeClientOptions());
   ASSERT_TRUE(client.ok());
   // "a" (1 shard) lands on PS 0, then "big" (4 MB) on PS 1, over its limit.
-  ASSERT_TRUE((*client)->CreateVariables({Dense("a", 10)}).ok());
+  ASSERT_EQ((*client)->CreateVariables({Dense("a", 10)}), absl::OkStatus());
   ASSERT_EQ((*client)->Find("a")->shards[0].ps_task, 0);
   absl::Status s = (*client)->CreateVariables({Dense("big", 1000000)});
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
@@ -44,7 +44,7 @@ TEST(CatalogTest, CreationRefusedByOnePsLeavesNothingOnAny) {
   ASSERT_TRUE(lists.ok());
   for (const auto& ps : *lists) EXPECT_EQ(ps.variables_size(), 1);
   // The next creation is not blocked by the aborted one.
-  ASSERT_TRUE((*client)->CreateVariables({Dense("b", 10)}).ok());
+  ASSERT_EQ((*client)->CreateVariables({Dense("b", 10)}), absl::OkStatus());
   auto psctl = RunPrograms(
       "tools/psctl/psctl",
       {absl::StrCat("--cluster=", ClusterSpecToJson((*cluster)->spec())),
@@ -61,8 +61,8 @@ TEST(CatalogTest, DriftIsReportedByPsctlAndRepairedByTheNextCreate) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = Client::Connect((*cluster)->MakeClientOptions());
   ASSERT_TRUE(client.ok());
-  ASSERT_TRUE(
-      (*client)->CreateVariables({Dense("a", 10), Dense("b", 1000)}).ok());
+  ASSERT_EQ((*client)->CreateVariables({Dense("a", 10), Dense("b", 1000)}),
+            absl::OkStatus());
   (*cluster)->Kill(1, SIGKILL);
   ASSERT_TRUE((*cluster)->Restart(1).ok());
 
@@ -79,7 +79,7 @@ TEST(CatalogTest, DriftIsReportedByPsctlAndRepairedByTheNextCreate) {
       << psctl[0].output;
 
   // Creating again (here: nothing new) repairs PS 1.
-  ASSERT_TRUE((*client)->CreateVariables({Dense("a", 10)}).ok());
+  ASSERT_EQ((*client)->CreateVariables({Dense("a", 10)}), absl::OkStatus());
   psctl = RunPrograms("tools/psctl/psctl", {cluster_flag, "variables"}, {""},
                       absl::Seconds(30));
   EXPECT_EQ(psctl[0].exit_code, 0) << psctl[0].output;

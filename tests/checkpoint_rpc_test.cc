@@ -59,7 +59,7 @@ class CheckpointRpcTest : public ::testing::Test {
     cluster_ = std::move(*cluster);
     auto client = Client::Connect(cluster_->MakeClientOptions());
     ASSERT_TRUE(client.ok()) << client.status();
-    ASSERT_TRUE((*client)->CreateVariables({Dense("w")}).ok());
+    ASSERT_EQ((*client)->CreateVariables({Dense("w")}), absl::OkStatus());
     stub_ = ParameterServer::NewStub(grpc::CreateChannel(
         cluster_->ps_addresses()[0], grpc::InsecureChannelCredentials()));
   }
@@ -243,7 +243,7 @@ TEST(CheckpointRpcMembersTest, SecuredClusterServesCheckpointsOnlyToMembers) {
   auto client = Client::Connect((*cluster)->MakeClientOptions());
   ASSERT_TRUE(client.ok());
   // Training RPCs are served to anyone with the token ...
-  ASSERT_TRUE((*client)->CreateVariables({Dense("w")}).ok());
+  ASSERT_EQ((*client)->CreateVariables({Dense("w")}), absl::OkStatus());
   std::vector<float> grad(64, 1.0f);
   ASSERT_TRUE((*client)->PushDense("w", grad.data()).ok());
   // ... checkpoints only to members.

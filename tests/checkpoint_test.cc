@@ -63,7 +63,8 @@ class CheckpointTest : public ::testing::Test {
                                 2);
     ASSERT_NE(cluster, nullptr);
     auto client = Connect(*cluster);
-    ASSERT_TRUE(client->CreateVariables(CheckpointTestSpecs(2)).ok());
+    ASSERT_EQ(client->CreateVariables(CheckpointTestSpecs(2)),
+              absl::OkStatus());
     std::atomic<bool> stop{false};
     std::thread training(
         [&] { TrainUntil(cluster->MakeClientOptions(), 2, stop, 40); });
@@ -279,7 +280,7 @@ TEST_F(CheckpointTest, TruncatedManifestStopsTheServerNamingIt) {
   auto cluster = StartCluster(2, {absl::StrCat("--restore=", previous)});
   ASSERT_NE(cluster, nullptr);
   auto client = Connect(*cluster);
-  EXPECT_TRUE(client->CreateVariables(CheckpointTestSpecs(2)).ok());
+  EXPECT_EQ(client->CreateVariables(CheckpointTestSpecs(2)), absl::OkStatus());
   auto expected = ReadCheckpoint(*previous_uri_);
   ASSERT_TRUE(expected.ok());
   EXPECT_EQ(ComparePulledValues(client.get(), *expected), "");
@@ -321,7 +322,7 @@ TEST(CheckpointFaultTest, PsKilledDuringSaveLeavesThePreviousLatest) {
   big.add_shape(48 << 20);
   big.mutable_partition()->set_num_shards(24);
   big.mutable_optimizer()->set_learning_rate(0.1f);
-  ASSERT_TRUE(client->CreateVariables({big}).ok());
+  ASSERT_EQ(client->CreateVariables({big}), absl::OkStatus());
   auto first = client->Checkpoint();
   ASSERT_TRUE(first.ok()) << first.status();
 
@@ -372,7 +373,7 @@ TEST(CheckpointTriggerTest, PeriodicCheckpointsKeepTheNewest) {
                        "--checkpoint_on_shutdown=false"});
   ASSERT_NE(cluster, nullptr);
   auto client = Connect(*cluster);
-  ASSERT_TRUE(client->CreateVariables(CheckpointTestSpecs(2)).ok());
+  ASSERT_EQ(client->CreateVariables(CheckpointTestSpecs(2)), absl::OkStatus());
   std::atomic<bool> stop{false};
   std::thread training(
       [&] { TrainUntil(cluster->MakeClientOptions(), 1, stop, 0); });
@@ -431,7 +432,7 @@ TEST(CheckpointTriggerTest, EverySecondsWhileTrainingProgresses) {
           "--keep_checkpoints=0", "--checkpoint_on_shutdown=false"});
   ASSERT_NE(cluster, nullptr);
   auto client = Connect(*cluster);
-  ASSERT_TRUE(client->CreateVariables(CheckpointTestSpecs(2)).ok());
+  ASSERT_EQ(client->CreateVariables(CheckpointTestSpecs(2)), absl::OkStatus());
   std::atomic<bool> stop{false};
   std::thread training(
       [&] { TrainUntil(cluster->MakeClientOptions(), 1, stop, 0); });

@@ -186,7 +186,7 @@ TEST_F(ClusterTest, StatefulOptimizersMatchTheReference) {
     specs.push_back(s);
   }
   auto setup = NewClient();
-  ASSERT_TRUE(setup->CreateVariables(specs).ok());
+  ASSERT_EQ(setup->CreateVariables(specs), absl::OkStatus());
 
   // The gradient client c pushes at `step`: ids drawn from its own shard
   // (with repeats) and normal gradients.
@@ -264,7 +264,7 @@ TEST_F(ClusterTest, HashEmbeddingCreatesRowsOnPushAndEnforcesCapacity) {
   s.mutable_initializer()->set_stddev(0.5f);
   s.mutable_initializer()->set_seed(11);
   auto client = NewClient();
-  ASSERT_TRUE(client->CreateVariables({s}).ok());
+  ASSERT_EQ(client->CreateVariables({s}), absl::OkStatus());
   Initializer init(s.initializer());
 
   // Unseen ids (any int64) pull their deterministic initial values.
@@ -320,7 +320,7 @@ TEST_F(ClusterTest, PushIsAllOrNothingAcrossPsAndFailuresNameWhatApplied) {
   VariableSpec e = Spec("e", EMBEDDING, {100, 4}, 2, OptimizerSpec::SGD, 1.0f);
   VariableSpec h = Spec("h", HASH_EMBEDDING, {4, 4}, 2, OptimizerSpec::SGD,
                         1.0f, PartitionSpec::HASH);
-  ASSERT_TRUE(client->CreateVariables({d, e, h}).ok());
+  ASSERT_EQ(client->CreateVariables({d, e, h}), absl::OkStatus());
   const int dense_ps = client->Find("d")->shards[0].ps_task;
   const int other_ps = 1 - dense_ps;
   ASSERT_NE(client->Find("e")->shards[0].ps_task,
@@ -399,7 +399,7 @@ TEST_F(ClusterTest, SyncStepAppliesTheMeanOfEveryWorkersGradient) {
   cluster_ = std::move(*LocalCluster::Start({.num_ps = 2, .num_workers = 2}));
   VariableSpec d = Spec("d", DENSE, {8}, 2, OptimizerSpec::SGD, 0.5f);
   auto setup = NewClient();
-  ASSERT_TRUE(setup->CreateVariables({d}).ok());
+  ASSERT_EQ(setup->CreateVariables({d}), absl::OkStatus());
   std::unique_ptr<Client> workers[2];
   for (int w = 0; w < 2; ++w) {
     ClientOptions o = cluster_->MakeClientOptions();
@@ -447,7 +447,7 @@ TEST_F(ClusterTest, SspHoldsAFastWorkerAtMostStalenessStepsAheadAndReleasesIt) {
   cluster_ = std::move(*LocalCluster::Start({.num_ps = 2, .num_workers = 3}));
   VariableSpec d = Spec("d", DENSE, {4}, 1, OptimizerSpec::SGD, 1.0f);
   auto setup = NewClient();
-  ASSERT_TRUE(setup->CreateVariables({d}).ok());
+  ASSERT_EQ(setup->CreateVariables({d}), absl::OkStatus());
   std::unique_ptr<Client> workers[3];
   for (int w = 0; w < 3; ++w) {
     ClientOptions o = cluster_->MakeClientOptions();
@@ -506,7 +506,7 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
   auto client = NewClient();
   VariableSpec d = Spec("d", DENSE, {1000}, 1, OptimizerSpec::SGD, 1.0f);
   VariableSpec e = Spec("e", EMBEDDING, {100, 4}, 1, OptimizerSpec::SGD, 1.0f);
-  ASSERT_TRUE(client->CreateVariables({d, e}).ok());
+  ASSERT_EQ(client->CreateVariables({d, e}), absl::OkStatus());
   const int ps = client->Find("d")->shards[0].ps_task;
   ASSERT_EQ(client->Find("e")->shards[0].ps_task, 1 - ps);
   std::vector<float> dense(1000, 1.0f), rows(12, 1.0f);
@@ -553,7 +553,7 @@ TEST_F(ClusterTest, LargeTensorsTravelInBoundedMessages) {
   s.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
   s.mutable_initializer()->set_value(3.0f);
   auto client = NewClient();
-  ASSERT_TRUE(client->CreateVariables({s}).ok());
+  ASSERT_EQ(client->CreateVariables({s}), absl::OkStatus());
   std::vector<float> grad(kFloats), values(kFloats);
   for (int64_t i = 0; i < kFloats; ++i) grad[i] = static_cast<float>(i % 1024);
   ASSERT_TRUE(client->PushDense("big", grad.data()).ok());
@@ -585,6 +585,40 @@ TEST(LocalClusterTest, APsThatCannotStartIsReportedAtOnceWithItsLog) {
       << message;
   EXPECT_NE(message.find("no_such_flag_for_ps_server"), std::string::npos)
       << message;
+}
+
+// One port, one PS: a second ps_server started on a running PS's port
+// (a restart while the old process still runs) must fail to start, not
+// bind the port beside it (gRPC's default SO_REUSEPORT) and take half of
+// the connections with none of the shards.
+TEST(LocalClusterTest, ASecondPsOnAPortInUseFailsToStart) {
+  auto cluster = LocalCluster::Start({.num_ps = 1});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect((*cluster)->MakeClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_EQ((*client)->CreateVariables(
+                {Spec("w", DENSE, {4}, 1, OptimizerSpec::SGD, 0.5f)}),
+            absl::OkStatus());
+
+  const std::vector<LocalCluster::WorkerRun> second = RunPrograms(
+      "ps_server/ps_server",
+      {absl::StrCat("--cluster=", ClusterSpecToJson((*cluster)->spec())),
+       "--task_index=0", "--metrics_port=0"},
+      {""}, absl::Seconds(30));
+  EXPECT_NE(second[0].exit_code, 0) << second[0].output;
+  EXPECT_NE(second[0].exit_code, -1) << "still serving after 30 s";
+  EXPECT_NE(second[0].output.find("cannot listen on"), std::string::npos)
+      << second[0].output;
+
+  // Every new connection still reaches the first PS, which holds "w".
+  for (int i = 0; i < 8; ++i) {
+    auto fresh = Client::Connect((*cluster)->MakeClientOptions());
+    ASSERT_TRUE(fresh.ok()) << fresh.status();
+    auto lists = (*fresh)->ListVariables();
+    ASSERT_TRUE(lists.ok()) << lists.status();
+    ASSERT_EQ(lists->size(), 1u);
+    ASSERT_EQ((*lists)[0].variables_size(), 1) << "connection " << i;
+  }
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ TEST(MemoryGuardTest, AGrowingTableIsRefusedInsideTheCgroupLimitNotKilled) {
   table.add_shape(64);
   table.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
   table.mutable_optimizer()->set_learning_rate(0.1f);
-  ASSERT_TRUE((*client)->CreateVariables({table}).ok());
+  ASSERT_EQ((*client)->CreateVariables({table}), absl::OkStatus());
   constexpr int kIdsPerPush = 50000;
   std::vector<int64_t> ids(kIdsPerPush);
   std::vector<float> grads(ids.size() * 64, 0.5f);

@@ -52,7 +52,7 @@ class PsctlTest : public ::testing::Test {
     emb.add_shape(kDim);
     emb.mutable_partition()->set_num_shards(2);
     emb.mutable_optimizer()->set_learning_rate(0.5f);
-    ASSERT_TRUE(client_->CreateVariables({dense, emb}).ok());
+    ASSERT_EQ(client_->CreateVariables({dense, emb}), absl::OkStatus());
   }
 
   // Runs psctl with the cluster's spec and `args`.

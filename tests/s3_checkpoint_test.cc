@@ -224,7 +224,7 @@ TEST_F(S3CheckpointTest, SaveOnTwoRestoreOnThreeWithVerifiedSignatures) {
                   absl::StrCat("--checkpoint_uri=", root, "-again")});
   ASSERT_NE(cluster, nullptr);
   auto client = *Client::Connect(cluster->MakeClientOptions());
-  ASSERT_TRUE(client->CreateVariables(SpecsWithBigDense(3)).ok());
+  ASSERT_EQ(client->CreateVariables(SpecsWithBigDense(3)), absl::OkStatus());
   EXPECT_EQ(ComparePulledValues(client.get(), *saved), "");
   auto again = client->Checkpoint();
   ASSERT_TRUE(again.ok()) << again.status();
@@ -324,7 +324,7 @@ TEST_F(S3CheckpointTest, WrongSecretAndMissingBucketAreClearErrors) {
                   absl::StrCat("--s3_endpoint=", Endpoint(proxy_port_))});
   ASSERT_NE(cluster, nullptr);
   auto client = *Client::Connect(cluster->MakeClientOptions());
-  ASSERT_TRUE(client->CreateVariables(CheckpointTestSpecs(1)).ok());
+  ASSERT_EQ(client->CreateVariables(CheckpointTestSpecs(1)), absl::OkStatus());
   auto r = client->Checkpoint();
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(absl::StrContains(r.status().message(), "no-such-bucket"))

@@ -107,7 +107,7 @@ TEST_F(SecurityTest, AuthorizedClientsWorkOverTlsIncludingPsToPs) {
   auto cluster = Start(false, {"--checkpoint_uri=" + ckpt});
   ASSERT_NE(cluster, nullptr);
   auto client = ClientWith(*cluster, Authorized(false));
-  ASSERT_TRUE(client->CreateVariables({Dense("w")}).ok());
+  ASSERT_EQ(client->CreateVariables({Dense("w")}), absl::OkStatus());
   std::vector<float> grad(1000, 2.0f), out(1000);
   ASSERT_TRUE(client->PushDense("w", grad.data()).ok());
   ASSERT_TRUE(client->PullDense("w", out.data()).ok());
@@ -179,7 +179,7 @@ TEST_F(SecurityTest, MutualTlsRequiresAClientCertificate) {
                    ->WaitForServers(absl::Seconds(3))
                    .ok());
   auto client = ClientWith(*cluster, Authorized(/*with_cert=*/true));
-  ASSERT_TRUE(client->CreateVariables({Dense("m")}).ok());
+  ASSERT_EQ(client->CreateVariables({Dense("m")}), absl::OkStatus());
   std::vector<float> out(1000, 1.0f);
   EXPECT_TRUE(client->PullDense("m", out.data()).ok());
   EXPECT_EQ(out[0], 0.0f);

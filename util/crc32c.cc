@@ -69,7 +69,45 @@ bool HasSse42() {
 }
 #endif
 
+// A 32x32 matrix over GF(2) (column i = the image of bit i) times `vec`.
+uint32_t Gf2Times(const std::array<uint32_t, 32>& matrix, uint32_t vec) {
+  uint32_t sum = 0;
+  for (int i = 0; vec != 0; ++i, vec >>= 1) {
+    if (vec & 1) sum ^= matrix[i];
+  }
+  return sum;
+}
+
+std::array<uint32_t, 32> Gf2Square(const std::array<uint32_t, 32>& matrix) {
+  std::array<uint32_t, 32> square;
+  for (int i = 0; i < 32; ++i) square[i] = Gf2Times(matrix, matrix[i]);
+  return square;
+}
+
 }  // namespace
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  if (len_b == 0) return crc_a;
+  // `odd` shifts the register by one zero bit; squaring doubles the shift.
+  std::array<uint32_t, 32> odd, even;
+  odd[0] = 0x82f63b78u;
+  for (int i = 1; i < 32; ++i) odd[i] = 1u << (i - 1);
+  even = Gf2Square(odd);  // 2 bits
+  odd = Gf2Square(even);  // 4 bits
+  // Apply len_b zero bytes to crc_a: one squaring per bit of len_b,
+  // starting at 8 bits (one byte).
+  while (true) {
+    even = Gf2Square(odd);
+    if (len_b & 1) crc_a = Gf2Times(even, crc_a);
+    len_b >>= 1;
+    if (len_b == 0) break;
+    odd = Gf2Square(even);
+    if (len_b & 1) crc_a = Gf2Times(odd, crc_a);
+    len_b >>= 1;
+    if (len_b == 0) break;
+  }
+  return crc_a ^ crc_b;
+}
 
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(data);

@@ -17,6 +17,11 @@ inline uint32_t Crc32c(const void* data, size_t n) {
   return Crc32cExtend(0, data, n);
 }
 
+// The CRC of a + b from crc_a = Crc32c(a), crc_b = Crc32c(b) and b's
+// length, without the bytes (as zlib's crc32_combine, in O(log len_b)):
+// lets a reader check a file whose regions it reads out of order.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 // TensorFlow's mask: rotate right by 15 and add a constant, so that a CRC
 // of data containing CRCs stays well distributed.
 inline uint32_t MaskCrc(uint32_t crc) {

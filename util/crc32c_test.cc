@@ -31,5 +31,27 @@ TEST(Crc32cTest, ExtendEqualsWhole) {
   }
 }
 
+TEST(Crc32cTest, CombineEqualsWhole) {
+  std::string data;
+  for (int i = 0; i < 70000; ++i) {
+    data.push_back(static_cast<char>((i * 131) ^ (i >> 5)));
+  }
+  for (size_t size : {1, 9, 1000, 70000}) {
+    const std::string whole = data.substr(0, size);
+    const uint32_t expected = Crc32c(whole.data(), whole.size());
+    for (size_t cut : {size_t{0}, size_t{1}, size / 3, size - 1, size}) {
+      const uint32_t a = Crc32c(whole.data(), cut);
+      const uint32_t b = Crc32c(whole.data() + cut, size - cut);
+      EXPECT_EQ(Crc32cCombine(a, b, size - cut), expected)
+          << "size " << size << " cut " << cut;
+    }
+  }
+  // Three regions combined left to right, as a shard file is checked.
+  const uint32_t ab = Crc32cCombine(Crc32c(data.data(), 10),
+                                    Crc32c(data.data() + 10, 5000), 5000);
+  EXPECT_EQ(Crc32cCombine(ab, Crc32c(data.data() + 5010, 60000), 60000),
+            Crc32c(data.data(), 65010));
+}
+
 }  // namespace
 }  // namespace psrt

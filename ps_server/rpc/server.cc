@@ -103,6 +103,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // gRPC sets SO_REUSEPORT by default: a second ps_server started on this
+  // port (a PS restarted while the old one still runs, two tests picking
+  // the same port) would bind it too and the kernel would split the
+  // connections between two processes holding different shards. One port,
+  // one PS: the second one fails to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
