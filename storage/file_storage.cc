@@ -132,6 +132,36 @@ class FileWriter final : public StorageWriter {
   bool closed_ = false;
 };
 
+// Ranges of one file, read with pread.
+class FileReader final : public StorageReader {
+ public:
+  FileReader(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~FileReader() override { close(fd_); }
+
+  absl::Status ReadAt(int64_t offset, int64_t length,
+                      std::string* out) override {
+    if (offset < 0 || length < 0) {
+      return absl::InvalidArgumentError("negative read range");
+    }
+    out->resize(length);
+    int64_t done = 0;
+    while (done < length) {
+      const ssize_t n =
+          pread(fd_, out->data() + done, length - done, offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return Errno("read of", path_);
+      if (n == 0) break;  // end of file
+      done += n;
+    }
+    out->resize(done);
+    return absl::OkStatus();
+  }
+
+ private:
+  const int fd_;
+  const std::string path_;
+};
+
 class FileStorage final : public Storage {
  public:
   explicit FileStorage(std::string root) : root_(std::move(root)) {
@@ -176,6 +206,15 @@ class FileStorage final : public Storage {
     close(fd);
     if (!status.ok()) return status;
     return data;
+  }
+
+  absl::StatusOr<std::unique_ptr<StorageReader>> NewReader(
+      absl::string_view key) override {
+    if (absl::Status s = CheckStorageKey(key); !s.ok()) return s;
+    const std::string path = Path(key);
+    const int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) return Errno("cannot open", path);
+    return std::unique_ptr<StorageReader>(new FileReader(fd, path));
   }
 
   absl::StatusOr<std::vector<StorageObject>> List(

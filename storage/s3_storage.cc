@@ -64,6 +64,13 @@ class S3Storage final : public Storage {
     return std::move(r->body);
   }
 
+  absl::StatusOr<std::unique_ptr<StorageReader>> NewReader(
+      absl::string_view key) override {
+    if (absl::Status s = CheckStorageKey(key); !s.ok()) return s;
+    return std::unique_ptr<StorageReader>(
+        new RangeReader(this, ObjectKey(key)));
+  }
+
   absl::StatusOr<std::vector<StorageObject>> List(
       absl::string_view prefix) override {
     if (absl::Status s = CheckStorageKey(prefix, /*prefix=*/true); !s.ok()) {
@@ -231,6 +238,50 @@ class S3Storage final : public Storage {
                                : absl::InternalError(text);
     }
   }
+
+  // Ranges of one object, each a GET with a Range header (retried as
+  // every request is); 416 (range past the end) reads as nothing.
+  class RangeReader final : public StorageReader {
+   public:
+    RangeReader(S3Storage* storage, std::string object)
+        : storage_(storage), object_(std::move(object)) {}
+
+    absl::Status ReadAt(int64_t offset, int64_t length,
+                        std::string* out) override {
+      if (offset < 0 || length < 0) {
+        return absl::InvalidArgumentError("negative read range");
+      }
+      out->clear();
+      if (length == 0) return absl::OkStatus();
+      auto r = storage_->Send(
+          "GET", object_, "",
+          {{"Range", absl::StrCat("bytes=", offset, "-", offset + length - 1)}},
+          "");
+      if (!r.ok()) return r.status();
+      if (r->status == 416) return absl::OkStatus();
+      if (absl::Status s = storage_->Check(*r, "GET", object_); !s.ok()) {
+        return s;
+      }
+      if (r->status == 200) {
+        // A server that ignores Range sends the whole object.
+        const int64_t size = static_cast<int64_t>(r->body.size());
+        const int64_t begin = std::min(offset, size);
+        out->assign(r->body, begin, std::min(length, size - begin));
+        return absl::OkStatus();
+      }
+      if (static_cast<int64_t>(r->body.size()) > length) {
+        return absl::DataLossError(absl::StrCat(
+            "GET s3://", storage_->bucket_, "/", object_, " of ", length,
+            " bytes at ", offset, " returned ", r->body.size()));
+      }
+      *out = std::move(r->body);
+      return absl::OkStatus();
+    }
+
+   private:
+    S3Storage* const storage_;
+    const std::string object_;
+  };
 
   // Streams an object: a single PUT if it fits one part, else a multipart
   // upload whose parts go up while later ones are still being appended

@@ -1,5 +1,6 @@
 #include "storage/storage.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -17,6 +18,37 @@ absl::Status Storage::Write(absl::string_view key, absl::string_view data) {
   if (!writer.ok()) return writer.status();
   if (absl::Status s = (*writer)->Append(data); !s.ok()) return s;
   return (*writer)->Close();
+}
+
+namespace {
+
+// Ranges of an object read whole (storages without ranged reads).
+class WholeObjectReader final : public StorageReader {
+ public:
+  explicit WholeObjectReader(std::string data) : data_(std::move(data)) {}
+  absl::Status ReadAt(int64_t offset, int64_t length,
+                      std::string* out) override {
+    const int64_t size = static_cast<int64_t>(data_.size());
+    if (offset < 0 || length < 0) {
+      return absl::InvalidArgumentError("negative read range");
+    }
+    const int64_t begin = std::min(offset, size);
+    out->assign(data_, begin, std::min(length, size - begin));
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string data_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StorageReader>> Storage::NewReader(
+    absl::string_view key) {
+  auto data = Read(key);
+  if (!data.ok()) return data.status();
+  return std::unique_ptr<StorageReader>(
+      new WholeObjectReader(*std::move(data)));
 }
 
 absl::Status CheckStorageKey(absl::string_view key, bool prefix) {

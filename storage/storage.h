@@ -34,6 +34,18 @@ class StorageWriter {
   virtual absl::Status Close() = 0;
 };
 
+// Reads byte ranges of one object, so a large object (a shard file) can be
+// streamed through a small buffer instead of held whole.
+class StorageReader {
+ public:
+  virtual ~StorageReader() = default;
+  // Bytes [offset, offset + length) of the object into *out (replacing its
+  // contents); fewer where the object ends before offset + length, none
+  // from an offset at or past its end.
+  virtual absl::Status ReadAt(int64_t offset, int64_t length,
+                              std::string* out) = 0;
+};
+
 class Storage {
  public:
   virtual ~Storage() = default;
@@ -45,6 +57,11 @@ class Storage {
   virtual absl::Status Write(absl::string_view key, absl::string_view data);
   // The whole object. NOT_FOUND (naming it) if absent.
   virtual absl::StatusOr<std::string> Read(absl::string_view key) = 0;
+  // A reader of object `key`'s byte ranges; NOT_FOUND (naming it) if absent
+  // (S3: at the first read). Files read with pread, S3 with ranged GETs;
+  // the default reads the whole object once and serves ranges from memory.
+  virtual absl::StatusOr<std::unique_ptr<StorageReader>> NewReader(
+      absl::string_view key);
   // Every object whose key starts with `prefix`, sorted by key.
   virtual absl::StatusOr<std::vector<StorageObject>> List(
       absl::string_view prefix) = 0;

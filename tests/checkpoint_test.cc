@@ -286,6 +286,77 @@ TEST_F(CheckpointTest, TruncatedManifestStopsTheServerNamingIt) {
   EXPECT_EQ(ComparePulledValues(client.get(), *expected), "");
 }
 
+// The [start, end] of the restore of `variable` a PS logged: its line at
+// the end, "restore: '<variable>' ... (<MB> MB in <seconds> s, ...)",
+// stamped by glog with the time of day. {-1, -1} if absent.
+std::pair<double, double> RestoreInterval(const std::string& log_path,
+                                          const std::string& variable) {
+  std::ifstream in(log_path);
+  std::string line;
+  const std::string needle = absl::StrCat("restore: '", variable, "' ");
+  while (std::getline(in, line)) {
+    const size_t at = line.find(needle);
+    const size_t in_at = line.find(" MB in ", at);
+    if (at == std::string::npos || in_at == std::string::npos) continue;
+    // "I20261124 14:04:16.804246 ..." (or "I1124 14:04:16.804246 ...")
+    int h = 0, m = 0;
+    double sec = 0;
+    if (std::sscanf(line.c_str() + line.find(' ') + 1, "%d:%d:%lf", &h, &m,
+                    &sec) != 3) {
+      continue;
+    }
+    const double end = h * 3600 + m * 60 + sec;
+    const double seconds = std::atof(line.c_str() + in_at + 7);
+    return {end - seconds, end};
+  }
+  return {-1, -1};
+}
+
+// Every PS restores its share at the same time (the client prepares all,
+// then awaits each), not one after another: the restore intervals the two
+// PS log overlap, and the values come back exactly.
+TEST(CheckpointRestoreTest, EveryPsRestoresAtOnce) {
+  const std::string root = FreshTestDir("parallel_root");
+  VariableSpec big;
+  big.set_name("big");
+  big.set_kind(DENSE);
+  big.add_shape(int64_t{12} << 20);  // 48 MiB + 48 MiB of momentum
+  big.mutable_partition()->set_num_shards(4);
+  big.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
+  big.mutable_optimizer()->set_learning_rate(0.1f);
+  big.mutable_initializer()->set_kind(InitializerSpec::NORMAL);
+  big.mutable_initializer()->set_stddev(1);
+  std::string uri;
+  {
+    auto cluster = StartCluster(2, {absl::StrCat("--checkpoint_uri=", root),
+                                    "--checkpoint_on_shutdown=false"});
+    ASSERT_NE(cluster, nullptr);
+    auto client = Connect(*cluster);
+    ASSERT_EQ(client->CreateVariables({big}), absl::OkStatus());
+    auto saved = client->Checkpoint();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    uri = saved->uri();
+  }
+  auto expected = ReadCheckpoint(uri);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  auto cluster = StartCluster(2, {absl::StrCat("--restore=", uri)});
+  ASSERT_NE(cluster, nullptr);
+  auto client = Connect(*cluster);
+  ASSERT_EQ(client->CreateVariables({big}), absl::OkStatus());
+  EXPECT_EQ(ComparePulledValues(client.get(), *expected), "");
+  const auto ps0 = RestoreInterval(cluster->log_path(0), "big");
+  const auto ps1 = RestoreInterval(cluster->log_path(1), "big");
+  ASSERT_GE(ps0.first, 0) << "no restore line in " << cluster->log_path(0);
+  ASSERT_GE(ps1.first, 0) << "no restore line in " << cluster->log_path(1);
+  std::cout << std::fixed << "restore intervals: PS 0 [" << ps0.first << ", "
+            << ps0.second << "], PS 1 [" << ps1.first << ", " << ps1.second
+            << "]\n";
+  // Overlapping: each began before the other ended.
+  EXPECT_LT(ps0.first, ps1.second);
+  EXPECT_LT(ps1.first, ps0.second);
+}
+
 TEST(CheckpointFaultTest, NoCheckpointToRestoreIsAClearError) {
   const std::string root = FreshTestDir("empty_root");
   auto run =

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -75,14 +76,25 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 void LocalCluster::PickAddresses() {
   const int sequence = clusters_started.fetch_add(1);
   const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  // The kernel may hand a port just closed out again: no two of this
+  // cluster's ports may be the same (a PS's metrics port was once another
+  // PS's gRPC port).
+  absl::flat_hash_set<int> taken;
+  auto distinct_port = [&taken] {
+    int port;
+    do {
+      port = PickUnusedPort();
+    } while (!taken.insert(port).second);
+    return port;
+  };
   for (int i = 0; i < options_.num_ps; ++i) {
-    spec_.ps.push_back(absl::StrCat(options_.host, ":", PickUnusedPort()));
-    metrics_ports_.push_back(PickUnusedPort());
+    spec_.ps.push_back(absl::StrCat(options_.host, ":", distinct_port()));
+    metrics_ports_.push_back(distinct_port());
     logs_.push_back(absl::StrCat(dir ? dir : "/tmp", "/ps_", i, "_", getpid(),
                                  "_", sequence, ".log"));
   }
   for (int i = 0; i < std::max(1, options_.num_workers); ++i) {
-    spec_.workers.push_back(absl::StrCat(options_.host, ":", PickUnusedPort()));
+    spec_.workers.push_back(absl::StrCat(options_.host, ":", distinct_port()));
   }
   pids_.assign(options_.num_ps, -1);
 }
@@ -134,6 +146,7 @@ bool LocalCluster::LostPortRace() const {
   for (const std::string& log : logs_) {
     const std::string tail = FileTail(log, 3000);
     if (tail.find("cannot listen on") != std::string::npos ||
+        tail.find("cannot serve metrics on") != std::string::npos ||
         tail.find("Address already in use") != std::string::npos) {
       return true;
     }

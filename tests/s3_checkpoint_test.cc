@@ -130,8 +130,8 @@ class S3CheckpointTest : public ::testing::Test {
     auto response = PerformHttp(r);
     std::map<std::string, int> out;
     if (!response.ok()) return out;
-    for (const char* key :
-         {"accepted", "rejected", "parts", "injected_503", "aborts"}) {
+    for (const char* key : {"accepted", "rejected", "parts", "injected_503",
+                            "aborts", "ranged_gets", "whole_get_bytes"}) {
       const std::string needle = absl::StrCat("\"", key, "\": ");
       const size_t at = response->body.find(needle);
       if (at != std::string::npos) {
@@ -224,7 +224,16 @@ TEST_F(S3CheckpointTest, SaveOnTwoRestoreOnThreeWithVerifiedSignatures) {
                   absl::StrCat("--checkpoint_uri=", root, "-again")});
   ASSERT_NE(cluster, nullptr);
   auto client = *Client::Connect(cluster->MakeClientOptions());
+  const auto before_restore = ProxyStats(proxy_port_);
   ASSERT_EQ(client->CreateVariables(SpecsWithBigDense(3)), absl::OkStatus());
+  const auto after_restore = ProxyStats(proxy_port_);
+  // Shard files are streamed with ranged GETs (the 24 MiB file in several
+  // ranges), never fetched whole: only manifests come in one GET.
+  EXPECT_GE(after_restore.at("ranged_gets") - before_restore.at("ranged_gets"),
+            6);
+  EXPECT_LT(after_restore.at("whole_get_bytes") -
+                before_restore.at("whole_get_bytes"),
+            256 << 10);
   EXPECT_EQ(ComparePulledValues(client.get(), *saved), "");
   auto again = client->Checkpoint();
   ASSERT_TRUE(again.ok()) << again.status();

@@ -2,10 +2,12 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cpp/batched_call.h"
 #include "clients/cpp/ps_connection.h"
 #include "clients/cpp/step_plan.h"
+#include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "partitioner/variable_spec.h"
 #include "util/grpc_status.h"
@@ -141,7 +143,10 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
   absl::MutexLock lock(&create_mu_);
   // Another process may be creating the same or other variables: learn the
   // catalog, send what is new at its end, and start over if PS 0 says the
-  // catalog moved meanwhile.
+  // catalog moved meanwhile, or holds another creation (which may be
+  // restoring a large checkpoint: wait for up to kCreationWaitLimit).
+  const absl::Time give_up_at = absl::Now() + kCreationWaitLimit;
+  absl::Time next_wait_note = absl::Now() + absl::Seconds(10);
   for (int attempt = 0;; ++attempt) {
     if (absl::Status s = RefreshCatalogLocked(); !s.ok()) return s;
     // PS 0 orders concurrent creators and gets only what is new (at the
@@ -180,13 +185,18 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
     const uint64_t creation_id =
         client_id_ ^ (next_request_id_.fetch_add(1) * 0x9E3779B97F4A7C15ull);
     auto call = [&](const PsConnection& c, CreateVariablesRequest r,
-                    CreateVariablesRequest::Phase phase) {
+                    CreateVariablesRequest::Phase phase,
+                    CreateVariablesResponse* response = nullptr) {
       r.set_phase(phase);
       r.set_creation_id(creation_id);
       if (phase != CreateVariablesRequest::PREPARE) r.clear_specs();
-      CreateVariablesResponse response;
+      // Servers started with --restore fill the shards in the background,
+      // all at once; AWAIT below waits for each.
+      r.set_fill_in_background(true);
+      CreateVariablesResponse ignored;
+      if (response == nullptr) response = &ignored;
       return CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
-        return c.stub()->CreateVariables(ctx, r, &response);
+        return c.stub()->CreateVariables(ctx, r, response);
       });
     };
     std::vector<const PsConnection*> prepared;
@@ -201,15 +211,50 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
       }
       prepared.push_back(c.get());
     }
+    // Every PS restores (if it was started with --restore) at once; wait
+    // for each, showing that the job is not stuck.
+    const absl::Time awaiting_since = absl::Now();
+    absl::Time next_note = awaiting_since + absl::Seconds(10);
+    for (size_t i = 0; failed_at == nullptr && i < prepared.size();) {
+      CreateVariablesResponse response;
+      CreateVariablesRequest await;
+      await.set_await_ms(5000);
+      failed =
+          call(*prepared[i], await, CreateVariablesRequest::AWAIT, &response);
+      const bool predates_await =
+          failed.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+          absl::StrContains(failed.error_message(), "unknown phase");
+      if (predates_await) {
+        // A server older than AWAIT filled its shards inside PREPARE.
+        failed = grpc::Status::OK;
+        ++i;
+      } else if (!failed.ok()) {
+        failed_at = prepared[i];
+      } else if (!response.restoring()) {
+        ++i;
+      } else if (absl::Now() >= next_note) {
+        LOG(INFO) << "CreateVariables: " << prepared[i]->Describe()
+                  << " is still restoring from its checkpoint ("
+                  << absl::ToInt64Seconds(absl::Now() - awaiting_since)
+                  << " s; its log shows MB/s and the time left)";
+        next_note = absl::Now() + absl::Seconds(10);
+      }
+    }
     if (failed_at != nullptr) {
       for (const PsConnection* c : prepared) {
         (void)call(*c, request, CreateVariablesRequest::ABORT);
       }
       if (failed.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-          failed_at->ps_task() == 0 && attempt < 20) {
-        // Lost a race at PS 0 (the catalog moved, or another creation is
-        // in progress): nothing was created anywhere; look again.
-        absl::SleepFor(absl::Milliseconds(20 * (attempt + 1)));
+          failed_at->ps_task() == 0 && absl::Now() < give_up_at) {
+        // Lost a race at PS 0 (the catalog moved, or another creation --
+        // perhaps a long restore -- is in progress): nothing was created
+        // anywhere; look again.
+        if (absl::Now() >= next_wait_note) {
+          LOG(INFO) << "CreateVariables: waiting for another creation on "
+                    << failed_at->Describe() << ": " << failed.error_message();
+          next_wait_note = absl::Now() + absl::Seconds(10);
+        }
+        absl::SleepFor(absl::Milliseconds(std::min(20 * (attempt + 1), 1000)));
         continue;
       }
       absl::Status s = FromGrpc(failed, *failed_at, "CreateVariables");

@@ -77,11 +77,17 @@ class Client {
   // Creates variables (idempotent: specs that already exist identically are
   // accepted), appending new ones to the cluster's catalog, on every PS or
   // on none: each PS prepares them (PS 0 first, which orders concurrent
-  // creators; a restore happens here), and only if all succeed does each
+  // creators), and only if all succeed does each
   // commit; otherwise the prepared ones are aborted and the error says
-  // nothing was created. Every PS is sent the whole catalog, so one that
-  // restarted empty learns it again. The client's catalog is refreshed
-  // first, so processes creating the same model agree.
+  // nothing was created. Servers started with --restore fill the new
+  // shards from the checkpoint in the background after preparing, all PS
+  // at once, and the client waits for each before committing (logging
+  // every 10 s while it waits). Every PS is sent the whole catalog, so one
+  // that restarted empty learns it again. The client's catalog is
+  // refreshed first, so processes creating the same model agree. While
+  // another process's creation is in progress (perhaps a long restore) it
+  // waits for up to kCreationWaitLimit.
+  static constexpr absl::Duration kCreationWaitLimit = absl::Minutes(30);
   absl::Status CreateVariables(std::vector<VariableSpec> specs);
 
   // Reloads the catalog (specs and their order) from PS 0, for processes that

@@ -1,9 +1,12 @@
 #include "ps_server/checkpoint/checkpoint_restorer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
@@ -13,8 +16,11 @@
 namespace psrt {
 namespace {
 
-// Rows whose ids are materialized at once while restoring a file.
-constexpr int64_t kRestoreChunkRows = 65536;
+// Bytes of a shard file read (and held) at once while restoring it, and
+// files restored at once: at most 4 x 2 MiB of buffers (plus the HTTP
+// client's) beyond the shards themselves.
+constexpr int64_t kRestoreChunkBytes = 2 << 20;
+constexpr size_t kRestoreFileThreads = 4;
 
 int64_t RowWidthOf(const VariableSpec& spec) {
   int64_t w = 1;
@@ -88,74 +94,90 @@ std::vector<const CheckpointFile*> CheckpointRestorer::FilesFor(
   return files;
 }
 
-absl::StatusOr<ShardFileContents> CheckpointRestorer::ReadVerified(
-    const CheckpointFile& file, const LocalVariable& variable) const {
+absl::Status CheckpointRestorer::RestoreFile(
+    const CheckpointFile& file, const LocalVariable& variable,
+    const std::atomic<bool>& cancelled, const std::atomic<bool>& sibling_failed,
+    TransferProgress* progress, std::vector<int64_t>* versions,
+    std::vector<int64_t>* restored_rows) const {
   const VariableLayout& layout = *variable.layout;
-  auto contents = ReadShardFile(*storage_, file, manifest_.format_version());
-  if (!contents.ok() && !absl::IsDataLoss(contents.status())) {
-    return absl::Status(contents.status().code(),
-                        absl::StrCat("restore of '", variable.name(),
-                                     "': ", contents.status().message()));
-  }
-  if (!contents.ok()) return contents.status();
   const std::string name = storage_->Describe(file.path());
-  const ShardFileHeader& h = contents->header;
-  if (h.variable() != variable.name() || h.row_width() != layout.row_width ||
-      h.num_slots() != layout.num_slots) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", name, " holds {", h.ShortDebugString(),
-                     "}, not '", variable.name(), "' with row width ",
-                     layout.row_width, " and ", layout.num_slots, " slots"));
+  int64_t version = 0;
+  auto check_header = [&](const ShardFileHeader& h) {
+    if (h.variable() != variable.name() || h.row_width() != layout.row_width ||
+        h.num_slots() != layout.num_slots) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint file ", name, " holds {", h.ShortDebugString(),
+          "}, not '", variable.name(), "' with row width ", layout.row_width,
+          " and ", layout.num_slots, " slots"));
+    }
+    version = h.version();
+    return absl::OkStatus();
+  };
+  auto import = [&](const ShardFileChunk& chunk) {
+    if (cancelled || sibling_failed) {
+      return absl::CancelledError(
+          absl::StrCat("restore of '", variable.name(), "' was cancelled"));
+    }
+    absl::Status s =
+        Import(chunk, name, variable, version, versions, restored_rows);
+    progress->Add(chunk.bytes);
+    return s;
+  };
+  absl::Status s = StreamShardFile(*storage_, file, manifest_.format_version(),
+                                   kRestoreChunkBytes, check_header, import);
+  if (!s.ok() && !absl::IsDataLoss(s)) {
+    return absl::Status(s.code(), absl::StrCat("restore of '", variable.name(),
+                                               "': ", s.message()));
   }
-  return contents;
+  return s;
 }
 
-absl::Status CheckpointRestorer::Import(const ShardFileContents& contents,
-                                        const std::string& name,
-                                        const LocalVariable& variable,
-                                        std::vector<int64_t>* versions,
-                                        int64_t* restored_rows) const {
+absl::Status CheckpointRestorer::Import(
+    const ShardFileChunk& chunk, const std::string& name,
+    const LocalVariable& variable, int64_t version,
+    std::vector<int64_t>* versions, std::vector<int64_t>* restored_rows) const {
   const VariableLayout& layout = *variable.layout;
-  const int64_t stride = contents.row_stride();
-  // Import runs of consecutive rows bound for the same local shard, a
-  // bounded chunk of ids at a time.
-  const int64_t n = contents.num_rows();
-  std::vector<int64_t> ids;
-  for (int64_t first = 0; first < n; first += kRestoreChunkRows) {
-    const int64_t count = std::min(kRestoreChunkRows, n - first);
-    ids.resize(count);
+  const int64_t stride = layout.row_width * (1 + layout.num_slots);
+  const int64_t count = chunk.num_rows;
+  const int64_t* ids = chunk.ids;
+  if (layout.kind() != HASH_EMBEDDING) {
     for (int64_t i = 0; i < count; ++i) {
-      ids[i] = contents.Id(first + i);
-      if (layout.kind() != HASH_EMBEDDING &&
-          (ids[i] < 0 || ids[i] >= layout.rows)) {
+      if (ids[i] < 0 || ids[i] >= layout.rows) {
         return absl::DataLossError(
             absl::StrCat("checkpoint file ", name, " holds row ", ids[i],
                          " outside [0, ", layout.rows, ")"));
       }
     }
-    for (int64_t i = 0; i < count;) {
-      const int shard = layout.ShardOf(ids[i]);
-      int64_t end = i + 1;
-      while (end < count && layout.ShardOf(ids[end]) == shard) ++end;
-      if (variable.Holds(shard)) {
-        const float* rows = contents.rows + (first + i) * stride;
-        absl::Span<const int64_t> run(ids.data() + i, end - i);
-        if (absl::Status s = variable.shard(shard).ImportRows(run, rows);
-            !s.ok()) {
-          return absl::Status(
-              s.code(), absl::StrCat("restore from ", name, ": ", s.message()));
-        }
-        (*versions)[shard] =
-            std::max((*versions)[shard], contents.header.version());
-        *restored_rows += end - i;
+  }
+  // Import runs of consecutive rows bound for the same local shard.
+  for (int64_t i = 0; i < count;) {
+    const int shard = layout.ShardOf(ids[i]);
+    int64_t end = i + 1;
+    while (end < count && layout.ShardOf(ids[end]) == shard) ++end;
+    if (variable.Holds(shard)) {
+      absl::Span<const int64_t> run(ids + i, end - i);
+      if (absl::Status s =
+              variable.shard(shard).ImportRows(run, chunk.rows + i * stride);
+          !s.ok()) {
+        return absl::Status(
+            s.code(), absl::StrCat("restore from ", name, ": ", s.message()));
       }
-      i = end;
+      (*versions)[shard] = std::max((*versions)[shard], version);
+      (*restored_rows)[shard] += end - i;
     }
+    i = end;
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
+bool CheckpointRestorer::FillsEveryRow(const VariableLayout& layout) const {
+  auto saved = specs_.find(layout.spec.name());
+  return layout.kind() != HASH_EMBEDDING && saved != specs_.end() &&
+         Incompatibility(*saved->second, layout.spec).empty();
+}
+
+absl::Status CheckpointRestorer::Fill(const LocalVariable& variable,
+                                      const std::atomic<bool>& cancelled) {
   const VariableLayout& layout = *variable.layout;
   auto saved_it = specs_.find(variable.name());
   if (saved_it == specs_.end()) {
@@ -176,21 +198,65 @@ absl::Status CheckpointRestorer::Fill(const LocalVariable& variable) {
 
   const std::vector<const CheckpointFile*> files = FilesFor(variable, saved);
   std::vector<int64_t> versions(layout.num_shards(), 0);
-  int64_t restored_rows = 0;
-  for (const CheckpointFile* f : files) {
-    auto contents = ReadVerified(*f, variable);
-    if (!contents.ok()) return contents.status();
-    if (absl::Status s = Import(*contents, storage_->Describe(f->path()),
-                                variable, &versions, &restored_rows);
-        !s.ok()) {
-      return s;
+  std::vector<int64_t> restored_rows(layout.num_shards(), 0);
+  int64_t total_bytes = 0;
+  for (const CheckpointFile* f : files) total_bytes += f->bytes();
+  TransferProgress progress(absl::StrCat("restore of '", variable.name(), "'"),
+                            total_bytes);
+  // Files restored kRestoreFileThreads at a time (each streamed through
+  // its own small buffer): S3 answers one ranged GET after another per
+  // stream, and disks read ahead per file.
+  std::atomic<size_t> next_file{0};
+  std::atomic<bool> failed{false};
+  absl::Mutex mu;
+  absl::Status first_error;
+  auto work = [&] {
+    std::vector<int64_t> my_versions(layout.num_shards(), 0);
+    std::vector<int64_t> my_rows(layout.num_shards(), 0);
+    for (size_t i; (i = next_file.fetch_add(1)) < files.size();) {
+      absl::Status s = RestoreFile(*files[i], variable, cancelled, failed,
+                                   &progress, &my_versions, &my_rows);
+      if (!s.ok()) {
+        absl::MutexLock lock(&mu);
+        // A sibling's CANCELLED (after this failure) is not the cause.
+        if (first_error.ok() ||
+            (absl::IsCancelled(first_error) && !absl::IsCancelled(s))) {
+          first_error = s;
+        }
+        failed = true;
+        return;
+      }
     }
-  }
+    absl::MutexLock lock(&mu);
+    for (int s = 0; s < layout.num_shards(); ++s) {
+      versions[s] = std::max(versions[s], my_versions[s]);
+      restored_rows[s] += my_rows[s];
+    }
+  };
+  std::vector<std::thread> readers;
+  const size_t threads = std::min<size_t>(kRestoreFileThreads, files.size());
+  for (size_t t = 1; t < threads; ++t) readers.emplace_back(work);
+  work();
+  for (std::thread& t : readers) t.join();
+  if (!first_error.ok()) return first_error;
+  int64_t total_rows = 0;
   for (int s = 0; s < layout.num_shards(); ++s) {
-    if (variable.Holds(s)) variable.shard(s).RestoreVersion(versions[s]);
+    if (!variable.Holds(s)) continue;
+    total_rows += restored_rows[s];
+    // Shards allocated uninitialized (FillsEveryRow) must have been
+    // written whole; a checkpoint that says otherwise is corrupt.
+    if (layout.kind() != HASH_EMBEDDING &&
+        restored_rows[s] != layout.shards[s].num_rows) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", uri_, " restored ", restored_rows[s], " rows of '",
+          variable.name(), "' shard ", s, ", which has ",
+          layout.shards[s].num_rows, " (its files do not cover the variable)"));
+    }
+    variable.shard(s).RestoreVersion(versions[s]);
   }
-  LOG(INFO) << "restore: '" << variable.name() << "' " << restored_rows
-            << " rows from " << files.size() << " file(s) of " << uri_;
+  LOG(INFO) << "restore: '" << variable.name() << "' " << total_rows
+            << " rows from " << files.size() << " file(s) of " << uri_ << " ("
+            << progress.Summary() << ")";
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #ifndef PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_RESTORER_H_
 #define PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_RESTORER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "proto/ps.pb.h"
 #include "ps_server/checkpoint/shard_file.h"
+#include "ps_server/checkpoint/transfer_progress.h"
 #include "ps_server/shards/shard_store.h"
 #include "storage/storage.h"
 
@@ -34,24 +36,39 @@ class CheckpointRestorer {
   const CheckpointManifest& manifest() const { return manifest_; }
   const std::string& uri() const { return uri_; }
 
+  // True if Fill will write every row of the variable's local shards (a
+  // dense or embedding variable the checkpoint holds, compatibly): they
+  // need no initial values. Fill then checks that every row was written.
+  bool FillsEveryRow(const VariableLayout& layout) const;
+
   // Fills `variable`'s local shards (no-op if the checkpoint lacks it).
-  absl::Status Fill(const LocalVariable& variable);
+  // CANCELLED soon after `cancelled` turns true. Logs progress (MB, MB/s,
+  // time left) every few seconds of a long restore.
+  absl::Status Fill(const LocalVariable& variable,
+                    const std::atomic<bool>& cancelled);
 
  private:
   CheckpointRestorer() = default;
 
   // Fill's phases: the saved files that can hold rows of `variable`'s
-  // local shards; one file read and checked (size, CRC32C, header) before
-  // it is trusted; its rows imported into whichever local shard each
-  // routes to now (re-cut), keeping each shard's highest saved version.
+  // local shards; one file streamed (StreamShardFile: header checked
+  // first, size and CRC32C at the end, when a bad file fails the whole
+  // creation and the shards filled so far are discarded with it); each
+  // chunk's rows imported into whichever local shard each routes to now
+  // (re-cut), keeping each shard's highest saved version.
   std::vector<const CheckpointFile*> FilesFor(const LocalVariable& variable,
                                               const VariableSpec& saved) const;
-  absl::StatusOr<ShardFileContents> ReadVerified(
-      const CheckpointFile& file, const LocalVariable& variable) const;
-  absl::Status Import(const ShardFileContents& contents,
-                      const std::string& name, const LocalVariable& variable,
+  absl::Status RestoreFile(const CheckpointFile& file,
+                           const LocalVariable& variable,
+                           const std::atomic<bool>& cancelled,
+                           const std::atomic<bool>& sibling_failed,
+                           TransferProgress* progress,
+                           std::vector<int64_t>* versions,
+                           std::vector<int64_t>* restored_rows) const;
+  absl::Status Import(const ShardFileChunk& chunk, const std::string& name,
+                      const LocalVariable& variable, int64_t version,
                       std::vector<int64_t>* versions,
-                      int64_t* restored_rows) const;
+                      std::vector<int64_t>* restored_rows) const;
 
   std::string uri_;
   std::unique_ptr<Storage> storage_;

@@ -12,8 +12,10 @@
 #include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "ps_server/checkpoint/checkpoint_restorer.h"
 #include "ps_server/checkpoint/checkpoint_saver.h"
+#include "ps_server/checkpoint/shard_file.h"
 #include "ps_server/shards/shard_store.h"
 #include "storage/memory_storage.h"
+#include "util/crc32c.h"
 
 namespace psrt {
 namespace {
@@ -66,7 +68,13 @@ struct Cluster {
       ps.push_back(std::make_unique<ShardStore>(t, num_ps));
       if (restorer != nullptr) {
         ps.back()->set_fill_hook(
-            [restorer](const LocalVariable& v) { return restorer->Fill(v); });
+            [restorer](const LocalVariable& v,
+                       const std::atomic<bool>& cancelled) {
+              return restorer->Fill(v, cancelled);
+            },
+            [restorer](const VariableLayout& layout) {
+              return restorer->FillsEveryRow(layout);
+            });
       }
     }
     for (auto& store : ps) {
@@ -160,6 +168,29 @@ class CheckpointRoundTripTest : public ::testing::Test {
   std::shared_ptr<MemoryObjects> objects_ = std::make_shared<MemoryObjects>();
   StorageOpener open_ = MemoryStorageOpener(objects_);
   const std::vector<int64_t> ids_ = {0, 3, 17, 42, 99, -5, 123456789};
+
+  // A checkpoint of a cluster, opened: its storage and manifest.
+  struct Saved {
+    std::string uri;
+    std::unique_ptr<Storage> storage;
+    CheckpointManifest manifest;
+  };
+  // Trains `cluster` a step, saves it, and opens the checkpoint (storage
+  // null after a failure, which is reported).
+  Saved TrainSaveAndOpen(Cluster& cluster) {
+    cluster.Train(ids_, 1.0f);
+    Saved saved;
+    saved.uri = Save(cluster, open_);
+    auto opened = open_(saved.uri);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (!opened.ok()) return saved;
+    auto read = ReadManifest(**opened, "");
+    EXPECT_TRUE(read.ok()) << read.status();
+    if (!read.ok()) return saved;
+    saved.storage = *std::move(opened);
+    saved.manifest = *std::move(read);
+    return saved;
+  }
 };
 
 TEST_F(CheckpointRoundTripTest, RestoresEveryKindBitForBit) {
@@ -231,6 +262,131 @@ TEST_F(CheckpointRoundTripTest, CorruptShardFileFailsCreationNamingIt) {
   EXPECT_EQ(after.ps[holder]->Find("table"), nullptr);
   EXPECT_EQ(after.ps[holder]->Find("dense"), nullptr);
   EXPECT_TRUE(after.created[other].ok()) << after.created[other];
+}
+
+// A streamed file, tiny chunks: the same ids and rows as the file read
+// whole, and every kind of damage found (DATA_LOSS naming the file), in
+// the stored ids, the rows, the header, or the file's length.
+TEST_F(CheckpointRoundTripTest, StreamedFilesEqualWholeReadsAndFindDamage) {
+  Cluster before(2, {Dense(3), Embedding(4), Hash(2)});
+  Saved saved = TrainSaveAndOpen(before);
+  ASSERT_NE(saved.storage, nullptr);
+  const std::string& uri = saved.uri;
+  Storage& storage = *saved.storage;
+  CheckpointManifest& manifest = saved.manifest;
+  int checked = 0;
+  for (const CheckpointFile& file : manifest.files()) {
+    auto whole = ReadShardFile(storage, file, manifest.format_version());
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    std::vector<int64_t> ids;
+    std::vector<float> rows;
+    int chunks = 0;
+    const int64_t stride = whole->row_stride();
+    absl::Status streamed = StreamShardFile(
+        storage, file, manifest.format_version(), /*chunk_bytes=*/40,
+        [&](const ShardFileHeader& h) {
+          EXPECT_EQ(h.num_rows(), whole->num_rows());
+          return absl::OkStatus();
+        },
+        [&](const ShardFileChunk& c) {
+          EXPECT_EQ(c.first, static_cast<int64_t>(ids.size()));
+          ids.insert(ids.end(), c.ids, c.ids + c.num_rows);
+          rows.insert(rows.end(), c.rows, c.rows + c.num_rows * stride);
+          ++chunks;
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(streamed.ok()) << streamed;
+    ASSERT_EQ(static_cast<int64_t>(ids.size()), whole->num_rows());
+    for (int64_t i = 0; i < whole->num_rows(); ++i) {
+      ASSERT_EQ(ids[i], whole->Id(i)) << file.path() << " row " << i;
+    }
+    ASSERT_EQ(rows, std::vector<float>(
+                        whole->rows, whole->rows + whole->num_rows() * stride))
+        << file.path();
+    if (whole->num_rows() > 1) EXPECT_GT(chunks, 1) << file.path();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3 + 4 + 2);
+
+  // Damage each region of the hash table's first file in turn.
+  const CheckpointFile* hashed = nullptr;
+  for (const CheckpointFile& f : manifest.files()) {
+    if (f.variable() == "hashed" && f.num_rows() > 1) hashed = &f;
+  }
+  ASSERT_NE(hashed, nullptr);
+  std::string key, original;
+  for (const auto& [path, data] : objects_->Snapshot()) {
+    if (absl::EndsWith(path, "/" + hashed->path())) {
+      key = path;
+      original = data;
+    }
+  }
+  ASSERT_EQ(static_cast<int64_t>(original.size()), hashed->bytes());
+  const size_t ids_at = 8, rows_at = 8 + 8 * hashed->num_rows();
+  std::vector<std::pair<std::string, std::string>> damaged = {
+      {"id", original},
+      {"row", original},
+      {"header", original},
+      {"short", original.substr(0, original.size() - 1)},
+      {"long", original + "x"}};
+  damaged[0].second[ids_at + 3] ^= 0x01;
+  damaged[1].second[rows_at + 5] ^= 0x40;
+  damaged[2].second[original.size() - 10] ^= 0x02;
+  for (const auto& [what, data] : damaged) {
+    objects_->Put(key, data);
+    absl::Status s = StreamShardFile(
+        storage, *hashed, manifest.format_version(), 40,
+        [](const ShardFileHeader&) { return absl::OkStatus(); },
+        [](const ShardFileChunk&) { return absl::OkStatus(); });
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << what << ": " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), hashed->path()))
+        << what << ": " << s;
+  }
+  objects_->Put(key, original);
+}
+
+// Restored dense and embedding shards are not initialized first (the
+// restore writes every row); a checkpoint whose files, each intact and
+// recorded, still leave rows out is refused instead of leaving zeros.
+TEST_F(CheckpointRoundTripTest, FilesThatLeaveRowsOutAreRefused) {
+  Cluster before(1, {Dense(3)});
+  Saved saved = TrainSaveAndOpen(before);
+  ASSERT_NE(saved.storage, nullptr);
+  const std::string& uri = saved.uri;
+  Storage& storage = *saved.storage;
+  CheckpointManifest& manifest = saved.manifest;
+  CheckpointFile& file = *manifest.mutable_files(1);
+  auto contents = ReadShardFile(storage, file, manifest.format_version());
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  ASSERT_GT(contents->num_rows(), 1);
+  // The same file less its last row, with its own CRC, and the manifest
+  // recording it.
+  ShardFileHeader header = contents->header;
+  header.set_num_rows(header.num_rows() - 1);
+  std::string data(kShardFileMagic, 8);
+  data.append(reinterpret_cast<const char*>(contents->rows),
+              header.num_rows() * contents->row_stride() * sizeof(float));
+  std::string trailer = header.SerializeAsString();
+  const uint32_t header_bytes = trailer.size();
+  trailer.append(reinterpret_cast<const char*>(&header_bytes), 4);
+  data += trailer;
+  const uint32_t crc = Crc32c(data.data(), data.size());
+  data.append(reinterpret_cast<const char*>(&crc), 4);
+  ASSERT_TRUE(storage.Write(file.path(), data).ok());
+  file.set_bytes(data.size());
+  file.set_crc32c(Crc32c(data.data(), data.size()));
+  file.set_num_rows(header.num_rows());
+  ASSERT_TRUE(storage.Write(kManifestName, ManifestJson(manifest)).ok());
+
+  auto restorer = CheckpointRestorer::Open(uri, open_);
+  ASSERT_TRUE(restorer.ok()) << restorer.status();
+  Cluster after(1, {Dense(3)}, restorer->get());
+  EXPECT_EQ(after.created[0].code(), absl::StatusCode::kDataLoss)
+      << after.created[0];
+  EXPECT_TRUE(absl::StrContains(after.created[0].message(),
+                                "do not cover the variable"))
+      << after.created[0];
+  EXPECT_EQ(after.ps[0]->Find("dense"), nullptr);
 }
 
 TEST_F(CheckpointRoundTripTest, ManifestRequiresEveryShardAndNamesTheFailure) {

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "ps_server/checkpoint/shard_file.h"
+#include "ps_server/checkpoint/transfer_progress.h"
 
 namespace psrt {
 namespace {
@@ -42,19 +43,25 @@ class RateLimiter {
   absl::Time next_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
-class PacedWriter final : public StorageWriter {
+// Paces a shard file's writes and counts them into the save's progress.
+class MeteredWriter final : public StorageWriter {
  public:
-  PacedWriter(std::unique_ptr<StorageWriter> inner, RateLimiter* limiter)
-      : inner_(std::move(inner)), limiter_(limiter) {}
+  MeteredWriter(std::unique_ptr<StorageWriter> inner, RateLimiter* limiter,
+                TransferProgress* progress)
+      : inner_(std::move(inner)), limiter_(limiter), progress_(progress) {}
+
   absl::Status Append(absl::string_view data) override {
     limiter_->Acquire(static_cast<int64_t>(data.size()));
-    return inner_->Append(data);
+    absl::Status s = inner_->Append(data);
+    progress_->Add(static_cast<int64_t>(data.size()));
+    return s;
   }
   absl::Status Close() override { return inner_->Close(); }
 
  private:
   std::unique_ptr<StorageWriter> inner_;
   RateLimiter* limiter_;
+  TransferProgress* progress_;
 };
 
 }  // namespace
@@ -76,6 +83,13 @@ absl::StatusOr<SaveShardsResponse> SaveLocalShards(
       if (v->Holds(s)) jobs.push_back({v, s});
     }
   }
+  int64_t expected_bytes = 0;  // of the rows; the files add headers and ids
+  for (const Job& job : jobs) {
+    expected_bytes += job.variable->shard(job.shard).bytes();
+  }
+  TransferProgress progress(
+      absl::StrCat("checkpoint: PS ", store.ps_task(), " saving"),
+      expected_bytes);
   SaveShardsResponse response;
   response.set_global_step(store.global_step());
   std::vector<CheckpointFile> files(jobs.size());
@@ -111,9 +125,9 @@ absl::StatusOr<SaveShardsResponse> SaveLocalShards(
           (*storage)->NewWriter(f.path());
       if (!writer.ok()) {
         s = writer.status();
-      } else if (max_bytes_per_sec > 0) {
+      } else {
         writer = std::unique_ptr<StorageWriter>(
-            new PacedWriter(*std::move(writer), &limiter));
+            new MeteredWriter(*std::move(writer), &limiter, &progress));
       }
       if (s.ok()) {
         s = WriteShardFile(*job.variable, job.shard, writer->get(), &header,
@@ -149,7 +163,7 @@ absl::StatusOr<SaveShardsResponse> SaveLocalShards(
   response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   LOG(INFO) << "checkpoint: PS " << store.ps_task() << " wrote " << jobs.size()
             << " shard file(s), " << bytes << " bytes, to " << checkpoint_uri
-            << " in " << response.seconds() << " s";
+            << " (" << progress.Summary() << ")";
   return response;
 }
 

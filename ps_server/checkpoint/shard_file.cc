@@ -127,12 +127,48 @@ uint32_t ShardFileWholeCrc(absl::string_view data) {
   return Crc32cExtend(ShardFileCrc(data), data.data() + data.size() - 4, 4);
 }
 
+int64_t DerivedRowId(const ShardFileHeader& header, int64_t i) {
+  return header.routing() == PartitionSpec::MOD
+             ? i * header.num_shards() + header.shard()
+             : header.row_begin() + i;
+}
+
+namespace {
+
+absl::Status Corrupt(absl::string_view name, absl::string_view what) {
+  return absl::DataLossError(
+      absl::StrCat("checkpoint file ", name, " is corrupt: ", what));
+}
+
+// Checks a parsed header's fields, and that its rows (and ids) fill the
+// body exactly: `body_bytes` between the magic and the header.
+absl::Status CheckHeader(const ShardFileHeader& h, size_t body_bytes,
+                         absl::string_view name) {
+  if (h.row_width() <= 0 || h.num_rows() < 0 || h.num_slots() < 0 ||
+      h.num_slots() > 2 || h.num_shards() <= 0 || h.shard() < 0 ||
+      h.shard() >= h.num_shards()) {
+    return Corrupt(name,
+                   absl::StrCat("bad header {", h.ShortDebugString(), "}"));
+  }
+  // Bounded before multiplying: no count can overflow what follows.
+  const uint64_t stride_bytes =
+      static_cast<uint64_t>(h.row_width()) * (1 + h.num_slots()) * 4;
+  const uint64_t row_bytes = stride_bytes + (h.explicit_ids() ? 8 : 0);
+  if (static_cast<uint64_t>(h.row_width()) > body_bytes ||
+      static_cast<uint64_t>(h.num_rows()) > body_bytes / row_bytes ||
+      static_cast<uint64_t>(h.num_rows()) * row_bytes != body_bytes) {
+    return Corrupt(
+        name, absl::StrCat("header says ", h.num_rows(), " rows of ", row_bytes,
+                           " bytes but the body has ", body_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
                                                   absl::string_view name) {
-  auto loss = [&](const std::string& what) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint file ", name, " is corrupt: ", what));
-  };
+  auto loss = [&](const std::string& what) { return Corrupt(name, what); };
   if (data.size() < kMagicBytes + 8) {
     return loss(absl::StrCat("only ", data.size(), " bytes"));
   }
@@ -156,18 +192,10 @@ absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
     return loss("header does not parse");
   }
   const ShardFileHeader& h = c.header;
-  if (h.row_width() <= 0 || h.num_rows() < 0 || h.num_slots() < 0 ||
-      h.num_slots() > 2 || h.num_shards() <= 0 || h.shard() < 0 ||
-      h.shard() >= h.num_shards()) {
-    return loss(absl::StrCat("bad header {", h.ShortDebugString(), "}"));
+  if (absl::Status s = CheckHeader(h, header_at - kMagicBytes, name); !s.ok()) {
+    return s;
   }
   const size_t id_bytes = h.explicit_ids() ? h.num_rows() * sizeof(int64_t) : 0;
-  const size_t row_bytes = h.num_rows() * c.row_stride() * sizeof(float);
-  if (kMagicBytes + id_bytes + row_bytes != header_at) {
-    return loss(absl::StrCat("header says ", h.num_rows(), " rows (",
-                             id_bytes + row_bytes, " bytes) but the body has ",
-                             header_at - kMagicBytes));
-  }
   c.data = std::move(data);
   // 8-aligned: the buffer is heap-allocated and the ids start at byte 8.
   if (h.explicit_ids()) {
@@ -200,6 +228,133 @@ absl::StatusOr<ShardFileContents> ReadShardFile(Storage& checkpoint,
                      " does not carry the CRC32C the manifest recorded"));
   }
   return DecodeShardFile(*std::move(data), name);
+}
+
+absl::Status StreamShardFile(
+    Storage& checkpoint, const CheckpointFile& file, int format_version,
+    int64_t chunk_bytes,
+    const std::function<absl::Status(const ShardFileHeader&)>& on_header,
+    const std::function<absl::Status(const ShardFileChunk&)>& on_chunk) {
+  const std::string name = checkpoint.Describe(file.path());
+  auto reader = checkpoint.NewReader(file.path());
+  if (!reader.ok()) return reader.status();
+  const int64_t size = file.bytes();
+  if (size < static_cast<int64_t>(kMagicBytes) + 8) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint file ", name, ": the manifest recorded ", size, " bytes"));
+  }
+  // The trailer (header length, CRC) and one byte more: the object must
+  // end exactly where the manifest says.
+  std::string tail;
+  if (absl::Status s = (*reader)->ReadAt(size - 8, 9, &tail); !s.ok()) return s;
+  if (tail.size() != 8) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", name, " is ",
+                     tail.size() < 8 ? "shorter" : "longer", " than the ", size,
+                     " bytes the manifest recorded"));
+  }
+  const uint32_t header_bytes = GetU32(tail.data());
+  const uint32_t stored_crc = GetU32(tail.data() + 4);
+  if (header_bytes > size - kMagicBytes - 8) {
+    return Corrupt(name,
+                   absl::StrCat("header length ", header_bytes, " too large"));
+  }
+  const int64_t header_at = size - 8 - header_bytes;
+  std::string header_data;
+  if (absl::Status s =
+          (*reader)->ReadAt(header_at, header_bytes + 4, &header_data);
+      !s.ok()) {
+    return s;
+  }
+  ShardFileHeader header;
+  if (header_data.size() != header_bytes + 4 ||
+      !header.ParseFromArray(header_data.data(),
+                             static_cast<int>(header_bytes))) {
+    return Corrupt(name, "header does not parse");
+  }
+  if (absl::Status s = CheckHeader(header, header_at - kMagicBytes, name);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = on_header(header); !s.ok()) return s;
+
+  std::string magic;
+  if (absl::Status s = (*reader)->ReadAt(0, kMagicBytes, &magic); !s.ok()) {
+    return s;
+  }
+  if (magic.size() != kMagicBytes ||
+      std::memcmp(magic.data(), kShardFileMagic, kMagicBytes) != 0) {
+    return Corrupt(name, "not a psrt shard file (bad magic)");
+  }
+  // The ids (hash shards) and the rows are two regions read side by side;
+  // their CRCs are combined with the magic's and the header's at the end.
+  const int64_t stride_bytes = header.row_width() * (1 + header.num_slots()) *
+                               static_cast<int64_t>(sizeof(float));
+  const int64_t rows = header.num_rows();
+  const int64_t ids_at = kMagicBytes;
+  const int64_t id_bytes = header.explicit_ids() ? rows * 8 : 0;
+  const int64_t rows_at = ids_at + id_bytes;
+  const int64_t chunk_rows = std::max<int64_t>(
+      1, chunk_bytes / (stride_bytes + (header.explicit_ids() ? 8 : 0)));
+  uint32_t crc_front = Crc32c(magic.data(), magic.size());  // magic + ids
+  uint32_t crc_rows = 0;
+  std::string id_data, row_data;
+  std::vector<int64_t> derived;
+  for (int64_t first = 0; first < rows; first += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - first);
+    ShardFileChunk chunk;
+    chunk.first = first;
+    chunk.num_rows = n;
+    if (header.explicit_ids()) {
+      if (absl::Status s =
+              (*reader)->ReadAt(ids_at + first * 8, n * 8, &id_data);
+          !s.ok()) {
+        return s;
+      }
+      if (static_cast<int64_t>(id_data.size()) != n * 8) {
+        return Corrupt(name, "ends inside its ids");
+      }
+      crc_front = Crc32cExtend(crc_front, id_data.data(), id_data.size());
+      // 8-aligned: the string's buffer comes from the heap.
+      chunk.ids = reinterpret_cast<const int64_t*>(id_data.data());
+    } else {
+      derived.resize(n);
+      for (int64_t i = 0; i < n; ++i) {
+        derived[i] = DerivedRowId(header, first + i);
+      }
+      chunk.ids = derived.data();
+    }
+    if (absl::Status s = (*reader)->ReadAt(rows_at + first * stride_bytes,
+                                           n * stride_bytes, &row_data);
+        !s.ok()) {
+      return s;
+    }
+    if (static_cast<int64_t>(row_data.size()) != n * stride_bytes) {
+      return Corrupt(name, "ends inside its rows");
+    }
+    crc_rows = Crc32cExtend(crc_rows, row_data.data(), row_data.size());
+    chunk.rows = reinterpret_cast<const float*>(row_data.data());
+    chunk.bytes = id_data.size() + row_data.size();
+    if (absl::Status s = on_chunk(chunk); !s.ok()) return s;
+  }
+  const uint32_t crc_trailer = Crc32c(header_data.data(), header_data.size());
+  const uint32_t computed =
+      Crc32cCombine(Crc32cCombine(crc_front, crc_rows, rows * stride_bytes),
+                    crc_trailer, header_data.size());
+  if (computed != stored_crc) {
+    return Corrupt(name, absl::StrFormat("CRC32C mismatch (stored %08x, "
+                                         "computed %08x)",
+                                         stored_crc, computed));
+  }
+  const uint32_t recorded_as = format_version >= 2
+                                   ? Crc32cExtend(computed, tail.data() + 4, 4)
+                                   : computed;
+  if (recorded_as != file.crc32c()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", name,
+                     " does not carry the CRC32C the manifest recorded"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace psrt

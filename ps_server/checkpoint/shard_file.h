@@ -4,6 +4,7 @@
 #define PSRT_PS_SERVER_CHECKPOINT_SHARD_FILE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,10 @@ absl::Status WriteShardFile(const LocalVariable& variable, int shard,
                             StorageWriter* out, ShardFileHeader* header,
                             uint32_t* crc, int64_t* bytes);
 
+// The global row (or hash id) of row i of a file with `header` whose ids
+// are not stored (derived from the shard's cut).
+int64_t DerivedRowId(const ShardFileHeader& header, int64_t i);
+
 // A decoded, verified data file; `stored_ids` and `rows` point into `data`.
 struct ShardFileContents {
   std::string data;
@@ -40,10 +45,7 @@ struct ShardFileContents {
   // The global row (or hash id) of row i: stored for hash shards, derived
   // from the shard's cut otherwise.
   int64_t Id(int64_t i) const {
-    if (stored_ids != nullptr) return stored_ids[i];
-    return header.routing() == PartitionSpec::MOD
-               ? i * header.num_shards() + header.shard()
-               : header.row_begin() + i;
+    return stored_ids != nullptr ? stored_ids[i] : DerivedRowId(header, i);
   }
 };
 
@@ -51,6 +53,29 @@ struct ShardFileContents {
 // `name` (the file) and what is wrong.
 absl::StatusOr<ShardFileContents> DecodeShardFile(std::string data,
                                                   absl::string_view name);
+
+// Rows [first, first + num_rows) of a streamed shard file.
+struct ShardFileChunk {
+  int64_t first = 0;
+  int64_t num_rows = 0;
+  const int64_t* ids = nullptr;  // num_rows ids (stored or derived)
+  const float* rows = nullptr;   // num_rows * row_stride floats
+  int64_t bytes = 0;             // of the file read for this chunk
+};
+
+// Streams the shard file `file` of a checkpoint through buffers of about
+// `chunk_bytes`, with ranged reads (Storage::NewReader), instead of
+// holding it whole: `on_header` gets the header (from the file's end,
+// checked for sanity and against the manifest's size) before any row,
+// `on_chunk` every chunk in order. The CRC32C (the file's own and the
+// manifest's) can only be checked at the end, after every chunk was handed
+// over: on any error the caller discards what it built from them. Errors
+// are DATA_LOSS naming the file; a storage error is returned as it is.
+absl::Status StreamShardFile(
+    Storage& checkpoint, const CheckpointFile& file, int format_version,
+    int64_t chunk_bytes,
+    const std::function<absl::Status(const ShardFileHeader&)>& on_header,
+    const std::function<absl::Status(const ShardFileChunk&)>& on_chunk);
 
 // Reads the shard file `file` of a checkpoint from `checkpoint` (storage
 // rooted at the checkpoint) and checks it against what the manifest (of

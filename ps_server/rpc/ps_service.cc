@@ -1,5 +1,6 @@
 #include "ps_server/rpc/ps_service.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -364,17 +365,38 @@ grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return ServeUnary<CreateVariablesRequest>(
-      context, "CreateVariables", request, response, /*detached=*/false,
+      // Detached: a restore in PREPARE, or an AWAIT, may take seconds.
+      context, "CreateVariables", request, response, /*detached=*/true,
       [this](const CreateVariablesRequest& r)
           -> absl::StatusOr<CreateVariablesResponse> {
         create_.requests->Add();
         std::vector<VariableSpec> specs(r.specs().begin(), r.specs().end());
         absl::StatusOr<int> size;
+        bool restoring = false;
         switch (r.phase()) {
           case CreateVariablesRequest::PREPARE:
             size = store_->PrepareVariables(r.creation_id(), r.first_index(),
-                                            specs, r.num_ps());
+                                            specs, r.num_ps(),
+                                            r.fill_in_background());
             break;
+          case CreateVariablesRequest::AWAIT: {
+            if (r.await_ms() < 0) {
+              size = absl::InvalidArgumentError(
+                  absl::StrCat("CreateVariables: await_ms=", r.await_ms()));
+              break;
+            }
+            const absl::Duration wait = absl::Milliseconds(
+                r.await_ms() == 0 ? 5000 : std::min(r.await_ms(), 30000));
+            absl::StatusOr<bool> done =
+                store_->AwaitPrepared(r.creation_id(), wait);
+            if (done.ok()) {
+              size = 0;
+              restoring = !*done;
+            } else {
+              size = done.status();
+            }
+            break;
+          }
           case CreateVariablesRequest::COMMIT:
             size = store_->CommitVariables(r.creation_id());
             break;
@@ -398,6 +420,7 @@ grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
         if (!size.ok()) return size.status();
         CreateVariablesResponse out;
         out.set_catalog_size(*size);
+        out.set_restoring(restoring);
         return out;
       });
 }

@@ -57,7 +57,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     server->store_->set_global_step(m.global_step());
     CheckpointRestorer* r = server->restorer_.get();
     server->store_->set_fill_hook(
-        [r](const LocalVariable& v) { return r->Fill(v); });
+        [r](const LocalVariable& v, const std::atomic<bool>& cancelled) {
+          return r->Fill(v, cancelled);
+        },
+        [r](const VariableLayout& layout) { return r->FillsEveryRow(layout); });
     LOG(INFO) << "restoring from " << options.restore_uri << " (step "
               << m.global_step() << ", " << m.variables_size()
               << " variables saved by " << m.num_ps()

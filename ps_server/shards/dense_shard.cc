@@ -15,13 +15,21 @@ constexpr int64_t kParallelFloats = int64_t{1} << 18;  // 1 MiB
 }  // namespace
 
 DenseShard::DenseShard(const VariableLayout& layout, int shard,
-                       const Optimizer* optimizer, const Initializer& init)
+                       const Optimizer* optimizer, const Initializer& init,
+                       bool initialize)
     : optimizer_(optimizer),
       width_(layout.row_width),
       row_begin_(layout.shards[shard].row_begin),
       size_(layout.shards[shard].num_rows * layout.row_width) {
   const int64_t width = layout.row_width;
   const int64_t first_row = layout.shards[shard].row_begin;
+  if (!initialize) {
+    params_ = AllocateZeroFloats(size_);
+    for (int k = 0; k < optimizer_->num_slots(); ++k) {
+      slots_[k] = AllocateZeroFloats(size_);
+    }
+    return;
+  }
   params_ = AllocateFloats(size_);
   float* params = params_.get();
   ParallelFor(layout.shards[shard].num_rows, 1 << 16,

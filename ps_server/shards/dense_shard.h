@@ -20,10 +20,12 @@ namespace psrt {
 
 class DenseShard final : public Shard {
  public:
-  // Allocates the shard and fills it from `init`. `layout` and `optimizer`
-  // must outlive the shard.
+  // Allocates the shard and fills it from `init` -- or, without
+  // `initialize`, leaves it zero for a restore to overwrite. `layout` and
+  // `optimizer` must outlive the shard.
   DenseShard(const VariableLayout& layout, int shard,
-             const Optimizer* optimizer, const Initializer& init);
+             const Optimizer* optimizer, const Initializer& init,
+             bool initialize = true);
   DenseShard(const DenseShard&) = delete;
   DenseShard& operator=(const DenseShard&) = delete;
 

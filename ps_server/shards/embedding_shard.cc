@@ -16,13 +16,17 @@ namespace {}  // namespace
 
 EmbeddingShard::EmbeddingShard(const VariableLayout& layout, int shard,
                                const Optimizer* optimizer,
-                               const Initializer& init)
+                               const Initializer& init, bool initialize)
     : layout_(layout),
       shard_(shard),
       optimizer_(optimizer),
       width_(layout.row_width),
       stride_(layout.row_width * (1 + optimizer->num_slots())),
       rows_(layout.shards[shard].num_rows) {
+  if (!initialize) {
+    data_ = AllocateZeroFloats(rows_ * stride_);
+    return;
+  }
   data_ = AllocateFloats(rows_ * stride_);
   float* data = data_.get();
   ParallelFor(rows_, 1 << 14, [&](int64_t begin, int64_t end) {

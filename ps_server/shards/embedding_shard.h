@@ -19,9 +19,12 @@ namespace psrt {
 
 class EmbeddingShard final : public RowShard {
  public:
-  // `layout` and `optimizer` must outlive the shard.
+  // Allocates the shard and fills it from `init` -- or, without
+  // `initialize`, leaves it zero for a restore to overwrite. `layout` and
+  // `optimizer` must outlive the shard.
   EmbeddingShard(const VariableLayout& layout, int shard,
-                 const Optimizer* optimizer, const Initializer& init);
+                 const Optimizer* optimizer, const Initializer& init,
+                 bool initialize = true);
 
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
   absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }

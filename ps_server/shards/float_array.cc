@@ -20,6 +20,12 @@ void FloatArrayDeleter::operator()(float* p) const {
   }
 }
 
+FloatArray AllocateZeroFloats(size_t n) {
+  if (n * sizeof(float) < kHugePage)
+    return FloatArray(new float[n > 0 ? n : 1]());
+  return AllocateFloats(n);  // fresh anonymous pages read as zero
+}
+
 FloatArray AllocateFloats(size_t n) {
   const size_t bytes = n * sizeof(float);
   if (bytes < kHugePage) return FloatArray(new float[n > 0 ? n : 1]);

@@ -23,6 +23,9 @@ using FloatArray = std::unique_ptr<float[], FloatArrayDeleter>;
 // 2 MiB aligned and advised to use huge pages (unless the environment sets
 // PSRT_DISABLE_HUGE_PAGES=1). Throws std::bad_alloc.
 FloatArray AllocateFloats(size_t n);
+// The same, every float 0 (mmap'ed arrays are zero pages, touched only when
+// written: what a shard about to be restored wants).
+FloatArray AllocateZeroFloats(size_t n);
 
 }  // namespace psrt
 

@@ -40,16 +40,30 @@ int64_t LocalVariable::bytes() const {
 std::unique_ptr<Shard> ShardStore::MakeShard(const VariableLayout& layout,
                                              int shard,
                                              const Optimizer* optimizer,
-                                             const Initializer& init) {
+                                             const Initializer& init,
+                                             bool initialize) {
   switch (layout.kind()) {
     case DENSE:
-      return std::make_unique<DenseShard>(layout, shard, optimizer, init);
+      return std::make_unique<DenseShard>(layout, shard, optimizer, init,
+                                          initialize);
     case EMBEDDING:
-      return std::make_unique<EmbeddingShard>(layout, shard, optimizer, init);
+      return std::make_unique<EmbeddingShard>(layout, shard, optimizer, init,
+                                              initialize);
     default:
       return std::make_unique<HashEmbeddingShard>(
           layout, shard, optimizer, init,
           [this](int64_t bytes) { return ReserveMemory(bytes); });
+  }
+}
+
+void ShardStore::AllocateShards(LocalVariable* v,
+                                const FillsEveryRow& fills_every_row) {
+  const Initializer init(v->layout->spec.initializer());
+  const bool initialize = !fills_every_row || !fills_every_row(*v->layout);
+  for (int s = 0; s < v->layout->num_shards(); ++s) {
+    if (v->layout->shards[s].ps_task != ps_task_) continue;
+    v->shards[s] =
+        MakeShard(*v->layout, s, v->optimizer.get(), init, initialize);
   }
 }
 
@@ -143,7 +157,7 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
 
 absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
     int first_index, std::vector<VariableSpec> specs, int num_ps,
-    int64_t* new_bytes_out) {
+    int64_t* new_bytes_out, bool fill) {
   if (num_ps != num_ps_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the client assumes ", num_ps, " PS tasks but this is PS ", ps_task_,
@@ -169,16 +183,13 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
     auto v = std::make_unique<LocalVariable>();
     v->layout = map_.Find(spec->name());
     v->optimizer = CreateOptimizer(spec->optimizer());
-    const Initializer init(spec->initializer());
-    const int n = v->layout->num_shards();
-    v->shards.resize(n);
-    for (int s = 0; s < n; ++s) {
-      if (v->layout->shards[s].ps_task != ps_task_) continue;
-      v->shards[s] = MakeShard(*v->layout, s, v->optimizer.get(), init);
-    }
+    v->shards.resize(v->layout->num_shards());
+    if (fill) AllocateShards(v.get(), fill_hook_ ? fills_every_row_ : nullptr);
     created.push_back(std::move(v));
-    if (fill_hook_) {
-      if (absl::Status s = fill_hook_(*created.back()); !s.ok()) {
+    if (fill && fill_hook_) {
+      static const std::atomic<bool> kNeverCancelled{false};
+      if (absl::Status s = fill_hook_(*created.back(), kNeverCancelled);
+          !s.ok()) {
         Discard(&created);
         return s;
       }
@@ -208,12 +219,28 @@ void ShardStore::Publish(std::vector<std::unique_ptr<LocalVariable>> created) {
   }
 }
 
+ShardStore::~ShardStore() {
+  absl::MutexLock lock(&create_mu_);
+  StopFill();
+}
+
+void ShardStore::StopFill() {
+  if (!prepared_.has_value() || prepared_->fill == nullptr) return;
+  BackgroundFill& fill = *prepared_->fill;
+  fill.cancelled = true;
+  if (fill.thread.joinable()) fill.thread.join();
+}
+
 absl::Status ShardStore::CheckNoneInProgress() {
   if (!prepared_.has_value()) return absl::OkStatus();
+  if (prepared_->fill != nullptr && prepared_->fill->done.HasBeenNotified()) {
+    prepared_->deadline = prepared_->fill->finished_at + kPreparedTtl;
+  }
   if (absl::Now() > prepared_->deadline) {
     LOG(WARNING) << "PS " << ps_task_ << ": creation " << prepared_->id
                  << " was prepared but never committed within " << kPreparedTtl
                  << "; discarding it";
+    StopFill();
     accounted_bytes_ -= prepared_->new_bytes;
     Discard(&prepared_->variables);
     prepared_.reset();
@@ -238,7 +265,7 @@ absl::StatusOr<int> ShardStore::CreateVariables(int first_index,
 
 absl::StatusOr<int> ShardStore::PrepareVariables(
     uint64_t creation_id, int first_index, std::vector<VariableSpec> specs,
-    int num_ps) {
+    int num_ps, bool fill_in_background) {
   if (creation_id == 0) {
     return absl::InvalidArgumentError("a prepared creation needs an id");
   }
@@ -248,16 +275,73 @@ absl::StatusOr<int> ShardStore::PrepareVariables(
   }
   if (absl::Status s = CheckNoneInProgress(); !s.ok()) return s;
   int64_t new_bytes = 0;
-  auto created = Build(first_index, std::move(specs), num_ps, &new_bytes);
+  auto created = Build(first_index, std::move(specs), num_ps, &new_bytes,
+                       /*fill=*/!fill_in_background);
   if (!created.ok()) return created.status();
-  prepared_.emplace(Prepared{creation_id, absl::Now() + kPreparedTtl,
-                             *std::move(created), new_bytes});
+  std::shared_ptr<BackgroundFill> fill;
+  if (fill_in_background) {
+    fill = std::make_shared<BackgroundFill>();
+    std::vector<LocalVariable*> to_fill;
+    for (const auto& v : *created) to_fill.push_back(v.get());
+    fill->thread =
+        std::thread([this, fill_ptr = fill.get(), hook = fill_hook_,
+                     covers = fill_hook_ ? fills_every_row_ : FillsEveryRow(),
+                     to_fill = std::move(to_fill)] {
+          absl::Status status;
+          for (LocalVariable* v : to_fill) {
+            if (fill_ptr->cancelled) {
+              status = absl::CancelledError("the creation was aborted");
+              break;
+            }
+            AllocateShards(v, covers);
+            if (hook) status = hook(*v, fill_ptr->cancelled);
+            if (!status.ok()) break;
+          }
+          fill_ptr->status = status;
+          fill_ptr->finished_at = absl::Now();
+          fill_ptr->done.Notify();
+        });
+  }
+  prepared_.emplace(Prepared{
+      creation_id,
+      fill != nullptr ? absl::InfiniteFuture() : absl::Now() + kPreparedTtl,
+      *std::move(created), new_bytes, std::move(fill)});
   return static_cast<int>(map_.variables().size());
+}
+
+absl::StatusOr<bool> ShardStore::AwaitPrepared(uint64_t creation_id,
+                                               absl::Duration wait) {
+  std::shared_ptr<BackgroundFill> fill;
+  {
+    absl::MutexLock create_lock(&create_mu_);
+    if (!prepared_.has_value() || prepared_->id != creation_id) {
+      if (creation_id != 0 && creation_id == last_committed_) return true;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "creation ", creation_id, " is not prepared on PS ", ps_task_,
+          " (aborted, discarded after ", absl::FormatDuration(kPreparedTtl),
+          ", or this PS restarted); create the variables again"));
+    }
+    if (prepared_->fill == nullptr) return true;
+    fill = prepared_->fill;
+  }
+  if (!fill->done.WaitForNotificationWithTimeout(wait)) return false;
+  if (!fill->status.ok()) return fill->status;
+  return true;
 }
 
 absl::StatusOr<int> ShardStore::CommitVariables(uint64_t creation_id) {
   absl::MutexLock create_lock(&create_mu_);
   if (prepared_.has_value() && prepared_->id == creation_id) {
+    if (prepared_->fill != nullptr) {
+      BackgroundFill& fill = *prepared_->fill;
+      if (!fill.done.HasBeenNotified()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("creation ", creation_id, " is still restoring on PS ",
+                         ps_task_, "; commit after it is done (await it)"));
+      }
+      if (!fill.status.ok()) return fill.status;
+      fill.thread.join();
+    }
     Publish(std::move(prepared_->variables));
     prepared_.reset();
     last_committed_ = creation_id;
@@ -275,6 +359,7 @@ absl::StatusOr<int> ShardStore::CommitVariables(uint64_t creation_id) {
 absl::Status ShardStore::AbortVariables(uint64_t creation_id) {
   absl::MutexLock create_lock(&create_mu_);
   if (prepared_.has_value() && prepared_->id == creation_id) {
+    StopFill();
     accounted_bytes_ -= prepared_->new_bytes;
     Discard(&prepared_->variables);
     prepared_.reset();
@@ -310,9 +395,10 @@ absl::Status ShardStore::ReserveMemory(int64_t bytes) {
   }
 }
 
-void ShardStore::set_fill_hook(FillHook hook) {
+void ShardStore::set_fill_hook(FillHook hook, FillsEveryRow fills_every_row) {
   absl::MutexLock lock(&create_mu_);
   fill_hook_ = std::move(hook);
+  fills_every_row_ = std::move(fills_every_row);
 }
 
 const LocalVariable* ShardStore::Find(absl::string_view name) const {

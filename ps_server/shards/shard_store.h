@@ -15,11 +15,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/optimizers/optimizer.h"
@@ -50,6 +52,7 @@ class ShardStore {
   // `memory_limit_bytes` bounds the planned bytes of this PS's shards
   // (0: 90% of the memory available when a variable is created).
   ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes = 0);
+  ~ShardStore();
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
@@ -71,10 +74,24 @@ class ShardStore {
   // meanwhile is FAILED_PRECONDITION ("in progress"; the client retries),
   // and one not committed within kPreparedTtl is discarded. Commit of an
   // id just committed answers again; of an unknown one FAILED_PRECONDITION.
+  //
+  // With `fill_in_background` Prepare checks (positions, memory) and
+  // returns while the shards are allocated, initialized and filled (the
+  // fill hook: a restore) on a thread of its own, so that every PS of a
+  // cluster does that at once; AwaitPrepared reports when it
+  // is done, Commit refuses until then, Abort cancels it. The TTL counts
+  // from the end of the fill.
   static constexpr absl::Duration kPreparedTtl = absl::Seconds(60);
   absl::StatusOr<int> PrepareVariables(uint64_t creation_id, int first_index,
                                        std::vector<VariableSpec> specs,
-                                       int num_ps);
+                                       int num_ps,
+                                       bool fill_in_background = false);
+  // Waits up to `wait` for the prepared creation's fill: true when it is
+  // done and succeeded (or the creation is already committed), false if
+  // it still runs; the fill's error if it failed; FAILED_PRECONDITION for
+  // an unknown id.
+  absl::StatusOr<bool> AwaitPrepared(uint64_t creation_id, absl::Duration wait)
+      ABSL_LOCKS_EXCLUDED(create_mu_);
   absl::StatusOr<int> CommitVariables(uint64_t creation_id);
   absl::Status AbortVariables(uint64_t creation_id);
 
@@ -87,9 +104,19 @@ class ShardStore {
 
   // Called for each variable CreateVariables creates, after its local
   // shards are allocated and before anyone can see it (a checkpoint
-  // restore fills them here). An error undoes the whole creation.
-  using FillHook = std::function<absl::Status(const LocalVariable&)>;
-  void set_fill_hook(FillHook hook) ABSL_LOCKS_EXCLUDED(create_mu_);
+  // restore fills them here). An error undoes the whole creation. A hook
+  // running in the background should return soon (CANCELLED) once
+  // `cancelled` turns true.
+  using FillHook = std::function<absl::Status(
+      const LocalVariable&, const std::atomic<bool>& cancelled)>;
+  // Optional: true if the hook will write every row of the variable's
+  // local shards (a restore of a dense or embedding variable the checkpoint
+  // holds), so they are allocated zero instead of initialized -- the
+  // initializer costs as much as the restore. The hook must then check
+  // that it did write every row.
+  using FillsEveryRow = std::function<bool(const VariableLayout&)>;
+  void set_fill_hook(FillHook hook, FillsEveryRow fills_every_row = nullptr)
+      ABSL_LOCKS_EXCLUDED(create_mu_);
 
   // The training progress this PS has seen: the highest step + 1 of any
   // applied push (steps count from 0), or what a restore set.
@@ -125,7 +152,10 @@ class ShardStore {
 
   std::unique_ptr<Shard> MakeShard(const VariableLayout& layout, int shard,
                                    const Optimizer* optimizer,
-                                   const Initializer& init);
+                                   const Initializer& init, bool initialize);
+  // Makes `v`'s local shards, initialized unless `fills_every_row` says
+  // the fill hook will overwrite every row. Touches only `v`.
+  void AllocateShards(LocalVariable* v, const FillsEveryRow& fills_every_row);
 
   // Build's checks, before anything changes: the specs' catalog positions
   // (returning those to append), and the bytes they need on this PS
@@ -137,11 +167,13 @@ class ShardStore {
       const std::vector<const VariableSpec*>& to_add) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
 
-  // Checks a creation, adds its layouts to map_ and allocates (and fills)
-  // its local shards, unpublished; nothing changes on error.
+  // Checks a creation and adds its layouts to map_; with `fill` also
+  // allocates and fills its local shards (else the caller does),
+  // unpublished; nothing changes on error.
   absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> Build(
       int first_index, std::vector<VariableSpec> specs, int num_ps,
-      int64_t* new_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+      int64_t* new_bytes, bool fill = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   void Publish(std::vector<std::unique_ptr<LocalVariable>> created)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   // Takes `created` (the last entries of map_) back out of map_ and gives
@@ -155,13 +187,27 @@ class ShardStore {
   // Serializes creations (held while shards are allocated).
   absl::Mutex create_mu_;
   FillHook fill_hook_ ABSL_GUARDED_BY(create_mu_);
+  FillsEveryRow fills_every_row_ ABSL_GUARDED_BY(create_mu_);
   ShardMap map_ ABSL_GUARDED_BY(create_mu_);
+  // A prepared creation's fill running on its own thread. The thread
+  // touches only the new (unpublished) variables, never create_mu_, so
+  // Abort can cancel and join it while holding create_mu_.
+  struct BackgroundFill {
+    std::thread thread;
+    std::atomic<bool> cancelled{false};
+    absl::Notification done;
+    absl::Status status;     // written before `done`
+    absl::Time finished_at;  // written before `done`
+  };
   struct Prepared {  // (no member initializers: clang's std::optional)
     uint64_t id;
-    absl::Time deadline;
+    absl::Time deadline;  // for a background fill: finished_at + TTL
     std::vector<std::unique_ptr<LocalVariable>> variables;
     int64_t new_bytes;
+    std::shared_ptr<BackgroundFill> fill;  // null: filled in Prepare
   };
+  // Cancels and joins prepared_'s background fill, if any.
+  void StopFill() ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   std::optional<Prepared> prepared_ ABSL_GUARDED_BY(create_mu_);
   uint64_t last_committed_ ABSL_GUARDED_BY(create_mu_) = 0;
 

@@ -1,5 +1,9 @@
 #include "ps_server/shards/shard_store.h"
 
+#include <atomic>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "ps_server/shards/hash_embedding_shard.h"
 
@@ -114,6 +118,87 @@ TEST(ShardStoreTest, HashEmbeddingGrowthCountsAgainstTheMemoryLimit) {
   // And nothing more can be created either.
   EXPECT_TRUE(absl::IsResourceExhausted(
       store.CreateVariables(2, {Spec("more", 1 << 18, 1)}, 1).status()));
+}
+
+// PREPARE with the fill in the background: it returns before the fill
+// ends; Commit refuses while it runs; Await reports it; another creation
+// is "in progress" meanwhile; a failed fill is the Await's and the
+// Commit's error; Abort cancels a running fill and frees everything.
+TEST(ShardStoreTest, BackgroundFillIsAwaitedCommittedOrCancelled) {
+  ShardStore store(0, 1);
+  absl::Notification release;
+  std::atomic<int> fills{0};
+  std::atomic<bool> saw_cancel{false};
+  absl::Status fill_result;  // set before `release`
+  store.set_fill_hook(
+      [&](const LocalVariable& v, const std::atomic<bool>& cancelled) {
+        ++fills;
+        while (!release.HasBeenNotified()) {
+          if (cancelled) {
+            saw_cancel = true;
+            return absl::CancelledError("cancelled");
+          }
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+        return fill_result;
+      });
+
+  // 1: succeeds after the release.
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(store
+                  .PrepareVariables(11, 0, {Spec("a", 4)}, 1,
+                                    /*fill_in_background=*/true)
+                  .ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));  // did not wait
+  auto waited = store.AwaitPrepared(11, absl::Milliseconds(50));
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_FALSE(*waited);  // still filling
+  EXPECT_EQ(store.CommitVariables(11).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      store.PrepareVariables(12, 0, {Spec("a", 4)}, 1, true).status().code(),
+      absl::StatusCode::kFailedPrecondition);  // one at a time
+  EXPECT_EQ(store.Find("a"), nullptr);
+  release.Notify();
+  waited = store.AwaitPrepared(11, absl::Seconds(10));
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_TRUE(*waited);
+  ASSERT_TRUE(store.CommitVariables(11).ok());
+  EXPECT_NE(store.Find("a"), nullptr);
+  EXPECT_TRUE(*store.AwaitPrepared(11, absl::ZeroDuration()));  // committed
+  EXPECT_EQ(fills.load(), 1);
+
+  // 2: the fill fails: Await and Commit say why; Abort frees it.
+  fill_result = absl::DataLossError("file x is corrupt");
+  ASSERT_TRUE(store.PrepareVariables(21, 1, {Spec("b", 4)}, 1, true).ok());
+  waited = store.AwaitPrepared(21, absl::Seconds(10));
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(store.CommitVariables(21).status().code(),
+            absl::StatusCode::kDataLoss);
+  ASSERT_TRUE(store.AbortVariables(21).ok());
+  EXPECT_EQ(store.AwaitPrepared(21, absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // 3: Abort while the fill runs cancels it, then the same position is
+  // free for a new creation.
+  absl::Notification entered;
+  store.set_fill_hook(
+      [&](const LocalVariable&, const std::atomic<bool>& cancelled) {
+        entered.Notify();
+        while (!cancelled) absl::SleepFor(absl::Milliseconds(1));
+        saw_cancel = true;
+        return absl::CancelledError("cancelled");
+      });
+  ASSERT_TRUE(store.PrepareVariables(31, 1, {Spec("c", 4)}, 1, true).ok());
+  entered.WaitForNotification();
+  ASSERT_TRUE(store.AbortVariables(31).ok());
+  EXPECT_TRUE(saw_cancel.load());
+  store.set_fill_hook(nullptr);
+  ASSERT_TRUE(store.PrepareVariables(32, 1, {Spec("d", 4)}, 1, true).ok());
+  EXPECT_TRUE(*store.AwaitPrepared(32, absl::Seconds(10)));
+  EXPECT_EQ(*store.CommitVariables(32), 2);
+  EXPECT_EQ(store.Find("c"), nullptr);
+  EXPECT_NE(store.Find("d"), nullptr);
 }
 
 }  // namespace

@@ -31,7 +31,16 @@ import sys
 import threading
 import urllib.parse
 
-STATS = {"accepted": 0, "rejected": 0, "parts": 0, "injected_503": 0, "aborts": 0}
+STATS = {
+    "accepted": 0,
+    "rejected": 0,
+    "parts": 0,
+    "injected_503": 0,
+    "aborts": 0,
+    # GETs with a Range header, and the body bytes of GETs without one.
+    "ranged_gets": 0,
+    "whole_get_bytes": 0,
+}
 LOCK = threading.Lock()
 
 
@@ -201,6 +210,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             for k, v in resp.getheaders()
             if k.lower() not in ("connection", "transfer-encoding", "content-length")
         }
+        if self.command == "GET":
+            with LOCK:
+                if "range" in headers:
+                    STATS["ranged_gets"] += 1
+                else:
+                    STATS["whole_get_bytes"] += len(data)
         self._reply(resp.status, data, out)
         conn.close()
 

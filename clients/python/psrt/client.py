@@ -57,6 +57,11 @@ class PsError(RuntimeError):
         self.ps = ps
 
 
+# How long create_variables waits while another process's creation (perhaps
+# a long restore) holds PS 0.
+CREATION_WAIT_LIMIT_SECS = 30 * 60
+
+
 class _LostCreationRace(PsError):
     """PS 0 refused to prepare a creation (another is in progress there, or
     the catalog moved); nothing was created anywhere, so it may be retried."""
@@ -308,14 +313,18 @@ class Client:
             # progress there, or the catalog moved) created nothing
             # anywhere: look at the catalog again and retry, as the C++
             # client does.
-            for attempt in range(21):
+            # Another creation may be a long restore: wait up to 30 minutes.
+            give_up_at = time.monotonic() + CREATION_WAIT_LIMIT_SECS
+            attempt = 0
+            while True:
                 try:
                     self._create_locked(specs)
                     return
                 except _LostCreationRace:
-                    if attempt == 20:
+                    if time.monotonic() >= give_up_at:
                         raise
-                    time.sleep(0.02 * (attempt + 1))
+                    attempt += 1
+                    time.sleep(min(0.02 * attempt, 1.0))
 
     def _create_locked(self, specs):
         self._refresh_locked()
@@ -351,6 +360,11 @@ class Client:
             r = ps_pb2.CreateVariablesRequest()
             r.CopyFrom(request)
             r.phase, r.creation_id = phase, creation
+            # Servers started with --restore fill the shards in the
+            # background, every PS at once; AWAIT waits for each.
+            r.fill_in_background = True
+            if phase == Phase.AWAIT:
+                r.await_ms = 5000
             if phase != Phase.PREPARE:
                 del r.specs[:]
             return self._call(
@@ -366,6 +380,19 @@ class Client:
             for ps in range(self.num_ps):
                 send(ps, first if ps == 0 else whole, Phase.PREPARE)
                 prepared.append(ps)
+            for ps in prepared:
+                while True:
+                    try:
+                        if not send(ps, first, Phase.AWAIT).restoring:
+                            break
+                    except PsError as e:
+                        # A server older than AWAIT filled its shards in
+                        # PREPARE already.
+                        if e.code == grpc.StatusCode.INVALID_ARGUMENT and (
+                            "unknown phase" in e.server_message
+                        ):
+                            break
+                        raise
         except PsError as e:
             for ps in prepared:
                 try:

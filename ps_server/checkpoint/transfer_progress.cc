@@ -1,0 +1,58 @@
+#include "ps_server/checkpoint/transfer_progress.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace psrt {
+namespace {
+
+double Megabytes(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+}  // namespace
+
+TransferProgress::TransferProgress(std::string what, int64_t total_bytes,
+                                   absl::Duration interval)
+    : what_(std::move(what)),
+      total_(total_bytes),
+      interval_(interval),
+      start_(absl::Now()),
+      next_log_(start_ + interval) {}
+
+void TransferProgress::Add(int64_t bytes) {
+  done_.fetch_add(bytes);
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (now < next_log_) return;
+    next_log_ = now + interval_;
+  }
+  LOG(INFO) << what_ << ": " << Describe();
+}
+
+std::string TransferProgress::Describe() const {
+  const int64_t done = done_.load();
+  const double seconds =
+      std::max(1e-3, absl::ToDoubleSeconds(absl::Now() - start_));
+  const double rate = Megabytes(done) / seconds;
+  std::string line = absl::StrFormat(
+      "%.1f of %.1f MB (%.1f%%), %.1f MB/s", Megabytes(done), Megabytes(total_),
+      total_ > 0 ? 100.0 * done / total_ : 100.0, rate);
+  if (rate > 0 && done < total_) {
+    absl::StrAppendFormat(&line, ", about %.0f s left",
+                          Megabytes(total_ - done) / rate);
+  }
+  return line;
+}
+
+std::string TransferProgress::Summary() const {
+  const int64_t done = done_.load();
+  const double seconds =
+      std::max(1e-3, absl::ToDoubleSeconds(absl::Now() - start_));
+  return absl::StrFormat("%.1f MB in %.2f s, %.1f MB/s", Megabytes(done),
+                         seconds, Megabytes(done) / seconds);
+}
+
+}  // namespace psrt
