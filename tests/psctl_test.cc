@@ -2,6 +2,7 @@
 // servers hold (shards, bytes, requests), a checkpoint it asks for is
 // written and then listed with the bytes each PS wrote, and partial or
 // corrupt checkpoints are reported as such instead of crashing the listing.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -143,6 +144,49 @@ TEST_F(PsctlTest, BalanceAddsUpToTheCreatedBytes) {
   ASSERT_TRUE(absl::SimpleAtod(w[4], &ratio)) << total[0];
   // Both variables split evenly in 2 shards over 2 PS: equal bytes.
   EXPECT_NEAR(ratio, 1.0, 0.01) << run.output;
+}
+
+// psctl checkpoint shows a long save's progress on every PS as it runs:
+// here a 4 MB save paced to 1 MB/s (--checkpoint_max_mb_per_sec).
+TEST(PsctlProgressTest, CheckpointPrintsEveryPsProgressWhileItRuns) {
+  const std::string root = FreshTestDir("psctl_progress");
+  auto cluster = LocalCluster::Start(
+      {.num_ps = 2,
+       .extra_flags = {absl::StrCat("--checkpoint_uri=", root),
+                       "--checkpoint_max_mb_per_sec=1",
+                       "--checkpoint_on_shutdown=false"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect((*cluster)->MakeClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  VariableSpec dense;  // 1M floats + momentum: 8 MB, 4 MB per PS
+  dense.set_name("w");
+  dense.set_kind(DENSE);
+  dense.add_shape(1 << 20);
+  dense.mutable_partition()->set_num_shards(2);
+  dense.mutable_optimizer()->set_kind(OptimizerSpec::MOMENTUM);
+  dense.mutable_optimizer()->set_learning_rate(0.1f);
+  ASSERT_EQ((*client)->CreateVariables({dense}), absl::OkStatus());
+
+  auto run = RunPrograms(
+      "tools/psctl/psctl",
+      {absl::StrCat("--cluster=", ClusterSpecToJson((*cluster)->spec())),
+       "--progress_secs=0.5", "checkpoint"},
+      {""}, absl::Seconds(120))[0];
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // "PS 1: checkpoint: PS 1 saving 1.2 of 4.2 MB (28.6%), 1.0 MB/s, about
+  // 3 s left"
+  for (int ps = 0; ps < 2; ++ps) {
+    const auto lines =
+        LinesStartingWith(run.output, absl::StrCat("PS ", ps, ": "));
+    ASSERT_GE(lines.size(), 2u) << run.output;
+    EXPECT_TRUE(absl::StrContains(lines[0], "saving ")) << lines[0];
+    EXPECT_TRUE(absl::StrContains(lines[0], " of 4.2 MB (")) << lines[0];
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const auto& l) {
+      return absl::StrContains(l, " MB/s, about ");
+    })) << run.output;
+  }
+  EXPECT_EQ(LinesStartingWith(run.output, "checkpoint ").size(), 1u)
+      << run.output;
 }
 
 TEST_F(PsctlTest, CheckpointThenCheckpointsListsItWithBytesPerPs) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/base/const_init.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -11,6 +12,14 @@ namespace {
 
 double Megabytes(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 
+// The transfers alive in this process.
+absl::Mutex registry_mu(absl::kConstInit);
+std::vector<const TransferProgress*>& Registry()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu) {
+  static auto* transfers = new std::vector<const TransferProgress*>;
+  return *transfers;
+}
+
 }  // namespace
 
 TransferProgress::TransferProgress(std::string what, int64_t total_bytes,
@@ -19,7 +28,28 @@ TransferProgress::TransferProgress(std::string what, int64_t total_bytes,
       total_(total_bytes),
       interval_(interval),
       start_(absl::Now()),
-      next_log_(start_ + interval) {}
+      next_log_(start_ + interval) {
+  absl::MutexLock lock(&registry_mu);
+  Registry().push_back(this);
+}
+
+TransferProgress::~TransferProgress() {
+  absl::MutexLock lock(&registry_mu);
+  auto& transfers = Registry();
+  transfers.erase(std::find(transfers.begin(), transfers.end(), this));
+}
+
+TransferSnapshot TransferProgress::Snapshot() const {
+  return {what_, done_.load(), total_,
+          absl::ToDoubleSeconds(absl::Now() - start_)};
+}
+
+std::vector<TransferSnapshot> ActiveTransfers() {
+  absl::MutexLock lock(&registry_mu);
+  std::vector<TransferSnapshot> out;
+  for (const TransferProgress* t : Registry()) out.push_back(t->Snapshot());
+  return out;
+}
 
 void TransferProgress::Add(int64_t bytes) {
   done_.fetch_add(bytes);

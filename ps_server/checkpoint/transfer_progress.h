@@ -7,17 +7,30 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace psrt {
 
+// What a running transfer has done, for status RPCs (psctl checkpoint).
+struct TransferSnapshot {
+  std::string what;
+  int64_t done_bytes = 0;
+  int64_t total_bytes = 0;
+  double seconds = 0;
+};
+
 class TransferProgress {
  public:
-  // `what` names the transfer in log lines ("restore of 'emb'").
+  // `what` names the transfer in log lines ("restore of 'emb'"). It is
+  // listed by ActiveTransfers() until destroyed.
   TransferProgress(std::string what, int64_t total_bytes,
                    absl::Duration interval = absl::Seconds(5));
+  ~TransferProgress();
+  TransferProgress(const TransferProgress&) = delete;
+  TransferProgress& operator=(const TransferProgress&) = delete;
 
   // Counts `bytes` more; logs a line if `interval` passed since the last
   // one (none for a transfer shorter than that). Thread-safe.
@@ -29,6 +42,7 @@ class TransferProgress {
   std::string Describe() const;
   // "<done> MB in <seconds> s, <rate> MB/s", for the line at the end.
   std::string Summary() const;
+  TransferSnapshot Snapshot() const;
 
  private:
   const std::string what_;
@@ -39,6 +53,9 @@ class TransferProgress {
   absl::Mutex mu_;
   absl::Time next_log_ ABSL_GUARDED_BY(mu_);
 };
+
+// Every TransferProgress of this process alive now, oldest first.
+std::vector<TransferSnapshot> ActiveTransfers();
 
 }  // namespace psrt
 

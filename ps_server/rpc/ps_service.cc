@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "proto/frame_reader.h"
+#include "ps_server/checkpoint/transfer_progress.h"
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
 #include "ps_server/rpc/request_item.h"
@@ -548,6 +549,13 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStats(
         out.set_uptime_seconds(SecondsSince(started_));
         out.set_global_step(store_->global_step());
         out.set_restored_from(restored_from_);
+        for (const TransferSnapshot& t : ActiveTransfers()) {
+          Transfer* transfer = out.add_transfers();
+          transfer->set_what(t.what);
+          transfer->set_done_bytes(t.done_bytes);
+          transfer->set_total_bytes(t.total_bytes);
+          transfer->set_seconds(t.seconds);
+        }
         return out;
       });
 }
