@@ -14,7 +14,7 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
   zlib1g-dev dataset-fashion-mnist
   awscli
-  python3-torch python3-setuptools python3-pip python3-yaml
+  python3-torch python3-setuptools python3-pip python3-wheel python3-yaml
   iproute2 procps rhash iperf3
   clang libclang-rt-14-dev clang-format universal-ctags black flake8
 )

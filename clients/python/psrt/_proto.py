@@ -3,27 +3,14 @@
 They are produced by the build (Bazel's //clients/python/psrt:ps_proto
 genrule, or setup.py's build step when pip installs the package), never
 committed. Running from a source checkout without either, they are generated
-once into ~/.cache/psrt with Debian's protoc and grpc_python_plugin.
+once into ~/.cache/psrt (_codegen.py says which compiler it uses).
 """
 import hashlib
 import importlib
 import os
-import subprocess
 import sys
 
-
-def _generate(proto_dir, out_dir):
-    os.makedirs(out_dir, exist_ok=True)
-    subprocess.check_call(
-        [
-            "protoc",
-            f"--proto_path={proto_dir}",
-            f"--python_out={out_dir}",
-            f"--grpc_python_out={out_dir}",
-            "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
-            os.path.join(proto_dir, "ps.proto"),
-        ]
-    )
+from . import _codegen
 
 
 def _load():
@@ -46,7 +33,7 @@ def _load():
     out = os.path.join(os.path.expanduser("~"), ".cache", "psrt", digest)
     if not os.path.exists(os.path.join(out, "ps_pb2_grpc.py")):
         tmp = f"{out}.tmp{os.getpid()}"
-        _generate(proto_dir, tmp)
+        _codegen.generate(proto_dir, tmp, package_relative=False)
         try:
             os.rename(tmp, out)
         except OSError:  # another process generated it first

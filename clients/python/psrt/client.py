@@ -6,7 +6,7 @@ import os
 import random
 import threading
 import time
-from typing import NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
 
 import grpc
 import numpy as np
@@ -14,6 +14,9 @@ import numpy as np
 from . import frame
 from ._proto import ps_pb2, ps_pb2_grpc
 from .shard_map import DENSE, ShardMap, normalize
+
+# What the client accepts for ids and gradients.
+ArrayLike = Union[np.ndarray, Sequence[Any]]
 
 # Largest payload put in one Push message, and the largest Pull response
 # message asked for. Larger than the C++ client's 1 MiB: each gRPC message
@@ -179,15 +182,15 @@ class Client:
 
     def __init__(
         self,
-        cluster=None,
-        timeout=60.0,
-        max_attempts=6,
-        channels_per_ps=1,
-        tls_ca_file=None,
-        tls_cert_file=None,
-        tls_key_file=None,
-        auth_token=None,
-    ):
+        cluster: Union[None, str, Dict[str, Any]] = None,
+        timeout: float = 60.0,
+        max_attempts: int = 6,
+        channels_per_ps: int = 1,
+        tls_ca_file: Optional[str] = None,
+        tls_cert_file: Optional[str] = None,
+        tls_key_file: Optional[str] = None,
+        auth_token: Optional[str] = None,
+    ) -> None:
         """TLS: tls_ca_file (PEM CA of the servers' certificates), plus
         tls_cert_file/tls_key_file for mutual TLS. auth_token (default
         $PSRT_AUTH_TOKEN) is sent with every call."""
@@ -257,10 +260,10 @@ class Client:
         self._request_id = 0
 
     @property
-    def num_ps(self):
+    def num_ps(self) -> int:
         return len(self.addresses)
 
-    def close(self):
+    def close(self) -> None:
         self._pool.shutdown()
         for channels in self._all_channels:
             for c in channels:
@@ -287,7 +290,7 @@ class Client:
                     continue
                 raise PsError(code, f"{what} to {self.addresses[ps]}: {e.details()}", ps) from None
 
-    def wait_for_servers(self, timeout=30.0):
+    def wait_for_servers(self, timeout: float = 30.0) -> None:
         for i, c in enumerate(self._channels):
             try:
                 grpc.channel_ready_future(c).result(timeout=timeout)
@@ -300,7 +303,7 @@ class Client:
 
     # ---- catalog ----------------------------------------------------------
 
-    def create_variables(self, specs):
+    def create_variables(self, specs: Sequence[ps_pb2.VariableSpec]) -> None:
         """Creates (idempotently) `specs` at the end of the catalog, PS 0
         first; every process must create the same variables in the same
         order (or call refresh_catalog()). If they all exist already, the
@@ -411,7 +414,7 @@ class Client:
             send(ps, first, Phase.COMMIT)
         self._refresh_locked()
 
-    def refresh_catalog(self):
+    def refresh_catalog(self) -> None:
         with self._lock:
             self._refresh_locked()
 
@@ -444,7 +447,7 @@ class Client:
         out.CopyFrom(spec)
         return out
 
-    def layout(self, name):
+    def layout(self, name: str) -> Any:
         v = self._map.find(name)
         if v is None:
             with self._lock:
@@ -454,7 +457,7 @@ class Client:
             raise PsError(grpc.StatusCode.NOT_FOUND, f"unknown variable '{name}'")
         return v
 
-    def list_variables(self):
+    def list_variables(self) -> List[ps_pb2.ListVariablesResponse]:
         return [
             self._call(
                 ps,
@@ -466,7 +469,7 @@ class Client:
             for ps in range(self.num_ps)
         ]
 
-    def stats(self):
+    def stats(self) -> List[ps_pb2.StatsResponse]:
         return [
             self._call(
                 ps,
@@ -478,7 +481,7 @@ class Client:
             for ps in range(self.num_ps)
         ]
 
-    def checkpoint(self, uri="", timeout=3600.0):
+    def checkpoint(self, uri: str = "", timeout: float = 3600.0) -> ps_pb2.CheckpointResponse:
         """Every PS saves its shards (PS 0 coordinates) under the servers'
         --checkpoint_uri; returns CheckpointResponse (uri, global_step,
         bytes, seconds). A non-empty `uri` must name that same root (the
@@ -580,7 +583,7 @@ class Client:
 
     # ---- pull -------------------------------------------------------------
 
-    def pull(self, ops, step=0):
+    def pull(self, ops: Dict[str, Optional[ArrayLike]], step: int = 0) -> Dict[str, np.ndarray]:
         """Batched pull: `ops` maps variable name -> ids (embedding) or None
         (whole dense variable). One Pull call per PS, all in parallel.
         Returns name -> array ([len(ids), dim] or the variable's shape)."""
@@ -744,15 +747,20 @@ class Client:
 
         self._call(ps, run, "Pull")
 
-    def pull_dense(self, name):
+    def pull_dense(self, name: str) -> np.ndarray:
         return self.pull({name: None})[name]
 
-    def pull_rows(self, name, ids):
+    def pull_rows(self, name: str, ids: ArrayLike) -> np.ndarray:
         return self.pull({name: ids})[name]
 
     # ---- push -------------------------------------------------------------
 
-    def push(self, ops, step=0, learning_rates=None):
+    def push(
+        self,
+        ops: Dict[str, Any],
+        step: int = 0,
+        learning_rates: Optional[Dict[str, float]] = None,
+    ) -> None:
         """Batched push: `ops` maps name -> gradient (dense: float32 of the
         variable's shape, or flat) or (ids, grads) with float32 grads of shape
         [len(ids), *row shape]; repeated ids are summed. Every op is checked
@@ -850,8 +858,10 @@ class Client:
             "Push",
         )
 
-    def push_dense(self, name, grad, learning_rate=0.0):
+    def push_dense(self, name: str, grad: ArrayLike, learning_rate: float = 0.0) -> None:
         self.push({name: grad}, learning_rates={name: learning_rate})
 
-    def push_rows(self, name, ids, grads, learning_rate=0.0):
+    def push_rows(
+        self, name: str, ids: ArrayLike, grads: ArrayLike, learning_rate: float = 0.0
+    ) -> None:
         self.push({name: (ids, grads)}, learning_rates={name: learning_rate})

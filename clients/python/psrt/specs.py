@@ -52,7 +52,7 @@ def dense(
     initializer="zeros",
     seed=0,
     **optimizer_params,
-):
+) -> ps_pb2.VariableSpec:
     return _spec(
         name,
         ps_pb2.DENSE,
@@ -82,7 +82,7 @@ def embedding(
     initializer="zeros",
     seed=0,
     **optimizer_params,
-):
+) -> ps_pb2.VariableSpec:
     return _spec(
         name,
         ps_pb2.EMBEDDING,
@@ -110,7 +110,7 @@ def hash_embedding(
     initializer="zeros",
     seed=0,
     **optimizer_params,
-):
+) -> ps_pb2.VariableSpec:
     return _spec(
         name,
         ps_pb2.HASH_EMBEDDING,

@@ -46,7 +46,7 @@ class Embedding(torch.nn.Module):
         learning_rate=0.05,
         initializer=None,
         seed=0,
-        **optimizer_params
+        **optimizer_params,
     ):
         super().__init__()
         self.client, self.name, self.dim = client, name, dim
@@ -63,7 +63,7 @@ class Embedding(torch.nn.Module):
                 learning_rate=learning_rate,
                 initializer=init,
                 seed=seed,
-                **optimizer_params
+                **optimizer_params,
             )
         else:
             spec = _specs.embedding(
@@ -76,7 +76,7 @@ class Embedding(torch.nn.Module):
                 learning_rate=learning_rate,
                 initializer=init,
                 seed=seed,
-                **optimizer_params
+                **optimizer_params,
             )
         client.create_variables([spec])
         self._pool = concurrent.futures.ThreadPoolExecutor(1)
@@ -123,7 +123,7 @@ class DenseParameters:
         optimizer="adam",
         learning_rate=1e-3,
         num_shards=1,
-        **optimizer_params
+        **optimizer_params,
     ):
         self.client = client
         self.params = [(prefix + name, p) for name, p in module.named_parameters()]
@@ -142,7 +142,7 @@ class DenseParameters:
                     learning_rate=learning_rate,
                     initializer=init,
                     seed=zlib.crc32(name.encode()),
-                    **optimizer_params
+                    **optimizer_params,
                 )
             )
         client.create_variables(specs)
