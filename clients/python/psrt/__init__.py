@@ -11,11 +11,13 @@ from ._proto import ps_pb2
 from .client import Client, PsError, load_cluster
 from .shard_map import ShardMap, mix_id, normalize
 from .specs import dense, embedding, hash_embedding
+from .worker_info import WorkerInfo, worker_info
 
 __all__ = [
     "Client",
     "PsError",
     "ShardMap",
+    "WorkerInfo",
     "dense",
     "embedding",
     "hash_embedding",
@@ -23,4 +25,5 @@ __all__ = [
     "mix_id",
     "normalize",
     "ps_pb2",
+    "worker_info",
 ]

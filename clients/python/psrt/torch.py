@@ -17,7 +17,10 @@ and change an existing training loop by a few lines.
 
 The optimizers run on the servers (no torch.optim); pushes are
 asynchronous: each push is waited for (and its error raised) before the next
-pull of the same variables.
+pull of the same variables. Ids and modules may live on a CUDA device: rows
+and weights cross to host memory for the wire and come back to the device.
+`EmbeddingBag` reduces bags of rows (sum, mean, max) as
+torch.nn.EmbeddingBag does.
 """
 import concurrent.futures
 import zlib
@@ -89,20 +92,59 @@ class Embedding(torch.nn.Module):
             pending.result()
 
     def forward(self, ids):
+        """Rows of `ids` (any shape; a CPU or CUDA tensor): a tensor of shape
+        ids.shape + (dim,) on ids' device."""
+        rows, inverse = self._pull_unique(ids)
+        return rows[inverse].reshape(*ids.shape, self.dim)
+
+    def _pull_unique(self, ids):
+        """The rows of ids' unique values, on ids' device (a leaf whose
+        gradient is pushed in backward), and each id's index among them."""
         self.flush()
         flat = ids.reshape(-1).to(torch.int64)
         unique, inverse = torch.unique(flat, return_inverse=True)
-        unique_np = unique.numpy()
+        unique_np = unique.cpu().numpy()  # the wire is host memory
         rows = torch.from_numpy(self.client.pull_rows(self.name, unique_np))
+        if ids.device.type != "cpu":
+            rows = rows.to(ids.device, non_blocking=True)
         if self.training and torch.is_grad_enabled():
             rows.requires_grad_(True)
             rows.register_hook(lambda grad: self._push(unique_np, grad))
-        return rows[inverse].reshape(*ids.shape, self.dim)
+        return rows, inverse
 
     def _push(self, ids, grad):
-        g = grad.detach().to(torch.float32).contiguous().numpy().copy()
+        g = grad.detach().to(torch.float32).contiguous().cpu().numpy().copy()
         self._pending = self._pool.submit(self.client.push_rows, self.name, ids, g)
         return None
+
+
+class EmbeddingBag(Embedding):
+    """Bags of rows reduced to one vector each, as torch.nn.EmbeddingBag:
+    forward(ids, offsets=None, per_sample_weights=None) with 2-D ids (one
+    bag per row) or 1-D ids cut into bags at `offsets`; mode "sum", "mean"
+    or "max". Only the batch's unique rows are pulled, and backward pushes
+    each unique id's gradient summed over every bag it is in. Takes the
+    same arguments as Embedding, plus `mode`."""
+
+    def __init__(self, client, name, vocab, dim, mode="mean", **kwargs):
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError(f"EmbeddingBag mode must be sum, mean or max, got {mode!r}")
+        super().__init__(client, name, vocab, dim, **kwargs)
+        self.mode = mode
+
+    def forward(self, ids, offsets=None, per_sample_weights=None):
+        if ids.dim() == 2 and offsets is not None:
+            raise ValueError("EmbeddingBag: 2-D ids are bags already; offsets must be None")
+        if ids.dim() == 1 and offsets is None:
+            raise ValueError("EmbeddingBag: 1-D ids need offsets (where each bag starts)")
+        rows, inverse = self._pull_unique(ids)
+        return torch.nn.functional.embedding_bag(
+            inverse.reshape(ids.shape),
+            rows,
+            offsets,
+            mode=self.mode,
+            per_sample_weights=per_sample_weights,
+        )
 
 
 class DenseParameters:
@@ -158,7 +200,7 @@ class DenseParameters:
             pending.result()
         values = self.client.pull({name: None for name, _ in self.params})
         with torch.no_grad():
-            for name, p in self.params:
+            for name, p in self.params:  # to the parameter's device
                 p.copy_(torch.from_numpy(values[name]).reshape(p.shape))
 
     def push(self):
@@ -170,7 +212,7 @@ class DenseParameters:
             grads[name] = (
                 np.zeros(p.numel(), np.float32)
                 if g is None
-                else g.detach().to(torch.float32).reshape(-1).numpy().copy()
+                else g.detach().to(torch.float32).reshape(-1).cpu().numpy().copy()
             )
         self._pending = self._pool.submit(self.client.push, grads, self.step)
         self.step += 1

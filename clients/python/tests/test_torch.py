@@ -51,3 +51,54 @@ def test_dense_parameters_follow_local_sgd(cluster2):
     dense.pull()
     for (name, p), q in zip(model.named_parameters(), local.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_matches_torch_and_pushes_its_gradient(cluster2, mode):
+    """Forward equals torch.nn.EmbeddingBag over the same table; one SGD
+    step on the servers equals torch's on a local copy (per-sample weights
+    in sum mode; 2-D bags and 1-D ids with offsets)."""
+    client = cluster2.client()
+    bag = psrt.torch.EmbeddingBag(
+        client,
+        f"bag_{mode}",
+        vocab=50,
+        dim=3,
+        mode=mode,
+        optimizer="sgd",
+        learning_rate=0.5,
+        initializer=("uniform", {"min": -1.0, "max": 1.0}),
+    )
+    table = torch.from_numpy(client.pull_rows(f"bag_{mode}", np.arange(50)))
+    local = torch.nn.EmbeddingBag(50, 3, mode=mode)
+    with torch.no_grad():
+        local.weight.copy_(table)
+    ids = torch.tensor([4, 9, 4, 17, 9, 9, 2])
+    offsets = torch.tensor([0, 3, 5])  # bags [4, 9, 4], [17, 9], [9, 2]
+    weights = torch.tensor([0.5, 2.0, 1.0, -1.0, 3.0, 1.5, 0.25]) if mode == "sum" else None
+    out = bag(ids, offsets, per_sample_weights=weights)
+    expected = local(ids, offsets, per_sample_weights=weights)
+    torch.testing.assert_close(out, expected)
+
+    target = torch.arange(9, dtype=torch.float32).reshape(3, 3)
+    torch.nn.functional.mse_loss(out, target).backward()
+    bag.flush()
+    torch.nn.functional.mse_loss(expected, target).backward()
+    with torch.no_grad():
+        local.weight -= 0.5 * local.weight.grad
+    touched = [2, 4, 9, 17]
+    np.testing.assert_allclose(
+        client.pull_rows(f"bag_{mode}", touched), local.weight[touched].detach().numpy(), rtol=1e-6
+    )
+    untouched = [0, 1, 49]
+    np.testing.assert_array_equal(
+        client.pull_rows(f"bag_{mode}", untouched), table[untouched].numpy()
+    )
+
+    # 2-D ids are fixed-size bags.
+    ids2 = torch.tensor([[1, 3], [3, 3]])
+    torch.testing.assert_close(bag(ids2), local(ids2), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="need offsets"):
+        bag(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="mode must be"):
+        psrt.torch.EmbeddingBag(client, "bad", vocab=5, dim=2, mode="median")
