@@ -56,9 +56,23 @@ absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
                                      ": ", name.status().message()));
   }
   absl::MutexLock lock(&save_mu_);
-  return SaveLocalShards(*store_, JoinUri(options_.uri, *name),
-                         options_.open_storage, options_.threads,
-                         options_.max_bytes_per_sec);
+  auto saved = SaveLocalShards(*store_, JoinUri(options_.uri, *name),
+                               options_.open_storage, options_.threads,
+                               options_.max_bytes_per_sec);
+  if (saved.ok()) {
+    SavedShards record{*name, 0, saved->seconds(), absl::Now()};
+    for (const CheckpointFile& f : saved->files()) record.bytes += f.bytes();
+    absl::MutexLock history_lock(&mu_);
+    save_history_.insert(save_history_.begin(), std::move(record));
+    if (save_history_.size() > kSaveHistory) save_history_.pop_back();
+  }
+  return saved;
+}
+
+std::vector<CheckpointCoordinator::SavedShards>
+CheckpointCoordinator::SaveHistory() const {
+  absl::MutexLock lock(&mu_);
+  return save_history_;
 }
 
 absl::Time CheckpointCoordinator::last_time() const {

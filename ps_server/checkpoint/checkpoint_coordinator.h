@@ -67,6 +67,17 @@ class CheckpointCoordinator {
   int64_t last_step() const ABSL_LOCKS_EXCLUDED(mu_);
   void set_last(absl::Time time, int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // This PS's last saves (its SaveShards), newest first, at most
+  // kSaveHistory: for the status page.
+  struct SavedShards {
+    std::string name;  // ckpt-...
+    int64_t bytes = 0;
+    double seconds = 0;
+    absl::Time finished;
+  };
+  static constexpr size_t kSaveHistory = 10;
+  std::vector<SavedShards> SaveHistory() const ABSL_LOCKS_EXCLUDED(mu_);
+
   const CheckpointOptions& options() const { return options_; }
   const PsPeers& peers() const { return *peers_; }
 
@@ -97,6 +108,7 @@ class CheckpointCoordinator {
   mutable absl::Mutex mu_;
   absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<SavedShards> save_history_ ABSL_GUARDED_BY(mu_);
   absl::Mutex run_mu_;  // one Checkpoint at a time
 };
 

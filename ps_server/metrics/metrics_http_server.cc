@@ -7,11 +7,13 @@
 namespace psrt {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& bind_address, const MetricsRegistry* registry) {
+    const std::string& bind_address, const MetricsRegistry* registry,
+    StatusPage status_page) {
   static const unsigned initialized = mg_init_library(0);
   (void)initialized;
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->registry_ = registry;
+  server->status_page_ = std::move(status_page);
   // A connection holds a thread until its request arrives or
   // request_timeout_ms passes: with kThreads threads, k idle or half-open
   // connections delay a scrape by at most ceil(k / kThreads) timeouts (16
@@ -34,6 +36,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   mg_set_request_handler(server->context_, "/metrics",
                          &MetricsHttpServer::HandleMetrics, server.get());
+  if (server->status_page_) {
+    mg_set_request_handler(server->context_, "/statusz",
+                           &MetricsHttpServer::HandleStatus, server.get());
+  }
   mg_server_port ports[4];
   const int n = mg_get_server_ports(server->context_, 4, ports);
   server->port_ = n > 0 ? ports[0].port : 0;
@@ -48,6 +54,15 @@ int MetricsHttpServer::HandleMetrics(::mg_connection* conn, void* self) {
   const std::string body =
       static_cast<MetricsHttpServer*>(self)->registry_->Render();
   mg_send_http_ok(conn, "text/plain; version=0.0.4",
+                  static_cast<long long>(body.size()));
+  mg_write(conn, body.data(), body.size());
+  return 200;
+}
+
+int MetricsHttpServer::HandleStatus(::mg_connection* conn, void* self) {
+  const std::string body =
+      static_cast<MetricsHttpServer*>(self)->status_page_();
+  mg_send_http_ok(conn, "text/html; charset=utf-8",
                   static_cast<long long>(body.size()));
   mg_write(conn, body.data(), body.size());
   return 200;

@@ -1,7 +1,9 @@
-// Serves a MetricsRegistry at http://<address>/metrics (civetweb).
+// Serves a MetricsRegistry at http://<address>/metrics and, when given, a
+// status page at /statusz (civetweb).
 #ifndef PSRT_PS_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 #define PSRT_PS_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,9 +24,13 @@ class MetricsHttpServer {
   static constexpr int kRequestTimeoutMs = 1000;
 
   // Listens on `bind_address` ("0.0.0.0:9100", "127.0.0.1:0" for any free
-  // port). `registry` must outlive the server.
+  // port). `registry` must outlive the server. `status_page`, if set,
+  // renders the HTML served at /statusz (called per request, from the
+  // server's threads).
+  using StatusPage = std::function<std::string()>;
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const std::string& bind_address, const MetricsRegistry* registry);
+      const std::string& bind_address, const MetricsRegistry* registry,
+      StatusPage status_page = nullptr);
   ~MetricsHttpServer();
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
@@ -34,8 +40,10 @@ class MetricsHttpServer {
  private:
   MetricsHttpServer() = default;
   static int HandleMetrics(::mg_connection* conn, void* self);
+  static int HandleStatus(::mg_connection* conn, void* self);
 
   const MetricsRegistry* registry_ = nullptr;
+  StatusPage status_page_;
   mg_context* context_ = nullptr;
   int port_ = 0;
 };

@@ -9,6 +9,7 @@
 #include "glog/logging.h"
 #include "proto/frame_reader.h"
 #include "ps_server/checkpoint/transfer_progress.h"
+#include "ps_server/metrics/status_page.h"
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
 #include "ps_server/rpc/request_item.h"
@@ -197,6 +198,8 @@ class ParameterServerService::PushReactor final
       Finish(service_->Fail("Push", s));
       return;
     }
+    const int worker_index = first.worker_index();
+    const int64_t step = first.step();
     absl::StatusOr<PushResponse> result;
     if (consistency.mode() == Consistency::SYNC && handler_->complete()) {
       // Held for the step's barrier; applied with the other workers'.
@@ -213,6 +216,7 @@ class ParameterServerService::PushReactor final
       return;
     }
     service_->push_.rows->Add(result->rows_applied());
+    service_->workers_seen_.Saw(worker_index, step);
     grpc::Slice slice(result->SerializeAsString());
     *response_ = grpc::ByteBuffer(&slice, 1);
     Finish(grpc::Status::OK);
@@ -243,6 +247,7 @@ ParameterServerService::ParameterServerService(
       checkpoint_callers_(checkpoint_callers),
       limits_(limits),
       coordinator_(store->ps_task(), limits.max_workers, &dedup_),
+      workers_seen_(limits.max_workers),
       pull_(MakeMethodMetrics("Pull")),
       push_(MakeMethodMetrics("Push")),
       create_(MakeMethodMetrics("CreateVariables")),
@@ -558,6 +563,54 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStats(
         }
         return out;
       });
+}
+
+std::string ParameterServerService::StatusPageHtml() const {
+  StatusPageData d;
+  d.ps_task = store_->ps_task();
+  d.num_ps = store_->num_ps();
+  d.uptime_seconds = SecondsSince(started_);
+  d.global_step = store_->global_step();
+  d.restored_from = restored_from_;
+  d.bytes_per_ps.assign(d.num_ps, 0);
+  for (const LocalVariable* v : store_->Variables()) {
+    const VariableLayout& layout = *v->layout;
+    StatusPageData::Variable row;
+    row.name = v->name();
+    row.kind = VariableKind_Name(layout.kind());
+    row.num_shards = layout.num_shards();
+    for (int s = 0; s < layout.num_shards(); ++s) {
+      const ShardLayout& shard = layout.shards[s];
+      if (layout.kind() != HASH_EMBEDDING && shard.ps_task < d.num_ps) {
+        d.bytes_per_ps[shard.ps_task] += shard.bytes;
+      }
+      if (!v->Holds(s)) continue;
+      ++row.local_shards;
+      row.local_rows += v->shard(s).num_rows();
+      if (layout.kind() == HASH_EMBEDDING) {
+        d.bytes_per_ps[d.ps_task] += v->shard(s).bytes();
+      }
+    }
+    row.local_bytes = v->bytes();
+    d.variables.push_back(std::move(row));
+  }
+  d.pull_requests = pull_.requests->value();
+  d.push_requests = push_.requests->value();
+  d.rows_pulled = pull_.rows->value();
+  d.rows_pushed = push_.rows->value();
+  d.bytes_in = pull_.bytes_in->value() + push_.bytes_in->value();
+  d.bytes_out = pull_.bytes_out->value();
+  if (checkpoints_ != nullptr) {
+    for (const auto& c : checkpoints_->SaveHistory()) {
+      d.checkpoints.push_back({c.name, c.bytes, c.seconds, c.finished});
+    }
+  }
+  const absl::Time now = absl::Now();
+  for (const WorkersSeen::Worker& w : workers_seen_.Workers()) {
+    d.workers.push_back(
+        {w.index, w.last_step, absl::ToDoubleSeconds(now - w.last_seen)});
+  }
+  return RenderStatusPage(d);
 }
 
 namespace {

@@ -15,6 +15,7 @@
 #include "ps_server/metrics/metrics.h"
 #include "ps_server/rpc/push_dedup.h"
 #include "ps_server/rpc/step_coordinator.h"
+#include "ps_server/rpc/workers_seen.h"
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
 
@@ -95,6 +96,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // as a gRPC status.
   grpc::Status Fail(const char* method, const absl::Status& status);
 
+  // The HTML of the status page (/statusz on the metrics port).
+  std::string StatusPageHtml() const;
+
   // A SaveShards marked final (PS 0's shutdown checkpoint) has completed.
   bool final_checkpoint_saved() const { return final_saved_.load(); }
 
@@ -127,6 +131,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   const ServiceLimits limits_;
   PushDedup dedup_;
   StepCoordinator coordinator_;
+  WorkersSeen workers_seen_;
   MethodMetrics pull_, push_, create_;
   Counter* rejected_nonfinite_;
   Histogram* push_apply_seconds_;

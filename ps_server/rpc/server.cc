@@ -120,7 +120,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   }
   if (!options.metrics_address.empty()) {
     auto metrics =
-        MetricsHttpServer::Start(options.metrics_address, &server->registry_);
+        MetricsHttpServer::Start(options.metrics_address, &server->registry_,
+                                 [service = server->service_.get()] {
+                                   return service->StatusPageHtml();
+                                 });
     if (!metrics.ok()) return metrics.status();
     server->metrics_ = std::move(*metrics);
   }
@@ -136,6 +139,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
 Server::~Server() {
   Shutdown(absl::Now());
   Wait();
+  // A restore still running in the background uses the restorer, which is
+  // destroyed before the store.
+  if (store_) store_->CancelFill();
 }
 
 void Server::Shutdown(absl::Time deadline) {

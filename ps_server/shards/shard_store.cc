@@ -219,7 +219,9 @@ void ShardStore::Publish(std::vector<std::unique_ptr<LocalVariable>> created) {
   }
 }
 
-ShardStore::~ShardStore() {
+ShardStore::~ShardStore() { CancelFill(); }
+
+void ShardStore::CancelFill() {
   absl::MutexLock lock(&create_mu_);
   StopFill();
 }

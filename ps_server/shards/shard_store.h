@@ -93,6 +93,9 @@ class ShardStore {
   absl::StatusOr<bool> AwaitPrepared(uint64_t creation_id, absl::Duration wait)
       ABSL_LOCKS_EXCLUDED(create_mu_);
   absl::StatusOr<int> CommitVariables(uint64_t creation_id);
+  // Cancels and joins a fill running in the background (the prepared
+  // creation stays, failed; its owner is going away).
+  void CancelFill() ABSL_LOCKS_EXCLUDED(create_mu_);
   absl::Status AbortVariables(uint64_t creation_id);
 
   // nullptr if no such variable. The pointer stays valid for the store's

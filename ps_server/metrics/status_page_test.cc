@@ -1,0 +1,38 @@
+#include "ps_server/metrics/status_page.h"
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+// Names come from clients: markup in them is shown, never interpreted.
+TEST(StatusPageTest, EscapesWhatClientsNamedAndCarriesTheNumbers) {
+  StatusPageData d;
+  d.ps_task = 1;
+  d.num_ps = 2;
+  d.global_step = 77;
+  d.variables.push_back(
+      {"<script>alert('x')</script>&", "DENSE", 2, 1, 100, 400});
+  d.bytes_per_ps = {400, 800};
+  d.push_requests = 9;
+  d.checkpoints.push_back({"ckpt-1-2\"><b>", 1234, 0.5, absl::UnixEpoch()});
+  d.workers.push_back({3, 41, 0.2});
+  const std::string html = RenderStatusPage(d);
+  EXPECT_FALSE(absl::StrContains(html, "<script>")) << html;
+  EXPECT_FALSE(absl::StrContains(html, "\"><b>")) << html;
+  EXPECT_TRUE(absl::StrContains(
+      html, "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;"));
+  EXPECT_TRUE(absl::StrContains(html, "<span id=\"ps-task\">1</span>"));
+  EXPECT_TRUE(absl::StrContains(html, "<span id=\"global-step\">77</span>"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"var-0-shards\">1 / 2<"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"push-requests\">9<"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"worker-3-step\">41<"));
+  // The bars: this PS's is half the height of the other's.
+  EXPECT_TRUE(absl::StrContains(html, "id=\"bar-0\" x=\"12\" y=\"60\""));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"bar-1\" x=\"64\" y=\"0\""));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"balance-ratio\">2.000<"));
+}
+
+}  // namespace
+}  // namespace psrt
