@@ -226,6 +226,29 @@ TEST_F(CheckpointTest, CorruptOrMissingDataFilesAreRefusedByName) {
   EXPECT_EQ(CompareRows(*saved_, RestoreAndResave(2, 2, *uri_)), "");
 }
 
+// A checkpoint that does not fit the requested variables (another
+// optimizer: its slots would mean something else) fails the creation at
+// once, saying why, with nothing created on any PS -- not retried as if
+// another creator held PS 0.
+TEST_F(CheckpointTest, IncompatibleCheckpointFailsAtOnceNamingWhy) {
+  ASSERT_NE(uri_, nullptr);
+  auto cluster = StartCluster(2, {absl::StrCat("--restore=", *uri_)});
+  ASSERT_NE(cluster, nullptr);
+  auto client = Connect(*cluster);
+  std::vector<VariableSpec> specs = CheckpointTestSpecs(2);
+  specs[1].mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  const absl::Time start = absl::Now();
+  absl::Status s = client->CreateVariables(specs);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "cannot restore 'dense/momentum'"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "optimizer differs")) << s;
+  auto lists = client->ListVariables();
+  ASSERT_TRUE(lists.ok());
+  for (const auto& l : *lists) EXPECT_EQ(l.variables_size(), 0);
+}
+
 // A restore that fails on PS 1 only (its own shard file is corrupt) leaves
 // nothing on PS 0 either: creation is prepared on every PS and committed
 // only if all succeeded (RestoreError checks both catalogs are empty).

@@ -211,6 +211,11 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
       }
       prepared.push_back(c.get());
     }
+    // Only PS 0 refusing to prepare is a lost race worth retrying; a fill
+    // that failed (AWAIT: a checkpoint that does not fit, say) is final.
+    const bool lost_race =
+        failed_at != nullptr && failed_at->ps_task() == 0 &&
+        failed.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
     // Every PS restores (if it was started with --restore) at once; wait
     // for each, showing that the job is not stuck.
     const absl::Time awaiting_since = absl::Now();
@@ -244,8 +249,7 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
       for (const PsConnection* c : prepared) {
         (void)call(*c, request, CreateVariablesRequest::ABORT);
       }
-      if (failed.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-          failed_at->ps_task() == 0 && absl::Now() < give_up_at) {
+      if (lost_race && absl::Now() < give_up_at) {
         // Lost a race at PS 0 (the catalog moved, or another creation --
         // perhaps a long restore -- is in progress): nothing was created
         // anywhere; look again.

@@ -1,6 +1,7 @@
 #include "ps_server/shards/shard_store.h"
 
 #include <algorithm>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -295,7 +296,16 @@ absl::StatusOr<int> ShardStore::PrepareVariables(
               status = absl::CancelledError("the creation was aborted");
               break;
             }
-            AllocateShards(v, covers);
+            try {
+              AllocateShards(v, covers);
+            } catch (const std::bad_alloc&) {
+              // PlanBytes checked the memory, but it may have gone since:
+              // an error for the client, not a crash of the PS.
+              status = absl::ResourceExhaustedError(absl::StrCat(
+                  "PS ", ps_task_, " could not allocate the shards of '",
+                  v->name(), "' (", v->layout->spec.ShortDebugString(), ")"));
+              break;
+            }
             if (hook) status = hook(*v, fill_ptr->cancelled);
             if (!status.ok()) break;
           }
