@@ -62,19 +62,21 @@ void TransferProgress::Add(int64_t bytes) {
   LOG(INFO) << what_ << ": " << Describe();
 }
 
-std::string TransferProgress::Describe() const {
-  const int64_t done = done_.load();
-  const double seconds =
-      std::max(1e-3, absl::ToDoubleSeconds(absl::Now() - start_));
-  const double rate = Megabytes(done) / seconds;
+std::string DescribeTransfer(const TransferSnapshot& t) {
+  const double rate = Megabytes(t.done_bytes) / std::max(1e-3, t.seconds);
   std::string line = absl::StrFormat(
-      "%.1f of %.1f MB (%.1f%%), %.1f MB/s", Megabytes(done), Megabytes(total_),
-      total_ > 0 ? 100.0 * done / total_ : 100.0, rate);
-  if (rate > 0 && done < total_) {
+      "%.1f of %.1f MB (%.1f%%), %.1f MB/s", Megabytes(t.done_bytes),
+      Megabytes(t.total_bytes),
+      t.total_bytes > 0 ? 100.0 * t.done_bytes / t.total_bytes : 100.0, rate);
+  if (rate > 0 && t.done_bytes < t.total_bytes) {
     absl::StrAppendFormat(&line, ", about %.0f s left",
-                          Megabytes(total_ - done) / rate);
+                          Megabytes(t.total_bytes - t.done_bytes) / rate);
   }
   return line;
+}
+
+std::string TransferProgress::Describe() const {
+  return DescribeTransfer(Snapshot());
 }
 
 std::string TransferProgress::Summary() const {

@@ -54,6 +54,10 @@ class TransferProgress {
   absl::Time next_log_ ABSL_GUARDED_BY(mu_);
 };
 
+// "<done> of <total> MB (<pct>%), <rate> MB/s, about <eta> left": how a
+// transfer is shown in logs and by psctl.
+std::string DescribeTransfer(const TransferSnapshot& transfer);
+
 // Every TransferProgress of this process alive now, oldest first.
 std::vector<TransferSnapshot> ActiveTransfers();
 

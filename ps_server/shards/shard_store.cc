@@ -185,7 +185,7 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
     v->layout = map_.Find(spec->name());
     v->optimizer = CreateOptimizer(spec->optimizer());
     v->shards.resize(v->layout->num_shards());
-    if (fill) AllocateShards(v.get(), fill_hook_ ? fills_every_row_ : nullptr);
+    if (fill) AllocateShards(v.get(), fills_every_row_);
     created.push_back(std::move(v));
     if (fill && fill_hook_) {
       static const std::atomic<bool> kNeverCancelled{false};
@@ -288,8 +288,7 @@ absl::StatusOr<int> ShardStore::PrepareVariables(
     for (const auto& v : *created) to_fill.push_back(v.get());
     fill->thread =
         std::thread([this, fill_ptr = fill.get(), hook = fill_hook_,
-                     covers = fill_hook_ ? fills_every_row_ : FillsEveryRow(),
-                     to_fill = std::move(to_fill)] {
+                     covers = fills_every_row_, to_fill = std::move(to_fill)] {
           absl::Status status;
           for (LocalVariable* v : to_fill) {
             if (fill_ptr->cancelled) {
@@ -409,8 +408,9 @@ absl::Status ShardStore::ReserveMemory(int64_t bytes) {
 
 void ShardStore::set_fill_hook(FillHook hook, FillsEveryRow fills_every_row) {
   absl::MutexLock lock(&create_mu_);
+  // Without a hook nothing fills the rows: they must be initialized.
+  fills_every_row_ = hook ? std::move(fills_every_row) : nullptr;
   fill_hook_ = std::move(hook);
-  fills_every_row_ = std::move(fills_every_row);
 }
 
 const LocalVariable* ShardStore::Find(absl::string_view name) const {

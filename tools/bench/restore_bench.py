@@ -30,22 +30,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-S3RVER = os.environ.get("PSRT_S3RVER", "/opt/psrt-node/node_modules/.bin/s3rver")
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import psrt  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from checkpoint_bench import S3RVER, free_port, wait_port  # noqa: E402
 
 
 def vm_field(pid, field):
@@ -208,15 +201,7 @@ def main():
             AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER", AWS_REGION="us-east-1"
         )
         os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_port(port)
     try:
         run(args, rows, log)
     finally:

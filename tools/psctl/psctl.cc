@@ -23,6 +23,7 @@
 #include "partitioner/cluster_spec.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
+#include "ps_server/checkpoint/transfer_progress.h"
 #include "storage/storage.h"
 #include "tools/psctl/checkpoint_export.h"
 
@@ -167,17 +168,10 @@ void PrintTransfers(Client* client) {
   if (!stats.ok()) return;  // the save's own answer will say what is wrong
   for (const StatsResponse& s : *stats) {
     for (const Transfer& t : s.transfers()) {
-      const double mb = t.done_bytes() / 1e6;
-      const double rate = mb / std::max(t.seconds(), 1e-3);
-      std::string line = absl::StrFormat(
-          "PS %d: %s %.1f of %.1f MB (%.1f%%), %.1f MB/s", s.ps_task(),
-          t.what(), mb, t.total_bytes() / 1e6,
-          100.0 * t.done_bytes() / std::max<int64_t>(1, t.total_bytes()), rate);
-      if (rate > 0 && t.done_bytes() < t.total_bytes()) {
-        absl::StrAppendFormat(&line, ", about %.0f s left",
-                              (t.total_bytes() - t.done_bytes()) / 1e6 / rate);
-      }
-      std::cout << line << std::endl;
+      std::cout << "PS " << s.ps_task() << ": " << t.what() << " "
+                << DescribeTransfer(
+                       {t.what(), t.done_bytes(), t.total_bytes(), t.seconds()})
+                << std::endl;
     }
   }
 }
