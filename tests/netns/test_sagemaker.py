@@ -256,6 +256,9 @@ def test_entry_point_restarts_a_killed_ps_and_worker(data, tmp_path):
         },
     )
     try:
+        # Kill PS 1 once it holds a checkpoint to restore (on a fast machine
+        # step 200 can come before the first one).
+        wait_for(job.logs[1], r"manifest recorded in")
         wait_for(job.logs[0], r"step=200 ")
         os.kill(pid_on_host(job, 1, "ps_server/ps_server"), signal.SIGKILL)
         wait_for(job.logs[1], r"ps_server exited \(status -9\); restarting it \(1 of 3\)")
