@@ -34,6 +34,10 @@ DEFINE_int32(port, 0,
 DEFINE_string(bind_address, "0.0.0.0", "Address to listen on.");
 DEFINE_int32(metrics_port, -1,
              "Prometheus /metrics port. -1: the gRPC port + 1000; 0: off.");
+DEFINE_bool(grpc_reflection, true,
+            "Serve gRPC server reflection, so grpcurl can list and call the "
+            "methods without ps.proto. It answers without --auth_token (as the "
+            "health service does) and tells only the schema, no data.");
 DEFINE_string(metrics_bind_address, "0.0.0.0",
               "Address for /metrics (127.0.0.1 keeps it local).");
 DEFINE_int64(max_message_bytes, 16 << 20,
@@ -138,6 +142,7 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   options.cluster = *cluster;
   options.ps_task = task;
   options.listen_address = absl::StrCat(FLAGS_bind_address, ":", port);
+  options.reflection = FLAGS_grpc_reflection;
   const int metrics_port =
       FLAGS_metrics_port < 0 ? port + 1000 : FLAGS_metrics_port;
   if (metrics_port > 0) {

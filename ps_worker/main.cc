@@ -16,6 +16,7 @@
 #include "glog/logging.h"
 #include "partitioner/cluster_spec.h"
 #include "proto/buffer_pool.h"
+#include "ps_server/metrics/metrics_http_server.h"
 #include "ps_worker/continuous_evaluator.h"
 #include "ps_worker/trainer.h"
 
@@ -125,6 +126,12 @@ DEFINE_double(eval_interval_secs, 60,
               "often, whenever they changed.");
 DEFINE_bool(eval_on_all_workers, false,
             "Evaluate on every worker, not only the chief.");
+DEFINE_int32(metrics_port, 0,
+             "Serve Prometheus /metrics on this port while training (steps, "
+             "examples, per-phase step times, loss/AUC, evaluations, PS "
+             "recoveries; docs/operations.md). 0: off.");
+DEFINE_string(metrics_bind_address, "0.0.0.0",
+              "Address for --metrics_port (127.0.0.1 keeps it local).");
 
 namespace psrt {
 namespace {
@@ -337,6 +344,23 @@ int Run() {
   }
   const TrainerOptions& o = *options;
   Trainer trainer(o);
+  std::unique_ptr<MetricsHttpServer> metrics;  // stops before `trainer`
+  if (FLAGS_metrics_port < 0 || FLAGS_metrics_port > 65535) {
+    LOG(ERROR) << "--metrics_port=" << FLAGS_metrics_port
+               << " is not a port (0: off)";
+    return 2;
+  }
+  if (FLAGS_metrics_port > 0) {
+    auto started = MetricsHttpServer::Start(
+        absl::StrCat(FLAGS_metrics_bind_address, ":", FLAGS_metrics_port),
+        &trainer.metrics().registry());
+    if (!started.ok()) {
+      LOG(ERROR) << "--metrics_port: " << started.status();
+      return 2;
+    }
+    metrics = *std::move(started);
+    LOG(INFO) << "metrics on port " << metrics->port();
+  }
   if (o.evaluator) return RunEvaluator(&trainer, o);
   absl::StatusOr<TrainingResult> result = trainer.Run();
   if (!result.ok()) {

@@ -44,7 +44,10 @@ struct Trainer::Step {
   std::unique_ptr<PendingCall> push;
 };
 
-Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
+Trainer::Trainer(TrainerOptions options)
+    : options_(std::move(options)),
+      metrics_(options_.evaluator ? "evaluator"
+                                  : absl::StrCat(options_.worker_index)) {
   options_.client.worker_index = options_.worker_index;
 }
 
@@ -59,12 +62,18 @@ void Trainer::WriteSummary(int64_t step, const Scalars& scalars) {
 }
 
 void Trainer::WriteEvalSummary(int64_t step, const EvalResult& eval) {
+  metrics_.Evaluation(eval.auc, eval.log_loss, eval.accuracy);
   Scalars scalars = {{"eval/accuracy", eval.accuracy}};
   if (eval.binary) {
     scalars.push_back({"eval/auc", eval.auc});
     scalars.push_back({"eval/logloss", eval.log_loss});
   }
   WriteSummary(step, scalars);
+}
+
+void Trainer::AddPhase(WorkerMetrics::Phase phase, double ms, double* total) {
+  *total += ms;
+  metrics_.AddPhase(phase, ms);
 }
 
 void Trainer::Log(const std::string& line) const {
@@ -152,6 +161,8 @@ absl::Status Trainer::RecoverFromFailedPush(const absl::Status& status,
   // would apply it twice where it did land).
   ++result->lost_pushes;
   ++result->recoveries;
+  metrics_.LostPush();
+  metrics_.Recovery();
   return Recover(status);
 }
 
@@ -399,17 +410,21 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     if (absl::Status s = cur->pull->Wait(); !s.ok()) {
       if (!Recoverable(s)) return s;
       for (const auto& step : pushing) {
-        if (!step->push->Wait().ok()) ++result.lost_pushes;
+        if (!step->push->Wait().ok()) {
+          ++result.lost_pushes;
+          metrics_.LostPush();
+        }
       }
       pushing.clear();
       ++result.recoveries;
+      metrics_.Recovery();
       if (absl::Status r = Recover(s); !r.ok()) return r;
       if (absl::Status r = Prepare(cur.get(), options_.consistency); !r.ok()) {
         return r;
       }
       continue;  // pull this step again
     }
-    breakdown.pull += MillisSince(t);
+    AddPhase(WorkerMetrics::kPull, MillisSince(t), &breakdown.pull);
     if (sync && cur->pull->sync_step() > cur->index) {
       // The cluster is ahead (this worker restarted): join at its step.
       Log(absl::StrCat("joining at step ", cur->pull->sync_step()));
@@ -427,7 +442,7 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       if (!got.ok()) return got.status();
       have_next = *got;
     }
-    breakdown.data += MillisSince(t);
+    AddPhase(WorkerMetrics::kData, MillisSince(t), &breakdown.data);
     if (have_next) {
       if (absl::Status s = model_->Check(next->batch); !s.ok()) return s;
       if (absl::Status s = Prepare(next.get(), options_.consistency); !s.ok()) {
@@ -440,7 +455,7 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     const absl::StatusOr<double> loss = (*towers)->Run(
         cur->batch, cur->params, &cur->grads, predictions.data());
     if (!loss.ok()) return loss.status();
-    breakdown.compute += MillisSince(t);
+    AddPhase(WorkerMetrics::kCompute, MillisSince(t), &breakdown.compute);
 
     // At most --pushes_in_flight pushes outstanding: wait for the oldest,
     // then send.
@@ -448,17 +463,20 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     while (static_cast<int>(pushing.size()) >= options_.pushes_in_flight) {
       if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
     }
-    breakdown.push += MillisSince(t);
+    AddPhase(WorkerMetrics::kPush, MillisSince(t), &breakdown.push);
     if (absl::Status s = StartPush(cur.get()); !s.ok()) return s;
 
     result.steps = cur->index + 1;
     result.examples += cur->batch.size;
+    metrics_.StepDone(cur->batch.size, dataset_->stats().epoch);
     interval.Add(cur->batch, predictions.data(), *loss, model_->classes());
     const bool last = !have_next;
     if (result.steps % options_.log_every_steps == 0 || last) {
       Scalars scalars;
       Log(interval.TakeLine(result, dataset_->stats().epoch, model_->classes(),
                             &result.last_loss, &scalars));
+      metrics_.Interval(result.last_loss, scalars[1].second,
+                        model_->classes() == 2);
       WriteSummary(result.steps, scalars);
     }
     pushing.push_back(std::move(cur));

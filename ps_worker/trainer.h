@@ -25,6 +25,7 @@
 #include "clients/cpp/client.h"
 #include "ps_worker/data/dataset.h"
 #include "ps_worker/model/model.h"
+#include "ps_worker/worker_metrics.h"
 
 namespace psrt {
 
@@ -99,6 +100,8 @@ class Trainer {
   // After Run: the model and a client connected to the cluster (tests read
   // the trained parameters through them).
   const Model* model() const { return model_.get(); }
+  // What --metrics_port serves; updated while Run trains.
+  const WorkerMetrics& metrics() const { return metrics_; }
   Client* client() const { return client_.get(); }
 
   // Evaluates the current parameters on options.eval.
@@ -146,6 +149,9 @@ class Trainer {
   // `status` if it is not a PS failure worth waiting out.
   absl::Status RecoverFromFailedPush(const absl::Status& status,
                                      TrainingResult* result);
+  // One step's `ms` in `phase`: added to the interval's `total` and the
+  // metrics.
+  void AddPhase(WorkerMetrics::Phase phase, double ms, double* total);
 
   TrainerOptions options_;
   ModelConfig config_;  // options_.model, completed from the data
@@ -153,6 +159,7 @@ class Trainer {
   std::unique_ptr<Dataset> dataset_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<SummaryWriter> summary_;
+  WorkerMetrics metrics_;
 };
 
 }  // namespace psrt

@@ -205,7 +205,7 @@ TEST_F(BadInputTest, NonFiniteGradientsAreRejectedAndCounted) {
       << *metrics;
   EXPECT_EQ(MetricValue(
                 *metrics,
-                "psrt_errors_total{method=\"Push\",code=\"INVALID_ARGUMENT\"}"),
+                "psrt_errors_total{code=\"INVALID_ARGUMENT\",method=\"Push\"}"),
             2);
   stats = client_->Stats();
   ASSERT_TRUE(stats.ok());

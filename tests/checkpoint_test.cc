@@ -419,6 +419,7 @@ TEST(CheckpointFaultTest, PsKilledDuringSaveLeavesThePreviousLatest) {
   ASSERT_EQ(client->CreateVariables({big}), absl::OkStatus());
   auto first = client->Checkpoint();
   ASSERT_TRUE(first.ok()) << first.status();
+  const absl::Time first_done = absl::Now();
 
   absl::StatusOr<CheckpointResponse> second;
   std::thread save([&] { second = client->Checkpoint(); });
@@ -431,6 +432,27 @@ TEST(CheckpointFaultTest, PsKilledDuringSaveLeavesThePreviousLatest) {
   ASSERT_FALSE(second.ok());
   EXPECT_TRUE(absl::StrContains(second.status().message(), "PS 1"))
       << second.status();
+  // PS 0's metrics: one success, one failure, and the last success is the
+  // first checkpoint (what an alert on checkpoint age reads).
+  auto metrics = FetchMetrics(cluster->metrics_port(0));
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  auto value = [&](const std::string& sample) {
+    return MetricValue(*metrics, sample);
+  };
+  EXPECT_EQ(value("psrt_checkpoints_total{result=\"success\"}"), 1) << *metrics;
+  EXPECT_EQ(value("psrt_checkpoints_total{result=\"failure\"}"), 1);
+  EXPECT_EQ(value("psrt_checkpoint_last_bytes"), first->bytes());
+  EXPECT_EQ(value("psrt_checkpoint_last_global_step"), first->global_step());
+  EXPECT_NEAR(value("psrt_checkpoint_last_duration_seconds"), first->seconds(),
+              0.05);
+  const double last_success =
+      value("psrt_checkpoint_last_success_timestamp_seconds");
+  EXPECT_LE(last_success, absl::ToUnixMicros(first_done) / 1e6 + 0.001);
+  EXPECT_GE(last_success,
+            absl::ToUnixMicros(first_done) / 1e6 - first->seconds() - 1);
+  // PS 0 wrote its 12 of the 24 shards of 16 MiB at least once.
+  EXPECT_GE(value("psrt_checkpoint_saved_bytes_total"), 12.0 * (16 << 20));
+  EXPECT_GT(value("psrt_checkpoint_last_save_timestamp_seconds"), 0);
   // The failed checkpoint has no manifest; latest still names the first.
   auto storage = OpenStorage(root);
   auto latest = ReadLatest(**storage);

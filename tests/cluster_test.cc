@@ -525,8 +525,8 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
   EXPECT_EQ(value("psrt_requests_total{method=\"Push\"}"), 3) << m;
   EXPECT_EQ(value("psrt_requests_total{method=\"Pull\"}"), 3) << m;
   EXPECT_GE(value("psrt_requests_total{method=\"CreateVariables\"}"), 1) << m;
-  EXPECT_GE(value("psrt_bytes_in_total{method=\"Push\"}"), 3 * 4000) << m;
-  EXPECT_EQ(value("psrt_bytes_out_total{method=\"Pull\"}"), 3 * 4000) << m;
+  EXPECT_GE(value("psrt_received_bytes_total{method=\"Push\"}"), 3 * 4000) << m;
+  EXPECT_EQ(value("psrt_sent_bytes_total{method=\"Pull\"}"), 3 * 4000) << m;
   EXPECT_EQ(value("psrt_rows_total{method=\"Push\"}"), 3) << m;
   EXPECT_EQ(value("psrt_request_seconds_count{method=\"Push\"}"), 3) << m;
   EXPECT_GT(value("psrt_request_seconds_sum{method=\"Push\"}"), 0) << m;
@@ -538,6 +538,24 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
   EXPECT_EQ(value(absl::StrCat("psrt_local_shards{ps_task=\"", ps, "\"}")), 1)
       << m;
   EXPECT_GT(value("psrt_uptime_seconds"), 0) << m;
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(value("psrt_global_step"), (*stats)[ps].global_step()) << m;
+  // Prometheus' standard process series, of the ps_server process: started
+  // with this cluster (after the test binary), not in the future.
+  // (The start time is whole boot seconds plus clock ticks: +1 s of slack.)
+  const double now = absl::ToUnixMicros(absl::Now()) / 1e6 + 1;
+  EXPECT_LE(value("process_start_time_seconds"), now) << m;
+  EXPECT_GT(value("process_start_time_seconds"), now - 600) << m;
+  EXPECT_GT(value("process_resident_memory_bytes"), 4000) << m;
+  EXPECT_GT(value("process_open_fds"), 3) << m;
+  EXPECT_GE(value("process_cpu_seconds_total"), 0) << m;
+  EXPECT_NE(m.find("psrt_build_info{component=\"ps_server\","),
+            std::string::npos)
+      << m;
+  // Cluster checkpoint series are PS 0's alone; this cluster has no
+  // checkpoint location, but every PS still reports its own saves.
+  EXPECT_EQ(value("psrt_checkpoint_saved_bytes_total"), 0) << m;
   // The embedding push went to the other PS: its three rows count there.
   // (psrt_errors_total by code: bad_input_test.)
   metrics = FetchMetrics(cluster_->metrics_port(1 - ps));

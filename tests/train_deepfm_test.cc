@@ -11,6 +11,7 @@
 #include <random>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "clients/cpp/id_index.h"
@@ -319,6 +320,85 @@ TEST(TrainDeepFmTest, SummariesHoldTheProgressLinesFigures) {
   EXPECT_EQ(scalars["eval/auc"][0].first, 30);
   EXPECT_EQ(scalars["eval/auc"][1].first, 60);
   EXPECT_NEAR(scalars["eval/auc"][1].second, LastMetric(out, "eval_auc"), 1e-5);
+}
+
+// --metrics_port: a training ps_worker serves Prometheus text whose
+// figures are the ones it logs: steps and examples done, one phase sample
+// per step, the last progress line's loss and AUC, the process series.
+TEST(TrainDeepFmTest, WorkerServesItsMetricsWhileTraining) {
+  auto cluster = StartCluster(1, 1);
+  ASSERT_NE(cluster, nullptr);
+  const std::string dir = FreshTestDir("worker_metrics");
+  const int port = PickUnusedPort();
+  // Trains until killed (--epochs=0); the test scrapes, then stops it.
+  std::vector<LocalCluster::WorkerRun> runs;
+  std::thread worker([&] {
+    runs = cluster->RunWorkers(
+        kWorker,
+        {"--model=lr", absl::StrCat("--train_files=", kVal), "--vocab=117581",
+         "--batch_size=64", "--epochs=0", "--log_every_steps=10",
+         absl::StrCat("--metrics_port=", port),
+         "--metrics_bind_address=127.0.0.1",
+         absl::StrCat("--summary_dir=", dir)},  // marks this process
+        {0}, absl::Minutes(3));
+  });
+  std::string scraped;
+  const absl::Time give_up = absl::Now() + absl::Minutes(2);
+  while (absl::Now() < give_up) {
+    auto m = FetchMetrics(port);
+    if (m.ok() && MetricValue(*m, "psrt_worker_loss{worker=\"0\"}") > 0 &&
+        MetricValue(*m, "psrt_worker_steps_total{worker=\"0\"}") >= 30) {
+      scraped = *m;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  // ("[-]": the pattern does not match the shell running pkill.)
+  std::system(
+      absl::StrCat("pkill -TERM -f -- '[-]-summary_dir=", dir, "'").c_str());
+  worker.join();
+  ASSERT_FALSE(scraped.empty())
+      << "no metrics with 30 steps on port " << port << "; worker output:\n"
+      << (runs.empty() ? "" : runs[0].output);
+  const std::string& out = runs[0].output;
+  auto value = [&](const std::string& sample) {
+    return MetricValue(scraped, sample);
+  };
+  const double steps = value("psrt_worker_steps_total{worker=\"0\"}");
+  EXPECT_EQ(value("psrt_worker_examples_total{worker=\"0\"}"), 64 * steps);
+  // Each phase is observed before the step counts as done, so a scrape
+  // between the two sees at most one more.
+  for (const char* phase : {"data", "pull", "compute", "push"}) {
+    const double n =
+        value(absl::StrCat("psrt_worker_step_phase_seconds_count{phase=\"",
+                           phase, "\",worker=\"0\"}"));
+    EXPECT_GE(n, steps) << phase << "\n" << scraped;
+    EXPECT_LE(n, steps + 1) << phase;
+  }
+  // The gauges hold one of the progress lines' figures (the last one
+  // printed before the scrape).
+  const double loss = value("psrt_worker_loss{worker=\"0\"}");
+  const double auc = value("psrt_worker_auc{worker=\"0\"}");
+  const std::vector<double> losses = MetricValues(out, "loss");
+  const std::vector<double> aucs = MetricValues(out, "auc");
+  ASSERT_EQ(losses.size(), aucs.size());
+  bool logged = false;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    logged |=
+        std::fabs(losses[i] - loss) < 1e-5 && std::fabs(aucs[i] - auc) < 1e-5;
+  }
+  EXPECT_TRUE(logged) << "loss " << loss << " auc " << auc
+                      << " are no progress line's:\n"
+                      << out;
+  EXPECT_EQ(value("psrt_worker_ps_recoveries_total{worker=\"0\"}"), 0);
+  EXPECT_EQ(value("psrt_worker_lost_pushes_total{worker=\"0\"}"), 0);
+  // (The start time is whole boot seconds plus clock ticks: +1 s of slack.)
+  const double now = absl::ToUnixMicros(absl::Now()) / 1e6 + 1;
+  EXPECT_LE(value("process_start_time_seconds"), now);
+  EXPECT_GT(value("process_start_time_seconds"), now - 300);
+  EXPECT_NE(scraped.find("psrt_build_info{component=\"ps_worker\","),
+            std::string::npos)
+      << scraped;
 }
 
 TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {

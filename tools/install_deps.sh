@@ -9,7 +9,7 @@ packages=(
   bazel-bootstrap bazel-rules-java pkg-config g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev libgoogle-glog-dev libgflags-dev
-  libcivetweb-dev libcurl4-openssl-dev libssl-dev
+  libcivetweb-dev libcurl4-openssl-dev libssl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
   zlib1g-dev dataset-fashion-mnist

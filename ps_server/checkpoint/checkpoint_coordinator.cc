@@ -63,6 +63,7 @@ absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
     SavedShards record{*name, 0, saved->seconds(), absl::Now()};
     for (const CheckpointFile& f : saved->files()) record.bytes += f.bytes();
     absl::MutexLock history_lock(&mu_);
+    totals_.saved_bytes += record.bytes;
     save_history_.insert(save_history_.begin(), std::move(record));
     if (save_history_.size() > kSaveHistory) save_history_.pop_back();
   }
@@ -265,8 +266,29 @@ CheckpointCoordinator::SaveEverywhere(const std::string& uri, bool final) {
 absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
     absl::string_view uri_arg, bool final) {
   if (absl::Status s = CheckCheckpointRequest(uri_arg); !s.ok()) return s;
-  const std::string& root_uri = options_.uri;
   absl::MutexLock run_lock(&run_mu_);
+  auto response = RunCheckpoint(final);
+  absl::MutexLock lock(&mu_);
+  if (!response.ok()) {
+    ++totals_.failed;
+    return response;
+  }
+  ++totals_.succeeded;
+  totals_.last_success = absl::Now();
+  totals_.last_seconds = response->seconds();
+  totals_.last_bytes = response->bytes();
+  totals_.last_step = response->global_step();
+  return response;
+}
+
+CheckpointCoordinator::Totals CheckpointCoordinator::totals() const {
+  absl::MutexLock lock(&mu_);
+  return totals_;
+}
+
+absl::StatusOr<CheckpointResponse> CheckpointCoordinator::RunCheckpoint(
+    bool final) {
+  const std::string& root_uri = options_.uri;
   const absl::Time start = absl::Now();
   auto root = options_.open_storage(root_uri);
   if (!root.ok()) return root.status();

@@ -78,6 +78,20 @@ class CheckpointCoordinator {
   static constexpr size_t kSaveHistory = 10;
   std::vector<SavedShards> SaveHistory() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // What the metrics report: this PS's Checkpoint calls (PS 0 runs the
+  // cluster's checkpoints) that passed their request checks, by outcome,
+  // the last success, and the bytes this PS wrote for its own shards.
+  struct Totals {
+    int64_t succeeded = 0;
+    int64_t failed = 0;
+    absl::Time last_success = absl::InfinitePast();
+    double last_seconds = 0;
+    int64_t last_bytes = 0;
+    int64_t last_step = 0;
+    int64_t saved_bytes = 0;
+  };
+  Totals totals() const ABSL_LOCKS_EXCLUDED(mu_);
+
   const CheckpointOptions& options() const { return options_; }
   const PsPeers& peers() const { return *peers_; }
 
@@ -86,6 +100,9 @@ class CheckpointCoordinator {
   // same root, this is PS 0); SaveShards on every PS at once (this one
   // locally), each PS's answer or error by task.
   absl::Status CheckCheckpointRequest(absl::string_view uri) const;
+  // Checkpoint after its checks, under run_mu_.
+  absl::StatusOr<CheckpointResponse> RunCheckpoint(bool final)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   std::vector<absl::StatusOr<SaveShardsResponse>> SaveEverywhere(
       const std::string& uri, bool final);
   // FAILED_PRECONDITION naming `method` when options.uri is empty.
@@ -109,6 +126,7 @@ class CheckpointCoordinator {
   absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<SavedShards> save_history_ ABSL_GUARDED_BY(mu_);
+  Totals totals_ ABSL_GUARDED_BY(mu_);
   absl::Mutex run_mu_;  // one Checkpoint at a time
 };
 

@@ -1,143 +1,203 @@
 #include "ps_server/metrics/metrics.h"
 
-#include <algorithm>
-#include <cmath>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "grpcpp/grpcpp.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
 
 namespace psrt {
 namespace {
 
-std::string Escape(const std::string& value) {
-  return absl::StrReplaceAll(value,
-                             {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+prometheus::Labels ToLabels(const MetricLabels& labels) {
+  return prometheus::Labels(labels.begin(), labels.end());
 }
 
-// {a="1",b="2"} or "" without labels.
-std::string LabelText(const MetricLabels& labels) {
-  if (labels.empty()) return "";
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : labels) {
-    parts.push_back(absl::StrCat(k, "=\"", Escape(v), "\""));
+// The fields of /proc/self/stat after the command name (field 3, the
+// state, is [0]); empty if it cannot be read.
+std::vector<std::string> ProcSelfStat() {
+  std::ifstream in("/proc/self/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return {};
+  std::istringstream rest(line.substr(paren + 1));
+  std::vector<std::string> fields;
+  for (std::string f; rest >> f;) fields.push_back(f);
+  return fields;
+}
+
+// Field N of proc(5)'s /proc/[pid]/stat, numbered from 1 as there.
+double StatField(const std::vector<std::string>& fields, int n) {
+  const size_t i = static_cast<size_t>(n - 3);
+  return i < fields.size() ? std::strtod(fields[i].c_str(), nullptr) : 0;
+}
+
+double BootTimeSeconds() {
+  std::ifstream in("/proc/stat");
+  for (std::string key; in >> key;) {
+    if (key == "btime") {
+      double t = 0;
+      in >> t;
+      return t;
+    }
+    std::string skip;
+    std::getline(in, skip);
   }
-  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
+  return 0;
 }
 
-// Adds one label to an existing label text.
-std::string WithLabel(const std::string& labels, const std::string& extra) {
-  if (labels.empty()) return absl::StrCat("{", extra, "}");
-  return absl::StrCat(labels.substr(0, labels.size() - 1), ",", extra, "}");
-}
-
-std::string Number(double v) {
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) {
-    return absl::StrCat(static_cast<int64_t>(v));
+double OpenFds() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  int n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
   }
-  return absl::StrCat(v);
+  closedir(dir);
+  return n - 1;  // the directory stream's own descriptor
 }
 
 }  // namespace
-
-Histogram::Histogram(std::vector<double> upper_bounds)
-    : bounds_(std::move(upper_bounds)),
-      counts_(new std::atomic<int64_t>[bounds_.size() + 1]) {
-  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i] = 0;
-}
-
-void Histogram::Observe(double value) {
-  const size_t bucket =
-      std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
-  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
-  sum_micros_.fetch_add(static_cast<int64_t>(value * 1e6),
-                        std::memory_order_relaxed);
-}
-
-std::vector<int64_t> Histogram::CumulativeCounts() const {
-  std::vector<int64_t> out(bounds_.size() + 1);
-  int64_t running = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    running += counts_[i].load(std::memory_order_relaxed);
-    out[i] = running;
-  }
-  return out;
-}
-
-double Histogram::sum() const {
-  return sum_micros_.load(std::memory_order_relaxed) / 1e6;
-}
 
 std::vector<double> LatencyBuckets() {
   return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3, 5e-3, 10e-3,
           25e-3, 50e-3,  100e-3, 250e-3, 500e-3, 1.0,    2.5,  10.0};
 }
 
-MetricsRegistry::Family& MetricsRegistry::GetFamily(const std::string& name,
-                                                    const std::string& help,
-                                                    const std::string& type) {
-  Family& f = families_[name];
-  if (f.type.empty()) {
-    f.help = help;
-    f.type = type;
+MetricsRegistry::MetricsRegistry()
+    : registry_(std::make_shared<prometheus::Registry>()) {}
+
+prometheus::Counter* MetricsRegistry::GetCounter(const std::string& name,
+                                                 const std::string& help,
+                                                 const MetricLabels& labels) {
+  return &prometheus::BuildCounter()
+              .Name(name)
+              .Help(help)
+              .Register(*registry_)
+              .Add(ToLabels(labels));
+}
+
+prometheus::Gauge* MetricsRegistry::GetGauge(const std::string& name,
+                                             const std::string& help,
+                                             const MetricLabels& labels) {
+  return &prometheus::BuildGauge()
+              .Name(name)
+              .Help(help)
+              .Register(*registry_)
+              .Add(ToLabels(labels));
+}
+
+prometheus::Histogram* MetricsRegistry::GetHistogram(
+    const std::string& name, const std::string& help,
+    const MetricLabels& labels, const std::vector<double>& bounds) {
+  return &prometheus::BuildHistogram()
+              .Name(name)
+              .Help(help)
+              .Register(*registry_)
+              .Add(ToLabels(labels), prometheus::Histogram::BucketBoundaries(
+                                         bounds.begin(), bounds.end()));
+}
+
+void MetricsRegistry::AddComputed(const std::string& name,
+                                  const std::string& help,
+                                  prometheus::MetricType type,
+                                  const MetricLabels& labels,
+                                  std::function<double()> value) {
+  absl::MutexLock lock(&mu_);
+  ComputedFamily& family = computed_[name];
+  if (family.values.empty()) {
+    family.help = help;
+    family.type = type;
   }
-  return f;
-}
-
-Counter* MetricsRegistry::GetCounter(const std::string& name,
-                                     const std::string& help,
-                                     const MetricLabels& labels) {
-  absl::MutexLock lock(&mu_);
-  auto& slot = GetFamily(name, help, "counter").counters[LabelText(labels)];
-  if (!slot) slot = std::make_unique<Counter>();
-  return slot.get();
-}
-
-Histogram* MetricsRegistry::GetHistogram(const std::string& name,
-                                         const std::string& help,
-                                         const MetricLabels& labels,
-                                         std::vector<double> bounds) {
-  absl::MutexLock lock(&mu_);
-  auto& slot = GetFamily(name, help, "histogram").histograms[LabelText(labels)];
-  if (!slot) slot = std::make_unique<Histogram>(std::move(bounds));
-  return slot.get();
+  family.values[ToLabels(labels)] = std::move(value);
 }
 
 void MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
                                const MetricLabels& labels,
                                std::function<double()> value) {
-  absl::MutexLock lock(&mu_);
-  GetFamily(name, help, "gauge").gauges[LabelText(labels)] = std::move(value);
+  AddComputed(name, help, prometheus::MetricType::Gauge, labels,
+              std::move(value));
+}
+
+void MetricsRegistry::AddCounterFunction(const std::string& name,
+                                         const std::string& help,
+                                         const MetricLabels& labels,
+                                         std::function<double()> value) {
+  AddComputed(name, help, prometheus::MetricType::Counter, labels,
+              std::move(value));
 }
 
 std::string MetricsRegistry::Render() const {
-  absl::MutexLock lock(&mu_);
-  std::string out;
-  for (const auto& [name, f] : families_) {
-    absl::StrAppend(&out, "# HELP ", name, " ", f.help, "\n# TYPE ", name, " ",
-                    f.type, "\n");
-    for (const auto& [labels, c] : f.counters) {
-      absl::StrAppend(&out, name, labels, " ", c->value(), "\n");
-    }
-    for (const auto& [labels, g] : f.gauges) {
-      absl::StrAppend(&out, name, labels, " ", Number(g()), "\n");
-    }
-    for (const auto& [labels, h] : f.histograms) {
-      const std::vector<int64_t> counts = h->CumulativeCounts();
-      for (size_t i = 0; i < counts.size(); ++i) {
-        const double le =
-            i < h->upper_bounds().size() ? h->upper_bounds()[i] : INFINITY;
-        absl::StrAppend(
-            &out, name, "_bucket",
-            WithLabel(labels, absl::StrCat("le=\"", Number(le), "\"")), " ",
-            counts[i], "\n");
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, computed] : computed_) {
+      prometheus::MetricFamily family;
+      family.name = name;
+      family.help = computed.help;
+      family.type = computed.type;
+      for (const auto& [labels, value] : computed.values) {
+        prometheus::ClientMetric metric;
+        for (const auto& [k, v] : labels) metric.label.push_back({k, v});
+        if (computed.type == prometheus::MetricType::Counter) {
+          metric.counter.value = value();
+        } else {
+          metric.gauge.value = value();
+        }
+        family.metric.push_back(std::move(metric));
       }
-      absl::StrAppend(&out, name, "_sum", labels, " ", Number(h->sum()), "\n",
-                      name, "_count", labels, " ", counts.back(), "\n");
+      families.push_back(std::move(family));
     }
   }
-  return out;
+  std::sort(families.begin(), families.end(),
+            [](const prometheus::MetricFamily& a,
+               const prometheus::MetricFamily& b) { return a.name < b.name; });
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+void AddProcessMetrics(MetricsRegistry* registry,
+                       const std::string& component) {
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double start =
+      BootTimeSeconds() + StatField(ProcSelfStat(), 22) / ticks;
+  registry->AddGauge("process_start_time_seconds",
+                     "Start time of the process since the Unix epoch, seconds",
+                     {}, [start] { return start; });
+  registry->AddCounterFunction(
+      "process_cpu_seconds_total", "User and system CPU time spent, seconds",
+      {}, [ticks] {
+        const std::vector<std::string> stat = ProcSelfStat();
+        return (StatField(stat, 14) + StatField(stat, 15)) / ticks;
+      });
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  registry->AddGauge("process_resident_memory_bytes", "Resident memory, bytes",
+                     {},
+                     [page] { return StatField(ProcSelfStat(), 24) * page; });
+  registry->AddGauge("process_virtual_memory_bytes", "Virtual memory, bytes",
+                     {}, [] { return StatField(ProcSelfStat(), 23); });
+  registry->AddGauge("process_open_fds", "Open file descriptors", {},
+                     [] { return OpenFds(); });
+  registry->AddGauge("process_max_fds", "Limit on open file descriptors", {},
+                     [] {
+                       rlimit limit{};
+                       getrlimit(RLIMIT_NOFILE, &limit);
+                       return static_cast<double>(limit.rlim_cur);
+                     });
+  registry
+      ->GetGauge("psrt_build_info",
+                 "Always 1; the labels say which psrt program and release",
+                 {{"component", component},
+                  {"version", kPsrtVersion},
+                  {"grpc_version", grpc::Version()}})
+      ->Set(1);
 }
 
 }  // namespace psrt

@@ -1,13 +1,18 @@
-// A small Prometheus metrics registry: counters, gauges computed at scrape
-// time, and latency histograms, rendered in the text exposition format
-// (version 0.0.4). Prometheus' own C++ client is not packaged by Debian.
+// Prometheus metrics, recorded with prometheus-cpp (Debian's
+// prometheus-cpp-dev 1.0.1) and rendered in its text exposition format.
 //
-// Hot paths hold Counter/Histogram pointers (lock-free updates); the
-// registry's lock is taken only to register metrics and to render.
+// prometheus-cpp replaced a hand-written registry: its counters and
+// histograms cost 20-35 ns an update with two threads contending
+// (metrics_overhead_benchmark; docs/benchmarks.md "Metrics"), against a
+// push or pull RPC's tens of microseconds. What prometheus-cpp lacks,
+// values computed when scraped (bytes held, the process' CPU time), this
+// registry adds beside it.
+//
+// Hot paths hold Counter/Histogram pointers (updates take no registry
+// lock); the registry's locks are taken to register metrics and to render.
 #ifndef PSRT_PS_SERVER_METRICS_METRICS_H_
 #define PSRT_PS_SERVER_METRICS_METRICS_H_
 
-#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,69 +21,73 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/metric_type.h"
+#include "prometheus/registry.h"
 
 namespace psrt {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
-
-class Counter {
- public:
-  void Add(int64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
-  int64_t value() const { return value_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<int64_t> value_{0};
-};
-
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> upper_bounds);
-  void Observe(double value);
-
-  // Cumulative counts per bucket (the last is +Inf), the sum and count.
-  std::vector<int64_t> CumulativeCounts() const;
-  double sum() const;
-  const std::vector<double>& upper_bounds() const { return bounds_; }
-
- private:
-  std::vector<double> bounds_;
-  std::unique_ptr<std::atomic<int64_t>[]> counts_;  // bounds_.size() + 1
-  std::atomic<int64_t> sum_micros_{0};
-};
 
 // Latency buckets in seconds, 50 us to 10 s.
 std::vector<double> LatencyBuckets();
 
 class MetricsRegistry {
  public:
-  // Returns the metric for (name, labels), creating it on first use. The
-  // pointer stays valid for the registry's lifetime.
-  Counter* GetCounter(const std::string& name, const std::string& help,
-                      const MetricLabels& labels = {});
-  Histogram* GetHistogram(const std::string& name, const std::string& help,
-                          const MetricLabels& labels = {},
-                          std::vector<double> bounds = LatencyBuckets());
-  // A gauge whose value is computed when scraped.
+  MetricsRegistry();
+
+  // The metric for (name, labels), created on first use. The pointer stays
+  // valid for the registry's lifetime. A name registered before with
+  // another type is a programming error (prometheus-cpp throws).
+  prometheus::Counter* GetCounter(const std::string& name,
+                                  const std::string& help,
+                                  const MetricLabels& labels = {});
+  prometheus::Gauge* GetGauge(const std::string& name, const std::string& help,
+                              const MetricLabels& labels = {});
+  prometheus::Histogram* GetHistogram(
+      const std::string& name, const std::string& help,
+      const MetricLabels& labels = {},
+      const std::vector<double>& bounds = LatencyBuckets());
+
+  // Metrics whose value is computed when scraped (called from the HTTP
+  // server's threads; `value` must be thread-safe and outlive the registry
+  // or the server, whichever ends first). A counter computed this way must
+  // never decrease.
   void AddGauge(const std::string& name, const std::string& help,
                 const MetricLabels& labels, std::function<double()> value);
+  void AddCounterFunction(const std::string& name, const std::string& help,
+                          const MetricLabels& labels,
+                          std::function<double()> value);
 
-  // The Prometheus text format.
+  // The Prometheus text format (version 0.0.4), families sorted by name.
   std::string Render() const;
 
  private:
-  struct Family {
+  struct ComputedFamily {
     std::string help;
-    std::string type;
-    std::map<std::string, std::unique_ptr<Counter>> counters;
-    std::map<std::string, std::unique_ptr<Histogram>> histograms;
-    std::map<std::string, std::function<double()>> gauges;
+    prometheus::MetricType type;
+    std::map<prometheus::Labels, std::function<double()>> values;
   };
-  Family& GetFamily(const std::string& name, const std::string& help,
-                    const std::string& type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddComputed(const std::string& name, const std::string& help,
+                   prometheus::MetricType type, const MetricLabels& labels,
+                   std::function<double()> value);
 
+  std::shared_ptr<prometheus::Registry> registry_;
   mutable absl::Mutex mu_;
-  std::map<std::string, Family> families_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ComputedFamily> computed_ ABSL_GUARDED_BY(mu_);
 };
+
+// What every psrt process exports, named as Prometheus' own clients name
+// them: process_start_time_seconds, process_cpu_seconds_total,
+// process_resident_memory_bytes, process_virtual_memory_bytes,
+// process_open_fds, process_max_fds (from /proc/self), and
+// psrt_build_info{component, version, grpc_version} = 1.
+void AddProcessMetrics(MetricsRegistry* registry, const std::string& component);
+
+// psrt's release, as the Python package (clients/python/pyproject.toml).
+inline constexpr char kPsrtVersion[] = "0.1.0";
 
 }  // namespace psrt
 

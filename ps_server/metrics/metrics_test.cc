@@ -8,6 +8,9 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "ps_server/metrics/metrics_http_server.h"
 
@@ -17,39 +20,97 @@ namespace {
 TEST(MetricsTest, RendersPrometheusText) {
   MetricsRegistry registry;
   registry.GetCounter("psrt_requests_total", "RPCs", {{"method", "Pull"}})
-      ->Add(3);
+      ->Increment(3);
   registry.GetCounter("psrt_requests_total", "RPCs", {{"method", "Push"}})
-      ->Add();
+      ->Increment();
   registry.AddGauge("psrt_parameter_bytes", "bytes", {}, [] { return 1024.0; });
-  Histogram* h = registry.GetHistogram("psrt_request_seconds", "latency",
-                                       {{"method", "Pull"}}, {0.001, 0.01});
+  double cpu = 1.5;
+  registry.AddCounterFunction("process_cpu_seconds_total", "cpu", {},
+                              [&cpu] { return cpu; });
+  prometheus::Histogram* h = registry.GetHistogram(
+      "psrt_request_seconds", "latency", {{"method", "Pull"}}, {0.001, 0.01});
   h->Observe(0.0005);
   h->Observe(0.005);
   h->Observe(5);
   const std::string text = registry.Render();
-  EXPECT_NE(text.find("# TYPE psrt_requests_total counter\n"),
-            std::string::npos);
-  EXPECT_NE(text.find("psrt_requests_total{method=\"Pull\"} 3\n"),
-            std::string::npos);
-  EXPECT_NE(text.find("psrt_parameter_bytes 1024\n"), std::string::npos);
-  EXPECT_NE(
-      text.find(
-          "psrt_request_seconds_bucket{method=\"Pull\",le=\"0.001\"} 1\n"),
-      std::string::npos)
+  auto has = [&text](const std::string& line) {
+    return text.find(line) != std::string::npos;
+  };
+  EXPECT_TRUE(has("# TYPE psrt_requests_total counter\n")) << text;
+  EXPECT_TRUE(has("psrt_requests_total{method=\"Pull\"} 3\n")) << text;
+  EXPECT_TRUE(has("# TYPE psrt_parameter_bytes gauge\n")) << text;
+  EXPECT_TRUE(has("psrt_parameter_bytes 1024\n")) << text;
+  EXPECT_TRUE(has("# TYPE process_cpu_seconds_total counter\n")) << text;
+  EXPECT_TRUE(has("process_cpu_seconds_total 1.5\n")) << text;
+  EXPECT_TRUE(
+      has("psrt_request_seconds_bucket{method=\"Pull\",le=\"0.001\"} 1\n"))
       << text;
-  EXPECT_NE(
-      text.find("psrt_request_seconds_bucket{method=\"Pull\",le=\"0.01\"} 2\n"),
-      std::string::npos);
-  EXPECT_NE(
-      text.find("psrt_request_seconds_bucket{method=\"Pull\",le=\"+Inf\"} 3\n"),
-      std::string::npos);
-  EXPECT_NE(text.find("psrt_request_seconds_count{method=\"Pull\"} 3\n"),
+  EXPECT_TRUE(
+      has("psrt_request_seconds_bucket{method=\"Pull\",le=\"0.01\"} 2\n"));
+  EXPECT_TRUE(
+      has("psrt_request_seconds_bucket{method=\"Pull\",le=\"+Inf\"} 3\n"));
+  EXPECT_TRUE(has("psrt_request_seconds_count{method=\"Pull\"} 3\n"));
+  EXPECT_TRUE(has("psrt_request_seconds_sum{method=\"Pull\"} 5.0055\n"))
+      << text;
+  // Computed when scraped.
+  cpu = 2.25;
+  EXPECT_NE(registry.Render().find("process_cpu_seconds_total 2.25\n"),
             std::string::npos);
   // Same name and labels: the same counter.
   EXPECT_EQ(
       registry.GetCounter("psrt_requests_total", "RPCs", {{"method", "Pull"}})
-          ->value(),
+          ->Value(),
       3);
+  // Families in name order, so scrapes diff cleanly.
+  EXPECT_LT(text.find("# TYPE process_cpu"), text.find("# TYPE psrt_param"));
+  EXPECT_LT(text.find("# TYPE psrt_param"), text.find("# TYPE psrt_requests"));
+}
+
+// The process series Prometheus' own clients export, with this process'
+// values, and the build info.
+TEST(MetricsTest, ProcessMetricsDescribeThisProcess) {
+  const double before = absl::ToUnixMicros(absl::Now()) / 1e6;
+  MetricsRegistry registry;
+  AddProcessMetrics(&registry, "metrics_test");
+  // Some CPU time to see.
+  volatile double sink = 0;
+  for (int i = 0; i < 50000000; ++i) sink = sink + i * 1e-9;
+  const std::string text = registry.Render();
+  auto value = [&text](const std::string& series) {
+    const size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1.0;
+    return std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+  };
+  // Started before this test ran (the test binary's start), not long ago.
+  // (Whole boot seconds plus clock ticks: up to 1 s off.)
+  EXPECT_LE(value("process_start_time_seconds"), before + 1.5) << text;
+  EXPECT_GT(value("process_start_time_seconds"), before - 600) << text;
+  EXPECT_GT(value("process_cpu_seconds_total"), 0.01) << text;
+  EXPECT_LT(value("process_cpu_seconds_total"), 600) << text;
+  // This process holds at least the 1 MiB below, and far less than 24 GiB.
+  std::vector<char> touched(1 << 20, 1);
+  const double rss = value("process_resident_memory_bytes");
+  EXPECT_GT(rss, 1 << 20) << text;
+  EXPECT_LT(rss, 24.0 * (1 << 30)) << text;
+  EXPECT_GE(value("process_virtual_memory_bytes"), rss) << text;
+  // stdin, stdout, stderr at least; one more open file shows.
+  const double fds = value("process_open_fds");
+  EXPECT_GE(fds, 3) << text;
+  FILE* f = fopen("/proc/self/stat", "r");
+  ASSERT_NE(f, nullptr);
+  const double fds_with_file = std::strtod(
+      registry.Render()
+          .substr(registry.Render().find("\nprocess_open_fds ") + 18)
+          .c_str(),
+      nullptr);
+  fclose(f);
+  EXPECT_EQ(fds_with_file, fds + 1) << text;
+  EXPECT_GE(value("process_max_fds"), fds) << text;
+  EXPECT_NE(text.find(absl::StrCat(
+                "psrt_build_info{component=\"metrics_test\",grpc_version=\"",
+                grpc::Version(), "\",version=\"", kPsrtVersion, "\"} 1\n")),
+            std::string::npos)
+      << text;
 }
 
 size_t Append(char* data, size_t size, size_t n, void* out) {
@@ -75,7 +136,7 @@ CURLcode Scrape(int port, std::string* body, long* code) {
 
 TEST(MetricsHttpServerTest, ServesTheRegistryOverHttp) {
   MetricsRegistry registry;
-  registry.GetCounter("psrt_up", "test")->Add(7);
+  registry.GetCounter("psrt_up", "test")->Increment(7);
   auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->port(), 0);
@@ -97,7 +158,7 @@ TEST(MetricsHttpServerTest, ServesTheRegistryOverHttp) {
 // one request timeout.
 TEST(MetricsHttpServerTest, IdleConnectionsDoNotStarveTheScraper) {
   MetricsRegistry registry;
-  registry.GetCounter("psrt_up", "test")->Add(1);
+  registry.GetCounter("psrt_up", "test")->Increment(1);
   auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry);
   ASSERT_TRUE(server.ok()) << server.status();
   sockaddr_in addr{};

@@ -19,6 +19,10 @@
 namespace psrt {
 namespace {
 
+int64_t Count(const prometheus::Counter* counter) {
+  return static_cast<int64_t>(counter->Value());
+}
+
 double SecondsSince(absl::Time start) {
   return absl::ToDoubleSeconds(absl::Now() - start);
 }
@@ -38,8 +42,8 @@ class ParameterServerService::PullReactor final
  public:
   PullReactor(ParameterServerService* service, const grpc::ByteBuffer* request)
       : service_(service) {
-    service_->pull_.requests->Add();
-    service_->pull_.bytes_in->Add(static_cast<int64_t>(request->Length()));
+    service_->pull_.requests->Increment();
+    service_->pull_.bytes_in->Increment(static_cast<double>(request->Length()));
     PullRequestHeader header;
     absl::Status s = frame_.Parse(*request);
     if (s.ok()) s = frame_.ParseHeader(&header);
@@ -108,8 +112,9 @@ class ParameterServerService::PullReactor final
     }
     responder_ = std::move(*responder);
     responder_->set_sync_step(service_->coordinator_.sync_step());
-    service_->pull_.rows->Add(responder_->rows());
-    service_->pull_.bytes_out->Add(responder_->value_bytes());
+    service_->pull_.rows->Increment(static_cast<double>(responder_->rows()));
+    service_->pull_.bytes_out->Increment(
+        static_cast<double>(responder_->value_bytes()));
     responder_->Next(&prepared_);
     Pump();
   }
@@ -173,7 +178,7 @@ class ParameterServerService::PushReactor final
         handler_(
             std::make_unique<PushHandler>(service->store_, &service->dedup_,
                                           service->limits_.max_push_bytes)) {
-    service_->push_.requests->Add();
+    service_->push_.requests->Increment();
     StartRead(&message_);
   }
 
@@ -189,7 +194,7 @@ class ParameterServerService::PushReactor final
     }
     // End of the stream: the client finished writing (or went away; then
     // the final message is missing and Finish refuses to apply).
-    service_->push_.bytes_in->Add(static_cast<int64_t>(handler_->bytes()));
+    service_->push_.bytes_in->Increment(static_cast<double>(handler_->bytes()));
     const PushRequestHeader& first = handler_->first_header();
     const Consistency consistency = first.consistency();
     if (absl::Status s = service_->coordinator_.CheckStepFields(
@@ -215,7 +220,8 @@ class ParameterServerService::PushReactor final
       Finish(service_->Fail("Push", result.status()));
       return;
     }
-    service_->push_.rows->Add(result->rows_applied());
+    service_->push_.rows->Increment(
+        static_cast<double>(result->rows_applied()));
     service_->workers_seen_.Saw(worker_index, step);
     grpc::Slice slice(result->SerializeAsString());
     *response_ = grpc::ByteBuffer(&slice, 1);
@@ -268,15 +274,68 @@ ParameterServerService::ParameterServerService(
                     });
   metrics->AddGauge("psrt_uptime_seconds", "Seconds since the server started",
                     {}, [start = started_] { return SecondsSince(start); });
+  metrics->AddGauge(
+      "psrt_global_step",
+      "The global step this PS has seen (sum of the workers' steps)", {},
+      [store] { return static_cast<double>(store->global_step()); });
+  if (checkpoints != nullptr) AddCheckpointMetrics(store->ps_task());
+}
+
+void ParameterServerService::AddCheckpointMetrics(int ps_task) {
+  const CheckpointCoordinator* c = checkpoints_;
+  metrics_->AddCounterFunction(
+      "psrt_checkpoint_saved_bytes_total",
+      "Bytes of this PS's shards written to checkpoints", {},
+      [c] { return static_cast<double>(c->totals().saved_bytes); });
+  metrics_->AddGauge(
+      "psrt_checkpoint_last_save_timestamp_seconds",
+      "When this PS last finished writing its shards to a checkpoint (Unix "
+      "seconds; 0: never)",
+      {}, [c] {
+        const auto history = c->SaveHistory();
+        return history.empty() ? 0.0
+                               : absl::ToUnixMicros(history[0].finished) / 1e6;
+      });
+  // The cluster's checkpoints are run by PS 0; the other PS would only
+  // report zeros, which alerts would read as "never checkpointed".
+  if (ps_task != 0) return;
+  for (const char* result : {"success", "failure"}) {
+    const bool success = result[0] == 's';
+    metrics_->AddCounterFunction(
+        "psrt_checkpoints_total",
+        "Cluster checkpoints run by this PS (PS 0), by result",
+        {{"result", result}}, [c, success] {
+          const auto t = c->totals();
+          return static_cast<double>(success ? t.succeeded : t.failed);
+        });
+  }
+  metrics_->AddGauge(
+      "psrt_checkpoint_last_success_timestamp_seconds",
+      "When the last complete cluster checkpoint was recorded (Unix seconds; "
+      "0: none since start)",
+      {}, [c] {
+        const absl::Time t = c->totals().last_success;
+        return t == absl::InfinitePast() ? 0.0 : absl::ToUnixMicros(t) / 1e6;
+      });
+  metrics_->AddGauge("psrt_checkpoint_last_duration_seconds",
+                     "How long the last complete checkpoint took", {},
+                     [c] { return c->totals().last_seconds; });
+  metrics_->AddGauge(
+      "psrt_checkpoint_last_bytes", "Bytes in the last complete checkpoint", {},
+      [c] { return static_cast<double>(c->totals().last_bytes); });
+  metrics_->AddGauge(
+      "psrt_checkpoint_last_global_step",
+      "The global step the last complete checkpoint holds", {},
+      [c] { return static_cast<double>(c->totals().last_step); });
 }
 
 MethodMetrics ParameterServerService::MakeMethodMetrics(const char* method) {
   const MetricLabels labels = {{"method", method}};
   return MethodMetrics{
       metrics_->GetCounter("psrt_requests_total", "RPCs received", labels),
-      metrics_->GetCounter("psrt_bytes_in_total", "Request bytes received",
-                           labels),
-      metrics_->GetCounter("psrt_bytes_out_total",
+      metrics_->GetCounter("psrt_received_bytes_total",
+                           "Request bytes received", labels),
+      metrics_->GetCounter("psrt_sent_bytes_total",
                            "Tensor bytes sent in responses", labels),
       metrics_->GetCounter("psrt_rows_total",
                            "Embedding rows (and dense items) moved", labels),
@@ -290,9 +349,9 @@ grpc::Status ParameterServerService::Fail(const char* method,
       ->GetCounter("psrt_errors_total", "RPCs that failed, by status code",
                    {{"method", method},
                     {"code", absl::StatusCodeToString(status.code())}})
-      ->Add();
+      ->Increment();
   if (status.GetPayload(kNonFiniteGradient).has_value()) {
-    rejected_nonfinite_->Add();
+    rejected_nonfinite_->Increment();
   }
   VLOG(1) << method << " failed: " << status;
   return ToGrpcStatus(status);
@@ -375,7 +434,7 @@ grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
       context, "CreateVariables", request, response, /*detached=*/true,
       [this](const CreateVariablesRequest& r)
           -> absl::StatusOr<CreateVariablesResponse> {
-        create_.requests->Add();
+        create_.requests->Increment();
         std::vector<VariableSpec> specs(r.specs().begin(), r.specs().end());
         absl::StatusOr<int> size;
         bool restoring = false;
@@ -538,19 +597,19 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStats(
         out.set_ps_task(store_->ps_task());
         out.set_parameter_bytes(store_->parameter_bytes());
         out.set_num_shards(store_->num_local_shards());
-        out.set_pull_requests(pull_.requests->value());
-        out.set_push_requests(push_.requests->value());
+        out.set_pull_requests(Count(pull_.requests));
+        out.set_push_requests(Count(push_.requests));
         out.set_rejected_pushes(
             metrics_
                 ->GetCounter("psrt_errors_total",
                              "RPCs that failed, by status code",
                              {{"method", "Push"}, {"code", "INVALID_ARGUMENT"}})
-                ->value());
-        out.set_rejected_nonfinite_pushes(rejected_nonfinite_->value());
-        out.set_bytes_in(pull_.bytes_in->value() + push_.bytes_in->value());
-        out.set_bytes_out(pull_.bytes_out->value());
-        out.set_rows_pulled(pull_.rows->value());
-        out.set_rows_pushed(push_.rows->value());
+                ->Value());
+        out.set_rejected_nonfinite_pushes(Count(rejected_nonfinite_));
+        out.set_bytes_in(Count(pull_.bytes_in) + Count(push_.bytes_in));
+        out.set_bytes_out(Count(pull_.bytes_out));
+        out.set_rows_pulled(Count(pull_.rows));
+        out.set_rows_pushed(Count(push_.rows));
         out.set_uptime_seconds(SecondsSince(started_));
         out.set_global_step(store_->global_step());
         out.set_restored_from(restored_from_);
@@ -594,12 +653,12 @@ std::string ParameterServerService::StatusPageHtml() const {
     row.local_bytes = v->bytes();
     d.variables.push_back(std::move(row));
   }
-  d.pull_requests = pull_.requests->value();
-  d.push_requests = push_.requests->value();
-  d.rows_pulled = pull_.rows->value();
-  d.rows_pushed = push_.rows->value();
-  d.bytes_in = pull_.bytes_in->value() + push_.bytes_in->value();
-  d.bytes_out = pull_.bytes_out->value();
+  d.pull_requests = Count(pull_.requests);
+  d.push_requests = Count(push_.requests);
+  d.rows_pulled = Count(pull_.rows);
+  d.rows_pushed = Count(push_.rows);
+  d.bytes_in = Count(pull_.bytes_in) + Count(push_.bytes_in);
+  d.bytes_out = Count(pull_.bytes_out);
   if (checkpoints_ != nullptr) {
     for (const auto& c : checkpoints_->SaveHistory()) {
       d.checkpoints.push_back({c.name, c.bytes, c.seconds, c.finished});

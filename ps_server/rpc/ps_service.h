@@ -31,11 +31,11 @@ struct ServiceLimits {
 
 // Metrics of one RPC method.
 struct MethodMetrics {
-  Counter* requests;
-  Counter* bytes_in;
-  Counter* bytes_out;
-  Counter* rows;
-  Histogram* latency;
+  prometheus::Counter* requests;
+  prometheus::Counter* bytes_in;
+  prometheus::Counter* bytes_out;
+  prometheus::Counter* rows;
+  prometheus::Histogram* latency;
 };
 
 // Every method takes raw bytes: requests are parsed here, so that one that
@@ -104,7 +104,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
 
   const MethodMetrics& pull_metrics() const { return pull_; }
   const MethodMetrics& push_metrics() const { return push_; }
-  Counter* rejected_nonfinite() const { return rejected_nonfinite_; }
+  prometheus::Counter* rejected_nonfinite() const {
+    return rejected_nonfinite_;
+  }
 
  private:
   template <typename Request, typename Handle>
@@ -120,6 +122,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   class PullReactor;
   class PushReactor;
   MethodMetrics MakeMethodMetrics(const char* method);
+  // Checkpoint metrics (cluster ones on PS 0 only).
+  void AddCheckpointMetrics(int ps_task);
 
   ShardStore* const store_;
   MetricsRegistry* const metrics_;
@@ -133,8 +137,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   StepCoordinator coordinator_;
   WorkersSeen workers_seen_;
   MethodMetrics pull_, push_, create_;
-  Counter* rejected_nonfinite_;
-  Histogram* push_apply_seconds_;
+  prometheus::Counter* rejected_nonfinite_;
+  prometheus::Histogram* push_apply_seconds_;
   const absl::Time started_ = absl::Now();
 };
 

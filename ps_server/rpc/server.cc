@@ -1,13 +1,42 @@
 #include "ps_server/rpc/server.h"
 
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
 #include "grpcpp/server_builder.h"
 
 namespace psrt {
 namespace {
+
+// The name libgrpc++_reflection's ServerBuilderPlugin reports.
+constexpr char kReflectionPlugin[] = "proto_server_reflection";
+
+// Removes one plugin from a ServerBuilder (gRPC adds every registered
+// plugin to every builder of the process).
+class WithoutPlugin : public grpc::ServerBuilderOption {
+ public:
+  explicit WithoutPlugin(std::string name) : name_(std::move(name)) {}
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [this](const auto& p) { return p->name() == name_; }),
+        plugins->end());
+  }
+
+ private:
+  std::string name_;
+};
 
 bool IsLoopbackHost(absl::string_view host) {
   return host == "localhost" || host == "::1" || host == "[::1]" ||
@@ -90,7 +119,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   auto credentials = MakeServerCredentials(options.security);
   if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
+  // (Also keeps libgrpc++_reflection linked; loading it registers the
+  // plugin for every ServerBuilder, which WithoutPlugin undoes.)
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options.reflection) {
+    builder.SetOption(std::make_unique<WithoutPlugin>(kReflectionPlugin));
+  }
   builder.AddListeningPort(options.listen_address, *credentials,
                            &server->port_);
   builder.RegisterService(server->service_.get());
@@ -118,6 +153,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (port in use? another ps_server running?)"));
   }
+  AddProcessMetrics(&server->registry_, "ps_server");
   if (!options.metrics_address.empty()) {
     auto metrics =
         MetricsHttpServer::Start(options.metrics_address, &server->registry_,

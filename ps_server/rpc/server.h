@@ -42,6 +42,10 @@ struct ServerOptions {
   // One checkpoint's URI to restore from ("" = start empty); see
   // ResolveRestore for --restore=latest|auto.
   std::string restore_uri;
+  // gRPC server reflection (grpcurl lists and calls the methods without
+  // ps.proto). It answers without the auth token, like the health service,
+  // and tells only the schema.
+  bool reflection = true;
 };
 
 class Server {

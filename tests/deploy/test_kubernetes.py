@@ -110,6 +110,13 @@ def test_ps_disruption_budget_and_metrics_scraping():
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == f["metrics_port"]
     assert annotations["prometheus.io/path"] == "/metrics"
+    # Workers export their training metrics on --metrics_port (off by
+    # default): the annotation must name the port the flag opens.
+    workers = k["Job"]["psrt-worker"]["spec"]["template"]
+    container = workers["spec"]["containers"][0]
+    f, _ = flags(container)
+    assert workers["metadata"]["annotations"]["prometheus.io/port"] == f["metrics_port"]
+    assert int(f["metrics_port"]) in {p["containerPort"] for p in container["ports"]}
 
 
 def test_tfjob_lets_the_operator_write_tf_config():
@@ -130,6 +137,9 @@ def test_tfjob_lets_the_operator_write_tf_config():
     assert f["restore"] == "auto"
     assert ps["spec"]["terminationGracePeriodSeconds"] > int(f["final_checkpoint_wait_secs"])
     assert ps["metadata"]["annotations"]["prometheus.io/port"] == f["metrics_port"]
+    worker = specs["Worker"]["template"]
+    f = dict(a[2:].split("=", 1) for a in worker["spec"]["containers"][0]["args"])
+    assert worker["metadata"]["annotations"]["prometheus.io/port"] == f["metrics_port"]
     assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
 
 
