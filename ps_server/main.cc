@@ -99,6 +99,14 @@ DEFINE_string(s3_region, "",
               "$AWS_DEFAULT_REGION, us-east-1).");
 DEFINE_int32(s3_part_mib, 16, "Multipart upload part size in MiB (>= 5).");
 DEFINE_int32(s3_upload_threads, 8, "Parts of one object uploaded at once.");
+DEFINE_string(s3_ca_bundle, "",
+              "PEM file of the CAs to trust for an https --s3_endpoint (a "
+              "private CA). Empty: AWS_CA_BUNDLE, the profile's ca_bundle, "
+              "else the system's CAs.");
+DEFINE_bool(s3_reuse_connections, true,
+            "Pool S3 connections (one TLS handshake per connection, not per "
+            "request). false: a new connection per request, for proxies that "
+            "mishandle keep-alive.");
 DEFINE_int32(s3_max_attempts, 6,
              "Attempts per S3 request on 5xx, throttling or network errors.");
 
@@ -111,6 +119,8 @@ psrt::S3Options S3OptionsFromFlags() {
   s3.part_bytes = int64_t{FLAGS_s3_part_mib} << 20;
   s3.upload_threads = FLAGS_s3_upload_threads;
   s3.max_attempts = FLAGS_s3_max_attempts;
+  s3.ca_bundle = FLAGS_s3_ca_bundle;
+  s3.reuse_connections = FLAGS_s3_reuse_connections;
   return s3;
 }
 

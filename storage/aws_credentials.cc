@@ -86,6 +86,9 @@ absl::StatusOr<HttpResponse> Fetch(HttpRequest request,
                                    absl::string_view source) {
   request.timeout_secs = 5;
   request.connect_timeout_secs = 2;
+  if (absl::StartsWith(request.url, "https://")) {
+    request.ca_file = AwsCaBundleFromEnvironmentOrConfig();
+  }
   auto response = PerformHttp(request);
   if (!response.ok()) {
     return absl::UnavailableError(
@@ -283,6 +286,14 @@ std::string AwsRegionFromEnvironmentOrConfig() {
   }
   auto profile = ConfigFileProfile();
   if (profile.ok()) return (*profile)["region"];
+  return "";
+}
+
+std::string AwsCaBundleFromEnvironmentOrConfig() {
+  const std::string bundle = Env("AWS_CA_BUNDLE");
+  if (!bundle.empty()) return bundle;
+  auto profile = ConfigFileProfile();
+  if (profile.ok()) return (*profile)["ca_bundle"];
   return "";
 }
 

@@ -66,6 +66,11 @@ absl::StatusOr<AwsCredentials> CredentialsFromInstanceMetadata();
 // else the AWS_PROFILE profile's `region` in the config file ("" if none).
 std::string AwsRegionFromEnvironmentOrConfig();
 
+// The CA bundle to trust for AWS endpoints, as the AWS CLI and SDKs take
+// it: AWS_CA_BUNDLE, else the AWS_PROFILE profile's `ca_bundle` in the
+// config file ("" if neither: the system's CAs).
+std::string AwsCaBundleFromEnvironmentOrConfig();
+
 // The key = value pairs of section `section` of an INI file (the AWS
 // credentials and config files); NOT_FOUND if the file does not exist.
 absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ReadIniSection(

@@ -105,7 +105,15 @@ absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
       });
   if (!has_content_type) headers = curl_slist_append(headers, "Content-Type:");
   char error[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(curl, CURLOPT_SHARE, pool->share());
+  if (request.reuse_connection) {
+    curl_easy_setopt(curl, CURLOPT_SHARE, pool->share());
+  } else {
+    curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, 1L);
+    curl_easy_setopt(curl, CURLOPT_FORBID_REUSE, 1L);
+  }
+  if (!request.ca_file.empty()) {
+    curl_easy_setopt(curl, CURLOPT_CAINFO, request.ca_file.c_str());
+  }
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -115,7 +123,13 @@ absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
                    static_cast<long>(request.connect_timeout_secs));
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, WriteBody);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+  std::string* body =
+      request.body_into != nullptr ? request.body_into : &response.body;
+  body->clear();
+  if (request.expected_body_bytes > 0) {
+    body->reserve(static_cast<size_t>(request.expected_body_bytes));
+  }
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, body);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, WriteHeader);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response.headers);
   if (request.method == "PUT" || request.method == "POST") {
@@ -141,10 +155,33 @@ absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request) {
   }
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
+  if (body != &response.body &&
+      (code != CURLE_OK || response.status < 200 || response.status >= 300)) {
+    response.body = std::move(*body);
+    body->clear();
+  }
   if (code != CURLE_OK) {
-    return absl::UnavailableError(absl::StrCat(
+    std::string hint;
+    if (code == CURLE_SSL_CACERT_BADFILE) {
+      hint = absl::StrCat(" (cannot read the CA bundle '", request.ca_file,
+                          "' named by AWS_CA_BUNDLE, the profile's ca_bundle "
+                          "or --s3_ca_bundle)");
+    } else if (code == CURLE_PEER_FAILED_VERIFICATION) {
+      hint = request.ca_file.empty()
+                 ? " (the endpoint's certificate is not signed by a CA this "
+                   "system trusts: set AWS_CA_BUNDLE or --s3_ca_bundle to a "
+                   "PEM file of the CA that signed it)"
+                 : absl::StrCat(
+                       " (the endpoint's certificate is not signed "
+                       "by a CA in '",
+                       request.ca_file, "')");
+    }
+    const std::string message = absl::StrCat(
         request.method, " ", request.url,
-        " failed: ", error[0] != 0 ? error : curl_easy_strerror(code)));
+        " failed: ", error[0] != 0 ? error : curl_easy_strerror(code), hint);
+    // Retrying cannot fix a certificate no trusted CA signed.
+    return hint.empty() ? absl::UnavailableError(message)
+                        : absl::FailedPreconditionError(message);
   }
   return response;
 }

@@ -25,6 +25,17 @@ struct HttpRequest {
   std::string user_password;
   int timeout_secs = 60;
   int connect_timeout_secs = 10;
+  // PEM file of the CAs to trust for https (AWS_CA_BUNDLE); empty: the
+  // system's.
+  std::string ca_file;
+  // false: a connection of its own, closed after the request (no pooling).
+  bool reuse_connection = true;
+  // A 2xx answer's body goes here instead of HttpResponse::body (cleared
+  // first, its capacity kept: a reader reusing one buffer allocates once),
+  // with room for `expected_body_bytes` reserved. Other answers' bodies
+  // (errors) stay in HttpResponse::body.
+  std::string* body_into = nullptr;
+  int64_t expected_body_bytes = 0;
 };
 
 struct HttpResponse {
@@ -35,8 +46,9 @@ struct HttpResponse {
 };
 
 // Performs the request. A transport failure (cannot connect, timeout, reset)
-// is UNAVAILABLE naming the URL and libcurl's reason; any HTTP status is a
-// response.
+// is UNAVAILABLE naming the URL and libcurl's reason; a TLS certificate no
+// trusted CA signed, or a CA bundle that cannot be read, is
+// FAILED_PRECONDITION saying what to set; any HTTP status is a response.
 absl::StatusOr<HttpResponse> PerformHttp(const HttpRequest& request);
 
 // Percent-encodes as SigV4 canonical requests do: unreserved characters

@@ -41,6 +41,9 @@ class S3Storage final : public Storage {
       options_.region = AwsRegionFromEnvironmentOrConfig();
     }
     if (options_.region.empty()) options_.region = "us-east-1";
+    if (options_.ca_bundle.empty()) {
+      options_.ca_bundle = AwsCaBundleFromEnvironmentOrConfig();
+    }
     while (!options_.endpoint.empty() && options_.endpoint.back() == '/') {
       options_.endpoint.pop_back();
     }
@@ -70,6 +73,9 @@ class S3Storage final : public Storage {
     return std::unique_ptr<StorageReader>(
         new RangeReader(this, ObjectKey(key)));
   }
+  // Ranged GETs of 2 MiB spent a third of a restore's time on request
+  // round trips (docs/benchmarks.md, "Restoring a checkpoint").
+  int64_t preferred_read_bytes() const override { return 8 << 20; }
 
   absl::StatusOr<std::vector<StorageObject>> List(
       absl::string_view prefix) override {
@@ -145,12 +151,14 @@ class S3Storage final : public Storage {
     return url;
   }
 
-  // One signed request, retried on network errors, 5xx and throttling.
+  // One signed request, retried on network errors, 5xx and throttling; a
+  // 2xx body into `body_into` if given (HttpRequest::body_into).
   absl::StatusOr<HttpResponse> Send(
       const std::string& method, const std::string& object,
       const std::string& query,
       std::vector<std::pair<std::string, std::string>> headers,
-      absl::string_view body) {
+      absl::string_view body, std::string* body_into = nullptr,
+      int64_t expected_body_bytes = 0) {
     auto credentials = credentials_.Get();
     if (!credentials.ok()) return credentials.status();
     HttpRequest request;
@@ -168,12 +176,20 @@ class S3Storage final : public Storage {
                                          credentials->secret_access_key);
     request.timeout_secs = options_.request_timeout_secs;
     request.connect_timeout_secs = options_.connect_timeout_secs;
+    request.ca_file = options_.ca_bundle;
+    request.reuse_connection = options_.reuse_connections;
+    request.body_into = body_into;
+    request.expected_body_bytes = expected_body_bytes;
     absl::StatusOr<HttpResponse> response;
     thread_local std::mt19937_64 rng(std::random_device{}());
     for (int attempt = 1;; ++attempt) {
       response = PerformHttp(request);
+      // (A certificate the CA bundle does not vouch for is no network
+      // error: FAILED_PRECONDITION, not retried.)
       const bool retry =
-          !response.ok() || response->status >= 500 || response->status == 429;
+          (!response.ok() && absl::IsUnavailable(response.status())) ||
+          (response.ok() &&
+           (response->status >= 500 || response->status == 429));
       if (!retry || attempt >= options_.max_attempts) break;
       const int64_t base_ms = int64_t{options_.retry_base_ms} << (attempt - 1);
       const int64_t sleep_ms =
@@ -186,7 +202,7 @@ class S3Storage final : public Storage {
                    << "); retrying in " << sleep_ms << " ms";
       absl::SleepFor(absl::Milliseconds(sleep_ms));
     }
-    if (!response.ok()) {
+    if (!response.ok() && absl::IsUnavailable(response.status())) {
       return absl::UnavailableError(
           absl::StrCat("S3 request failed after ", options_.max_attempts,
                        " attempts: ", response.status().message()));
@@ -253,10 +269,12 @@ class S3Storage final : public Storage {
       }
       out->clear();
       if (length == 0) return absl::OkStatus();
+      // Straight into *out, reserved: a stream reusing its buffer copies
+      // and allocates nothing per range.
       auto r = storage_->Send(
           "GET", object_, "",
           {{"Range", absl::StrCat("bytes=", offset, "-", offset + length - 1)}},
-          "");
+          "", out, length);
       if (!r.ok()) return r.status();
       if (r->status == 416) return absl::OkStatus();
       if (absl::Status s = storage_->Check(*r, "GET", object_); !s.ok()) {
@@ -264,17 +282,16 @@ class S3Storage final : public Storage {
       }
       if (r->status == 200) {
         // A server that ignores Range sends the whole object.
-        const int64_t size = static_cast<int64_t>(r->body.size());
+        const int64_t size = static_cast<int64_t>(out->size());
         const int64_t begin = std::min(offset, size);
-        out->assign(r->body, begin, std::min(length, size - begin));
+        *out = out->substr(begin, std::min(length, size - begin));
         return absl::OkStatus();
       }
-      if (static_cast<int64_t>(r->body.size()) > length) {
+      if (static_cast<int64_t>(out->size()) > length) {
         return absl::DataLossError(absl::StrCat(
             "GET s3://", storage_->bucket_, "/", object_, " of ", length,
-            " bytes at ", offset, " returned ", r->body.size()));
+            " bytes at ", offset, " returned ", out->size()));
       }
-      *out = std::move(r->body);
       return absl::OkStatus();
     }
 

@@ -62,6 +62,10 @@ class Storage {
   // the default reads the whole object once and serves ranges from memory.
   virtual absl::StatusOr<std::unique_ptr<StorageReader>> NewReader(
       absl::string_view key);
+  // How many bytes a stream should read at once: a range small enough to
+  // stay in cache while it is checked and copied (2 MiB), larger where
+  // each read is a request round trip (S3: 8 MiB).
+  virtual int64_t preferred_read_bytes() const { return 2 << 20; }
   // Every object whose key starts with `prefix`, sorted by key.
   virtual absl::StatusOr<std::vector<StorageObject>> List(
       absl::string_view prefix) = 0;
@@ -92,6 +96,14 @@ struct S3Options {
   // Whole-request timeout and connect timeout.
   int request_timeout_secs = 600;
   int connect_timeout_secs = 10;
+  // PEM file of the CAs to trust for an https endpoint (a private CA's
+  // MinIO, a proxy); empty: $AWS_CA_BUNDLE, the AWS_PROFILE profile's
+  // ca_bundle in ~/.aws/config, else the system's CAs.
+  std::string ca_bundle;
+  // Requests share one pool of open (TLS) connections per process; false:
+  // a new connection and handshake per request, for proxies that mishandle
+  // keep-alive (and to measure what the pool is worth).
+  bool reuse_connections = true;
 };
 
 // Opens the storage a URI names: a plain path or file:///abs/path (local

@@ -49,11 +49,16 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
   return pid;
 }
 
-bool WaitForPort(int port, absl::Duration timeout) {
+// Until an HTTP server answers on `port` (https trusting `ca_file`, if
+// given).
+bool WaitForPort(int port, absl::Duration timeout,
+                 const std::string& ca_file = "") {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     HttpRequest r;
-    r.url = absl::StrCat("http://127.0.0.1:", port, "/");
+    r.url = absl::StrCat(ca_file.empty() ? "http" : "https",
+                         "://127.0.0.1:", port, "/");
+    r.ca_file = ca_file;
     r.timeout_secs = 2;
     if (PerformHttp(r).ok()) return true;
     absl::SleepFor(absl::Milliseconds(100));
@@ -249,6 +254,122 @@ TEST_F(S3CheckpointTest, SaveOnTwoRestoreOnThreeWithVerifiedSignatures) {
   ASSERT_EQ(listing->size(), 1u);
   EXPECT_TRUE((*listing)[0].complete);
   EXPECT_EQ(JoinUri(root, *ReadLatest(**storage)), uri);
+}
+
+// An https endpoint whose certificate a private CA signed (MinIO or a
+// proxy inside a company network): refused, naming AWS_CA_BUNDLE, until the
+// CA is given; then the servers save and restore through it with the CA in
+// AWS_CA_BUNDLE, and psctl-style readers with --s3_ca_bundle's option.
+TEST_F(S3CheckpointTest, HttpsEndpointSignedByAPrivateCa) {
+  const std::string certs = *dir_ + "/tls";
+  const std::string script = absl::StrCat(
+      "set -e; rm -rf ", certs, "; mkdir -p ", certs, "; cd ", certs, "\n",
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "
+      "-days 2 -subj /CN=psrt-s3-test-ca\n",
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out "
+      "other.pem -days 2 -subj /CN=some-other-ca\n",
+      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+      "-subj /CN=127.0.0.1\n",
+      "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext\n",
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+      "-CAcreateserial -out server.pem -days 2 -extfile san.ext\n");
+  ASSERT_EQ(std::system(
+                absl::StrCat("(", script, ") > ", certs, ".log 2>&1").c_str()),
+            0)
+      << "openssl failed; see " << certs << ".log";
+  const int port = PickUnusedPort();
+  const pid_t tls_s3rver =
+      Spawn({"/usr/bin/node", S3rverPath(), "-d", *dir_ + "/tls_data", "-a",
+             "127.0.0.1", "-p", absl::StrCat(port), "--key",
+             certs + "/server.key", "--cert", certs + "/server.pem",
+             "--configure-bucket", "psrt", "--silent"},
+            *dir_ + "/s3rver_tls.log");
+  ASSERT_TRUE(WaitForPort(port, absl::Seconds(30), certs + "/ca.pem"));
+  const std::string endpoint = absl::StrCat("https://127.0.0.1:", port);
+  S3Options s3;
+  s3.endpoint = endpoint;
+  unsetenv("AWS_CA_BUNDLE");
+
+  // Without the CA: a clear error naming what to set.
+  auto storage = OpenStorage("s3://psrt/tls", s3);
+  ASSERT_TRUE(storage.ok());
+  absl::Status refused = (*storage)->Write("probe", "x");
+  // Not a network error: refused at once, not retried 6 times.
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_FALSE(absl::StrContains(refused.message(), "attempts")) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "AWS_CA_BUNDLE")) << refused;
+  // Another CA: the error names the bundle that does not hold it.
+  s3.ca_bundle = certs + "/other.pem";
+  refused = (*OpenStorage("s3://psrt/tls", s3))->Write("probe", "x");
+  EXPECT_TRUE(absl::StrContains(
+      refused.message(), "not signed by a CA in '" + certs + "/other.pem'"))
+      << refused;
+  // A bundle that cannot be read is named as such.
+  s3.ca_bundle = certs + "/missing.pem";
+  refused = (*OpenStorage("s3://psrt/tls", s3))->Write("probe", "x");
+  EXPECT_TRUE(absl::StrContains(refused.message(), "cannot read the CA bundle"))
+      << refused;
+
+  // With AWS_CA_BUNDLE, as the AWS CLI reads it: servers save and restore.
+  setenv("AWS_CA_BUNDLE", (certs + "/ca.pem").c_str(), 1);
+  std::string uri;
+  {
+    auto cluster = Cluster(2, {"--checkpoint_uri=s3://psrt/tls",
+                               absl::StrCat("--s3_endpoint=", endpoint),
+                               "--checkpoint_on_shutdown=false"});
+    ASSERT_NE(cluster, nullptr);
+    auto client = *Client::Connect(cluster->MakeClientOptions());
+    ASSERT_EQ(client->CreateVariables(SpecsWithBigDense(2)), absl::OkStatus());
+    std::atomic<bool> stop{true};
+    TrainUntil(cluster->MakeClientOptions(), 2, stop, 5);
+    auto saved = client->Checkpoint();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    uri = saved->uri();
+  }
+  s3.ca_bundle = "";  // from AWS_CA_BUNDLE
+  auto saved = ReadCheckpoint(uri, s3);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->rows.at("big").size(), size_t{3} << 20);
+  {
+    auto cluster = Cluster(1, {absl::StrCat("--restore=", uri),
+                               absl::StrCat("--s3_endpoint=", endpoint)});
+    ASSERT_NE(cluster, nullptr);
+    auto client = *Client::Connect(cluster->MakeClientOptions());
+    ASSERT_EQ(client->CreateVariables(SpecsWithBigDense(1)), absl::OkStatus());
+    EXPECT_EQ(ComparePulledValues(client.get(), *saved), "");
+  }
+  unsetenv("AWS_CA_BUNDLE");
+  // The option alone does as well (psctl --s3_ca_bundle).
+  s3.ca_bundle = certs + "/ca.pem";
+  auto again = ReadCheckpoint(uri, s3);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(CompareRows(*saved, *again), "");
+  kill(tls_s3rver, SIGTERM);
+  waitpid(tls_s3rver, nullptr, 0);
+}
+
+// Ranged reads into one reused buffer (how restores stream shard files):
+// exact ranges, a range past the end, and S3's error for a missing object
+// (whose XML must not land in the caller's buffer).
+TEST_F(S3CheckpointTest, RangedReadsIntoAReusedBuffer) {
+  auto storage = OpenStorage("s3://psrt/ranges", Options(proxy_port_));
+  ASSERT_TRUE(storage.ok());
+  ASSERT_EQ((*storage)->Write("obj", "0123456789"), absl::OkStatus());
+  auto reader = (*storage)->NewReader("obj");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::string buffer;
+  ASSERT_EQ((*reader)->ReadAt(2, 5, &buffer), absl::OkStatus());
+  EXPECT_EQ(buffer, "23456");
+  ASSERT_EQ((*reader)->ReadAt(8, 100, &buffer), absl::OkStatus());
+  EXPECT_EQ(buffer, "89");
+  ASSERT_EQ((*reader)->ReadAt(20, 5, &buffer), absl::OkStatus());
+  EXPECT_EQ(buffer, "");
+  auto missing = (*storage)->NewReader("no-such-object");
+  absl::Status s =
+      missing.ok() ? (*missing)->ReadAt(0, 4, &buffer) : missing.status();
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "no-such-object")) << s;
+  EXPECT_EQ(buffer, "");
 }
 
 TEST_F(S3CheckpointTest, ServerErrorsAreRetried) {

@@ -16,10 +16,9 @@
 namespace psrt {
 namespace {
 
-// Bytes of a shard file read (and held) at once while restoring it, and
-// files restored at once: at most 4 x 2 MiB of buffers (plus the HTTP
-// client's) beyond the shards themselves.
-constexpr int64_t kRestoreChunkBytes = 2 << 20;
+// Files restored at once, each read in ranges of the storage's
+// preferred_read_bytes (2 MiB from files, 8 MiB from S3) into one buffer
+// of its own: at most 4 x 8 MiB beyond the shards themselves.
 constexpr size_t kRestoreFileThreads = 4;
 
 int64_t RowWidthOf(const VariableSpec& spec) {
@@ -123,8 +122,9 @@ absl::Status CheckpointRestorer::RestoreFile(
     progress->Add(chunk.bytes);
     return s;
   };
-  absl::Status s = StreamShardFile(*storage_, file, manifest_.format_version(),
-                                   kRestoreChunkBytes, check_header, import);
+  absl::Status s =
+      StreamShardFile(*storage_, file, manifest_.format_version(),
+                      storage_->preferred_read_bytes(), check_header, import);
   if (!s.ok() && !absl::IsDataLoss(s)) {
     return absl::Status(s.code(), absl::StrCat("restore of '", variable.name(),
                                                "': ", s.message()));

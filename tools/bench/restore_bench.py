@@ -6,6 +6,8 @@ same run.
     /usr/bin/python3 tools/bench/restore_bench.py [--gib=2] [--rounds=2] \\
         [--compare_bin_dir=DIR]   # DIR/ps_server/ps_server: another build
         [--s3]                    # checkpoints in s3rver (tools/install_deps.sh)
+        [--tls]                   # with --s3: https, a private CA in AWS_CA_BUNDLE
+        [--compare_no_reuse]      # also restore with --s3_reuse_connections=false
 
 Each round:
   1. 4 PS create an embedding table (Adagrad, dim 16: values and
@@ -23,7 +25,9 @@ as the restore does), or with --s3 one (unsigned) `curl` GET per
 file, all at once, from the same s3rver. The save is psrt's own figure (the issue's target is
 relative to it); its disk baseline is tools/bench/checkpoint_bench.py's.
 With --compare_bin_dir the restore also runs with that build's ps_server
-(same client), for a before/after figure.
+(same client), for a before/after figure; with --compare_no_reuse also with
+this build's ps_server opening a new connection (and TLS handshake) per
+request, for what the connection pool is worth.
 """
 import argparse
 import json
@@ -96,7 +100,7 @@ def table(rows):
 
 
 # With --s3: s3rver's endpoint, and the flags every PS gets.
-S3 = {"endpoint": "", "flags": []}
+S3 = {"endpoint": "", "flags": [], "tls": False}
 
 
 def aws(*args, **kwargs):
@@ -126,7 +130,9 @@ def baseline_read_seconds(uri, files):
             subprocess.Popen(
                 # Unsigned (s3rver serves anonymous GETs; it refuses curl's
                 # SigV4): if anything, less work than psrt's signed GETs.
-                ["curl", "-sSf", "-o", "/dev/null", f"{S3['endpoint']}/{f[len('s3://'):]}"]
+                ["curl", "-sSf", "-o", "/dev/null"]
+                + (["--cacert", os.environ["AWS_CA_BUNDLE"]] if S3["tls"] else [])
+                + [f"{S3['endpoint']}/{f[len('s3://'):]}"]
             )
             for f in files
         ]
@@ -143,8 +149,8 @@ def timed_save(cluster):
     return response.uri, time.time() - start
 
 
-def restore(uri, bin_dir, rows, log, resave_root=None):
-    flags = [f"--restore={uri}"]
+def restore(uri, bin_dir, rows, log, resave_root=None, extra_flags=()):
+    flags = [f"--restore={uri}"] + list(extra_flags)
     if resave_root:
         flags.append(f"--checkpoint_uri={resave_root}")
     cluster = Cluster(2, flags, bin_dir, log)
@@ -168,6 +174,22 @@ def restore(uri, bin_dir, rows, log, resave_root=None):
         cluster.stop()
 
 
+def make_certificates(d):
+    """A CA and a certificate for 127.0.0.1 signed by it; sets AWS_CA_BUNDLE
+    (read by ps_server and the AWS CLI); returns s3rver's TLS flags."""
+    os.makedirs(d)
+    script = f"""set -e; cd {d}
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=bench-ca
+openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1
+printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem \\
+    -days 2 -extfile san.ext
+"""
+    subprocess.run(["bash", "-c", script], check=True, capture_output=True)
+    os.environ["AWS_CA_BUNDLE"] = os.path.join(d, "ca.pem")
+    return ["--key", os.path.join(d, "server.key"), "--cert", os.path.join(d, "server.pem")]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gib", type=float, default=2.0, help="parameters + accumulators")
@@ -180,7 +202,15 @@ def main():
         action="store_true",
         help="checkpoints in s3rver on loopback (tools/install_deps.sh)",
     )
+    p.add_argument("--tls", action="store_true", help="with --s3: s3rver over https")
+    p.add_argument(
+        "--compare_no_reuse",
+        action="store_true",
+        help="also restore with --s3_reuse_connections=false",
+    )
     args = p.parse_args()
+    if args.tls and not args.s3:
+        p.error("--tls needs --s3")
     rows = int(args.gib * (1 << 30)) // (16 * 4 * 2)
     shutil.rmtree(args.dir, ignore_errors=True)
     os.makedirs(args.dir)
@@ -189,13 +219,18 @@ def main():
     if args.s3:
         port = free_port()
         os.makedirs(os.path.join(args.dir, "s3"))
+        tls = []
+        if args.tls:
+            tls = make_certificates(os.path.join(args.dir, "certs"))
+            S3["tls"] = True
         s3rver = subprocess.Popen(
             ["/usr/bin/node", S3RVER, "-d", os.path.join(args.dir, "s3"), "-a", "127.0.0.1"]
-            + ["-p", str(port), "--configure-bucket", "psrt", "--silent"],
+            + ["-p", str(port), "--configure-bucket", "psrt", "--silent"]
+            + tls,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        S3["endpoint"] = f"http://127.0.0.1:{port}"
+        S3["endpoint"] = f"{'https' if args.tls else 'http'}://127.0.0.1:{port}"
         S3["flags"] = [f"--s3_endpoint={S3['endpoint']}"]
         os.environ.update(
             AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER", AWS_REGION="us-east-1"
@@ -222,6 +257,8 @@ def run(args, rows, log):
             "read_baseline_mb_s",
             "old_restore_mb_s",
             "old_peak_over_steady",
+            "no_reuse_restore_mb_s",
+            "no_reuse_peak_over_steady",
         ]
     }
     print(f"table: {rows:,} rows x 16 floats, Adagrad: {rows * 128 / 1e9:.2f} GB")
@@ -239,21 +276,26 @@ def run(args, rows, log):
         seconds = baseline_read_seconds(uri, files)
         results["read_baseline_mb_s"].append(nbytes / 1e6 / seconds)
 
-        order = [args.bin_dir, args.compare_bin_dir] if args.compare_bin_dir else [args.bin_dir]
+        # (name, build, extra flags): this build first in even rounds.
+        order = [("this", args.bin_dir, [])]
+        if args.compare_bin_dir:
+            order.append(("compare", args.compare_bin_dir, []))
+        if args.compare_no_reuse:
+            order.append(("no_reuse", args.bin_dir, ["--s3_reuse_connections=false"]))
         if r % 2 == 1:
             order.reverse()
-        for bin_dir in order:
-            new = bin_dir == args.bin_dir
+        for name, bin_dir, extra in order:
+            new = name == "this"
             seconds, peak_ratio, steady, resave = restore(
-                uri, bin_dir, rows, log, f"{base}/resave{r}" if new else None
+                uri, bin_dir, rows, log, f"{base}/resave{r}" if new else None, extra
             )
-            prefix = "" if new else "old_"
+            prefix = {"this": "", "compare": "old_", "no_reuse": "no_reuse_"}[name]
             results[prefix + "restore_mb_s"].append(nbytes / 1e6 / seconds)
             results[prefix + "peak_over_steady"].append(peak_ratio)
             if new:
                 results["resave2_mb_s"].append(resave[0] / 1e6 / resave[1])
             print(
-                f"round {r} {'this' if new else 'compare'} build: restore {nbytes / 1e6:.0f} MB"
+                f"round {r} {name}: restore {nbytes / 1e6:.0f} MB"
                 f" in {seconds:.2f} s ({nbytes / 1e6 / seconds:.0f} MB/s), peak RSS"
                 f" {peak_ratio:.3f}x steady ({', '.join(f'{s / 2**20:.0f}' for s in steady)} MiB)"
                 + (
@@ -281,6 +323,9 @@ def run(args, rows, log):
     print(f"  restore / 4-PS save: {med['restore_mb_s'] / med['save4_mb_s']:.2f}x")
     ratio = med["restore_mb_s"] / med["read_baseline_mb_s"]
     print(f"  restore / independent read of the files: {ratio:.2f}x")
+    if "no_reuse_restore_mb_s" in med:
+        pooled = med["restore_mb_s"] / med["no_reuse_restore_mb_s"]
+        print(f"  restore with the connection pool / a connection per request: {pooled:.2f}x")
     if "old_restore_mb_s" in med:
         print(f"  restore vs compare build: {med['restore_mb_s'] / med['old_restore_mb_s']:.2f}x")
     print(json.dumps(med))

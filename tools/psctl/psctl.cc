@@ -42,6 +42,10 @@ DEFINE_double(progress_secs, 5,
               "left) this often while the save runs; 0: never.");
 DEFINE_string(s3_endpoint, "", "checkpoints: S3-compatible endpoint.");
 DEFINE_string(s3_region, "", "checkpoints: region to sign for.");
+DEFINE_string(s3_ca_bundle, "",
+              "checkpoints: PEM file of the CAs to trust for an https "
+              "--s3_endpoint (empty: AWS_CA_BUNDLE, the profile's ca_bundle, "
+              "the system's CAs).");
 DEFINE_bool(shards, false, "checkpoints: also list every shard file.");
 DEFINE_string(checkpoint_name, "",
               "export: which checkpoint under --checkpoint_uri (default: "
@@ -206,6 +210,7 @@ S3Options S3OptionsFromFlags() {
   S3Options s3;
   s3.endpoint = FLAGS_s3_endpoint;
   s3.region = FLAGS_s3_region;
+  s3.ca_bundle = FLAGS_s3_ca_bundle;
   return s3;
 }
 
