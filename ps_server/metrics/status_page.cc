@@ -120,24 +120,29 @@ std::string RenderStatusPage(const StatusPageData& d) {
                         least > 0 ? static_cast<double>(most) / least : 0.0);
 
   const double up = d.uptime_seconds;
+  std::vector<double> recent = d.recent_rates;
+  recent.resize(6, 0.0);
   absl::StrAppendFormat(
       &html,
       "<h2>Requests</h2><table id=\"requests\"><tr><th></th><th>total</th>"
-      "<th>per second (mean since start)</th></tr>"
+      "<th>per second, last <span id=\"recent-seconds\">%.0f</span> s</th>"
+      "<th>per second, mean since start</th></tr>"
       "<tr><td class=\"l\">pulls</td><td id=\"pull-requests\">%d</td>"
-      "<td>%.1f</td></tr>"
+      "<td id=\"pull-rate\">%.1f</td><td>%.1f</td></tr>"
       "<tr><td class=\"l\">pushes</td><td id=\"push-requests\">%d</td>"
-      "<td>%.1f</td></tr>"
+      "<td id=\"push-rate\">%.1f</td><td>%.1f</td></tr>"
       "<tr><td class=\"l\">rows pulled</td><td id=\"rows-pulled\">%d</td>"
-      "<td>%.1f</td></tr>"
+      "<td>%.1f</td><td>%.1f</td></tr>"
       "<tr><td class=\"l\">rows pushed</td><td id=\"rows-pushed\">%d</td>"
-      "<td>%.1f</td></tr>"
+      "<td>%.1f</td><td>%.1f</td></tr>"
       "<tr><td class=\"l\">MB in / out</td><td>%s / %s</td>"
-      "<td>%.2f / %.2f</td></tr></table>",
-      d.pull_requests, PerSecond(d.pull_requests, up), d.push_requests,
-      PerSecond(d.push_requests, up), d.rows_pulled,
-      PerSecond(d.rows_pulled, up), d.rows_pushed, PerSecond(d.rows_pushed, up),
-      Mb(d.bytes_in), Mb(d.bytes_out), PerSecond(d.bytes_in, up) / 1e6,
+      "<td>%.2f / %.2f</td><td>%.2f / %.2f</td></tr></table>",
+      d.recent_seconds, d.pull_requests, recent[0],
+      PerSecond(d.pull_requests, up), d.push_requests, recent[1],
+      PerSecond(d.push_requests, up), d.rows_pulled, recent[2],
+      PerSecond(d.rows_pulled, up), d.rows_pushed, recent[3],
+      PerSecond(d.rows_pushed, up), Mb(d.bytes_in), Mb(d.bytes_out),
+      recent[4] / 1e6, recent[5] / 1e6, PerSecond(d.bytes_in, up) / 1e6,
       PerSecond(d.bytes_out, up) / 1e6);
 
   absl::StrAppend(&html,

@@ -40,6 +40,10 @@ struct StatusPageData {
   int64_t rows_pushed = 0;
   int64_t bytes_in = 0;
   int64_t bytes_out = 0;
+  // The same six per second over the last `recent_seconds` (RecentRates;
+  // empty: no sample yet).
+  std::vector<double> recent_rates;
+  double recent_seconds = 0;
 
   struct Checkpoint {
     std::string name;

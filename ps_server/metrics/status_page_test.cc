@@ -16,6 +16,8 @@ TEST(StatusPageTest, EscapesWhatClientsNamedAndCarriesTheNumbers) {
       {"<script>alert('x')</script>&", "DENSE", 2, 1, 100, 400});
   d.bytes_per_ps = {400, 800};
   d.push_requests = 9;
+  d.recent_rates = {1, 2.5, 3, 4, 5e6, 6e6};
+  d.recent_seconds = 60;
   d.checkpoints.push_back({"ckpt-1-2\"><b>", 1234, 0.5, absl::UnixEpoch()});
   d.workers.push_back({3, 41, 0.2});
   const std::string html = RenderStatusPage(d);
@@ -27,6 +29,8 @@ TEST(StatusPageTest, EscapesWhatClientsNamedAndCarriesTheNumbers) {
   EXPECT_TRUE(absl::StrContains(html, "<span id=\"global-step\">77</span>"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"var-0-shards\">1 / 2<"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"push-requests\">9<"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"push-rate\">2.5<"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"recent-seconds\">60<"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"worker-3-step\">41<"));
   // The bars: this PS's is half the height of the other's.
   EXPECT_TRUE(absl::StrContains(html, "id=\"bar-0\" x=\"12\" y=\"60\""));

@@ -279,6 +279,16 @@ ParameterServerService::ParameterServerService(
       "The global step this PS has seen (sum of the workers' steps)", {},
       [store] { return static_cast<double>(store->global_step()); });
   if (checkpoints != nullptr) AddCheckpointMetrics(store->ps_task());
+  recent_rates_.StartSampling(absl::Seconds(5));
+}
+
+std::vector<int64_t> ParameterServerService::RequestCounters() const {
+  return {Count(pull_.requests),
+          Count(push_.requests),
+          Count(pull_.rows),
+          Count(push_.rows),
+          Count(pull_.bytes_in) + Count(push_.bytes_in),
+          Count(pull_.bytes_out)};
 }
 
 void ParameterServerService::AddCheckpointMetrics(int ps_task) {
@@ -659,6 +669,8 @@ std::string ParameterServerService::StatusPageHtml() const {
   d.rows_pushed = Count(push_.rows);
   d.bytes_in = Count(pull_.bytes_in) + Count(push_.bytes_in);
   d.bytes_out = Count(pull_.bytes_out);
+  d.recent_rates =
+      recent_rates_.Rates(RequestCounters(), absl::Now(), &d.recent_seconds);
   if (checkpoints_ != nullptr) {
     for (const auto& c : checkpoints_->SaveHistory()) {
       d.checkpoints.push_back({c.name, c.bytes, c.seconds, c.finished});

@@ -13,6 +13,7 @@
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/checkpoint/checkpoint_coordinator.h"
 #include "ps_server/metrics/metrics.h"
+#include "ps_server/metrics/recent_rates.h"
 #include "ps_server/rpc/push_dedup.h"
 #include "ps_server/rpc/step_coordinator.h"
 #include "ps_server/rpc/workers_seen.h"
@@ -140,6 +141,10 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   prometheus::Counter* rejected_nonfinite_;
   prometheus::Histogram* push_apply_seconds_;
   const absl::Time started_ = absl::Now();
+  // The status page's last-minute rates of the six request counters
+  // (RequestCounters); sampled every 5 s.
+  std::vector<int64_t> RequestCounters() const;
+  RecentRates recent_rates_{[this] { return RequestCounters(); }};
 };
 
 }  // namespace psrt
