@@ -26,6 +26,7 @@
 #include "tests/checkpoint_test_util.h"
 #include "tests/ci.h"
 #include "tests/local_cluster.h"
+#include "tests/test_certificates.h"
 #include "util/crc32c.h"
 
 namespace psrt {
@@ -262,21 +263,7 @@ TEST_F(S3CheckpointTest, SaveOnTwoRestoreOnThreeWithVerifiedSignatures) {
 // AWS_CA_BUNDLE, and psctl-style readers with --s3_ca_bundle's option.
 TEST_F(S3CheckpointTest, HttpsEndpointSignedByAPrivateCa) {
   const std::string certs = *dir_ + "/tls";
-  const std::string script = absl::StrCat(
-      "set -e; rm -rf ", certs, "; mkdir -p ", certs, "; cd ", certs, "\n",
-      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "
-      "-days 2 -subj /CN=psrt-s3-test-ca\n",
-      "openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out "
-      "other.pem -days 2 -subj /CN=some-other-ca\n",
-      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
-      "-subj /CN=127.0.0.1\n",
-      "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext\n",
-      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
-      "-CAcreateserial -out server.pem -days 2 -extfile san.ext\n");
-  ASSERT_EQ(std::system(
-                absl::StrCat("(", script, ") > ", certs, ".log 2>&1").c_str()),
-            0)
-      << "openssl failed; see " << certs << ".log";
+  ASSERT_EQ(MakeTestCertificates(certs), absl::OkStatus());
   const int port = PickUnusedPort();
   const pid_t tls_s3rver =
       Spawn({"/usr/bin/node", S3rverPath(), "-d", *dir_ + "/tls_data", "-a",

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
+#include "tests/test_certificates.h"
 #include "tests/worker_output.h"
 
 namespace psrt {
@@ -21,27 +22,7 @@ class SecurityTest : public ::testing::Test {
   static void SetUpTestSuite() {
     const char* tmp = std::getenv("TEST_TMPDIR");
     dir_ = new std::string(absl::StrCat(tmp ? tmp : "/tmp", "/certs"));
-    const std::string d = *dir_;
-    const std::string script = absl::StrCat(
-        "set -e; rm -rf ", d, "; mkdir -p ", d, "; cd ", d, "\n",
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "
-        "-days 2 -subj /CN=psrt-test-ca\n",
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out "
-        "other.pem -days 2 -subj /CN=some-other-ca\n",
-        "openssl req -newkey rsa:2048 -nodes -keyout server.key -out "
-        "server.csr -subj /CN=localhost\n",
-        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext\n",
-        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
-        "-CAcreateserial -out server.pem -days 2 -extfile san.ext\n",
-        "openssl req -newkey rsa:2048 -nodes -keyout client.key -out "
-        "client.csr -subj /CN=psrt-client\n",
-        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
-        "-CAcreateserial -out client.pem -days 2\n",
-        "echo 's3cret-token-for-tests' > token\n");
-    ASSERT_EQ(
-        std::system(absl::StrCat("(", script, ") > ", d, ".log 2>&1").c_str()),
-        0)
-        << "openssl failed; see " << d << ".log";
+    ASSERT_EQ(MakeTestCertificates(*dir_), absl::OkStatus());
   }
 
   static std::string File(const std::string& name) {

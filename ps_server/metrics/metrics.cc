@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "grpcpp/grpcpp.h"
 #include "prometheus/client_metric.h"
@@ -75,35 +76,38 @@ std::vector<double> LatencyBuckets() {
 MetricsRegistry::MetricsRegistry()
     : registry_(std::make_shared<prometheus::Registry>()) {}
 
+namespace {
+
+// The metric for (name, labels) of the family `builder` makes (or finds) in
+// `registry`; `args` are the metric's own (a histogram's buckets).
+template <typename Builder, typename... Args>
+auto* Metric(Builder builder, prometheus::Registry& registry,
+             const std::string& name, const std::string& help,
+             const MetricLabels& labels, Args&&... args) {
+  return &builder.Name(name).Help(help).Register(registry).Add(
+      ToLabels(labels), std::forward<Args>(args)...);
+}
+
+}  // namespace
+
 prometheus::Counter* MetricsRegistry::GetCounter(const std::string& name,
                                                  const std::string& help,
                                                  const MetricLabels& labels) {
-  return &prometheus::BuildCounter()
-              .Name(name)
-              .Help(help)
-              .Register(*registry_)
-              .Add(ToLabels(labels));
+  return Metric(prometheus::BuildCounter(), *registry_, name, help, labels);
 }
 
 prometheus::Gauge* MetricsRegistry::GetGauge(const std::string& name,
                                              const std::string& help,
                                              const MetricLabels& labels) {
-  return &prometheus::BuildGauge()
-              .Name(name)
-              .Help(help)
-              .Register(*registry_)
-              .Add(ToLabels(labels));
+  return Metric(prometheus::BuildGauge(), *registry_, name, help, labels);
 }
 
 prometheus::Histogram* MetricsRegistry::GetHistogram(
     const std::string& name, const std::string& help,
     const MetricLabels& labels, const std::vector<double>& bounds) {
-  return &prometheus::BuildHistogram()
-              .Name(name)
-              .Help(help)
-              .Register(*registry_)
-              .Add(ToLabels(labels), prometheus::Histogram::BucketBoundaries(
-                                         bounds.begin(), bounds.end()));
+  return Metric(
+      prometheus::BuildHistogram(), *registry_, name, help, labels,
+      prometheus::Histogram::BucketBoundaries(bounds.begin(), bounds.end()));
 }
 
 void MetricsRegistry::AddComputed(const std::string& name,
