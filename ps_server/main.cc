@@ -34,10 +34,12 @@ DEFINE_int32(port, 0,
 DEFINE_string(bind_address, "0.0.0.0", "Address to listen on.");
 DEFINE_int32(metrics_port, -1,
              "Prometheus /metrics port. -1: the gRPC port + 1000; 0: off.");
-DEFINE_bool(grpc_reflection, true,
-            "Serve gRPC server reflection, so grpcurl can list and call the "
-            "methods without ps.proto. It answers without --auth_token (as the "
-            "health service does) and tells only the schema, no data.");
+DEFINE_string(grpc_reflection, "auto",
+              "Serve gRPC server reflection, so grpcurl can list and call the "
+              "methods without ps.proto: on, off, or auto (on unless "
+              "--auth_token_file is set: reflection answers without the token, "
+              "as the health service does; it tells only the schema, no "
+              "data).");
 DEFINE_string(metrics_bind_address, "0.0.0.0",
               "Address for /metrics (127.0.0.1 keeps it local).");
 DEFINE_int64(max_message_bytes, 16 << 20,
@@ -152,7 +154,6 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   options.cluster = *cluster;
   options.ps_task = task;
   options.listen_address = absl::StrCat(FLAGS_bind_address, ":", port);
-  options.reflection = FLAGS_grpc_reflection;
   const int metrics_port =
       FLAGS_metrics_port < 0 ? port + 1000 : FLAGS_metrics_port;
   if (metrics_port > 0) {
@@ -173,6 +174,20 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   auto security = psrt::SecurityOptionsFromFlags();
   if (!security.ok()) return security.status();
   options.security = *security;
+  if (FLAGS_grpc_reflection == "auto") {
+    options.reflection = options.security.auth_token.empty();
+    if (!options.reflection) {
+      LOG(INFO) << "gRPC reflection is off: it would answer without "
+                   "--auth_token_file's token (--grpc_reflection=on serves "
+                   "it anyway)";
+    }
+  } else if (FLAGS_grpc_reflection == "on" || FLAGS_grpc_reflection == "off") {
+    options.reflection = FLAGS_grpc_reflection == "on";
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grpc_reflection=", FLAGS_grpc_reflection,
+                     ": expected on, off or auto"));
+  }
   options.checkpoint.uri = FLAGS_checkpoint_uri;
   options.checkpoint.keep = FLAGS_keep_checkpoints;
   options.checkpoint.storage_per_host = FLAGS_checkpoint_storage_per_host;

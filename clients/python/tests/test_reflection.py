@@ -35,18 +35,29 @@ def _reflection_messages():
             (7, "list_services", string, optional, None),
         ],
     )
-    msg("FileDescriptorResponse", [(1, "file_descriptor_proto", bytes_, repeated, None)])
+    msg(
+        "FileDescriptorResponse", [(1, "file_descriptor_proto", bytes_, repeated, None)]
+    )
     msg("ServiceResponse", [(1, "name", string, optional, None)])
     msg("ListServiceResponse", [(1, "service", message, repeated, "ServiceResponse")])
     msg(
         "ErrorResponse",
-        [(1, "error_code", int32, optional, None), (2, "error_message", string, optional, None)],
+        [
+            (1, "error_code", int32, optional, None),
+            (2, "error_message", string, optional, None),
+        ],
     )
     msg(
         "ServerReflectionResponse",
         [
             (1, "valid_host", string, optional, None),
-            (4, "file_descriptor_response", message, optional, "FileDescriptorResponse"),
+            (
+                4,
+                "file_descriptor_response",
+                message,
+                optional,
+                "FileDescriptorResponse",
+            ),
             (6, "list_services_response", message, optional, "ListServiceResponse"),
             (7, "error_response", message, optional, "ErrorResponse"),
         ],
@@ -55,8 +66,16 @@ def _reflection_messages():
     pool.Add(f)
     get = message_factory.MessageFactory(pool).GetPrototype
     return (
-        get(pool.FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest")),
-        get(pool.FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse")),
+        get(
+            pool.FindMessageTypeByName(
+                "grpc.reflection.v1alpha.ServerReflectionRequest"
+            )
+        ),
+        get(
+            pool.FindMessageTypeByName(
+                "grpc.reflection.v1alpha.ServerReflectionResponse"
+            )
+        ),
     )
 
 
@@ -122,12 +141,26 @@ def test_grpcurl_style_client_lists_and_calls_psrt(make_cluster):
     channel.close()
 
 
-def test_reflection_can_be_turned_off(make_cluster):
-    cluster = make_cluster(1, flags=["--grpc_reflection=false"])
-    channel = grpc.insecure_channel(cluster.addresses[0])
+def _unimplemented(address):
+    channel = grpc.insecure_channel(address)
     try:
         _ask(channel, [{"list_services": ""}])
-        raise AssertionError("reflection answered with --grpc_reflection=false")
+        return False
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.UNIMPLEMENTED, e
-    channel.close()
+        return True
+    finally:
+        channel.close()
+
+
+def test_reflection_is_off_where_it_would_bypass_the_token(make_cluster, tmp_path):
+    """Reflection cannot check --auth_token_file's token: a cluster with one
+    serves it only when told to (--grpc_reflection=on); off turns it off."""
+    token = tmp_path / "token"
+    token.write_text("reflect-token\n")
+    secured = ["--auth_token_file=" + str(token)]
+    kwargs = {"auth_token": "reflect-token"}
+    assert _unimplemented(make_cluster(1, secured, kwargs).addresses[0])
+    on = make_cluster(1, secured + ["--grpc_reflection=on"], kwargs)
+    assert not _unimplemented(on.addresses[0])
+    assert _unimplemented(make_cluster(1, ["--grpc_reflection=off"]).addresses[0])
