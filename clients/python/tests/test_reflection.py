@@ -35,9 +35,7 @@ def _reflection_messages():
             (7, "list_services", string, optional, None),
         ],
     )
-    msg(
-        "FileDescriptorResponse", [(1, "file_descriptor_proto", bytes_, repeated, None)]
-    )
+    msg("FileDescriptorResponse", [(1, "file_descriptor_proto", bytes_, repeated, None)])
     msg("ServiceResponse", [(1, "name", string, optional, None)])
     msg("ListServiceResponse", [(1, "service", message, repeated, "ServiceResponse")])
     msg(
@@ -66,16 +64,8 @@ def _reflection_messages():
     pool.Add(f)
     get = message_factory.MessageFactory(pool).GetPrototype
     return (
-        get(
-            pool.FindMessageTypeByName(
-                "grpc.reflection.v1alpha.ServerReflectionRequest"
-            )
-        ),
-        get(
-            pool.FindMessageTypeByName(
-                "grpc.reflection.v1alpha.ServerReflectionResponse"
-            )
-        ),
+        get(pool.FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest")),
+        get(pool.FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse")),
     )
 
 
