@@ -354,8 +354,11 @@ TEST(TrainDeepFmTest, WorkerServesItsMetricsWhileTraining) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   // ("[-]": the pattern does not match the shell running pkill.)
-  std::system(
-      absl::StrCat("pkill -TERM -f -- '[-]-summary_dir=", dir, "'").c_str());
+  // (The worker trains until stopped, so pkill finds it: exit status 0.)
+  EXPECT_EQ(
+      std::system(absl::StrCat("pkill -TERM -f -- '[-]-summary_dir=", dir, "'")
+                      .c_str()),
+      0);
   worker.join();
   ASSERT_FALSE(scraped.empty())
       << "no metrics with 30 steps on port " << port << "; worker output:\n"
