@@ -172,18 +172,26 @@ class FakeCredentialServer {
 class AwsCredentialsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v :
-         {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-          "AWS_SHARED_CREDENTIALS_FILE", "AWS_PROFILE",
-          "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-          "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-          "AWS_CONTAINER_AUTHORIZATION_TOKEN",
-          "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-          "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
-          "AWS_ROLE_SESSION_NAME", "AWS_ENDPOINT_URL_STS", "AWS_REGION",
-          "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE",
-          "PSRT_AWS_CONTAINER_CREDENTIALS_HOST",
-          "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_DISABLED"}) {
+    for (const char* v : {"AWS_ACCESS_KEY_ID",
+                          "AWS_SECRET_ACCESS_KEY",
+                          "AWS_SESSION_TOKEN",
+                          "AWS_SHARED_CREDENTIALS_FILE",
+                          "AWS_PROFILE",
+                          "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                          "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                          "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+                          "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                          "AWS_WEB_IDENTITY_TOKEN_FILE",
+                          "AWS_ROLE_ARN",
+                          "AWS_ROLE_SESSION_NAME",
+                          "AWS_ENDPOINT_URL_STS",
+                          "AWS_REGION",
+                          "AWS_DEFAULT_REGION",
+                          "AWS_CONFIG_FILE",
+                          "AWS_CA_BUNDLE",
+                          "PSRT_AWS_CONTAINER_CREDENTIALS_HOST",
+                          "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+                          "AWS_EC2_METADATA_DISABLED"}) {
       unsetenv(v);
     }
     const char* tmp = std::getenv("TEST_TMPDIR");
@@ -308,6 +316,21 @@ TEST_F(AwsCredentialsTest, ConfigFileProfilesAndRegion) {
   EXPECT_EQ(c->access_key_id, "AKIACONFIG");
   setenv("AWS_REGION", "ap-south-1", 1);  // the environment wins
   EXPECT_EQ(AwsRegionFromEnvironmentOrConfig(), "ap-south-1");
+}
+
+// The CA bundle as the AWS CLI takes it: AWS_CA_BUNDLE, else the profile's
+// ca_bundle, else none (the system's CAs).
+TEST_F(AwsCredentialsTest, CaBundleFromEnvironmentOrProfile) {
+  EXPECT_EQ(AwsCaBundleFromEnvironmentOrConfig(), "");
+  const std::string config = absl::StrCat(std::getenv("HOME"), "/config");
+  std::ofstream(config) << "[default]\nregion = us-west-2\n\n"
+                           "[profile minio]\nca_bundle = /etc/minio/ca.pem\n";
+  setenv("AWS_CONFIG_FILE", config.c_str(), 1);
+  EXPECT_EQ(AwsCaBundleFromEnvironmentOrConfig(), "");  // default: none
+  setenv("AWS_PROFILE", "minio", 1);
+  EXPECT_EQ(AwsCaBundleFromEnvironmentOrConfig(), "/etc/minio/ca.pem");
+  setenv("AWS_CA_BUNDLE", "/etc/ssl/company-ca.pem", 1);  // the env wins
+  EXPECT_EQ(AwsCaBundleFromEnvironmentOrConfig(), "/etc/ssl/company-ca.pem");
 }
 
 TEST_F(AwsCredentialsTest, ContainerEndpointAsSageMakerProvidesIt) {
