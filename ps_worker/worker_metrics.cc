@@ -4,6 +4,8 @@ namespace psrt {
 
 WorkerMetrics::WorkerMetrics(const std::string& worker) {
   const MetricLabels w = {{"worker", worker}};
+  // Steps before examples: a scrape then reads them in this order, and a
+  // step adds its examples before it counts (tests rely on both).
   steps_ = registry_.GetCounter("psrt_worker_steps_total",
                                 "Training steps this worker finished", w);
   examples_ = registry_.GetCounter("psrt_worker_examples_total",
