@@ -64,6 +64,7 @@ absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
     for (const CheckpointFile& f : saved->files()) record.bytes += f.bytes();
     absl::MutexLock history_lock(&mu_);
     totals_.saved_bytes += record.bytes;
+    totals_.last_save = record.finished;
     save_history_.insert(save_history_.begin(), std::move(record));
     if (save_history_.size() > kSaveHistory) save_history_.pop_back();
   }

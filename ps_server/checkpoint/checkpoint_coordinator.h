@@ -89,6 +89,7 @@ class CheckpointCoordinator {
     int64_t last_bytes = 0;
     int64_t last_step = 0;
     int64_t saved_bytes = 0;
+    absl::Time last_save = absl::InfinitePast();  // this PS's shards
   };
   Totals totals() const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -43,8 +43,6 @@ class RecentRates {
   std::vector<double> Rates(const std::vector<int64_t>& values, absl::Time now,
                             double* seconds) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  const ReadCounters& read() const { return read_; }
-
  private:
   struct Counters {
     absl::Time time;

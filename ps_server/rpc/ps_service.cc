@@ -302,9 +302,8 @@ void ParameterServerService::AddCheckpointMetrics(int ps_task) {
       "When this PS last finished writing its shards to a checkpoint (Unix "
       "seconds; 0: never)",
       {}, [c] {
-        const auto history = c->SaveHistory();
-        return history.empty() ? 0.0
-                               : absl::ToUnixMicros(history[0].finished) / 1e6;
+        const absl::Time t = c->totals().last_save;
+        return t == absl::InfinitePast() ? 0.0 : absl::ToUnixMicros(t) / 1e6;
       });
   // The cluster's checkpoints are run by PS 0; the other PS would only
   // report zeros, which alerts would read as "never checkpointed".
