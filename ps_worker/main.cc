@@ -105,6 +105,14 @@ DEFINE_int32(pushes_in_flight, 1,
              "step k - N's push was acknowledged. More overlap the PS's apply "
              "with the next steps; async pulls may then miss this worker's "
              "own last N + 1 steps (sync and ssp keep their bound).");
+DEFINE_int32(row_cache_staleness, 0,
+             "async: a row pulled for step p is read from this worker's "
+             "row cache by steps p..p+S-1 and its gradients are summed and "
+             "pushed once (within max(S-2,0) steps, all at the end); 0: off. "
+             "Saves the pulls and pushes of rows hot in every batch.");
+DEFINE_int32(row_cache_mb, 256,
+             "Memory of the row cache (values and gradient sums); rows "
+             "beyond it are pulled and pushed every step.");
 DEFINE_int32(staleness, 2, "ssp: steps a worker may run ahead of the slowest.");
 DEFINE_double(ps_recovery_secs, 600,
               "async: when a PS fails (down, restarting, restarted without "
@@ -293,6 +301,17 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
         "--pushes_in_flight=", FLAGS_pushes_in_flight, ": must be in [1, 16]"));
   }
   o.pushes_in_flight = FLAGS_pushes_in_flight;
+  if (FLAGS_row_cache_staleness < 0 || FLAGS_row_cache_staleness > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--row_cache_staleness=", FLAGS_row_cache_staleness,
+                     ": must be in [0, 1000] (0: no row cache)"));
+  }
+  if (FLAGS_row_cache_mb < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--row_cache_mb=", FLAGS_row_cache_mb, ": must be at least 1"));
+  }
+  o.row_cache_staleness = FLAGS_row_cache_staleness;
+  o.row_cache_bytes = int64_t{FLAGS_row_cache_mb} << 20;
   if (!(FLAGS_learning_rate_decay > 0 && FLAGS_learning_rate_decay <= 1)) {
     return absl::InvalidArgumentError(
         "--learning_rate_decay must be in (0, 1]");

@@ -13,6 +13,7 @@
 #include "ps_worker/device.h"
 #include "ps_worker/evaluation.h"
 #include "ps_worker/no_compute_towers.h"
+#include "ps_worker/row_cache.h"
 #include "ps_worker/summary_writer.h"
 
 namespace psrt {
@@ -42,6 +43,14 @@ struct Trainer::Step {
   std::vector<PushOp> push_ops;
   std::unique_ptr<PendingCall> pull;
   std::unique_ptr<PendingCall> push;
+  // With the row cache: the positions in params.unique_ids that are
+  // pulled (the rest came from the cache), their ids and, per table, the
+  // pulled rows; and what the push sends for the rows.
+  bool through_row_cache = false;
+  RowCache::StepRows cached_rows;
+  std::vector<int64_t> miss_ids;
+  std::vector<std::vector<float>> miss_rows;
+  RowCache::Push row_push;
 };
 
 Trainer::Trainer(TrainerOptions options)
@@ -83,7 +92,8 @@ void Trainer::Log(const std::string& line) const {
             << line << std::endl;
 }
 
-absl::Status Trainer::Prepare(Step* step, const Consistency& consistency) {
+absl::Status Trainer::Prepare(Step* step, const Consistency& consistency,
+                              bool use_row_cache) {
   const Batch& b = step->batch;
   IdIndex index(b.ids.size());
   step->params.slots.resize(b.ids.size());
@@ -98,8 +108,29 @@ absl::Status Trainer::Prepare(Step* step, const Consistency& consistency) {
   step->pull_ops.clear();
   for (size_t t = 0; t < model_->tables().size(); ++t) {
     step->params.tables[t].resize(unique * model_->tables()[t].dim);
-    PullOp op = PullOp::Rows(model_->tables()[t].name, step->params.unique_ids,
-                             step->params.tables[t].data());
+  }
+  step->through_row_cache = use_row_cache && row_cache_ != nullptr;
+  if (step->through_row_cache) {
+    row_cache_->Lookup(step->index, step->params.unique_ids,
+                       &step->params.tables, &step->cached_rows);
+    const std::vector<int32_t>& misses = step->cached_rows.misses;
+    step->miss_ids.resize(misses.size());
+    for (size_t i = 0; i < misses.size(); ++i) {
+      step->miss_ids[i] = step->params.unique_ids[misses[i]];
+    }
+    step->miss_rows.resize(model_->tables().size());
+  }
+  for (size_t t = 0; t < model_->tables().size(); ++t) {
+    absl::Span<const int64_t> ids = step->params.unique_ids;
+    float* out = step->params.tables[t].data();
+    if (step->through_row_cache) {
+      if (step->miss_ids.empty()) continue;
+      step->miss_rows[t].resize(step->miss_ids.size() *
+                                model_->tables()[t].dim);
+      ids = step->miss_ids;
+      out = step->miss_rows[t].data();
+    }
+    PullOp op = PullOp::Rows(model_->tables()[t].name, ids, out);
     op.ids_unique = true;
     step->pull_ops.push_back(op);
   }
@@ -109,10 +140,53 @@ absl::Status Trainer::Prepare(Step* step, const Consistency& consistency) {
                                            step->params.dense[d].data()));
   }
   StepOptions options{consistency, step->index};
+  step->pull = nullptr;
+  if (step->pull_ops.empty()) return absl::OkStatus();  // all from the cache
   auto pull = client_->StartPull(step->pull_ops, options);
   if (!pull.ok()) return pull.status();
   step->pull = std::move(*pull);
   return absl::OkStatus();
+}
+
+absl::Status Trainer::FinishPull(Step* step) {
+  if (step->pull != nullptr) {
+    if (absl::Status s = step->pull->Wait(); !s.ok()) return s;
+  }
+  if (!step->through_row_cache) return absl::OkStatus();
+  const std::vector<int32_t>& misses = step->cached_rows.misses;
+  for (size_t t = 0; t < model_->tables().size(); ++t) {
+    const size_t dim = model_->tables()[t].dim;
+    const float* from = step->miss_rows[t].data();
+    float* to = step->params.tables[t].data();
+    for (size_t i = 0; i < misses.size(); ++i) {
+      std::copy_n(from + i * dim, dim, to + misses[i] * dim);
+    }
+  }
+  row_cache_->Store(step->params.unique_ids, step->params.tables,
+                    &step->cached_rows);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::FlushRowCache(int64_t step, TrainingResult* result) {
+  if (row_cache_ == nullptr) return absl::OkStatus();
+  result->row_cache_hits = row_cache_->hits();
+  result->row_cache_lookups = row_cache_->lookups();
+  RowCache::Push rest;
+  row_cache_->TakeAll(&rest);
+  if (rest.ids.empty()) return absl::OkStatus();
+  std::vector<PushOp> ops;
+  for (size_t t = 0; t < model_->tables().size(); ++t) {
+    PushOp op =
+        PushOp::Rows(model_->tables()[t].name, rest.ids, rest.grads[t].data());
+    op.ids_unique = true;
+    ops.push_back(op);
+  }
+  absl::Status s = client_->Push(ops, StepOptions{options_.consistency, step});
+  if (!s.ok()) {
+    ++result->lost_pushes;
+    metrics_.LostPush();
+  }
+  return s;
 }
 
 bool Trainer::Recoverable(const absl::Status& status) const {
@@ -128,7 +202,8 @@ bool Trainer::Recoverable(const absl::Status& status) const {
          absl::IsAborted(status);
 }
 
-absl::Status Trainer::Recover(const absl::Status& cause) {
+absl::Status Trainer::Recover(const absl::Status& cause,
+                              TrainingResult* result) {
   const absl::Time deadline = absl::Now() + options_.ps_recovery_timeout;
   absl::Duration backoff = absl::Seconds(1);
   absl::Status last = cause;
@@ -142,6 +217,15 @@ absl::Status Trainer::Recover(const absl::Status& cause) {
     if (last.ok()) {
       Log(absl::StrCat("servers are back after ", attempt,
                        " attempt(s); training continues"));
+      // The cache's rows may be newer than what a restarted PS restored:
+      // its sums go to the servers now, and every row is pulled again. A
+      // failure here is counted lost; the next pull finds the PS down.
+      if (absl::Status s = FlushRowCache(last_step_, result); !s.ok()) {
+        Log(
+            absl::StrCat("row cache flush after recovery failed (counted "
+                         "lost): ",
+                         s.ToString()));
+      }
       return absl::OkStatus();
     }
     if (absl::Now() > deadline) {
@@ -163,7 +247,7 @@ absl::Status Trainer::RecoverFromFailedPush(const absl::Status& status,
   ++result->recoveries;
   metrics_.LostPush();
   metrics_.Recovery();
-  return Recover(status);
+  return Recover(status, result);
 }
 
 absl::Status Trainer::Connect() {
@@ -223,7 +307,38 @@ absl::Status Trainer::Setup(Step* first) {
         "worker ", options_.worker_index, " of ", options_.num_workers,
         " has no training data (its shard of the files is empty)"));
   }
-  return BuildModel(first->batch);
+  if (absl::Status s = BuildModel(first->batch); !s.ok()) return s;
+  return CreateRowCache();
+}
+
+absl::Status Trainer::CreateRowCache() {
+  if (options_.row_cache_staleness == 0) return absl::OkStatus();
+  if (options_.consistency.mode() != Consistency::ASYNC) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--row_cache_staleness=", options_.row_cache_staleness,
+        " needs --mode=async: ",
+        Consistency::Mode_Name(options_.consistency.mode()),
+        " bounds staleness on the servers, which a worker-side cache would "
+        "bypass"));
+  }
+  std::vector<int> dims;
+  for (const Model::Table& table : model_->tables()) dims.push_back(table.dim);
+  if (dims.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--row_cache_staleness: model ", config_.name,
+                     " has no embedding tables to cache"));
+  }
+  auto cache = RowCache::Create(std::move(dims), options_.row_cache_staleness,
+                                options_.row_cache_bytes);
+  if (!cache.ok()) return cache.status();
+  row_cache_ = std::make_unique<RowCache>(*std::move(cache));
+  Log(absl::StrFormat(
+      "row cache: rows read by up to %d steps after their pull, gradients "
+      "summed and pushed within %d steps; up to %d rows (%d MB)",
+      options_.row_cache_staleness,
+      std::max(options_.row_cache_staleness - 2, 0),
+      row_cache_->capacity_rows(), options_.row_cache_bytes >> 20));
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::PrepareToEvaluate() {
@@ -299,9 +414,17 @@ absl::Status Trainer::StartPush(Step* step) {
   step->push_ops.clear();
   const float decay = std::pow(options_.learning_rate_decay,
                                static_cast<float>(dataset_->stats().epoch));
-  for (size_t i = 0; i < model_->tables().size(); ++i) {
-    PushOp op = PushOp::Rows(model_->tables()[i].name, step->params.unique_ids,
-                             step->grads.tables[i].data());
+  absl::Span<const int64_t> row_ids = step->params.unique_ids;
+  if (step->through_row_cache) {
+    row_cache_->Accumulate(step->params.unique_ids, step->grads.tables,
+                           step->cached_rows, &step->row_push);
+    row_ids = step->row_push.ids;
+  }
+  for (size_t i = 0; i < model_->tables().size() && !row_ids.empty(); ++i) {
+    PushOp op =
+        PushOp::Rows(model_->tables()[i].name, row_ids,
+                     step->through_row_cache ? step->row_push.grads[i].data()
+                                             : step->grads.tables[i].data());
     op.ids_unique = true;
     if (decay != 1.0f) {
       op.learning_rate = decay * config_.embedding_optimizer.learning_rate();
@@ -316,6 +439,8 @@ absl::Status Trainer::StartPush(Step* step) {
     }
     step->push_ops.push_back(op);
   }
+  step->push = nullptr;
+  if (step->push_ops.empty()) return absl::OkStatus();  // all in the cache
   auto push = client_->StartPush(
       step->push_ops, StepOptions{options_.consistency, step->index});
   if (!push.ok()) return push.status();
@@ -396,21 +521,24 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   auto finish_oldest_push = [&]() -> absl::Status {
     std::unique_ptr<Step> done = std::move(pushing.front());
     pushing.pop_front();
+    if (done->push == nullptr) return absl::OkStatus();
     if (absl::Status s = done->push->Wait(); !s.ok()) {
       return RecoverFromFailedPush(s, &result);
     }
     return absl::OkStatus();
   };
 
-  if (absl::Status s = Prepare(cur.get(), options_.consistency); !s.ok()) {
+  if (absl::Status s = Prepare(cur.get(), options_.consistency, true);
+      !s.ok()) {
     return s;
   }
   while (true) {
     absl::Time t = absl::Now();
-    if (absl::Status s = cur->pull->Wait(); !s.ok()) {
+    last_step_ = cur->index;
+    if (absl::Status s = FinishPull(cur.get()); !s.ok()) {
       if (!Recoverable(s)) return s;
       for (const auto& step : pushing) {
-        if (!step->push->Wait().ok()) {
+        if (step->push != nullptr && !step->push->Wait().ok()) {
           ++result.lost_pushes;
           metrics_.LostPush();
         }
@@ -418,8 +546,9 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       pushing.clear();
       ++result.recoveries;
       metrics_.Recovery();
-      if (absl::Status r = Recover(s); !r.ok()) return r;
-      if (absl::Status r = Prepare(cur.get(), options_.consistency); !r.ok()) {
+      if (absl::Status r = Recover(s, &result); !r.ok()) return r;
+      if (absl::Status r = Prepare(cur.get(), options_.consistency, true);
+          !r.ok()) {
         return r;
       }
       continue;  // pull this step again
@@ -445,7 +574,8 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     AddPhase(WorkerMetrics::kData, MillisSince(t), &breakdown.data);
     if (have_next) {
       if (absl::Status s = model_->Check(next->batch); !s.ok()) return s;
-      if (absl::Status s = Prepare(next.get(), options_.consistency); !s.ok()) {
+      if (absl::Status s = Prepare(next.get(), options_.consistency, true);
+          !s.ok()) {
         return s;
       }
     }
@@ -484,7 +614,14 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
         result.steps % options_.eval_every_steps == 0 &&
         !options_.eval.patterns.empty()) {
       for (const auto& step : pushing) {
+        if (step->push == nullptr) continue;
         if (absl::Status s = step->push->Wait(); !s.ok()) return s;
+      }
+      // The servers get the row cache's sums first; the next step's rows
+      // were read before, so its cached rows are pulled again.
+      if (absl::Status s = FlushRowCache(result.steps - 1, &result); !s.ok()) {
+        if (!Recoverable(s)) return s;
+        if (absl::Status r = Recover(s, &result); !r.ok()) return r;
       }
       auto eval = Evaluate();
       if (!eval.ok()) return eval.status();
@@ -495,6 +632,13 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   }
   while (!pushing.empty()) {
     if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
+  }
+  // The gradient sums the row cache still holds (counted lost if a PS is
+  // down now: there is no later step to recover in).
+  if (absl::Status s = FlushRowCache(result.steps - 1, &result); !s.ok()) {
+    if (!Recoverable(s)) return s;
+    Log(absl::StrCat("the row cache's last push failed (counted lost): ",
+                     s.ToString()));
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return Report(result);
@@ -508,6 +652,12 @@ absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
     WriteEvalSummary(result.steps, *eval);
   }
   result.bad_records = dataset_->stats().bad_records;
+  if (row_cache_ != nullptr) {
+    Log(absl::StrFormat("row cache: %d of %d rows read from it (%.1f%%)",
+                        result.row_cache_hits, result.row_cache_lookups,
+                        100.0 * result.row_cache_hits /
+                            std::max<int64_t>(result.row_cache_lookups, 1)));
+  }
   Log(absl::StrFormat(
       "done: steps=%d examples=%d seconds=%.1f examples/s=%.1f bad_records=%d "
       "ps_recoveries=%d lost_pushes=%d",

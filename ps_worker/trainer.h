@@ -29,6 +29,7 @@
 
 namespace psrt {
 
+class RowCache;
 class TowerRunner;
 class SummaryWriter;
 
@@ -55,6 +56,13 @@ struct TrainerOptions {
   // starts before step k computes); SYNC and SSP keep their mode's bound,
   // which the servers enforce on pulls.
   int pushes_in_flight = 1;
+  // The worker's row cache (row_cache.h): a row pulled for step p is read
+  // from the worker's memory by steps p .. p + row_cache_staleness - 1, and
+  // their gradients for it are summed there and pushed once (within
+  // max(S - 2, 0) steps of being computed, and all of them at the end).
+  // 0: off, every row is pulled and pushed every step. ASYNC only.
+  int row_cache_staleness = 0;
+  int64_t row_cache_bytes = int64_t{256} << 20;
   // Learning rates are multiplied by this once per epoch (1: constant),
   // through the pushes' learning-rate override.
   float learning_rate_decay = 1.0f;
@@ -88,6 +96,9 @@ struct TrainingResult {
   EvalResult eval;          // final evaluation (examples = 0 if none)
   int64_t recoveries = 0;   // times training waited for a failed PS
   int64_t lost_pushes = 0;  // pushes a failed PS did not (all) apply
+  // With the row cache: rows read from it, of rows the steps read.
+  int64_t row_cache_hits = 0;
+  int64_t row_cache_lookups = 0;
 };
 
 class Trainer {
@@ -125,6 +136,8 @@ class Trainer {
   // into `first`, builds the model and creates its variables.
   absl::Status Setup(Step* first);
   absl::Status Connect();
+  // The row cache, with --row_cache_staleness > 0 (after BuildModel).
+  absl::Status CreateRowCache();
   // The model for batches shaped as `first`; creates its variables.
   absl::Status BuildModel(const Batch& first);
   // ASYNC with servers restored from a checkpoint: continues at its step;
@@ -138,13 +151,25 @@ class Trainer {
   // Starts the pull of `step`'s rows and dense variables under
   // `consistency` (the training mode's; evaluation's pulls take no part in
   // steps: ASYNC).
-  absl::Status Prepare(Step* step, const Consistency& consistency);
+  // With `use_row_cache`, rows the row cache holds are read from it and
+  // only the others are pulled; FinishPull completes the step's rows.
+  absl::Status Prepare(Step* step, const Consistency& consistency,
+                       bool use_row_cache = false);
+  // Waits for `step`'s pull; with the row cache, places the pulled rows
+  // among the cached ones and keeps them in the cache.
+  absl::Status FinishPull(Step* step);
+  // Every gradient sum the row cache holds, pushed (blocking) as part of
+  // step `step`; the cache is left empty. A failed push is counted lost.
+  absl::Status FlushRowCache(int64_t step, TrainingResult* result);
   // Whether `status` from a pull or push is a PS failure worth waiting out.
   bool Recoverable(const absl::Status& status) const;
   // Waits for every PS to answer and re-creates the variables (a restarted
   // PS restores its shards from its latest checkpoint then), retrying with
   // backoff until options_.ps_recovery_timeout.
-  absl::Status Recover(const absl::Status& cause);
+  // The row cache is emptied first: its rows may be newer than what a
+  // restarted PS restored, and its gradient sums go to the recovered
+  // servers (or are counted lost).
+  absl::Status Recover(const absl::Status& cause, TrainingResult* result);
   // A push failed with `status`: counts it lost and recovers, or returns
   // `status` if it is not a PS failure worth waiting out.
   absl::Status RecoverFromFailedPush(const absl::Status& status,
@@ -159,6 +184,8 @@ class Trainer {
   std::unique_ptr<Dataset> dataset_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<SummaryWriter> summary_;
+  std::unique_ptr<RowCache> row_cache_;  // null: --row_cache_staleness=0
+  int64_t last_step_ = 0;  // the step Run is at (for the cache's flushes)
   WorkerMetrics metrics_;
 };
 
