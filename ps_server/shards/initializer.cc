@@ -23,13 +23,30 @@ double Unit(uint64_t bits) {
   return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-// A standard normal sample (Box-Muller on two 32-bit halves).
-double StandardNormal(uint64_t bits) {
-  const double u1 =
-      (static_cast<double>(bits >> 32) + 0.5) * (1.0 / 4294967296.0);
-  const double u2 =
-      static_cast<double>(bits & 0xffffffffULL) * (1.0 / 4294967296.0);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+// Two independent standard normals from 64 random bits: Box-Muller with
+// both of its outputs, in float (values are stored as float; a sample
+// takes a quarter of the double-precision log and cos it used to). u1 has
+// 23 bits, so |z| <= sqrt(-2 ln(2^-24)) = 5.8: tails beyond are cut, as
+// they are for 32-bit generators.
+struct NormalPair {
+  float z[2];
+};
+NormalPair StandardNormalPair(uint64_t bits) {
+  const float u1 =
+      (static_cast<float>(bits >> 41) + 0.5f) * (1.0f / 8388608.0f);
+  const float u2 =
+      static_cast<float>((bits >> 17) & 0xffffff) * (1.0f / 16777216.0f);
+  const float r = std::sqrt(-2.0f * std::log(u1));
+  float sin, cos;
+  sincosf(2.0f * static_cast<float>(M_PI) * u2, &sin, &cos);
+  return {{r * cos, r * sin}};
+}
+
+// Column c's standard normal for `draw`: one of the pair drawn for
+// columns (c & ~1, c | 1).
+float StandardNormal(uint64_t seed, int64_t row, int64_t column,
+                     uint64_t draw) {
+  return StandardNormalPair(Bits(seed, row, column >> 1, draw)).z[column & 1];
 }
 
 }  // namespace
@@ -45,17 +62,14 @@ float Initializer::Value(int64_t row, int64_t column) const {
       return static_cast<float>(spec_.min() + u * (spec_.max() - spec_.min()));
     }
     case InitializerSpec::NORMAL:
-      return static_cast<float>(
-          spec_.mean() +
-          spec_.stddev() * StandardNormal(Bits(spec_.seed(), row, column, 0)));
+      return spec_.mean() +
+             spec_.stddev() * StandardNormal(spec_.seed(), row, column, 0);
     case InitializerSpec::TRUNCATED_NORMAL: {
       // As TF's truncated_normal: draws beyond two standard deviations are
       // discarded and redrawn.
       for (uint64_t draw = 0;; ++draw) {
-        const double z = StandardNormal(Bits(spec_.seed(), row, column, draw));
-        if (std::fabs(z) <= 2.0) {
-          return static_cast<float>(spec_.mean() + spec_.stddev() * z);
-        }
+        const float z = StandardNormal(spec_.seed(), row, column, draw);
+        if (std::fabs(z) <= 2.0f) return spec_.mean() + spec_.stddev() * z;
       }
     }
     default:
@@ -69,6 +83,16 @@ void Initializer::FillRow(int64_t row, int64_t width, float* out) const {
     const float v =
         spec_.kind() == InitializerSpec::ZEROS ? 0.0f : spec_.value();
     for (int64_t c = 0; c < width; ++c) out[c] = v;
+    return;
+  }
+  if (spec_.kind() == InitializerSpec::NORMAL) {
+    // Both values of each pair from one draw (Value computes one of them).
+    for (int64_t c = 0; c < width; c += 2) {
+      const NormalPair p =
+          StandardNormalPair(Bits(spec_.seed(), row, c >> 1, 0));
+      out[c] = spec_.mean() + spec_.stddev() * p.z[0];
+      if (c + 1 < width) out[c + 1] = spec_.mean() + spec_.stddev() * p.z[1];
+    }
     return;
   }
   for (int64_t c = 0; c < width; ++c) out[c] = Value(row, c);

@@ -49,6 +49,22 @@ TEST(InitializerTest, DistributionsHaveTheirMoments) {
   Moments n = Measure(Initializer(Spec(InitializerSpec::NORMAL)), 10000, 10);
   EXPECT_NEAR(n.mean, 2.0, 0.01);
   EXPECT_NEAR(n.stddev, 0.5, 0.01);
+  // The two values of a pair are independent: columns 0 and 1 (one
+  // Box-Muller draw) are uncorrelated, and so are their squares.
+  {
+    Initializer init(Spec(InitializerSpec::NORMAL));
+    const int rows = 100000;
+    std::vector<float> v(rows * 2);
+    init.FillRows(0, rows, 2, v.data());
+    double xy = 0, x2y2 = 0;
+    for (int r = 0; r < rows; ++r) {
+      const double x = (v[2 * r] - 2.0) / 0.5, y = (v[2 * r + 1] - 2.0) / 0.5;
+      xy += x * y;
+      x2y2 += (x * x - 1) * (y * y - 1);
+    }
+    EXPECT_NEAR(xy / rows, 0.0, 0.015);   // 4.5 standard errors
+    EXPECT_NEAR(x2y2 / rows, 0.0, 0.03);  // var((x^2-1)(y^2-1)) = 4
+  }
 
   // Truncated at 2 stddev: the stddev of N(0,1) truncated to [-2, 2] is 0.8796.
   Moments t =
@@ -79,6 +95,15 @@ TEST(InitializerTest, ValuesDependOnlyOnSeedRowAndColumn) {
   InitializerSpec other = Spec(InitializerSpec::NORMAL);
   other.set_seed(18);
   EXPECT_NE(Initializer(other).Value(5, 1), init.Value(5, 1));
+  // A row filled whole equals its elements computed one by one (FillRow
+  // draws each pair once), for odd widths too.
+  for (auto kind : {InitializerSpec::NORMAL, InitializerSpec::TRUNCATED_NORMAL,
+                    InitializerSpec::UNIFORM}) {
+    Initializer k(Spec(kind));
+    std::vector<float> five(5);
+    k.FillRow(123456789, 5, five.data());
+    for (int c = 0; c < 5; ++c) ASSERT_EQ(five[c], k.Value(123456789, c));
+  }
   EXPECT_TRUE(std::isfinite(init.Value(-7, 0)));
   EXPECT_TRUE(std::isfinite(init.Value(INT64_MAX, 3)));
 }

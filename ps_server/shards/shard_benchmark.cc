@@ -46,6 +46,25 @@ std::vector<std::vector<int64_t>> RandomBatches(int64_t vocab, int64_t n) {
   return batches;
 }
 
+// Rows of a normal initializer (what a hash-embedding row costs at its
+// first touch), per row of state.range(0) floats.
+void BM_InitializeNormalRows(benchmark::State& state) {
+  InitializerSpec spec;
+  spec.set_kind(InitializerSpec::NORMAL);
+  spec.set_stddev(0.01f);
+  spec.set_seed(3);
+  const Initializer init(spec);
+  const int64_t width = state.range(0);
+  std::vector<float> row(width);
+  int64_t id = 1;
+  for (auto _ : state) {
+    for (int i = 0; i < 1000; ++i) init.FillRow(id++ * 7919, width, row.data());
+    benchmark::DoNotOptimize(row.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 1000);
+}
+BENCHMARK(BM_InitializeNormalRows)->Arg(1)->Arg(8)->Arg(16);
+
 void BM_Apply(benchmark::State& state) {
   const auto kind = static_cast<OptimizerSpec::Kind>(state.range(0));
   const int64_t vocab = state.range(1);
