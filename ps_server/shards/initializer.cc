@@ -85,13 +85,19 @@ void Initializer::FillRow(int64_t row, int64_t width, float* out) const {
     for (int64_t c = 0; c < width; ++c) out[c] = v;
     return;
   }
-  if (spec_.kind() == InitializerSpec::NORMAL) {
-    // Both values of each pair from one draw (Value computes one of them).
+  const bool truncated = spec_.kind() == InitializerSpec::TRUNCATED_NORMAL;
+  if (truncated || spec_.kind() == InitializerSpec::NORMAL) {
+    // Both values of each pair from one draw (Value computes one of them);
+    // a truncated value beyond 2 standard deviations (4.6% of them) is
+    // redrawn alone, as Value does.
     for (int64_t c = 0; c < width; c += 2) {
       const NormalPair p =
           StandardNormalPair(Bits(spec_.seed(), row, c >> 1, 0));
-      out[c] = spec_.mean() + spec_.stddev() * p.z[0];
-      if (c + 1 < width) out[c + 1] = spec_.mean() + spec_.stddev() * p.z[1];
+      for (int64_t k = 0; k < 2 && c + k < width; ++k) {
+        const bool redraw = truncated && !(std::fabs(p.z[k]) <= 2.0f);
+        out[c + k] =
+            redraw ? Value(row, c + k) : spec_.mean() + spec_.stddev() * p.z[k];
+      }
     }
     return;
   }

@@ -46,11 +46,12 @@ std::vector<std::vector<int64_t>> RandomBatches(int64_t vocab, int64_t n) {
   return batches;
 }
 
-// Rows of a normal initializer (what a hash-embedding row costs at its
-// first touch), per row of state.range(0) floats.
+// Rows of a truncated normal initializer (the models' embeddings: what a
+// hash-embedding row costs at its first touch), per row of state.range(0)
+// floats.
 void BM_InitializeNormalRows(benchmark::State& state) {
   InitializerSpec spec;
-  spec.set_kind(InitializerSpec::NORMAL);
+  spec.set_kind(InitializerSpec::TRUNCATED_NORMAL);
   spec.set_stddev(0.01f);
   spec.set_seed(3);
   const Initializer init(spec);
