@@ -113,6 +113,11 @@ DEFINE_int32(row_cache_staleness, 0,
 DEFINE_int32(row_cache_mb, 256,
              "Memory of the row cache (values and gradient sums); rows "
              "beyond it are pulled and pushed every step.");
+DEFINE_string(wire_dtype, "fp32",
+              "How pulled rows and weights and pushed gradients travel: "
+              "fp32, bf16 (float32's range, 8 significant bits) or fp16 "
+              "(11 bits; magnitudes beyond 65504 clamped). The servers keep "
+              "float32 parameters and optimizer slots.");
 DEFINE_int32(staleness, 2, "ssp: steps a worker may run ahead of the slowest.");
 DEFINE_double(ps_recovery_secs, 600,
               "async: when a PS fails (down, restarting, restarted without "
@@ -229,6 +234,16 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   auto security = SecurityOptionsFromFlags();
   if (!security.ok()) return security.status();
   o.client.security = *security;
+  if (FLAGS_wire_dtype == "fp32") {
+    o.client.wire_dtype = FLOAT32;
+  } else if (FLAGS_wire_dtype == "bf16") {
+    o.client.wire_dtype = BFLOAT16;
+  } else if (FLAGS_wire_dtype == "fp16") {
+    o.client.wire_dtype = FLOAT16;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--wire_dtype=", FLAGS_wire_dtype, ": expected fp32, bf16 or fp16"));
+  }
   o.ps_recovery_timeout = absl::Seconds(std::max(0.0, FLAGS_ps_recovery_secs));
   o.client.call_timeout =
       absl::Seconds(std::max(60.0, FLAGS_sync_timeout_secs * 2));

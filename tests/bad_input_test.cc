@@ -212,6 +212,58 @@ TEST_F(BadInputTest, NonFiniteGradientsAreRejectedAndCounted) {
   EXPECT_EQ((*stats)[0].rejected_nonfinite_pushes(), 2);
 }
 
+// 16-bit gradients (TensorItem.dtype) are checked as float32 ones are:
+// their size in values of the named type, the type itself, and finiteness
+// after widening.
+TEST_F(BadInputTest, SixteenBitGradientsAreCheckedAsTheirType) {
+  auto with_dtype = [](Frame f, int dtype, std::string grad) {
+    PushRequestHeader h;
+    h.ParseFromString(f.header());
+    h.mutable_items(0)->set_dtype(static_cast<WireDtype>(dtype));
+    f.set_header(h.SerializeAsString());
+    *f.mutable_payload(h.items(0).grad_payload()) = std::move(grad);
+    return f;
+  };
+  const Frame row = PushFrame("emb", 0, {3}, std::vector<float>(16));
+  ExpectStatus(PushFrames({with_dtype(row, BFLOAT16, std::string(33, 0))}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "push to 'emb' shard 0: grad has 16 BFLOAT16 values (and a "
+               "partial one), expected 16 (1 ids x 16 per row)");
+  ExpectStatus(PushFrames({with_dtype(row, FLOAT16, std::string(34, 0))}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "grad has 17 FLOAT16 values, expected 16");
+  // 64 bytes are 16 float32 values but 32 16-bit ones.
+  ExpectStatus(PushFrames({with_dtype(row, BFLOAT16, std::string(64, 0))}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "grad has 32 BFLOAT16 values, expected 16");
+  ExpectStatus(PushFrames({with_dtype(row, 7, std::string(32, 0))}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "push to 'emb' shard 0: dtype 7 is not a WireDtype");
+  // A bfloat16 NaN (0x7fc0) and a float16 -Inf (0xfc00) at element 4.
+  std::string nan(32, 0), inf(32, 0);
+  nan[9] = static_cast<char>(0x7f);
+  nan[8] = static_cast<char>(0xc0);
+  inf[9] = static_cast<char>(0xfc);
+  ExpectStatus(PushFrames({with_dtype(row, BFLOAT16, nan)}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "gradient element 4 is nan; the push was rejected");
+  ExpectStatus(PushFrames({with_dtype(row, FLOAT16, inf)}),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "gradient element 4 is -inf");
+  // Pulls name a bad dtype too.
+  PullRequestHeader pull;
+  TensorItem* t = pull.add_items();
+  t->set_variable("w");
+  t->set_count(8);
+  t->set_dtype(static_cast<WireDtype>(-3));
+  Frame f;
+  f.set_header(pull.SerializeAsString());
+  ExpectStatus(RawPull(f.SerializeAsString()),
+               grpc::StatusCode::INVALID_ARGUMENT,
+               "dtype -3 is not a WireDtype");
+  ExpectUnchangedAndServing();
+}
+
 TEST_F(BadInputTest, OversizedAndGarbageMessagesLeaveTheServerServing) {
   // 40 MiB in one message: far over the server's 16 MiB message limit.
   std::vector<float> huge(10 << 20, 1.0f);

@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "proto/frame_packer.h"
 #include "util/grpc_status.h"
+#include "util/wire_dtype.h"
 
 namespace psrt {
 namespace {
@@ -97,6 +98,7 @@ void BatchedCall::BuildPullCalls() {
         t->set_shard(item.shard);
         t->set_offset(0);
         t->set_count(item.count);
+        t->set_dtype(context_.options->wire_dtype);
         targets.push_back({&item, 0, item.count});
         continue;
       }
@@ -107,6 +109,7 @@ void BatchedCall::BuildPullCalls() {
         TensorItem* t = packer.header()->add_items();
         t->set_variable(item.layout->spec.name());
         t->set_shard(item.shard);
+        t->set_dtype(context_.options->wire_dtype);
         t->set_ids_payload(packer.AddPayload(
             lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t))));
         targets.push_back({&item, static_cast<int64_t>(begin),
@@ -117,6 +120,20 @@ void BatchedCall::BuildPullCalls() {
     }
     if (!targets.empty()) flush();
   }
+}
+
+const char* BatchedCall::Narrow(WireDtype dtype, const PlannedItem& item) {
+  const bool dense = item.layout->kind() == DENSE;
+  const float* from = dense ? item.dense_grad : item.grad_rows();
+  const size_t n = static_cast<size_t>(item.value_floats());
+  narrowed_.emplace_back(new uint16_t[n]);
+  uint16_t* to = narrowed_.back().get();
+  if (dtype == BFLOAT16) {
+    EncodeBfloat16(from, n, to);
+  } else {
+    EncodeFloat16(from, n, to);
+  }
+  return reinterpret_cast<const char*>(to);
 }
 
 void BatchedCall::BuildPushCalls() {
@@ -138,12 +155,18 @@ void BatchedCall::BuildPushCalls() {
       header->set_step(context_.step.step);
       *header->mutable_consistency() = context_.step.consistency;
     };
+    const WireDtype dtype = context_.options->wire_dtype;
+    const size_t value_bytes = dtype == FLOAT32 ? sizeof(float) : 2;
     for (const PlannedItem& item : items) {
       const bool dense = item.layout->kind() == DENSE;
+      // The gradient as it travels: the plan's floats, or narrowed.
+      const char* grad = reinterpret_cast<const char*>(
+          dense ? item.dense_grad : item.grad_rows());
+      if (dtype != FLOAT32) grad = Narrow(dtype, item);
       // Unit of splitting: one float for dense, one row for embeddings.
       const int64_t unit_floats = dense ? 1 : item.width();
       const int64_t unit_bytes =
-          unit_floats * sizeof(float) + (dense ? 0 : sizeof(int64_t));
+          unit_floats * value_bytes + (dense ? 0 : sizeof(int64_t));
       const int64_t units =
           dense ? item.count : static_cast<int64_t>(item.ids.size());
       int64_t begin = 0;
@@ -158,18 +181,17 @@ void BatchedCall::BuildPushCalls() {
         t->set_variable(item.layout->spec.name());
         t->set_shard(item.shard);
         t->set_learning_rate(item.learning_rate);
+        t->set_dtype(dtype);
         if (dense) {
           t->set_offset(begin);
           t->set_count(n);
-          t->set_grad_payload(packer.AddPayload(
-              lease_.Lend(item.dense_grad + begin, n * sizeof(float))));
         } else {
           t->set_ids_payload(packer.AddPayload(
               lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t))));
-          t->set_grad_payload(packer.AddPayload(
-              lease_.Lend(item.grad_rows() + begin * unit_floats,
-                          n * unit_floats * sizeof(float))));
         }
+        t->set_grad_payload(packer.AddPayload(
+            lease_.Lend(grad + begin * unit_floats * value_bytes,
+                        n * unit_floats * value_bytes)));
         begin += n;
       } while (begin < units);
     }

@@ -56,6 +56,8 @@ class BatchedCall {
   BatchedCall(const Context& context, StepPlan plan, bool push);
   void BuildPullCalls();
   void BuildPushCalls();
+  // `item`'s gradient in 16-bit `dtype`, in a buffer of narrowed_.
+  const char* Narrow(WireDtype dtype, const PlannedItem& item);
   void Launch(Call* call);
   bool Retryable(const grpc::Status& status) const;
   // `failure` with what each PS did with this push appended ("applied on
@@ -66,6 +68,9 @@ class BatchedCall {
   const bool push_;
   // Destroyed last: owns the memory lent to gRPC.
   StepPlan plan_;
+  // Push with a 16-bit wire dtype: each item's gradient narrowed, lent to
+  // gRPC like the plan's buffers.
+  std::vector<std::unique_ptr<uint16_t[]>> narrowed_;
   SliceLease lease_;
   std::vector<Call> calls_;
 

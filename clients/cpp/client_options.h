@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "proto/ps.pb.h"
 #include "security/security.h"
 
 namespace psrt {
@@ -31,6 +32,10 @@ struct ClientOptions {
   // TLS (tls_ca_file; with cert/key for mutual TLS) and the auth token sent
   // with every call. Empty: plaintext, no token.
   SecurityOptions security;
+  // How pulled values and pushed gradients travel (proto/ps.proto): the
+  // servers keep float32 whatever travels. FLOAT16 clamps finite
+  // gradients and values beyond +-65504 (util/wire_dtype.h).
+  WireDtype wire_dtype = FLOAT32;
 };
 
 }  // namespace psrt

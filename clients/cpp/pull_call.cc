@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/frame_reader.h"
+#include "util/wire_dtype.h"
 
 namespace psrt {
 namespace {
@@ -47,6 +48,26 @@ void ScatterRows(const PayloadView& values, int64_t width, const int32_t* rows,
     filled = n - whole * row_bytes;
     std::memcpy(partial.data(), p + whole * row_bytes, filled);
   });
+}
+
+// Replaces *values (16-bit `dtype`) by a view of them as float32 in
+// *widened; false if the dtype or the size is not one of 16-bit values.
+bool Widen(WireDtype dtype, PayloadView* values,
+           std::unique_ptr<float[]>* widened) {
+  if ((dtype != BFLOAT16 && dtype != FLOAT16) || values->size() % 2 != 0) {
+    return false;
+  }
+  const size_t n = values->size() / 2;
+  std::vector<uint16_t> wire(n);
+  values->CopyTo(wire.data());
+  widened->reset(new float[n]);
+  if (dtype == BFLOAT16) {
+    DecodeBfloat16(wire.data(), n, widened->get());
+  } else {
+    DecodeFloat16(wire.data(), n, widened->get());
+  }
+  *values = PayloadView::Contiguous(widened->get(), n * sizeof(float));
+  return true;
 }
 
 }  // namespace
@@ -102,7 +123,19 @@ bool PullCall::Scatter() {
     }
     const PullTarget& t = (*targets_)[piece.item()];
     const PlannedItem& item = *t.item;
-    const PayloadView values = frame.payload(piece.values_payload());
+    PayloadView values = frame.payload(piece.values_payload());
+    // 16-bit values are widened first; the rest is as for float32.
+    std::unique_ptr<float[]> widened;
+    if (piece.dtype() != FLOAT32) {
+      if (!Widen(piece.dtype(), &values, &widened)) {
+        error_ = grpc::Status(
+            grpc::StatusCode::INTERNAL,
+            absl::StrCat("bad pull response for '", item.layout->spec.name(),
+                         "': dtype ", piece.dtype(), " with ", values.size(),
+                         " bytes"));
+        return false;
+      }
+    }
     const int64_t floats = static_cast<int64_t>(values.size() / sizeof(float));
     const int64_t width = item.width();
     const bool dense = item.layout->kind() == DENSE;

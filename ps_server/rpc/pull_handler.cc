@@ -4,11 +4,27 @@
 
 #include "proto/buffer_pool.h"
 #include "proto/frame_packer.h"
+#include "util/wire_dtype.h"
 
 namespace psrt {
 namespace {
 constexpr size_t kDefaultMessageBytes = 1 << 20;
 constexpr size_t kMinMessageBytes = 4 << 10;
+
+size_t WireBytes(WireDtype dtype) {
+  return dtype == FLOAT32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+// `n` float32 values narrowed to 16-bit `dtype` at `out`. Pulled values
+// beyond float16's range are clamped (util/wire_dtype.h).
+void Encode(WireDtype dtype, const float* in, size_t n, void* out) {
+  uint16_t* wire = static_cast<uint16_t*>(out);
+  if (dtype == BFLOAT16) {
+    EncodeBfloat16(in, n, wire);
+  } else {
+    EncodeFloat16(in, n, wire);
+  }
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PullResponder>> PullResponder::Create(
@@ -36,7 +52,8 @@ absl::StatusOr<std::unique_ptr<PullResponder>> PullResponder::Create(
   for (size_t i = 0; i < r->items_.size(); ++i) {
     const ResolvedItem& item = r->items_[i];
     const size_t bytes = item.value_floats() * sizeof(float);
-    r->value_bytes_ += static_cast<int64_t>(bytes);
+    r->value_bytes_ +=
+        static_cast<int64_t>(item.value_floats() * WireBytes(item.dtype));
     if (!item.by_range) {
       r->rows_ += static_cast<int64_t>(item.ids.size());
       continue;
@@ -54,29 +71,54 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
   FramePacker<PullResponseHeader> packer(limit_);
   while (item_ < items_.size()) {
     const ResolvedItem& item = items_[item_];
+    // Sizes and offsets here count wire bytes of the item's dtype.
+    const size_t value_bytes = WireBytes(item.dtype);
     const size_t row_bytes =
-        item.by_range ? sizeof(float)
-                      : item.variable->layout->row_width * sizeof(float);
-    const size_t total = item.value_floats() * sizeof(float);
+        item.by_range ? value_bytes
+                      : item.variable->layout->row_width * value_bytes;
+    const size_t total = item.value_floats() * value_bytes;
     if (!packer.empty() && packer.room() < row_bytes) break;
     const size_t take =
         std::min(total - offset_,
                  std::max(row_bytes, packer.room() / row_bytes * row_bytes));
     auto* piece = packer.header()->add_pieces();
     piece->set_item(static_cast<int>(item_));
-    piece->set_first_float(static_cast<int64_t>(offset_ / sizeof(float)));
+    piece->set_first_float(static_cast<int64_t>(offset_ / value_bytes));
+    piece->set_dtype(item.dtype);
+    const size_t values = take / value_bytes;
     if (item.by_range) {
       piece->set_version(range_versions_[item_]);
-      piece->set_values_payload(
-          packer.AddPayload(range_values_[item_].sub(offset_, offset_ + take)));
+      const size_t first = offset_ / value_bytes * sizeof(float);
+      if (item.dtype == FLOAT32) {
+        piece->set_values_payload(
+            packer.AddPayload(range_values_[item_].sub(first, first + take)));
+      } else {
+        PooledBuffer wire = BufferPool::Default().Acquire(take);
+        Encode(item.dtype,
+               reinterpret_cast<const float*>(range_values_[item_].begin() +
+                                              first),
+               values, wire.data());
+        piece->set_values_payload(
+            packer.AddPayload(std::move(wire).ReleaseAsSlice()));
+      }
     } else {
-      PooledBuffer rows = BufferPool::Default().Acquire(take);
       const size_t first_row = offset_ / row_bytes;
       ShardSlice slice;
       slice.ids =
           absl::MakeConstSpan(item.ids).subspan(first_row, take / row_bytes);
-      piece->set_version(
-          item.target().Read(slice, reinterpret_cast<float*>(rows.data())));
+      PooledBuffer rows = BufferPool::Default().Acquire(take);
+      if (item.dtype == FLOAT32) {
+        piece->set_version(
+            item.target().Read(slice, reinterpret_cast<float*>(rows.data())));
+      } else {
+        // Read as float32, then narrowed into the message's buffer.
+        PooledBuffer floats =
+            BufferPool::Default().Acquire(values * sizeof(float));
+        piece->set_version(
+            item.target().Read(slice, reinterpret_cast<float*>(floats.data())));
+        Encode(item.dtype, reinterpret_cast<const float*>(floats.data()),
+               values, rows.data());
+      }
       piece->set_values_payload(
           packer.AddPayload(std::move(rows).ReleaseAsSlice()));
     }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/finite.h"
+#include "util/wire_dtype.h"
 
 namespace psrt {
 namespace {
@@ -160,8 +161,24 @@ absl::Status ResolveIds(const TensorItem& item, const FrameReader& frame,
   return absl::OkStatus();
 }
 
-// A push's gradient: a payload of exactly the addressed floats, all
-// finite, and a valid learning-rate override.
+// A 16-bit gradient decoded to float32, which `grad` then views.
+void DecodeGradient(ResolvedItem* out) {
+  const size_t n = out->grad.size() / 2;
+  std::vector<uint16_t> wire(n);
+  out->grad.CopyTo(wire.data());
+  out->decoded_grad.reset(new float[n]);
+  if (out->dtype == BFLOAT16) {
+    DecodeBfloat16(wire.data(), n, out->decoded_grad.get());
+  } else {
+    DecodeFloat16(wire.data(), n, out->decoded_grad.get());
+  }
+  out->grad =
+      PayloadView::Contiguous(out->decoded_grad.get(), n * sizeof(float));
+}
+
+// A push's gradient: a payload of exactly the addressed values (float32,
+// or 16-bit as the item says), all finite, and a valid learning-rate
+// override.
 absl::Status ResolveGradient(const TensorItem& item, const FrameReader& frame,
                              RequestKind kind, ResolvedItem* out) {
   const VariableLayout& layout = *out->variable->layout;
@@ -175,17 +192,21 @@ absl::Status ResolveGradient(const TensorItem& item, const FrameReader& frame,
   const int64_t rows = static_cast<int64_t>(out->ids.size());
   const int64_t width = layout.row_width;
   const int64_t expected = out->by_range ? item.count() : rows * width;
-  if (out->grad.size() % sizeof(float) != 0 ||
-      static_cast<int64_t>(out->grad.size() / sizeof(float)) != expected) {
+  const size_t value_bytes = out->dtype == FLOAT32 ? sizeof(float) : 2;
+  if (out->grad.size() % value_bytes != 0 ||
+      static_cast<int64_t>(out->grad.size() / value_bytes) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Where(kind, item), "grad has ", out->grad.size() / sizeof(float),
-        " floats",
-        out->grad.size() % sizeof(float) ? " (and a partial one)" : "",
+        Where(kind, item), "grad has ", out->grad.size() / value_bytes,
+        out->dtype == FLOAT32
+            ? std::string(" floats")
+            : absl::StrCat(" ", WireDtype_Name(out->dtype), " values"),
+        out->grad.size() % value_bytes ? " (and a partial one)" : "",
         ", expected ", expected,
         out->by_range
             ? " (the range's size)"
             : absl::StrCat(" (", rows, " ids x ", width, " per row)")));
   }
+  if (out->dtype != FLOAT32) DecodeGradient(out);
   size_t bad_index;
   float bad_value;
   if (!AllFinite(out->grad, &bad_index, &bad_value)) {
@@ -214,6 +235,12 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
   if (absl::Status s = ResolveTarget(store, item, kind, out); !s.ok()) {
     return s;
   }
+  if (!WireDtype_IsValid(item.dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kind, item), "dtype ", item.dtype(),
+                     " is not a WireDtype (0 FLOAT32, 1 BFLOAT16, 2 FLOAT16)"));
+  }
+  out->dtype = item.dtype();
   // The variable's kind fixes how the wire addresses it: a range of a
   // dense shard's floats, or rows by id.
   out->by_range = out->variable->layout->kind() == DENSE;

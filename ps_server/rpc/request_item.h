@@ -6,6 +6,7 @@
 #define PSRT_PS_SERVER_RPC_REQUEST_ITEM_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,13 @@ struct ResolvedItem {
   int64_t offset = 0;        // by range
   int64_t count = 0;         // by range: floats
   std::vector<int64_t> ids;  // by id, copied out of the payload
-  PayloadView grad;          // push only
+  PayloadView grad;          // push only: float32 values
   float learning_rate = 0;   // push only: effective rate
+  // Push: the type the gradient came in; pull: the type to send values in.
+  WireDtype dtype = FLOAT32;
+  // Push of 16-bit values: `grad` views them decoded here (move-only, so
+  // the view cannot outlive a copy).
+  std::unique_ptr<float[]> decoded_grad;
 
   Shard& target() const { return variable->shard(shard); }
   ShardSlice slice() const { return {offset, count, ids}; }

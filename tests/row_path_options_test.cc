@@ -1,8 +1,9 @@
-// The worker's row cache (--row_cache_staleness) against real ps_server
-// processes: every gradient a cached row collects reaches the servers,
-// exactly once, by the end of training, also when a PS is killed and
-// restarted in the middle; the model learns as well as without the cache;
-// modes the cache cannot serve are refused.
+// The worker's row-path options against real ps_server processes. The row
+// cache (--row_cache_staleness): every gradient a cached row collects
+// reaches the servers, exactly once, by the end of training, also when a PS
+// is killed and restarted in the middle; modes the cache cannot serve are
+// refused. With the cache and with 16-bit values on the wire
+// (--wire_dtype), the model learns as well as without.
 #include <csignal>
 #include <map>
 #include <thread>
@@ -140,7 +141,7 @@ RowCheck CheckRows(const Trainer& trainer, const std::map<int64_t, int>& count,
   return check;
 }
 
-TEST(RowCacheTrainingTest, EveryCachedGradientReachesTheServersOnce) {
+TEST(RowPathOptionsTest, EveryCachedGradientReachesTheServersOnce) {
   constexpr int64_t kSteps = 60;
   for (int staleness : {0, 8}) {
     SCOPED_TRACE(absl::StrCat("--row_cache_staleness=", staleness));
@@ -167,13 +168,19 @@ TEST(RowCacheTrainingTest, EveryCachedGradientReachesTheServersOnce) {
   }
 }
 
-TEST(RowCacheTrainingTest, CachedTrainingLearnsAsWellOnHeldOutRecords) {
+TEST(RowPathOptionsTest, TrainingLearnsAsWellWithEachOptionOnHeldOutRecords) {
   const std::string dir = FreshTestDir("row_cache_auc");
   ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
                              dir + "/eval.tfrecords")
                   .ok());
-  double auc[2];
-  for (int s : {0, 1}) {
+  struct Config {
+    int staleness;
+    WireDtype dtype;
+  };
+  const Config configs[] = {
+      {0, FLOAT32}, {8, FLOAT32}, {0, BFLOAT16}, {8, BFLOAT16}, {0, FLOAT16}};
+  double auc[5];
+  for (int s = 0; s < 5; ++s) {
     auto cluster = StartCluster(2);
     ASSERT_NE(cluster, nullptr);
     TrainerOptions o = DeepFm(*cluster);
@@ -183,7 +190,8 @@ TEST(RowCacheTrainingTest, CachedTrainingLearnsAsWellOnHeldOutRecords) {
     o.eval.patterns = {dir + "/eval.tfrecords"};
     o.eval.reader.format = "tfrecord";
     o.eval.batch_size = 1000;
-    o.row_cache_staleness = s == 0 ? 0 : 8;
+    o.row_cache_staleness = configs[s].staleness;
+    o.client.wire_dtype = configs[s].dtype;
     Trainer trainer(o);
     auto result = trainer.Run();
     ASSERT_TRUE(result.ok()) << result.status();
@@ -191,15 +199,16 @@ TEST(RowCacheTrainingTest, CachedTrainingLearnsAsWellOnHeldOutRecords) {
     EXPECT_EQ(result->lost_pushes, 0);
     auc[s] = result->eval.auc;
     std::cout << "--row_cache_staleness=" << o.row_cache_staleness
+              << " --wire_dtype=" << WireDtype_Name(configs[s].dtype)
               << ": held-out AUC " << auc[s] << ", rows read from the cache "
               << result->row_cache_hits << " of " << result->row_cache_lookups
               << std::endl;
   }
   EXPECT_GT(auc[0], 0.68);
-  EXPECT_NEAR(auc[1], auc[0], 0.01);
+  for (int s = 1; s < 5; ++s) EXPECT_NEAR(auc[s], auc[0], 0.01) << s;
 }
 
-TEST(RowCacheTrainingTest, APsKilledWhileRowsAreCachedLosesOnlyWhatIsCounted) {
+TEST(RowPathOptionsTest, APsKilledWhileRowsAreCachedLosesOnlyWhatIsCounted) {
   constexpr int64_t kSteps = 3000;
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
@@ -238,7 +247,7 @@ TEST(RowCacheTrainingTest, APsKilledWhileRowsAreCachedLosesOnlyWhatIsCounted) {
   EXPECT_EQ(check.wrong, 0) << "worst difference " << check.worst;
 }
 
-TEST(RowCacheTrainingTest, ModesTheCacheCannotServeAreRefused) {
+TEST(RowPathOptionsTest, ModesTheCacheCannotServeAreRefused) {
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
   for (auto mode : {Consistency::SYNC, Consistency::SSP}) {
