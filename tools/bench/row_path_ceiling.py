@@ -14,11 +14,12 @@ per-step breakdown (data_ms: waiting for the next batch; pull_ms: waiting
 for its rows; compute_ms; push_ms: waiting for the previous push). The
 ceiling is the number every row-path change is judged by. --compare_bin_dir
 runs a second build (e.g. an older main's bazel-bin copied aside) in the
-same rounds, and prints each figure as a ratio to it. --pushes_in_flight
-and --row_cache_staleness run each case of this build with each of the
-listed values (ps_worker --pushes_in_flight, --row_cache_staleness) and
-print each figure as a ratio to the first combination; the compare build
-runs the first only (an older build may not know the flags).
+same rounds, and prints each figure as a ratio to it. --pushes_in_flight,
+--row_cache_staleness and --wire_dtypes run each case of this build with
+each combination of the listed values (ps_worker --pushes_in_flight,
+--row_cache_staleness, --wire_dtype) and print each figure as a ratio to
+the first combination; the compare build runs the first only (an older
+build may not know the flags).
 """
 import argparse
 import json
@@ -59,11 +60,17 @@ def main():
         default="0",
         help="comma-separated ps_worker --row_cache_staleness values, measured in the same rounds",
     )
+    p.add_argument(
+        "--wire_dtypes",
+        default="fp32",
+        help="comma-separated ps_worker --wire_dtype values, measured in the same rounds",
+    )
     args = p.parse_args()
     variants = [
-        (int(pif), int(s))
+        (int(pif), int(s), dtype)
         for pif in args.pushes_in_flight.split(",")
         for s in args.row_cache_staleness.split(",")
+        for dtype in args.wire_dtypes.split(",")
     ]
     ensure_data(args.data_dir, args.data_examples)
     builds = {"this": args.bin_dir}
@@ -76,12 +83,14 @@ def main():
                 steps = max(20, args.examples // batch)
                 for build, bin_dir in builds.items():
                     for compute in ("none", "model"):
-                        for pif, cache in variants if build == "this" else variants[:1]:
+                        for pif, cache, dtype in variants if build == "this" else variants[:1]:
                             flags = (f"--compute={compute}", "--device=cpu")
                             if pif != 1:
                                 flags += (f"--pushes_in_flight={pif}",)
                             if cache != 0:
                                 flags += (f"--row_cache_staleness={cache}",)
+                            if dtype != "fp32":
+                                flags += (f"--wire_dtype={dtype}",)
                             rate, breakdown = run_psrt(
                                 1,
                                 args.data_dir,
@@ -92,33 +101,34 @@ def main():
                                 model=model,
                                 bin_dir=bin_dir,
                             )
-                            key = (build, model, batch, compute, pif, cache)
+                            key = (build, model, batch, compute, pif, cache, dtype)
                             results.setdefault(key, []).append((rate, breakdown))
                             print(
                                 f"round {r + 1}/{args.rounds} {build} {model} batch={batch} "
                                 f"compute={compute} pushes_in_flight={pif} "
-                                f"row_cache_staleness={cache}: {rate:.0f} ex/s "
+                                f"row_cache_staleness={cache} wire_dtype={dtype}: "
+                                f"{rate:.0f} ex/s "
                                 + " ".join(f"{k}={v:.2f}" for k, v in breakdown.items()),
                                 flush=True,
                             )
     print(f"\n1 host, medians of {args.rounds} rounds (examples/s; per-step ms):")
     summary = []
-    for (build, model, batch, compute, pif, cache), runs in sorted(results.items()):
+    for (build, model, batch, compute, pif, cache, dtype), runs in sorted(results.items()):
         rate = statistics.median(x[0] for x in runs)
         ms = {k: statistics.median(x[1][k] for x in runs) for k in runs[0][1]}
         line = (
             f"  {build:8s} {model:7s} batch {batch:5d} compute={compute:5s} in_flight={pif} "
-            f"cache={cache} "
+            f"cache={cache} {dtype} "
             f"{rate:10.0f} ex/s  " + " ".join(f"{k}={v:.2f}" for k, v in ms.items())
         )
         other = results.get(("compare", model, batch, compute, *variants[0]))
         if build == "this" and other:
             line += f"  {rate / statistics.median(x[0] for x in other):.2f}x compare"
         first = results.get((build, model, batch, compute, *variants[0]))
-        if (pif, cache) != variants[0] and first:
+        if (pif, cache, dtype) != variants[0] and first:
             line += (
                 f"  {rate / statistics.median(x[0] for x in first):.2f}x "
-                f"in_flight={variants[0][0]} cache={variants[0][1]}"
+                f"in_flight={variants[0][0]} cache={variants[0][1]} {variants[0][2]}"
             )
         print(line)
         summary.append(
@@ -129,6 +139,7 @@ def main():
                 "compute": compute,
                 "pushes_in_flight": pif,
                 "row_cache_staleness": cache,
+                "wire_dtype": dtype,
                 "examples_per_s": rate,
                 "breakdown_ms": ms,
             }

@@ -49,6 +49,9 @@ DEFINE_string(iperf3, "iperf3",
               "TCP (empty: skip).");
 DEFINE_int64(message_bytes, 1 << 20, "Client message size (chunking).");
 DEFINE_int32(channels_per_ps, 2, "TCP connections per PS.");
+DEFINE_string(wire_dtype, "fp32",
+              "fp32, bf16 or fp16: how values and gradients travel (bytes "
+              "and GB/s count what crosses the wire).");
 DEFINE_int64(vocab, 1000000, "Rows of the embedding table.");
 DEFINE_int32(embedding_dim, 16, "Floats per embedding row.");
 DEFINE_int32(embedding_ids, 100000, "Unique ids per embedding operation.");
@@ -198,6 +201,9 @@ absl::Status MeasureAndReport(Result r, Op&& op) {
   return absl::OkStatus();
 }
 
+// Bytes of one value on the wire (--wire_dtype).
+double ValueBytes() { return FLAGS_wire_dtype == "fp32" ? 4.0 : 2.0; }
+
 absl::Status RunDense(Client* client, const std::string& name, int64_t floats) {
   VariableSpec spec;
   spec.set_name("ps_bench/" + name);
@@ -209,7 +215,7 @@ absl::Status RunDense(Client* client, const std::string& name, int64_t floats) {
   std::vector<float> grad(floats, 0.001f);
   std::vector<std::vector<float>> values(std::max(1, FLAGS_inflight),
                                          std::vector<float>(floats));
-  const double bytes = floats * 4.0;
+  const double bytes = floats * ValueBytes();
   if (Wanted("push")) {
     absl::Status s = MeasureAndReport({name, "push", bytes}, [&](int) {
       return client->PushDense(spec.name(), grad.data());
@@ -252,7 +258,7 @@ absl::Status RunEmbedding(Client* client, const std::string& name) {
                                        std::vector<float>(n * dim));
   std::atomic<size_t> next{0};
   // Bytes on the wire either way: ids plus rows.
-  const double bytes = n * (8.0 + 4.0 * dim);
+  const double bytes = n * (8.0 + ValueBytes() * dim);
   if (Wanted("push")) {
     absl::Status s = MeasureAndReport(
         {name, "push", bytes, 0, static_cast<double>(n)}, [&](int) {
@@ -292,6 +298,15 @@ int Run() {
   options.security = *security;
   options.message_bytes = FLAGS_message_bytes;
   options.channels_per_ps = FLAGS_channels_per_ps;
+  if (FLAGS_wire_dtype == "bf16") {
+    options.wire_dtype = BFLOAT16;
+  } else if (FLAGS_wire_dtype == "fp16") {
+    options.wire_dtype = FLOAT16;
+  } else if (FLAGS_wire_dtype != "fp32") {
+    LOG(ERROR) << "--wire_dtype=" << FLAGS_wire_dtype
+               << ": expected fp32, bf16 or fp16";
+    return 2;
+  }
   auto client = Client::Connect(options);
   if (!client.ok()) {
     LOG(ERROR) << client.status();
