@@ -2,7 +2,9 @@
 // --wire_dtype) against real ps_server processes: the servers apply the
 // widened gradient to their float32 parameters exactly as a float32 push of
 // the same values, a 16-bit pull is the float32 value rounded once, and
-// float16's clamping is what the documentation says.
+// float16's clamping is what the documentation says. And tables looked up
+// with the same ids (a model's linear weights and factors) send the ids
+// once.
 #include "util/wire_dtype.h"
 
 #include <cmath>
@@ -131,6 +133,56 @@ TEST_F(WireDtypeTest, Float16ClampsWhatItCannotHold) {
   EXPECT_EQ(w16[999], 65504.0f);
   EXPECT_EQ(w16[0], std::nearbyint(w[0]));  // -65503.5 -> half's -65504
   EXPECT_EQ(w16[0], -65504.0f);
+}
+
+TEST_F(WireDtypeTest, TablesLookedUpWithTheSameIdsSendThemOnce) {
+  VariableSpec a, b;
+  for (VariableSpec* v : {&a, &b}) {
+    v->set_kind(EMBEDDING);
+    v->add_shape(50000);
+    v->mutable_partition()->set_num_shards(2);
+    v->mutable_optimizer()->set_learning_rate(1);
+  }
+  a.set_name("linear");
+  a.add_shape(1);
+  b.set_name("factors");
+  b.add_shape(8);
+  Client& client = *clients_[FLOAT32];
+  ASSERT_EQ(client.CreateVariables({a, b}), absl::OkStatus());
+  std::vector<int64_t> ids(20000);
+  for (int i = 0; i < 20000; ++i) ids[i] = (i * 7) % 50000;
+  std::vector<float> ga(ids.size()), gb(ids.size() * 8);
+  for (size_t i = 0; i < ga.size(); ++i) ga[i] = 0.001f * (i % 7);
+  for (size_t i = 0; i < gb.size(); ++i) gb[i] = 0.002f * (i % 5);
+  auto received = [&] {
+    double total = 0;
+    for (int ps = 0; ps < 2; ++ps) {
+      auto metrics = FetchMetrics(cluster_->metrics_port(ps));
+      EXPECT_TRUE(metrics.ok()) << metrics.status();
+      total +=
+          MetricValue(*metrics, "psrt_received_bytes_total{method=\"Push\"}");
+    }
+    return total;
+  };
+  const double before = received();
+  ASSERT_TRUE(client
+                  .Push({PushOp::Rows("linear", ids, ga.data()),
+                         PushOp::Rows("factors", ids, gb.data())})
+                  .ok());
+  // 20,000 ids (8 bytes) once and 9 floats of gradient per id, plus
+  // headers: 1 MiB messages, a few hundred bytes each.
+  const double pushed = received() - before;
+  const double payload = 20000.0 * 8 + 20000.0 * 9 * 4;
+  EXPECT_GE(pushed, payload);
+  EXPECT_LT(pushed, payload + 16 * 1024) << "ids sent more than once?";
+  // Both tables got their own rows' gradients.
+  std::vector<float> ra(ids.size()), rb(ids.size() * 8);
+  ASSERT_TRUE(client
+                  .Pull({PullOp::Rows("linear", ids, ra.data()),
+                         PullOp::Rows("factors", ids, rb.data())})
+                  .ok());
+  for (size_t i = 0; i < ga.size(); ++i) ASSERT_EQ(ra[i], -ga[i]) << i;
+  for (size_t i = 0; i < gb.size(); ++i) ASSERT_EQ(rb[i], -gb[i]) << i;
 }
 
 }  // namespace

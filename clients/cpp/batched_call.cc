@@ -26,6 +26,31 @@ size_t MaxIdsPerPullRequest(const ClientOptions& options) {
 // split: a dense shard is always read at one version.
 constexpr size_t kIdsWorthSplitting = 32768;
 
+// A PS's embedding items grouped by their ids: the tables of one model are
+// looked up with the same ids and, sharded alike, each PS gets the same ids
+// for all of them; the ids then travel once per message, named by every
+// item of the group (TensorItem.ids_payload is an index into the message's
+// payloads). Groups keep the items' order of first appearance.
+std::vector<std::vector<const PlannedItem*>> GroupBySameIds(
+    const std::vector<PlannedItem>& items) {
+  std::vector<std::vector<const PlannedItem*>> groups;
+  for (const PlannedItem& item : items) {
+    if (item.layout->kind() == DENSE) continue;
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+      const std::vector<int64_t>& ids = g.front()->ids;
+      return ids.size() == item.ids.size() &&
+             std::memcmp(ids.data(), item.ids.data(),
+                         ids.size() * sizeof(int64_t)) == 0;
+    });
+    if (same == groups.end()) {
+      groups.push_back({&item});
+    } else {
+      same->push_back(&item);
+    }
+  }
+  return groups;
+}
+
 absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
                       const char* what) {
   return FromGrpcStatus(s, absl::StrCat(what, " to ", connection.Describe()));
@@ -92,29 +117,37 @@ void BatchedCall::BuildPullCalls() {
       ids_in_request = 0;
     };
     for (const PlannedItem& item : items) {
-      if (item.layout->kind() == DENSE) {
-        TensorItem* t = packer.header()->add_items();
-        t->set_variable(item.layout->spec.name());
-        t->set_shard(item.shard);
-        t->set_offset(0);
-        t->set_count(item.count);
-        t->set_dtype(context_.options->wire_dtype);
-        targets.push_back({&item, 0, item.count});
-        continue;
-      }
-      for (size_t begin = 0; begin < item.ids.size();) {
-        if (ids_in_request == max_ids) flush();
-        const size_t n =
-            std::min(item.ids.size() - begin, max_ids - ids_in_request);
-        TensorItem* t = packer.header()->add_items();
-        t->set_variable(item.layout->spec.name());
-        t->set_shard(item.shard);
-        t->set_dtype(context_.options->wire_dtype);
-        t->set_ids_payload(packer.AddPayload(
-            lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t))));
-        targets.push_back({&item, static_cast<int64_t>(begin),
-                           static_cast<int64_t>(n) * item.width()});
-        ids_in_request += n;
+      if (item.layout->kind() != DENSE) continue;
+      TensorItem* t = packer.header()->add_items();
+      t->set_variable(item.layout->spec.name());
+      t->set_shard(item.shard);
+      t->set_offset(0);
+      t->set_count(item.count);
+      t->set_dtype(context_.options->wire_dtype);
+      targets.push_back({&item, 0, item.count});
+    }
+    // max_ids counts the rows asked for (ids x items naming them), as the
+    // response carries a row per item; a chunk of a group's ids is sent
+    // once for all its items.
+    for (const auto& group : GroupBySameIds(items)) {
+      const std::vector<int64_t>& ids = group.front()->ids;
+      for (size_t begin = 0; begin < ids.size();) {
+        if (ids_in_request + group.size() > max_ids) flush();
+        const size_t n = std::min(
+            ids.size() - begin,
+            std::max<size_t>(1, (max_ids - ids_in_request) / group.size()));
+        const int payload = packer.AddPayload(
+            lease_.Lend(ids.data() + begin, n * sizeof(int64_t)));
+        for (const PlannedItem* item : group) {
+          TensorItem* t = packer.header()->add_items();
+          t->set_variable(item->layout->spec.name());
+          t->set_shard(item->shard);
+          t->set_dtype(context_.options->wire_dtype);
+          t->set_ids_payload(payload);
+          targets.push_back({item, static_cast<int64_t>(begin),
+                             static_cast<int64_t>(n) * item->width()});
+        }
+        ids_in_request += n * group.size();
         begin += n;
       }
     }
@@ -157,41 +190,66 @@ void BatchedCall::BuildPushCalls() {
     };
     const WireDtype dtype = context_.options->wire_dtype;
     const size_t value_bytes = dtype == FLOAT32 ? sizeof(float) : 2;
+    // The gradient as it travels: the plan's floats, or narrowed.
+    auto gradient = [&](const PlannedItem& item) {
+      if (dtype != FLOAT32) return Narrow(dtype, item);
+      return reinterpret_cast<const char*>(
+          item.layout->kind() == DENSE ? item.dense_grad : item.grad_rows());
+    };
+    // Flushes the message if it has no room for `unit_bytes` more; then how
+    // many of the `left` units fit (one at least).
+    auto fit = [&](int64_t unit_bytes, int64_t left) {
+      if (!packer.empty() && packer.room() < static_cast<size_t>(unit_bytes)) {
+        packer.Flush(identify);
+      }
+      return std::min<int64_t>(
+          left, std::max<int64_t>(1, packer.room() / unit_bytes));
+    };
+    auto add_item = [&](const PlannedItem& item) {
+      TensorItem* t = packer.header()->add_items();
+      t->set_variable(item.layout->spec.name());
+      t->set_shard(item.shard);
+      t->set_learning_rate(item.learning_rate);
+      t->set_dtype(dtype);
+      return t;
+    };
+    // Dense shards, split by float.
     for (const PlannedItem& item : items) {
-      const bool dense = item.layout->kind() == DENSE;
-      // The gradient as it travels: the plan's floats, or narrowed.
-      const char* grad = reinterpret_cast<const char*>(
-          dense ? item.dense_grad : item.grad_rows());
-      if (dtype != FLOAT32) grad = Narrow(dtype, item);
-      // Unit of splitting: one float for dense, one row for embeddings.
-      const int64_t unit_floats = dense ? 1 : item.width();
-      const int64_t unit_bytes =
-          unit_floats * value_bytes + (dense ? 0 : sizeof(int64_t));
-      const int64_t units =
-          dense ? item.count : static_cast<int64_t>(item.ids.size());
+      if (item.layout->kind() != DENSE) continue;
+      const char* grad = gradient(item);
       int64_t begin = 0;
       do {
-        if (!packer.empty() &&
-            packer.room() < static_cast<size_t>(unit_bytes)) {
-          packer.Flush(identify);
-        }
-        const int64_t n = std::min<int64_t>(
-            units - begin, std::max<int64_t>(1, packer.room() / unit_bytes));
-        TensorItem* t = packer.header()->add_items();
-        t->set_variable(item.layout->spec.name());
-        t->set_shard(item.shard);
-        t->set_learning_rate(item.learning_rate);
-        t->set_dtype(dtype);
-        if (dense) {
-          t->set_offset(begin);
-          t->set_count(n);
-        } else {
-          t->set_ids_payload(packer.AddPayload(
-              lease_.Lend(item.ids.data() + begin, n * sizeof(int64_t))));
-        }
+        const int64_t n = fit(value_bytes, item.count - begin);
+        TensorItem* t = add_item(item);
+        t->set_offset(begin);
+        t->set_count(n);
         t->set_grad_payload(packer.AddPayload(
-            lease_.Lend(grad + begin * unit_floats * value_bytes,
-                        n * unit_floats * value_bytes)));
+            lease_.Lend(grad + begin * value_bytes, n * value_bytes)));
+        begin += n;
+      } while (begin < item.count);
+    }
+    // Rows, split by row; the ids of a group of items once per message.
+    for (const auto& group : GroupBySameIds(items)) {
+      std::vector<const char*> grads;
+      int64_t unit_bytes = sizeof(int64_t);
+      for (const PlannedItem* item : group) {
+        grads.push_back(gradient(*item));
+        unit_bytes += item->width() * value_bytes;
+      }
+      const std::vector<int64_t>& ids = group.front()->ids;
+      const int64_t units = static_cast<int64_t>(ids.size());
+      int64_t begin = 0;
+      do {
+        const int64_t n = fit(unit_bytes, units - begin);
+        const int payload = packer.AddPayload(
+            lease_.Lend(ids.data() + begin, n * sizeof(int64_t)));
+        for (size_t i = 0; i < group.size(); ++i) {
+          const size_t row_bytes = group[i]->width() * value_bytes;
+          TensorItem* t = add_item(*group[i]);
+          t->set_ids_payload(payload);
+          t->set_grad_payload(packer.AddPayload(
+              lease_.Lend(grads[i] + begin * row_bytes, n * row_bytes)));
+        }
         begin += n;
       } while (begin < units);
     }
