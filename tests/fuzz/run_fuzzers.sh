@@ -41,7 +41,7 @@ sources=(
   proto/buffer_pool.cc proto/frame_reader.cc proto/frame_writer.cc
   proto/slice_lease.cc
   partitioner/cluster_spec.cc partitioner/shard_map.cc partitioner/variable_spec.cc
-  util/crc32c.cc
+  util/crc32c.cc util/wire_dtype.cc
   ps_server/optimizers/adagrad.cc ps_server/optimizers/adam.cc
   ps_server/optimizers/ftrl.cc ps_server/optimizers/momentum.cc
   ps_server/optimizers/optimizer.cc ps_server/optimizers/sgd.cc

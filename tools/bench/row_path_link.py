@@ -13,12 +13,12 @@ round: the bytes a step moves are the figure to read against it.
 
 Reported per variant: examples/s (median of the rounds), its ratio to the
 first variant, and the pull and push wait per step from the worker's last
-progress line.
+progress line. --compare_bin_dir runs another build's binaries through the
+same variants in the same rounds (it must know their flags).
 """
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -131,6 +131,7 @@ def main():
     p.add_argument("--computes", default="none", help="comma-separated: none, model")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--bin_dir", default=BIN)
+    p.add_argument("--compare_bin_dir", default="")
     p.add_argument(
         "--variants",
         default=",--wire_dtype=bf16,--row_cache_staleness=8,"
@@ -145,6 +146,9 @@ def main():
     ensure_data(args.data_dir, args.data_examples)
     variants = [v.split() for v in args.variants.split(",")]
     steps = max(20, args.examples // args.batch_size)
+    builds = {"this": args.bin_dir}
+    if args.compare_bin_dir:
+        builds["compare"] = args.compare_bin_dir
     network = netns.HostNetwork("psrtlink", 2)
     network.create()
     results, links = {}, []
@@ -154,24 +158,26 @@ def main():
             links.append(iperf3_mbit(network))
             print(f"round {r + 1}: iperf3 over the link {links[-1]:.0f} Mbit/s", flush=True)
             for compute in args.computes.split(","):
-                for v in variants:
-                    flags = [f"--compute={compute}", *v]
-                    rate, ms = run(
-                        network,
-                        args.bin_dir,
-                        args.data_dir,
-                        args.model,
-                        args.batch_size,
-                        steps,
-                        flags,
-                    )
-                    results.setdefault((compute, " ".join(v)), []).append((rate, ms))
-                    print(
-                        f"round {r + 1} compute={compute} [{' '.join(v) or 'defaults'}]: "
-                        f"{rate:.0f} ex/s "
-                        + " ".join(f"{k}={x:.2f}" for k, x in ms.items()),
-                        flush=True,
-                    )
+                for build, bin_dir in builds.items():
+                    for v in variants:
+                        flags = [f"--compute={compute}", *v]
+                        rate, ms = run(
+                            network,
+                            bin_dir,
+                            args.data_dir,
+                            args.model,
+                            args.batch_size,
+                            steps,
+                            flags,
+                        )
+                        key = (build, compute, " ".join(v))
+                        results.setdefault(key, []).append((rate, ms))
+                        print(
+                            f"round {r + 1} {build} compute={compute} "
+                            f"[{' '.join(v) or 'defaults'}]: {rate:.0f} ex/s "
+                            + " ".join(f"{k}={x:.2f}" for k, x in ms.items()),
+                            flush=True,
+                        )
     finally:
         network.destroy()
     print(
@@ -180,18 +186,30 @@ def main():
     )
     summary = []
     for compute in args.computes.split(","):
-        first = statistics.median(x[0] for x in results[(compute, " ".join(variants[0]))])
-        for v in variants:
-            runs = results[(compute, " ".join(v))]
-            rate = statistics.median(x[0] for x in runs)
-            ms = {k: statistics.median(x[1][k] for x in runs) for k in runs[0][1]}
-            print(
-                f"  compute={compute:5s} {' '.join(v) or 'defaults':45s} {rate:9.0f} ex/s "
-                f"{rate / first:5.2f}x  pull_ms={ms['pull_ms']:.2f} push_ms={ms['push_ms']:.2f}"
-            )
-            summary.append(
-                {"compute": compute, "flags": v, "examples_per_s": rate, "breakdown_ms": ms}
-            )
+        first = statistics.median(x[0] for x in results[("this", compute, " ".join(variants[0]))])
+        for build in builds:
+            for v in variants:
+                runs = results[(build, compute, " ".join(v))]
+                rate = statistics.median(x[0] for x in runs)
+                ms = {k: statistics.median(x[1][k] for x in runs) for k in runs[0][1]}
+                line = (
+                    f"  {build:8s} compute={compute:5s} {' '.join(v) or 'defaults':45s} "
+                    f"{rate:9.0f} ex/s {rate / first:5.2f}x  "
+                    f"pull_ms={ms['pull_ms']:.2f} push_ms={ms['push_ms']:.2f}"
+                )
+                other = results.get(("compare", compute, " ".join(v)))
+                if build == "this" and other:
+                    line += f"  {rate / statistics.median(x[0] for x in other):.2f}x compare"
+                print(line)
+                summary.append(
+                    {
+                        "build": build,
+                        "compute": compute,
+                        "flags": v,
+                        "examples_per_s": rate,
+                        "breakdown_ms": ms,
+                    }
+                )
     print(json.dumps({"link_mbit": args.link_mbit, "iperf3_mbit": links, "results": summary}))
 
 
