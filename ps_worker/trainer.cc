@@ -174,11 +174,17 @@ absl::Status Trainer::FlushRowCache(int64_t step, TrainingResult* result) {
   RowCache::Push rest;
   row_cache_->TakeAll(&rest);
   if (rest.ids.empty()) return absl::OkStatus();
+  // At the epoch's rate, as the steps' own pushes (learning_rate_decay).
+  const float decay = std::pow(options_.learning_rate_decay,
+                               static_cast<float>(dataset_->stats().epoch));
   std::vector<PushOp> ops;
   for (size_t t = 0; t < model_->tables().size(); ++t) {
     PushOp op =
         PushOp::Rows(model_->tables()[t].name, rest.ids, rest.grads[t].data());
     op.ids_unique = true;
+    if (decay != 1.0f) {
+      op.learning_rate = decay * config_.embedding_optimizer.learning_rate();
+    }
     ops.push_back(op);
   }
   absl::Status s = client_->Push(ops, StepOptions{options_.consistency, step});
