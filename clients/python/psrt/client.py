@@ -12,6 +12,7 @@ import grpc
 import numpy as np
 
 from . import frame
+from . import wire_dtype as wire
 from ._proto import ps_pb2, ps_pb2_grpc
 from .shard_map import DENSE, ShardMap, normalize
 
@@ -190,10 +191,16 @@ class Client:
         tls_cert_file: Optional[str] = None,
         tls_key_file: Optional[str] = None,
         auth_token: Optional[str] = None,
+        wire_dtype: str = "fp32",
     ) -> None:
         """TLS: tls_ca_file (PEM CA of the servers' certificates), plus
         tls_cert_file/tls_key_file for mutual TLS. auth_token (default
-        $PSRT_AUTH_TOKEN) is sent with every call."""
+        $PSRT_AUTH_TOKEN) is sent with every call. wire_dtype: how pulled
+        values and pushed gradients travel, "fp32", "bf16" (float32's
+        range, 8 significant bits) or "fp16" (11 bits, magnitudes beyond
+        65504 clamped); arrays in and out stay float32, and so do the
+        servers' parameters (psrt/wire_dtype.py)."""
+        self._wire_dtype = wire.parse(wire_dtype)
         self.addresses = load_cluster(cluster)
         self.timeout = timeout
         self.max_attempts = max_attempts
@@ -714,6 +721,7 @@ class Client:
             if p.ids is not None:
                 p.item.ids_payload = len(payloads)
                 payloads.append(p.ids)
+            p.item.dtype = self._wire_dtype
             header.items.append(p.item)
         request = frame.encode(header.SerializeToString(), payloads)
         received = [0] * len(items)
@@ -728,7 +736,10 @@ class Client:
                 h = ps_pb2.PullResponseHeader.FromString(head)
                 for piece in h.pieces:
                     target = items[piece.item]
-                    values = np.frombuffer(pays[piece.values_payload], dtype=np.float32)
+                    try:
+                        values = wire.decode(piece.dtype, pays[piece.values_payload])
+                    except ValueError as e:
+                        raise PsError(grpc.StatusCode.DATA_LOSS, f"PS {ps}: {e}") from e
                     start = target.offset + piece.first_float
                     if piece.first_float + values.size > target.count:
                         raise PsError(
@@ -837,6 +848,8 @@ class Client:
             header, payloads, size = ps_pb2.PushRequestHeader(), [], 0
 
         for item, ids, grads in items:
+            grads = wire.encode(self._wire_dtype, grads)
+            item.dtype = self._wire_dtype
             nbytes = grads.nbytes + (ids.nbytes if ids is not None else 0)
             if size and size + nbytes > MESSAGE_BYTES:
                 flush()

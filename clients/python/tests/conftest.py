@@ -116,9 +116,14 @@ def cpp_push():
     """Pushes through the C++ client (clients/python/tests/cpp_push_helper)."""
     binary = _binary("PSRT_CPP_PUSH_HELPER", "clients/python/tests/cpp_push_helper")
 
-    def push(cluster, variable, grads, ids=None):
+    def push(cluster, variable, grads, ids=None, wire_dtype="fp32"):
         with tempfile.TemporaryDirectory() as d:
-            args = [binary, f"--cluster={json.dumps(cluster.spec)}", f"--variable={variable}"]
+            args = [
+                binary,
+                f"--cluster={json.dumps(cluster.spec)}",
+                f"--variable={variable}",
+                f"--wire_dtype={wire_dtype}",
+            ]
             grads_path = os.path.join(d, "grads")
             grads.astype("<f4").tofile(grads_path)
             args.append(f"--grads_file={grads_path}")

@@ -14,6 +14,7 @@ DEFINE_string(cluster, "", "Cluster spec JSON.");
 DEFINE_string(variable, "", "Variable to push to.");
 DEFINE_string(grads_file, "", "float32 gradients.");
 DEFINE_string(ids_file, "", "int64 ids (embedding variables).");
+DEFINE_string(wire_dtype, "fp32", "fp32, bf16 or fp16.");
 
 template <typename T>
 std::vector<T> ReadRaw(const std::string& path) {
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   }
   psrt::ClientOptions options;
   options.ps_addresses = cluster->ps;
+  if (FLAGS_wire_dtype == "bf16") options.wire_dtype = psrt::BFLOAT16;
+  if (FLAGS_wire_dtype == "fp16") options.wire_dtype = psrt::FLOAT16;
   auto client = psrt::Client::Connect(options);
   if (!client.ok() || !(*client)->RefreshCatalog().ok()) {
     std::cerr << "cannot connect\n";
