@@ -15,7 +15,7 @@ packages=(
   zlib1g-dev dataset-fashion-mnist
   awscli
   python3-torch python3-setuptools python3-pip python3-wheel python3-yaml
-  iproute2 procps rhash iperf3 chromium
+  iproute2 procps rhash iperf3 chromium qemu-user
   clang libclang-rt-14-dev clang-format universal-ctags black flake8
 )
 # Node.js and npm run s3rver, the S3 server the checkpoint tests use. A
