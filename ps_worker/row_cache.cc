@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "partitioner/id_hash.h"
 
 namespace psrt {
 namespace {
@@ -59,15 +60,9 @@ RowCache::RowCache(std::vector<int> dims, int staleness, int64_t slots)
       stored_at_(staleness + 2) {}
 
 size_t RowCache::SlotOf(int64_t id) const {
-  // A 64-bit mix (splitmix64's finalizer): feature ids are often hashes
-  // already, but vocabulary ids are dense and small.
-  uint64_t x = static_cast<uint64_t>(id);
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return static_cast<size_t>(x) & mask_;
+  // Mixed (feature ids are often hashes already, but vocabulary ids are
+  // dense and small).
+  return static_cast<size_t>(MixId(id)) & mask_;
 }
 
 std::vector<int32_t>& RowCache::StoredAt(int64_t step) {
