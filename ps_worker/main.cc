@@ -19,6 +19,7 @@
 #include "ps_server/metrics/metrics_http_server.h"
 #include "ps_worker/continuous_evaluator.h"
 #include "ps_worker/trainer.h"
+#include "util/wire_dtype.h"
 
 DEFINE_string(cluster, "",
               "Cluster spec: TF_CONFIG-style JSON or a file; empty: TF_CONFIG, "
@@ -234,16 +235,9 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   auto security = SecurityOptionsFromFlags();
   if (!security.ok()) return security.status();
   o.client.security = *security;
-  if (FLAGS_wire_dtype == "fp32") {
-    o.client.wire_dtype = FLOAT32;
-  } else if (FLAGS_wire_dtype == "bf16") {
-    o.client.wire_dtype = BFLOAT16;
-  } else if (FLAGS_wire_dtype == "fp16") {
-    o.client.wire_dtype = FLOAT16;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--wire_dtype=", FLAGS_wire_dtype, ": expected fp32, bf16 or fp16"));
-  }
+  auto wire_dtype = ParseWireDtypeFlag(FLAGS_wire_dtype);
+  if (!wire_dtype.ok()) return wire_dtype.status();
+  o.client.wire_dtype = *wire_dtype;
   o.ps_recovery_timeout = absl::Seconds(std::max(0.0, FLAGS_ps_recovery_secs));
   o.client.call_timeout =
       absl::Seconds(std::max(60.0, FLAGS_sync_timeout_secs * 2));

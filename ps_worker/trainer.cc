@@ -169,22 +169,15 @@ absl::Status Trainer::FinishPull(Step* step) {
 
 absl::Status Trainer::FlushRowCache(int64_t step, TrainingResult* result) {
   if (row_cache_ == nullptr) return absl::OkStatus();
-  result->row_cache_hits = row_cache_->hits();
-  result->row_cache_lookups = row_cache_->lookups();
   RowCache::Push rest;
   row_cache_->TakeAll(&rest);
   if (rest.ids.empty()) return absl::OkStatus();
-  // At the epoch's rate, as the steps' own pushes (learning_rate_decay).
-  const float decay = std::pow(options_.learning_rate_decay,
-                               static_cast<float>(dataset_->stats().epoch));
   std::vector<PushOp> ops;
   for (size_t t = 0; t < model_->tables().size(); ++t) {
     PushOp op =
         PushOp::Rows(model_->tables()[t].name, rest.ids, rest.grads[t].data());
     op.ids_unique = true;
-    if (decay != 1.0f) {
-      op.learning_rate = decay * config_.embedding_optimizer.learning_rate();
-    }
+    op.learning_rate = DecayedLearningRate(config_.embedding_optimizer);
     ops.push_back(op);
   }
   absl::Status s = client_->Push(ops, StepOptions{options_.consistency, step});
@@ -226,7 +219,7 @@ absl::Status Trainer::Recover(const absl::Status& cause,
       // The cache's rows may be newer than what a restarted PS restored:
       // its sums go to the servers now, and every row is pulled again. A
       // failure here is counted lost; the next pull finds the PS down.
-      if (absl::Status s = FlushRowCache(last_step_, result); !s.ok()) {
+      if (absl::Status s = FlushRowCache(result->steps, result); !s.ok()) {
         Log(
             absl::StrCat("row cache flush after recovery failed (counted "
                          "lost): ",
@@ -416,10 +409,15 @@ absl::StatusOr<std::unique_ptr<TowerRunner>> Trainer::CreateTowers() {
   return towers;
 }
 
+float Trainer::DecayedLearningRate(const OptimizerSpec& optimizer) const {
+  if (options_.learning_rate_decay == 1.0f) return 0;
+  return std::pow(options_.learning_rate_decay,
+                  static_cast<float>(dataset_->stats().epoch)) *
+         optimizer.learning_rate();
+}
+
 absl::Status Trainer::StartPush(Step* step) {
   step->push_ops.clear();
-  const float decay = std::pow(options_.learning_rate_decay,
-                               static_cast<float>(dataset_->stats().epoch));
   absl::Span<const int64_t> row_ids = step->params.unique_ids;
   if (step->through_row_cache) {
     row_cache_->Accumulate(step->params.unique_ids, step->grads.tables,
@@ -432,17 +430,13 @@ absl::Status Trainer::StartPush(Step* step) {
                      step->through_row_cache ? step->row_push.grads[i].data()
                                              : step->grads.tables[i].data());
     op.ids_unique = true;
-    if (decay != 1.0f) {
-      op.learning_rate = decay * config_.embedding_optimizer.learning_rate();
-    }
+    op.learning_rate = DecayedLearningRate(config_.embedding_optimizer);
     step->push_ops.push_back(op);
   }
   for (size_t i = 0; i < model_->dense_variables().size(); ++i) {
     PushOp op = PushOp::Dense(model_->dense_variables()[i].name,
                               step->grads.dense[i].data());
-    if (decay != 1.0f) {
-      op.learning_rate = decay * config_.dense_optimizer.learning_rate();
-    }
+    op.learning_rate = DecayedLearningRate(config_.dense_optimizer);
     step->push_ops.push_back(op);
   }
   step->push = nullptr;
@@ -540,7 +534,6 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   }
   while (true) {
     absl::Time t = absl::Now();
-    last_step_ = cur->index;
     if (absl::Status s = FinishPull(cur.get()); !s.ok()) {
       if (!Recoverable(s)) return s;
       for (const auto& step : pushing) {
@@ -659,6 +652,8 @@ absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
   }
   result.bad_records = dataset_->stats().bad_records;
   if (row_cache_ != nullptr) {
+    result.row_cache_hits = row_cache_->hits();
+    result.row_cache_lookups = row_cache_->lookups();
     Log(absl::StrFormat("row cache: %d of %d rows read from it (%.1f%%)",
                         result.row_cache_hits, result.row_cache_lookups,
                         100.0 * result.row_cache_hits /

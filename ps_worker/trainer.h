@@ -144,6 +144,9 @@ class Trainer {
   // true if --max_steps was already reached there.
   absl::StatusOr<bool> ResumeFromRestoredServers(Step* first);
   absl::StatusOr<std::unique_ptr<TowerRunner>> CreateTowers();
+  // The learning-rate override of this epoch's pushes to variables of
+  // `optimizer` (learning_rate_decay per epoch); 0: none, the variable's.
+  float DecayedLearningRate(const OptimizerSpec& optimizer) const;
   // Sends `step`'s gradients (with the epoch's learning-rate decay).
   absl::Status StartPush(Step* step);
   // After the last step: the final evaluation and the summary line.
@@ -185,7 +188,6 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<SummaryWriter> summary_;
   std::unique_ptr<RowCache> row_cache_;  // null: --row_cache_staleness=0
-  int64_t last_step_ = 0;  // the step Run is at (for the cache's flushes)
   WorkerMetrics metrics_;
 };
 

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "Eigen/Core"
+#include "absl/strings/str_cat.h"
 
 namespace psrt {
 
@@ -47,6 +49,46 @@ void DecodeFloat16(const uint16_t* in, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) {
     out[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(in[i]));
   }
+}
+
+size_t WireValueBytes(WireDtype dtype) {
+  return dtype == FLOAT32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+void NarrowValues(WireDtype dtype, const float* in, size_t n, void* out) {
+  uint16_t* wire = static_cast<uint16_t*>(out);
+  if (dtype == BFLOAT16) {
+    EncodeBfloat16(in, n, wire);
+  } else {
+    EncodeFloat16(in, n, wire);
+  }
+}
+
+bool WidenValues(WireDtype dtype, PayloadView* values,
+                 std::unique_ptr<float[]>* widened) {
+  if ((dtype != BFLOAT16 && dtype != FLOAT16) || values->size() % 2 != 0) {
+    return false;
+  }
+  // Copied out first: the payload's slices need not hold whole values.
+  const size_t n = values->size() / 2;
+  std::vector<uint16_t> wire(n);
+  values->CopyTo(wire.data());
+  widened->reset(new float[n]);
+  if (dtype == BFLOAT16) {
+    DecodeBfloat16(wire.data(), n, widened->get());
+  } else {
+    DecodeFloat16(wire.data(), n, widened->get());
+  }
+  *values = PayloadView::Contiguous(widened->get(), n * sizeof(float));
+  return true;
+}
+
+absl::StatusOr<WireDtype> ParseWireDtypeFlag(absl::string_view value) {
+  if (value == "fp32") return FLOAT32;
+  if (value == "bf16") return BFLOAT16;
+  if (value == "fp16") return FLOAT16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--wire_dtype=", value, ": expected fp32, bf16 or fp16"));
 }
 
 }  // namespace psrt

@@ -9,6 +9,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/frame_reader.h"
+#include "proto/ps.pb.h"
 
 namespace psrt {
 
@@ -23,6 +29,26 @@ void DecodeBfloat16(const uint16_t* in, size_t n, float* out);
 // +-Inf are kept.
 int64_t EncodeFloat16(const float* in, size_t n, uint16_t* out);
 void DecodeFloat16(const uint16_t* in, size_t n, float* out);
+
+// The one place that dispatches on a WireDtype, for the clients and the
+// servers alike.
+
+// Bytes of one value of `dtype` on the wire: 4 or 2.
+size_t WireValueBytes(WireDtype dtype);
+
+// `n` float32 values in 16-bit `dtype` at `out` (2n bytes; float16
+// clamped as above). REQUIRES: dtype is BFLOAT16 or FLOAT16.
+void NarrowValues(WireDtype dtype, const float* in, size_t n, void* out);
+
+// A payload of 16-bit `dtype` values widened to float32: *widened holds
+// them and *values becomes a view of them. False (nothing changed) if
+// dtype is not a 16-bit type or the payload has an odd size.
+bool WidenValues(WireDtype dtype, PayloadView* values,
+                 std::unique_ptr<float[]>* widened);
+
+// The value of a --wire_dtype flag (fp32, bf16 or fp16); an error naming
+// the flag otherwise.
+absl::StatusOr<WireDtype> ParseWireDtypeFlag(absl::string_view value);
 
 }  // namespace psrt
 

@@ -160,13 +160,8 @@ const char* BatchedCall::Narrow(WireDtype dtype, const PlannedItem& item) {
   const float* from = dense ? item.dense_grad : item.grad_rows();
   const size_t n = static_cast<size_t>(item.value_floats());
   narrowed_.emplace_back(new uint16_t[n]);
-  uint16_t* to = narrowed_.back().get();
-  if (dtype == BFLOAT16) {
-    EncodeBfloat16(from, n, to);
-  } else {
-    EncodeFloat16(from, n, to);
-  }
-  return reinterpret_cast<const char*>(to);
+  NarrowValues(dtype, from, n, narrowed_.back().get());
+  return reinterpret_cast<const char*>(narrowed_.back().get());
 }
 
 void BatchedCall::BuildPushCalls() {
@@ -189,7 +184,7 @@ void BatchedCall::BuildPushCalls() {
       *header->mutable_consistency() = context_.step.consistency;
     };
     const WireDtype dtype = context_.options->wire_dtype;
-    const size_t value_bytes = dtype == FLOAT32 ? sizeof(float) : 2;
+    const size_t value_bytes = WireValueBytes(dtype);
     // The gradient as it travels: the plan's floats, or narrowed.
     auto gradient = [&](const PlannedItem& item) {
       if (dtype != FLOAT32) return Narrow(dtype, item);

@@ -50,26 +50,6 @@ void ScatterRows(const PayloadView& values, int64_t width, const int32_t* rows,
   });
 }
 
-// Replaces *values (16-bit `dtype`) by a view of them as float32 in
-// *widened; false if the dtype or the size is not one of 16-bit values.
-bool Widen(WireDtype dtype, PayloadView* values,
-           std::unique_ptr<float[]>* widened) {
-  if ((dtype != BFLOAT16 && dtype != FLOAT16) || values->size() % 2 != 0) {
-    return false;
-  }
-  const size_t n = values->size() / 2;
-  std::vector<uint16_t> wire(n);
-  values->CopyTo(wire.data());
-  widened->reset(new float[n]);
-  if (dtype == BFLOAT16) {
-    DecodeBfloat16(wire.data(), n, widened->get());
-  } else {
-    DecodeFloat16(wire.data(), n, widened->get());
-  }
-  *values = PayloadView::Contiguous(widened->get(), n * sizeof(float));
-  return true;
-}
-
 }  // namespace
 
 PullCall::PullCall(PsConnection* connection, grpc::ByteBuffer request,
@@ -127,7 +107,7 @@ bool PullCall::Scatter() {
     // 16-bit values are widened first; the rest is as for float32.
     std::unique_ptr<float[]> widened;
     if (piece.dtype() != FLOAT32) {
-      if (!Widen(piece.dtype(), &values, &widened)) {
+      if (!WidenValues(piece.dtype(), &values, &widened)) {
         error_ = grpc::Status(
             grpc::StatusCode::INTERNAL,
             absl::StrCat("bad pull response for '", item.layout->spec.name(),

@@ -10,21 +10,6 @@ namespace psrt {
 namespace {
 constexpr size_t kDefaultMessageBytes = 1 << 20;
 constexpr size_t kMinMessageBytes = 4 << 10;
-
-size_t WireBytes(WireDtype dtype) {
-  return dtype == FLOAT32 ? sizeof(float) : sizeof(uint16_t);
-}
-
-// `n` float32 values narrowed to 16-bit `dtype` at `out`. Pulled values
-// beyond float16's range are clamped (util/wire_dtype.h).
-void Encode(WireDtype dtype, const float* in, size_t n, void* out) {
-  uint16_t* wire = static_cast<uint16_t*>(out);
-  if (dtype == BFLOAT16) {
-    EncodeBfloat16(in, n, wire);
-  } else {
-    EncodeFloat16(in, n, wire);
-  }
-}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PullResponder>> PullResponder::Create(
@@ -53,7 +38,7 @@ absl::StatusOr<std::unique_ptr<PullResponder>> PullResponder::Create(
     const ResolvedItem& item = r->items_[i];
     const size_t bytes = item.value_floats() * sizeof(float);
     r->value_bytes_ +=
-        static_cast<int64_t>(item.value_floats() * WireBytes(item.dtype));
+        static_cast<int64_t>(item.value_floats() * WireValueBytes(item.dtype));
     if (!item.by_range) {
       r->rows_ += static_cast<int64_t>(item.ids.size());
       continue;
@@ -72,7 +57,7 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
   while (item_ < items_.size()) {
     const ResolvedItem& item = items_[item_];
     // Sizes and offsets here count wire bytes of the item's dtype.
-    const size_t value_bytes = WireBytes(item.dtype);
+    const size_t value_bytes = WireValueBytes(item.dtype);
     const size_t row_bytes =
         item.by_range ? value_bytes
                       : item.variable->layout->row_width * value_bytes;
@@ -94,10 +79,10 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
             packer.AddPayload(range_values_[item_].sub(first, first + take)));
       } else {
         PooledBuffer wire = BufferPool::Default().Acquire(take);
-        Encode(item.dtype,
-               reinterpret_cast<const float*>(range_values_[item_].begin() +
-                                              first),
-               values, wire.data());
+        NarrowValues(item.dtype,
+                     reinterpret_cast<const float*>(
+                         range_values_[item_].begin() + first),
+                     values, wire.data());
         piece->set_values_payload(
             packer.AddPayload(std::move(wire).ReleaseAsSlice()));
       }
@@ -116,8 +101,8 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
             BufferPool::Default().Acquire(values * sizeof(float));
         piece->set_version(
             item.target().Read(slice, reinterpret_cast<float*>(floats.data())));
-        Encode(item.dtype, reinterpret_cast<const float*>(floats.data()),
-               values, rows.data());
+        NarrowValues(item.dtype, reinterpret_cast<const float*>(floats.data()),
+                     values, rows.data());
       }
       piece->set_values_payload(
           packer.AddPayload(std::move(rows).ReleaseAsSlice()));

@@ -161,21 +161,6 @@ absl::Status ResolveIds(const TensorItem& item, const FrameReader& frame,
   return absl::OkStatus();
 }
 
-// A 16-bit gradient decoded to float32, which `grad` then views.
-void DecodeGradient(ResolvedItem* out) {
-  const size_t n = out->grad.size() / 2;
-  std::vector<uint16_t> wire(n);
-  out->grad.CopyTo(wire.data());
-  out->decoded_grad.reset(new float[n]);
-  if (out->dtype == BFLOAT16) {
-    DecodeBfloat16(wire.data(), n, out->decoded_grad.get());
-  } else {
-    DecodeFloat16(wire.data(), n, out->decoded_grad.get());
-  }
-  out->grad =
-      PayloadView::Contiguous(out->decoded_grad.get(), n * sizeof(float));
-}
-
 // A push's gradient: a payload of exactly the addressed values (float32,
 // or 16-bit as the item says), all finite, and a valid learning-rate
 // override.
@@ -192,7 +177,7 @@ absl::Status ResolveGradient(const TensorItem& item, const FrameReader& frame,
   const int64_t rows = static_cast<int64_t>(out->ids.size());
   const int64_t width = layout.row_width;
   const int64_t expected = out->by_range ? item.count() : rows * width;
-  const size_t value_bytes = out->dtype == FLOAT32 ? sizeof(float) : 2;
+  const size_t value_bytes = WireValueBytes(out->dtype);
   if (out->grad.size() % value_bytes != 0 ||
       static_cast<int64_t>(out->grad.size() / value_bytes) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -206,7 +191,10 @@ absl::Status ResolveGradient(const TensorItem& item, const FrameReader& frame,
             ? " (the range's size)"
             : absl::StrCat(" (", rows, " ids x ", width, " per row)")));
   }
-  if (out->dtype != FLOAT32) DecodeGradient(out);
+  // Widened once here: the finite check and the update read float32.
+  if (out->dtype != FLOAT32) {
+    WidenValues(out->dtype, &out->grad, &out->decoded_grad);
+  }
   size_t bad_index;
   float bad_value;
   if (!AllFinite(out->grad, &bad_index, &bad_value)) {

@@ -27,6 +27,7 @@
 #include "proto/buffer_pool.h"
 #include "tools/ps_bench/iperf3_check.h"
 #include "tools/ps_bench/tcp_baseline.h"
+#include "util/wire_dtype.h"
 
 DEFINE_string(cluster, "",
               "Cluster spec (TF_CONFIG-style JSON or file); empty: TF_CONFIG, "
@@ -201,9 +202,6 @@ absl::Status MeasureAndReport(Result r, Op&& op) {
   return absl::OkStatus();
 }
 
-// Bytes of one value on the wire (--wire_dtype).
-double ValueBytes() { return FLAGS_wire_dtype == "fp32" ? 4.0 : 2.0; }
-
 absl::Status RunDense(Client* client, const std::string& name, int64_t floats) {
   VariableSpec spec;
   spec.set_name("ps_bench/" + name);
@@ -215,7 +213,7 @@ absl::Status RunDense(Client* client, const std::string& name, int64_t floats) {
   std::vector<float> grad(floats, 0.001f);
   std::vector<std::vector<float>> values(std::max(1, FLAGS_inflight),
                                          std::vector<float>(floats));
-  const double bytes = floats * ValueBytes();
+  const double bytes = floats * WireValueBytes(client->options().wire_dtype);
   if (Wanted("push")) {
     absl::Status s = MeasureAndReport({name, "push", bytes}, [&](int) {
       return client->PushDense(spec.name(), grad.data());
@@ -258,7 +256,8 @@ absl::Status RunEmbedding(Client* client, const std::string& name) {
                                        std::vector<float>(n * dim));
   std::atomic<size_t> next{0};
   // Bytes on the wire either way: ids plus rows.
-  const double bytes = n * (8.0 + ValueBytes() * dim);
+  const double bytes =
+      n * (8.0 + WireValueBytes(client->options().wire_dtype) * dim);
   if (Wanted("push")) {
     absl::Status s = MeasureAndReport(
         {name, "push", bytes, 0, static_cast<double>(n)}, [&](int) {
@@ -298,15 +297,12 @@ int Run() {
   options.security = *security;
   options.message_bytes = FLAGS_message_bytes;
   options.channels_per_ps = FLAGS_channels_per_ps;
-  if (FLAGS_wire_dtype == "bf16") {
-    options.wire_dtype = BFLOAT16;
-  } else if (FLAGS_wire_dtype == "fp16") {
-    options.wire_dtype = FLOAT16;
-  } else if (FLAGS_wire_dtype != "fp32") {
-    LOG(ERROR) << "--wire_dtype=" << FLAGS_wire_dtype
-               << ": expected fp32, bf16 or fp16";
+  auto wire_dtype = ParseWireDtypeFlag(FLAGS_wire_dtype);
+  if (!wire_dtype.ok()) {
+    LOG(ERROR) << wire_dtype.status();
     return 2;
   }
+  options.wire_dtype = *wire_dtype;
   auto client = Client::Connect(options);
   if (!client.ok()) {
     LOG(ERROR) << client.status();

@@ -9,6 +9,7 @@
 #include "clients/cpp/client.h"
 #include "gflags/gflags.h"
 #include "partitioner/cluster_spec.h"
+#include "util/wire_dtype.h"
 
 DEFINE_string(cluster, "", "Cluster spec JSON.");
 DEFINE_string(variable, "", "Variable to push to.");
@@ -36,8 +37,12 @@ int main(int argc, char** argv) {
   }
   psrt::ClientOptions options;
   options.ps_addresses = cluster->ps;
-  if (FLAGS_wire_dtype == "bf16") options.wire_dtype = psrt::BFLOAT16;
-  if (FLAGS_wire_dtype == "fp16") options.wire_dtype = psrt::FLOAT16;
+  auto wire_dtype = psrt::ParseWireDtypeFlag(FLAGS_wire_dtype);
+  if (!wire_dtype.ok()) {
+    std::cerr << wire_dtype.status() << "\n";
+    return 2;
+  }
+  options.wire_dtype = *wire_dtype;
   auto client = psrt::Client::Connect(options);
   if (!client.ok() || !(*client)->RefreshCatalog().ok()) {
     std::cerr << "cannot connect\n";
