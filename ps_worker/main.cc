@@ -106,6 +106,13 @@ DEFINE_int32(pushes_in_flight, 1,
              "step k - N's push was acknowledged. More overlap the PS's apply "
              "with the next steps; async pulls may then miss this worker's "
              "own last N + 1 steps (sync and ssp keep their bound).");
+DEFINE_int32(prefetch_steps, 1,
+             "Steps whose pulls are sent ahead of the step computing (1-16): "
+             "the pull of step k + N goes out before step k computes, so "
+             "round trips overlap N steps of compute. async: a step may "
+             "then miss this worker's own last N + pushes_in_flight - 1 "
+             "updates; sync and ssp keep their bound (the servers hold "
+             "early pulls). 1 with --row_cache_staleness.");
 DEFINE_int32(row_cache_staleness, 0,
              "async: a row pulled for step p is read from this worker's "
              "row cache by steps p..p+S-1 and its gradients are summed and "
@@ -310,6 +317,11 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
         "--pushes_in_flight=", FLAGS_pushes_in_flight, ": must be in [1, 16]"));
   }
   o.pushes_in_flight = FLAGS_pushes_in_flight;
+  if (FLAGS_prefetch_steps < 1 || FLAGS_prefetch_steps > 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefetch_steps=", FLAGS_prefetch_steps, ": must be in [1, 16]"));
+  }
+  o.prefetch_steps = FLAGS_prefetch_steps;
   if (FLAGS_row_cache_staleness < 0 || FLAGS_row_cache_staleness > 1000) {
     return absl::InvalidArgumentError(
         absl::StrCat("--row_cache_staleness=", FLAGS_row_cache_staleness,

@@ -320,6 +320,14 @@ absl::Status Trainer::CreateRowCache() {
         " bounds staleness on the servers, which a worker-side cache would "
         "bypass"));
   }
+  if (options_.prefetch_steps > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--row_cache_staleness=", options_.row_cache_staleness,
+        " needs --prefetch_steps=1 (got ", options_.prefetch_steps,
+        "): the row cache reads a step's rows when its pull is sent, so "
+        "rows the pulls in flight bring back could not serve the steps "
+        "between them"));
+  }
   std::vector<int> dims;
   for (const Model::Table& table : model_->tables()) dims.push_back(table.dim);
   if (dims.empty()) {
@@ -528,13 +536,32 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     return absl::OkStatus();
   };
 
-  if (absl::Status s = Prepare(cur.get(), options_.consistency, true);
+  // Steps whose pulls are in flight, in step order: the front is the step
+  // to compute next; up to --prefetch_steps more follow it.
+  std::deque<std::unique_ptr<Step>> pulling;
+  pulling.push_back(std::move(cur));
+  if (absl::Status s =
+          Prepare(pulling.front().get(), options_.consistency, true);
       !s.ok()) {
     return s;
   }
+  bool data_done = false;
+  // Re-sends the pulls of every step in `pulling` (after a recovery, or with
+  // new step numbers), each once its old pull has ended.
+  auto pull_again = [&]() -> absl::Status {
+    for (auto& step : pulling) {
+      if (step->pull != nullptr) step->pull->Wait().IgnoreError();
+      if (absl::Status s = Prepare(step.get(), options_.consistency, true);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  };
   while (true) {
+    Step* const cur = pulling.front().get();
     absl::Time t = absl::Now();
-    if (absl::Status s = FinishPull(cur.get()); !s.ok()) {
+    if (absl::Status s = FinishPull(cur); !s.ok()) {
       if (!Recoverable(s)) return s;
       for (const auto& step : pushing) {
         if (step->push != nullptr && !step->push->Wait().ok()) {
@@ -543,41 +570,56 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
         }
       }
       pushing.clear();
+      for (auto& step : pulling) {
+        if (step->pull != nullptr) step->pull->Wait().IgnoreError();
+      }
       ++result.recoveries;
       metrics_.Recovery();
       if (absl::Status r = Recover(s, &result); !r.ok()) return r;
-      if (absl::Status r = Prepare(cur.get(), options_.consistency, true);
-          !r.ok()) {
-        return r;
-      }
-      continue;  // pull this step again
+      if (absl::Status r = pull_again(); !r.ok()) return r;
+      continue;  // pull these steps again
     }
     AddPhase(WorkerMetrics::kPull, MillisSince(t), &breakdown.pull);
     if (sync && cur->pull->sync_step() > cur->index) {
-      // The cluster is ahead (this worker restarted): join at its step.
+      // The cluster is ahead (this worker restarted): join at its step; the
+      // steps pulled ahead are renumbered after it and pulled again.
       Log(absl::StrCat("joining at step ", cur->pull->sync_step()));
       cur->index = cur->pull->sync_step();
+      for (size_t i = 1; i < pulling.size(); ++i) {
+        pulling[i]->index = cur->index + static_cast<int64_t>(i);
+      }
+      std::unique_ptr<Step> joined = std::move(pulling.front());
+      pulling.pop_front();
+      if (absl::Status s = pull_again(); !s.ok()) return s;
+      pulling.push_front(std::move(joined));
     }
 
-    // Start the next step's pull now, so it overlaps this step's compute.
+    // Start the pulls of the next steps now, so they overlap this step's
+    // compute (and, with --prefetch_steps > 1, the steps after it).
     t = absl::Now();
-    auto next = std::make_unique<Step>();
-    next->index = cur->index + 1;
-    bool have_next =
-        options_.max_steps <= 0 || next->index < options_.max_steps;
-    if (have_next) {
+    while (!data_done &&
+           static_cast<int>(pulling.size()) <= options_.prefetch_steps) {
+      auto next = std::make_unique<Step>();
+      next->index = pulling.back()->index + 1;
+      if (options_.max_steps > 0 && next->index >= options_.max_steps) {
+        data_done = true;
+        break;
+      }
       absl::StatusOr<bool> got = dataset_->Next(&next->batch);
       if (!got.ok()) return got.status();
-      have_next = *got;
-    }
-    AddPhase(WorkerMetrics::kData, MillisSince(t), &breakdown.data);
-    if (have_next) {
+      if (!*got) {
+        data_done = true;
+        break;
+      }
       if (absl::Status s = model_->Check(next->batch); !s.ok()) return s;
       if (absl::Status s = Prepare(next.get(), options_.consistency, true);
           !s.ok()) {
         return s;
       }
+      pulling.push_back(std::move(next));
     }
+    AddPhase(WorkerMetrics::kData, MillisSince(t), &breakdown.data);
+    const bool last = pulling.size() == 1;
 
     t = absl::Now();
     predictions.resize(cur->batch.size);
@@ -593,13 +635,12 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
     }
     AddPhase(WorkerMetrics::kPush, MillisSince(t), &breakdown.push);
-    if (absl::Status s = StartPush(cur.get()); !s.ok()) return s;
+    if (absl::Status s = StartPush(cur); !s.ok()) return s;
 
     result.steps = cur->index + 1;
     result.examples += cur->batch.size;
     metrics_.StepDone(cur->batch.size, dataset_->stats().epoch);
     interval.Add(cur->batch, predictions.data(), *loss, model_->classes());
-    const bool last = !have_next;
     if (result.steps % options_.log_every_steps == 0 || last) {
       Scalars scalars;
       Log(interval.TakeLine(result, dataset_->stats().epoch, model_->classes(),
@@ -608,7 +649,8 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
                         model_->classes() == 2);
       WriteSummary(result.steps, scalars);
     }
-    pushing.push_back(std::move(cur));
+    pushing.push_back(std::move(pulling.front()));
+    pulling.pop_front();
     if (options_.evaluate && options_.eval_every_steps > 0 && !last &&
         result.steps % options_.eval_every_steps == 0 &&
         !options_.eval.patterns.empty()) {
@@ -627,7 +669,6 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       WriteEvalSummary(result.steps, *eval);
     }
     if (last) break;
-    cur = std::move(next);
   }
   while (!pushing.empty()) {
     if (absl::Status s = finish_oldest_push(); !s.ok()) return s;

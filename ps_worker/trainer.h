@@ -3,9 +3,11 @@
 // Per step: the batch's feature ids are de-duplicated once; one batched
 // pull per PS fetches every embedding row and dense variable the step needs;
 // the towers compute gradients; one batched push per PS sends them. The
-// next batch's pull is started before the current batch is computed, so the
-// network works while the towers do (in async mode the step therefore sees
-// parameters one update old, as with TF's prefetching input pipelines).
+// pulls of the next `prefetch_steps` batches (default 1) are started before
+// the current batch is computed, so the network works while the towers do
+// (in async mode a step therefore sees parameters up to prefetch_steps of
+// this worker's updates old, as with TF's prefetching input pipelines; SYNC
+// and SSP pulls still wait on the servers for their mode's bound).
 //
 // Consistency: ASYNC applies pushes on arrival; SYNC (TF's
 // SyncReplicasOptimizer) makes the PS apply step k once every worker pushed
@@ -56,6 +58,15 @@ struct TrainerOptions {
   // starts before step k computes); SYNC and SSP keep their mode's bound,
   // which the servers enforce on pulls.
   int pushes_in_flight = 1;
+  // Steps whose pulls are started ahead of the step being computed: the
+  // pull of step k + prefetch_steps is sent before step k computes (1: the
+  // next step's only). ASYNC: a step's parameters may then lack this
+  // worker's own updates of its last prefetch_steps + pushes_in_flight - 1
+  // steps. SYNC and SSP: the servers answer a pull only once its mode
+  // allows (step k - 1 applied; every worker within the staleness), so
+  // pulling early changes when the request is sent, not what it reads.
+  // 1 with the row cache (which serves the rows prefetching would fetch).
+  int prefetch_steps = 1;
   // The worker's row cache (row_cache.h): a row pulled for step p is read
   // from the worker's memory by steps p .. p + row_cache_staleness - 1, and
   // their gradients for it are summed there and pushed once (within

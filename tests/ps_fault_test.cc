@@ -75,8 +75,12 @@ TEST(PsFaultTest, KilledPsIsRestartedFromItsCheckpointAndTrainingCompletes) {
   LocalCluster& cluster = **started;
   std::vector<LocalCluster::WorkerRun> runs;
   const std::string worker_log = FreshTestDir("fault_worker") + "/worker_";
+  // With the pulls of 3 steps in flight when PS 1 dies: every one is sent
+  // again after the recovery.
+  std::vector<std::string> args = WorkerArgs();
+  args.push_back("--prefetch_steps=3");
   std::thread worker([&] {
-    runs = cluster.RunWorkers("ps_worker/ps_worker", WorkerArgs(), {0},
+    runs = cluster.RunWorkers("ps_worker/ps_worker", args, {0},
                               absl::Minutes(5), worker_log);
   });
   // Let training run past a periodic checkpoint, then kill PS 1.

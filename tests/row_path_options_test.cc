@@ -263,6 +263,18 @@ TEST(RowPathOptionsTest, ModesTheCacheCannotServeAreRefused) {
               std::string::npos)
         << result.status();
   }
+  {
+    TrainerOptions o = ConstantGradients(*cluster, 5);
+    o.row_cache_staleness = 4;
+    o.prefetch_steps = 2;
+    auto result = Trainer(o).Run();
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(result.status().message().find(
+                  "--row_cache_staleness=4 needs --prefetch_steps=1 (got 2)"),
+              std::string::npos)
+        << result.status();
+  }
   auto bad =
       cluster->RunWorkers("ps_worker/ps_worker",
                           {"--model=lr", absl::StrCat("--train_files=", kVal),

@@ -457,13 +457,15 @@ TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
 }
 
 // --pushes_in_flight=4: the worker sends step k's gradients before step
-// k - 1's push was acknowledged; every push still lands (none lost, every
-// example trained) and the held-out AUC meets the one-at-a-time bound.
+// k - 1's push was acknowledged, and --prefetch_steps=3 sends the pulls of
+// steps k + 1 .. k + 3 before step k computes; every push still lands
+// (none lost, every example trained, none twice) and the held-out AUC
+// meets the one-at-a-time bound.
 TEST(TrainDeepFmTest, PushesInFlightTrainAsWellAndLoseNothing) {
   auto cluster = StartCluster(2, 1);
   ASSERT_NE(cluster, nullptr);
-  auto runs =
-      TrainHeldOut(cluster.get(), "deepfm_in_flight", {"--pushes_in_flight=4"});
+  auto runs = TrainHeldOut(cluster.get(), "deepfm_in_flight",
+                           {"--pushes_in_flight=4", "--prefetch_steps=3"});
   ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
   const std::string& out = runs[0].output;
   EXPECT_EQ(LastMetric(out, "examples"), 32000) << out;
@@ -488,6 +490,14 @@ TEST(TrainDeepFmTest, PushesInFlightTrainAsWellAndLoseNothing) {
                           {0}, absl::Minutes(1));
   EXPECT_EQ(bad[0].exit_code, 2);
   EXPECT_NE(bad[0].output.find("--pushes_in_flight=0: must be in [1, 16]"),
+            std::string::npos)
+      << bad[0].output;
+  bad = cluster->RunWorkers(kWorker,
+                            {"--model=lr", absl::StrCat("--train_files=", kVal),
+                             "--prefetch_steps=17"},
+                            {0}, absl::Minutes(1));
+  EXPECT_EQ(bad[0].exit_code, 2);
+  EXPECT_NE(bad[0].output.find("--prefetch_steps=17: must be in [1, 16]"),
             std::string::npos)
       << bad[0].output;
 }
@@ -570,10 +580,42 @@ TEST(TrainDeepFmTest, MissingSyncWorkerIsNamedNotAwaitedForever) {
       << runs[0].output;
 }
 
+// SSP, staleness 2, worker 1 never starting: the servers answer worker 0's
+// pull of step t only while t - 2 <= 0 (worker 1's clock), so worker 0
+// pushes steps 0, 1 and 2 and no more, then names worker 1 -- the same with
+// the pulls of 4 steps sent ahead as with 1: pulling early changes when a
+// pull is sent, not what the bound lets it read.
+TEST(TrainDeepFmTest, PullsSentAheadKeepTheSspBound) {
+  for (const int prefetch_steps : {1, 4}) {
+    SCOPED_TRACE(absl::StrCat("--prefetch_steps=", prefetch_steps));
+    auto cluster = StartCluster(1, 2);
+    ASSERT_NE(cluster, nullptr);
+    auto runs = cluster->RunWorkers(
+        kWorker,
+        {"--model=deepfm", absl::StrCat("--train_files=", kVal),
+         "--vocab=117581", "--mode=ssp", "--staleness=2",
+         "--sync_timeout_secs=3",
+         absl::StrCat("--prefetch_steps=", prefetch_steps)},
+        {0}, absl::Minutes(2));
+    EXPECT_NE(runs[0].exit_code, 0);
+    EXPECT_NE(runs[0].output.find("DEADLINE_EXCEEDED"), std::string::npos)
+        << runs[0].output;
+    EXPECT_NE(runs[0].output.find("worker 1"), std::string::npos)
+        << runs[0].output;
+    auto client = Client::Connect(cluster->MakeClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto stats = (*client)->Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ((*stats)[0].push_requests(), 3) << (*stats)[0].ShortDebugString();
+  }
+}
+
 // One worker, one tower, sync mode: each step reads the parameters the
 // previous step wrote, so the result must equal a plain in-process loop
-// that applies the same updates with the same optimizer code.
-TEST(TrainDeepFmTest, SyncTrainingEqualsAnInProcessReference) {
+// that applies the same updates with the same optimizer code -- also with
+// the pulls of `prefetch_steps` steps sent ahead (the servers hold each
+// until the step before it was applied).
+void ExpectSyncTrainingEqualsAnInProcessReference(int prefetch_steps) {
   auto cluster = StartCluster(2, 1);
   ASSERT_NE(cluster, nullptr);
   TrainerOptions o;
@@ -594,6 +636,7 @@ TEST(TrainDeepFmTest, SyncTrainingEqualsAnInProcessReference) {
   o.consistency.set_timeout_seconds(30);
   o.max_steps = 30;
   o.log_every_steps = 10;
+  o.prefetch_steps = prefetch_steps;
   Trainer trainer(o);
   auto result = trainer.Run();
   ASSERT_TRUE(result.ok()) << result.status();
@@ -693,9 +736,17 @@ TEST(TrainDeepFmTest, SyncTrainingEqualsAnInProcessReference) {
                                    std::fabs(got[i] - vars[t.name].values[i]));
     }
   }
-  std::cout << "max |cluster - reference| after 30 sync steps: " << max_error
-            << "\n";
+  std::cout << "max |cluster - reference| after 30 sync steps, "
+            << prefetch_steps << " step(s) pulled ahead: " << max_error << "\n";
   EXPECT_LE(max_error, 1e-5);
+}
+
+TEST(TrainDeepFmTest, SyncTrainingEqualsAnInProcessReference) {
+  ExpectSyncTrainingEqualsAnInProcessReference(1);
+}
+
+TEST(TrainDeepFmTest, SyncTrainingWithPullsAheadEqualsTheReference) {
+  ExpectSyncTrainingEqualsAnInProcessReference(3);
 }
 
 }  // namespace
