@@ -77,9 +77,14 @@ DEFINE_bool(skip_bad_records, false, "Skip and count malformed records.");
 DEFINE_int32(batch_size, 512, "Examples per step (split over the towers).");
 DEFINE_int32(shuffle_buffer, 10000, "Examples held for shuffling (0: none).");
 DEFINE_string(cache, "none",
-              "none, or memory: keep this worker's parsed training examples "
+              "none; memory: keep this worker's parsed training examples "
               "after the first epoch and read no file in later ones (as "
-              "tf.data's cache(); needs the memory their columns take).");
+              "tf.data's cache(); needs the memory their columns take); or "
+              "a directory: keep them in a file there instead (as "
+              "cache(filename)), which later epochs and later runs over the "
+              "same inputs read instead of parsing (named by a hash of the "
+              "files, their sizes and times and the reader flags; delete "
+              "old ones yourself).");
 DEFINE_int32(reader_threads, 0,
              "Threads parsing input records while one reads, shards and "
              "batches them (same examples, same order for any count); 1: "
@@ -290,11 +295,12 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
         absl::StrCat("--reader_threads=", FLAGS_reader_threads,
                      ": must be in [0, 256] (0: from the cores)"));
   }
-  if (FLAGS_cache != "none" && FLAGS_cache != "memory") {
+  if (FLAGS_cache.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--cache=", FLAGS_cache,
-                     ": expected none or memory (a disk cache is not built "
-                     "yet)"));
+        "--cache is empty: none, memory or a directory");
+  }
+  if (FLAGS_cache != "none" && FLAGS_cache != "memory") {
+    o.train.cache_dir = FLAGS_cache;
   }
   o.train.cache_in_memory = FLAGS_cache == "memory";
   o.train.reader_threads =

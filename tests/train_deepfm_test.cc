@@ -502,6 +502,50 @@ TEST(TrainDeepFmTest, PushesInFlightTrainAsWellAndLoseNothing) {
       << bad[0].output;
 }
 
+// --cache=DIR: the first run's first epoch writes the worker's parsed
+// examples there and its later epochs read them back; a second run over the
+// same files parses nothing. Both train every example of every epoch to the
+// held-out bound.
+TEST(TrainDeepFmTest, DiskCacheServesLaterEpochsAndLaterRuns) {
+  auto cluster = StartCluster(1, 1);
+  ASSERT_NE(cluster, nullptr);
+  const std::string dir = FreshTestDir("disk_cache_runs");
+  ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
+                             dir + "/eval.tfrecords")
+                  .ok());
+  const std::vector<std::string> args = {
+      "--model=deepfm",
+      absl::StrCat("--train_files=", dir, "/train.tfrecords"),
+      absl::StrCat("--eval_files=", dir, "/eval.tfrecords"),
+      "--vocab=117581",
+      "--epochs=3",
+      "--batch_size=256",
+      absl::StrCat("--cache=", dir, "/cache")};
+  std::vector<double> aucs;
+  for (int run = 0; run < 2; ++run) {
+    auto runs = cluster->RunWorkers(kWorker, args, {0}, absl::Minutes(5));
+    ASSERT_EQ(runs[0].exit_code, 0) << runs[0].output;
+    const std::string& out = runs[0].output;
+    EXPECT_EQ(LastMetric(out, "examples"), 24000) << out;
+    EXPECT_NE(out.find(run == 0 ? "dataset: cached 8000 examples in " + dir
+                                : "dataset: reading 8000 examples from " + dir),
+              std::string::npos)
+        << out;
+    aucs.push_back(LastMetric(out, "eval_auc"));
+    EXPECT_GT(aucs.back(), 0.68) << out;
+  }
+  std::cout << "held-out AUC: run 1 (cache written) " << aucs[0]
+            << ", run 2 (cache read) " << aucs[1] << "\n";
+
+  auto bad = cluster->RunWorkers(
+      kWorker, {"--model=lr", absl::StrCat("--train_files=", kVal), "--cache="},
+      {0}, absl::Minutes(1));
+  EXPECT_EQ(bad[0].exit_code, 2);
+  EXPECT_NE(bad[0].output.find("--cache is empty: none, memory or a directory"),
+            std::string::npos)
+      << bad[0].output;
+}
+
 TEST(TrainDeepFmTest, BadInputIsReportedWithFileAndRecord) {
   auto cluster = StartCluster(1, 1);
   ASSERT_NE(cluster, nullptr);

@@ -1,8 +1,11 @@
 #include "ps_worker/data/dataset.h"
 
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -57,12 +60,15 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Create(
   if (options.parse_chunk_records < 1) {
     return absl::InvalidArgumentError("parse chunk records must be >= 1");
   }
-  if (options.cache_in_memory) {
+  if (options.cache_in_memory && !options.cache_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "cache the examples in memory or in a directory, not both");
+  }
+  if (options.cache_in_memory || !options.cache_dir.empty()) {
     for (const std::string& p : options.patterns) {
       if (absl::StrContains(p, "{epoch}")) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cannot cache '", p,
-                         "' in memory: each epoch reads its own files"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cannot cache '", p, "': each epoch reads its own files"));
       }
     }
   }
@@ -105,7 +111,38 @@ void Dataset::Produce() {
   // Filled during the first epoch, used from the second on.
   Batch cache;
   bool cached = false;
-  for (int epoch = 0; options_.epochs == 0 || epoch < options_.epochs;
+  // cache_dir: the complete cache file (from an earlier dataset over the
+  // same inputs, or written by the first epoch), read by every later epoch.
+  std::unique_ptr<ExampleCacheReader> cache_file;
+  std::string cache_key;
+  if (!options_.cache_dir.empty()) {
+    std::mt19937_64 unused;
+    if (auto files = EpochFiles(0, &unused); files.ok()) {
+      first_epoch_files_ = files->size();
+    }
+    absl::StatusOr<std::string> key = CacheKey();
+    status = key.status();
+    if (key.ok()) {
+      cache_key = *std::move(key);
+      const std::string path = ExampleCachePath(options_.cache_dir, cache_key);
+      auto opened = ExampleCacheReader::Open(path, cache_key, true);
+      if (opened.ok()) {
+        cache_file = *std::move(opened);
+        LOG(INFO) << "dataset: reading " << cache_file->examples()
+                  << " examples from " << path
+                  << ", cached by an earlier run over the same inputs";
+        absl::MutexLock lock(&mu_);
+        stats_.cached_examples = cache_file->examples();
+        stats_.cached_bytes = cache_file->bytes();
+      } else if (!absl::IsNotFound(opened.status())) {
+        LOG(WARNING) << "dataset: not using the example cache: "
+                     << opened.status().message()
+                     << "; reading the input files (and caching them anew)";
+      }
+    }
+  }
+  for (int epoch = 0;
+       status.ok() && (options_.epochs == 0 || epoch < options_.epochs);
        ++epoch) {
     {
       absl::MutexLock lock(&mu_);
@@ -113,13 +150,54 @@ void Dataset::Produce() {
       if (stopping_) break;
     }
     if (cached) {
-      status = ProduceEpochFromCache(epoch, cache);
+      int i = 0;
+      status = ProduceEpochFromCache(epoch, [&](Example* e) {
+        if (i == cache.size) return absl::StatusOr<bool>(false);
+        e->label = cache.labels[i];
+        e->ids.assign(cache.ids.begin() + cache.offsets[i],
+                      cache.ids.begin() + cache.offsets[i + 1]);
+        e->values.assign(cache.values.begin() + cache.offsets[i],
+                         cache.values.begin() + cache.offsets[i + 1]);
+        const size_t d = static_cast<size_t>(cache.dense_dim);
+        e->dense.assign(cache.dense.begin() + i * d,
+                        cache.dense.begin() + (i + 1) * d);
+        ++i;
+        return absl::StatusOr<bool>(true);
+      });
+    } else if (cache_file != nullptr) {
+      status = cache_file->Rewind();
+      if (status.ok()) {
+        status = ProduceEpochFromCache(
+            epoch, [&](Example* e) { return cache_file->Next(e); });
+      }
     } else {
+      std::unique_ptr<ExampleCacheWriter> writer;
+      if (!cache_key.empty() && !uncacheable_) {
+        auto created = ExampleCacheWriter::Create(
+            ExampleCachePath(options_.cache_dir, cache_key), cache_key);
+        if (created.ok()) {
+          writer = *std::move(created);
+        } else {
+          LOG(WARNING) << "dataset: not caching the examples: "
+                       << created.status().message()
+                       << "; every epoch reads the files";
+          uncacheable_ = true;
+        }
+      }
       status = ProduceEpoch(epoch, pool.get(),
-                            options_.cache_in_memory ? &cache : nullptr);
-      if (status.ok() && options_.cache_in_memory && !uncacheable_) {
+                            options_.cache_in_memory ? &cache : nullptr,
+                            writer != nullptr ? &writer : nullptr);
+      bool complete = false;
+      {
         absl::MutexLock lock(&mu_);
-        cached = !stopping_;
+        complete = status.ok() && !stopping_;
+      }
+      if (complete && writer != nullptr) {
+        cache_file = FinishCacheFile(std::move(writer));
+      }
+      if (complete && options_.cache_in_memory && !uncacheable_) {
+        absl::MutexLock lock(&mu_);
+        cached = true;
         stats_.cached_examples = cache.size;
         stats_.cached_bytes =
             static_cast<int64_t>(cache.labels.capacity() * sizeof(float) +
@@ -132,11 +210,65 @@ void Dataset::Produce() {
                   << " MiB); later epochs read no file";
       }
     }
-    if (!status.ok()) break;
   }
   absl::MutexLock lock(&mu_);
   error_ = status;
   done_ = true;
+}
+
+std::unique_ptr<ExampleCacheReader> Dataset::FinishCacheFile(
+    std::unique_ptr<ExampleCacheWriter> writer) {
+  const int64_t examples = writer->examples();
+  absl::Status s = writer->Finish();
+  const std::string path = writer->path();
+  writer.reset();
+  absl::StatusOr<std::unique_ptr<ExampleCacheReader>> opened =
+      s.ok() ? ExampleCacheReader::Open(path, *CacheKey(), false)
+             : absl::StatusOr<std::unique_ptr<ExampleCacheReader>>(s);
+  if (!opened.ok()) {
+    LOG(WARNING) << "dataset: not caching the examples: "
+                 << opened.status().message()
+                 << "; every epoch reads the files";
+    uncacheable_ = true;
+    return nullptr;
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.cached_examples = examples;
+  stats_.cached_bytes = (*opened)->bytes();
+  LOG(INFO) << "dataset: cached " << examples << " examples in " << path << " ("
+            << stats_.cached_bytes / (1 << 20)
+            << " MiB); later epochs read no input file";
+  return *std::move(opened);
+}
+
+absl::StatusOr<std::string> Dataset::CacheKey() const {
+  const ReaderOptions& r = options_.reader;
+  std::string key = absl::StrCat(
+      "psrt example cache 1\nformat=", r.format, " label=", r.label_field,
+      " ids=", r.ids_field, " values=", r.values_field,
+      " dense=", r.dense_field,
+      " categorical=", absl::StrJoin(r.columns.categorical, ","),
+      " dense_columns=", absl::StrJoin(r.columns.dense, ","),
+      " csv_schema=", r.csv_schema, " criteo_buckets=", r.criteo_buckets,
+      " skip_bad_records=", r.skip_bad_records, "\nshard_by=",
+      options_.shard_by == DatasetOptions::ShardBy::kFile ? "file" : "record",
+      " shards=", options_.num_shards, " shard=", options_.shard_index,
+      // The first epoch's file order, which the cache keeps.
+      " file_order_seed=", options_.shuffle_buffer > 0 ? options_.seed : 0,
+      "\n");
+  absl::StatusOr<std::vector<std::string>> files =
+      ExpandPatterns(options_.patterns, 0);
+  if (!files.ok()) return files.status();
+  for (const std::string& path : *files) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
+    }
+    absl::StrAppend(&key, path, " ", st.st_size, " ", st.st_mtim.tv_sec, ".",
+                    st.st_mtim.tv_nsec, "\n");
+  }
+  return key;
 }
 
 namespace {
@@ -196,7 +328,8 @@ class EpochBatcher {
 
 }  // namespace
 
-absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
+absl::StatusOr<std::vector<std::string>> Dataset::EpochFiles(
+    int epoch, std::mt19937_64* rng) {
   absl::StatusOr<std::vector<std::string>> files =
       ExpandPatterns(options_.patterns, epoch);
   if (!files.ok()) return files.status();
@@ -214,9 +347,18 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
     }
     *files = std::move(mine);
   }
-  std::mt19937_64 rng(options_.seed * 1000003 + epoch);
   if (options_.shuffle_buffer > 0)
-    std::shuffle(files->begin(), files->end(), rng);
+    std::shuffle(files->begin(), files->end(), *rng);
+  return files;
+}
+
+absl::Status Dataset::ProduceEpoch(
+    int epoch, ParsePool* pool, Batch* cache,
+    std::unique_ptr<ExampleCacheWriter>* cache_file) {
+  std::mt19937_64 rng(options_.seed * 1000003 + epoch);
+  absl::StatusOr<std::vector<std::string>> files = EpochFiles(epoch, &rng);
+  if (!files.ok()) return files.status();
+  if (epoch == 0) first_epoch_files_ = files->size();
 
   EpochBatcher batcher(options_, &rng,
                        [this](Batch b) { return Emit(std::move(b)); });
@@ -241,6 +383,14 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
         uncacheable_ = true;
       } else {
         cache->Add(e);
+      }
+    }
+    if (cache_file != nullptr && *cache_file != nullptr) {
+      if (absl::Status s = (*cache_file)->Add(e); !s.ok()) {
+        LOG(WARNING) << "dataset: not caching the examples: " << s.message()
+                     << "; every epoch reads the files";
+        cache_file->reset();  // removes its partial file
+        uncacheable_ = true;
       }
     }
     return batcher.Add(std::move(e));
@@ -334,21 +484,25 @@ absl::Status Dataset::ProduceEpoch(int epoch, ParsePool* pool, Batch* cache) {
   return absl::OkStatus();
 }
 
-absl::Status Dataset::ProduceEpochFromCache(int epoch, const Batch& cache) {
+absl::Status Dataset::ProduceEpochFromCache(
+    int epoch, const std::function<absl::StatusOr<bool>(Example*)>& next) {
   std::mt19937_64 rng(options_.seed * 1000003 + epoch);
+  // The random numbers an epoch read from files spends on their order
+  // first: a cached epoch 0 (an earlier run's cache) is then batched
+  // exactly as the files' epoch 0 was.
+  if (options_.shuffle_buffer > 0) {
+    std::vector<size_t> files(first_epoch_files_);
+    std::shuffle(files.begin(), files.end(), rng);
+  }
   EpochBatcher batcher(options_, &rng,
                        [this](Batch b) { return Emit(std::move(b)); });
   Example e;
-  for (int i = 0; i < cache.size; ++i) {
-    e.label = cache.labels[i];
-    e.ids.assign(cache.ids.begin() + cache.offsets[i],
-                 cache.ids.begin() + cache.offsets[i + 1]);
-    e.values.assign(cache.values.begin() + cache.offsets[i],
-                    cache.values.begin() + cache.offsets[i + 1]);
-    e.dense.assign(
-        cache.dense.begin() + static_cast<size_t>(i) * cache.dense_dim,
-        cache.dense.begin() + static_cast<size_t>(i + 1) * cache.dense_dim);
-    if ((i & 1023) == 0) {
+  int64_t produced = 0;
+  while (true) {
+    absl::StatusOr<bool> more = next(&e);
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    if ((produced++ & 1023) == 0) {
       absl::MutexLock lock(&mu_);
       if (stopping_) return absl::OkStatus();
     }
@@ -356,7 +510,7 @@ absl::Status Dataset::ProduceEpochFromCache(int epoch, const Batch& cache) {
   }
   {
     absl::MutexLock lock(&mu_);
-    stats_.examples_from_cache += cache.size;
+    stats_.examples_from_cache += produced;
   }
   batcher.Finish();
   return absl::OkStatus();

@@ -16,7 +16,9 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "ps_worker/data/example.h"
+#include "ps_worker/data/example_cache_file.h"
 #include "ps_worker/data/parse_pool.h"
 #include "ps_worker/data/record_reader.h"
 
@@ -65,6 +68,15 @@ struct DatasetOptions {
   // without opening a file, in the first epoch's file order. Not with
   // "{epoch}" patterns (each epoch has files of its own).
   bool cache_in_memory = false;
+  // Keeps them in a file in this directory instead (example_cache_file.h;
+  // as tf.data's cache(filename)): written during the first complete epoch,
+  // read by later epochs and by later datasets over the same inputs (files
+  // with their sizes and times, reader, sharding and, when shuffling, the
+  // seed: the file is named by a hash of them). A cache that cannot be
+  // written (disk full) is dropped with a warning and the files are read;
+  // a damaged one from an earlier run is rebuilt. Not with cache_in_memory
+  // or "{epoch}" patterns.
+  std::string cache_dir;
 };
 
 class Dataset {
@@ -83,8 +95,8 @@ class Dataset {
     int64_t records = 0;      // records of this shard read from files
     int64_t bad_records = 0;  // skipped with skip_bad_records
     int epoch = 0;
-    int64_t cached_examples = 0;      // held by cache_in_memory
-    int64_t cached_bytes = 0;         // their columns' size
+    int64_t cached_examples = 0;      // held by the cache
+    int64_t cached_bytes = 0;         // their columns' (or file's) size
     int64_t examples_from_cache = 0;  // produced from the cache
   };
   Stats stats() const;
@@ -96,11 +108,25 @@ class Dataset {
  private:
   explicit Dataset(DatasetOptions options) : options_(std::move(options)) {}
   void Produce();
-  // `pool`: where records are parsed (null: on this thread). `cache`: where
-  // the epoch's examples are also appended (null: nowhere).
-  absl::Status ProduceEpoch(int epoch, ParsePool* pool, Batch* cache);
-  // Shuffles and batches the cached examples as an epoch read from files.
-  absl::Status ProduceEpochFromCache(int epoch, const Batch& cache);
+  // `pool`: where records are parsed (null: on this thread). `cache`,
+  // `cache_file`: where the epoch's examples are also appended (null:
+  // nowhere; a writer that fails is reset, with a warning).
+  absl::Status ProduceEpoch(int epoch, ParsePool* pool, Batch* cache,
+                            std::unique_ptr<ExampleCacheWriter>* cache_file);
+  // Shuffles and batches the cached examples (`next` yields them in the
+  // first epoch's order) as an epoch read from the files in that order.
+  absl::Status ProduceEpochFromCache(
+      int epoch, const std::function<absl::StatusOr<bool>(Example*)>& next);
+  // What the examples of the cache_dir file are parsed from (its key).
+  absl::StatusOr<std::string> CacheKey() const;
+  // This shard's files of `epoch`, in the order it reads them (`rng` as
+  // that epoch's: shuffled when shuffling).
+  absl::StatusOr<std::vector<std::string>> EpochFiles(int epoch,
+                                                      std::mt19937_64* rng);
+  // After a complete first epoch: the cache file `writer` filled, finished
+  // and opened for the later epochs (null, with a warning, if it failed).
+  std::unique_ptr<ExampleCacheReader> FinishCacheFile(
+      std::unique_ptr<ExampleCacheWriter> writer);
   // Queues a batch; false if the consumer went away.
   bool Emit(Batch batch);
 
@@ -114,6 +140,7 @@ class Dataset {
   Stats stats_ ABSL_GUARDED_BY(mu_);
   int64_t logged_bad_records_ = 0;  // producer thread only
   bool uncacheable_ = false;        // producer thread only
+  size_t first_epoch_files_ = 0;    // producer thread only
 };
 
 }  // namespace psrt

@@ -1,5 +1,6 @@
 #include "ps_worker/data/dataset.h"
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -323,6 +324,118 @@ TEST(DatasetTest, MemoryCacheServesLaterEpochsWithoutReadingFiles) {
   }
 
   o.patterns = {::testing::TempDir() + "/cache{epoch}.txt"};
+  EXPECT_EQ(Dataset::Create(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+int FilesIn(const std::string& dir) {
+  if (!std::filesystem::exists(dir)) return 0;
+  return static_cast<int>(
+      std::distance(std::filesystem::directory_iterator(dir),
+                    std::filesystem::directory_iterator()));
+}
+
+// A cache directory: the first complete epoch writes this shard's examples
+// to a file there; later epochs, and a later dataset over the same inputs,
+// read that file instead of parsing -- batched exactly as the files were
+// (epoch 0 of a later run included, shuffled or not). Changed inputs are
+// not served from it, a damaged cache is rebuilt, an unfinished epoch or an
+// unwritable directory leaves no cache and loses no example.
+TEST(DatasetTest, DiskCacheServesLaterEpochsAndLaterRunsAsTheFilesWould) {
+  const std::vector<std::string> files = WriteFiles("disk", 3, 40);
+  for (int shuffle : {0, 25}) {
+    SCOPED_TRACE(absl::StrCat("shuffle ", shuffle));
+    const std::string dir =
+        absl::StrCat(::testing::TempDir(), "/disk_cache_", shuffle);
+    std::filesystem::remove_all(dir);
+    DatasetOptions o;
+    o.patterns = {::testing::TempDir() + "/disk*.txt"};
+    o.batch_size = 16;
+    o.epochs = 3;
+    o.num_shards = 2;
+    o.shard_index = 1;
+    o.shuffle_buffer = shuffle;
+    o.reader_threads = 2;
+    const Drained plain = DrainAll(o);
+    ASSERT_TRUE(plain.status.ok()) << plain.status;
+    o.cache_dir = dir;
+    const Drained first = DrainAll(o);
+    ASSERT_TRUE(first.status.ok()) << first.status;
+    EXPECT_EQ(first.stats.records, 60);  // the first epoch only
+    EXPECT_EQ(first.stats.cached_examples, 60);
+    EXPECT_EQ(first.stats.examples_from_cache, 120);
+    EXPECT_GT(first.stats.cached_bytes, 60 * (4 + 8 + 4 + 4));
+    EXPECT_EQ(FilesIn(dir), 1);
+    if (shuffle == 0) {
+      ExpectSameBatchesButStats(plain, first);
+    } else {
+      // Epoch 0 came from the files in both (4 batches of 16, 60 examples).
+      for (int b = 0; b < 4; ++b) {
+        EXPECT_EQ(plain.batches[b].labels, first.batches[b].labels);
+      }
+    }
+
+    // A later run over the same inputs parses nothing.
+    const Drained second = DrainAll(o);
+    ExpectSameBatchesButStats(first, second);
+    EXPECT_EQ(second.stats.records, 0);
+    EXPECT_EQ(second.stats.examples_from_cache, 180);
+
+    // Damage is found when the cache is opened: rebuilt from the files.
+    const std::string cache = std::filesystem::directory_iterator(dir)->path();
+    {
+      std::fstream f(cache, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(40);
+      f.put('\x7f');
+    }
+    const Drained rebuilt = DrainAll(o);
+    ExpectSameBatchesButStats(first, rebuilt);
+    EXPECT_EQ(rebuilt.stats.records, 60);
+    EXPECT_EQ(DrainAll(o).stats.records, 0);  // and whole again
+    EXPECT_EQ(FilesIn(dir), 1);
+
+    // An epoch left unfinished writes no cache (nor leaves a partial one).
+    const std::string unfinished = dir + "_unfinished";
+    std::filesystem::remove_all(unfinished);
+    {
+      DatasetOptions u = o;
+      u.cache_dir = unfinished;
+      u.batch_size = 1;  // the producer waits with most of the epoch unread
+      u.prefetch_batches = 1;
+      auto d = Dataset::Create(u);
+      ASSERT_TRUE(d.ok()) << d.status();
+      Batch b;
+      ASSERT_TRUE(*(*d)->Next(&b));
+    }
+    EXPECT_EQ(FilesIn(unfinished), 0);
+
+    // A directory that cannot be made: a warning, and every epoch reads
+    // the files.
+    DatasetOptions bad = o;
+    bad.cache_dir = files[0] + "/cache";  // under a regular file
+    const Drained unwritable = DrainAll(bad);
+    ASSERT_TRUE(unwritable.status.ok()) << unwritable.status;
+    EXPECT_EQ(unwritable.stats.records, 180);
+    ExpectSameBatchesButStats(plain, unwritable);
+  }
+
+  // Changed input: a new cache, not the old one's examples.
+  const std::string dir = ::testing::TempDir() + "/disk_cache_0";
+  std::ofstream(files[2], std::ios::app) << "500 500:1\n";
+  DatasetOptions o;
+  o.patterns = {::testing::TempDir() + "/disk*.txt"};
+  o.batch_size = 16;
+  o.cache_dir = dir;
+  const Drained changed = DrainAll(o);
+  EXPECT_EQ(changed.stats.records, 121);
+  EXPECT_EQ(changed.batches.back().labels.back(), 500);
+  EXPECT_EQ(FilesIn(dir), 2);
+
+  o.patterns = {::testing::TempDir() + "/disk{epoch}.txt"};
+  EXPECT_EQ(Dataset::Create(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.patterns = {files[0]};
+  o.cache_in_memory = true;
   EXPECT_EQ(Dataset::Create(o).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

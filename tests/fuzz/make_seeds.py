@@ -52,6 +52,26 @@ def write(target, name, data):
         f.write(data)
 
 
+def example_cache(key, chunks):
+    """A ps_worker --cache=DIR file (ps_worker/data/example_cache_file.h):
+    `chunks` lists chunks, each a list of (label, ids, values, dense)."""
+    out = b"PSRTEXC1" + struct.pack("<I", len(key)) + key
+    examples = 0
+    for chunk in chunks:
+        ids = [i for e in chunk for i in e[1]]
+        values = [v for e in chunk for v in e[2]]
+        dense = [d for e in chunk for d in e[3]]
+        payload = struct.pack(f"<{len(chunk)}f", *[e[0] for e in chunk])
+        payload += struct.pack(f"<{len(chunk)}I", *[len(e[1]) for e in chunk])
+        payload += struct.pack(f"<{len(chunk)}I", *[len(e[3]) for e in chunk])
+        payload += struct.pack(f"<{len(ids)}q", *ids)
+        payload += struct.pack(f"<{len(values)}f", *values)
+        payload += struct.pack(f"<{len(dense)}f", *dense)
+        out += struct.pack("<4I", len(chunk), len(ids), len(dense), crc32c(payload)) + payload
+        examples += len(chunk)
+    return out + b"PSRTEND1" + struct.pack("<2Q", examples, len(chunks))
+
+
 def main():
     gen = tempfile.mkdtemp()
     subprocess.run(["protoc", f"-I{ROOT}", f"--python_out={gen}", "proto/ps.proto"], check=True)
@@ -219,6 +239,19 @@ def main():
     )
     with open(os.path.join(ROOT, "testdata/adult/adult.data"), "rb") as f:
         write("record_reader_fuzzer", "adult_csv", b"\x03" + f.readline() + f.readline())
+    # example_cache_fuzzer: a cache file written for the key "fuzz".
+    write(
+        "example_cache_fuzzer",
+        "two_chunks",
+        example_cache(
+            b"fuzz",
+            [
+                [(1.0, [3, 1 << 40], [1.0, 0.5], [0.25]), (0.0, [], [], [])],
+                [(1.0, [7], [2.0], [1.0, 2.0])],
+            ],
+        ),
+    )
+    write("example_cache_fuzzer", "empty", example_cache(b"fuzz", []))
     print(f"seeds written under {CORPUS}")
 
 

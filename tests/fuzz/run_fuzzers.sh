@@ -17,7 +17,7 @@ shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(request_fuzzer unary_request_fuzzer checkpoint_files_fuzzer
-           s3_response_fuzzer record_reader_fuzzer)
+           s3_response_fuzzer record_reader_fuzzer example_cache_fuzzer)
 fi
 out=out/fuzz
 mkdir -p "$out/gen" "$out/obj" "$out/crashes"
@@ -59,7 +59,7 @@ sources=(
   ps_worker/data/input_file.cc ps_worker/data/record_reader.cc
   ps_worker/data/libsvm_reader.cc ps_worker/data/tfrecord_reader.cc
   ps_worker/data/criteo_tsv_reader.cc ps_worker/data/csv_reader.cc
-  ps_worker/data/idx_reader.cc
+  ps_worker/data/idx_reader.cc ps_worker/data/example_cache_file.cc
 )
 objects=()
 pids=()
