@@ -63,6 +63,17 @@ std::vector<LocalCluster::WorkerRun> TrainHeldOut(
   return cluster->RunWorkers(kWorker, args, {0}, absl::Minutes(5));
 }
 
+// ps_worker given `flag` (with an LR model on the SageMaker records) exits
+// with 2 and says `message`.
+void ExpectFlagRefused(LocalCluster* cluster, const std::string& flag,
+                       const std::string& message) {
+  auto bad = cluster->RunWorkers(
+      kWorker, {"--model=lr", absl::StrCat("--train_files=", kVal), flag}, {0},
+      absl::Minutes(1));
+  EXPECT_EQ(bad[0].exit_code, 2) << flag;
+  EXPECT_NE(bad[0].output.find(message), std::string::npos) << bad[0].output;
+}
+
 // --eval_every_steps: worker 0 evaluates every N steps and at the end.
 TEST(TrainDeepFmTest, EvaluatesEveryNSteps) {
   auto cluster = StartCluster(1, 1);
@@ -483,23 +494,10 @@ TEST(TrainDeepFmTest, PushesInFlightTrainAsWellAndLoseNothing) {
     EXPECT_EQ(s.rejected_pushes(), 0);
   }
 
-  auto bad =
-      cluster->RunWorkers(kWorker,
-                          {"--model=lr", absl::StrCat("--train_files=", kVal),
-                           "--pushes_in_flight=0"},
-                          {0}, absl::Minutes(1));
-  EXPECT_EQ(bad[0].exit_code, 2);
-  EXPECT_NE(bad[0].output.find("--pushes_in_flight=0: must be in [1, 16]"),
-            std::string::npos)
-      << bad[0].output;
-  bad = cluster->RunWorkers(kWorker,
-                            {"--model=lr", absl::StrCat("--train_files=", kVal),
-                             "--prefetch_steps=17"},
-                            {0}, absl::Minutes(1));
-  EXPECT_EQ(bad[0].exit_code, 2);
-  EXPECT_NE(bad[0].output.find("--prefetch_steps=17: must be in [1, 16]"),
-            std::string::npos)
-      << bad[0].output;
+  ExpectFlagRefused(cluster.get(), "--pushes_in_flight=0",
+                    "--pushes_in_flight=0: must be in [1, 16]");
+  ExpectFlagRefused(cluster.get(), "--prefetch_steps=17",
+                    "--prefetch_steps=17: must be in [1, 16]");
 }
 
 // --cache=DIR: the first run's first epoch writes the worker's parsed
@@ -537,13 +535,8 @@ TEST(TrainDeepFmTest, DiskCacheServesLaterEpochsAndLaterRuns) {
   std::cout << "held-out AUC: run 1 (cache written) " << aucs[0]
             << ", run 2 (cache read) " << aucs[1] << "\n";
 
-  auto bad = cluster->RunWorkers(
-      kWorker, {"--model=lr", absl::StrCat("--train_files=", kVal), "--cache="},
-      {0}, absl::Minutes(1));
-  EXPECT_EQ(bad[0].exit_code, 2);
-  EXPECT_NE(bad[0].output.find("--cache is empty: none, memory or a directory"),
-            std::string::npos)
-      << bad[0].output;
+  ExpectFlagRefused(cluster.get(), "--cache=",
+                    "--cache is empty: none, memory or a directory");
 }
 
 TEST(TrainDeepFmTest, BadInputIsReportedWithFileAndRecord) {
