@@ -78,10 +78,13 @@ def test_partition_of_one_host_recovers(data, tmp_path):
         data,
         3,
         ["--netns=psrtt2", "--netns_subnet=10.79.0"],
-        ["--epochs=0", "--max_steps=500", "--ps_recovery_secs=120"],
+        # 200 steps of 256 per worker: 2.6 passes over each worker's 20,000
+        # examples (the 3-host test's 2 epochs reach 0.81; 500 steps, 6.4
+        # passes, overfit to 0.75-0.80 depending on who waited when).
+        ["--epochs=0", "--max_steps=200", "--ps_recovery_secs=120"],
     )
     try:
-        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=100 ")
+        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=40 ")
         net.set_link(2, up=False)  # algo-3: its PS and worker cut off
         time.sleep(20)  # > keepalive 10 s + 5 s: calls fail, clients retry
         net.set_link(2, up=True)
@@ -94,10 +97,10 @@ def test_partition_of_one_host_recovers(data, tmp_path):
     logs = "".join(read(os.path.join(tmp_path, f"worker_{w}.log")) for w in range(3))
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
     assert recoveries >= 1, logs[-3000:]
-    assert all(int(r[0]) == 500 for r in rows)
+    assert all(int(r[0]) == 200 for r in rows)
     auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
     print(f"eval AUC after the partition {auc:.4f}")
-    assert auc > 0.75
+    assert auc > 0.78  # 0.808-0.812 in 4 runs here
 
 
 def test_killed_worker_is_restarted_and_rejoins(data, tmp_path):
