@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -14,10 +15,14 @@
 namespace psrt {
 namespace {
 
-constexpr char kHeaderMagic[] = "PSRTEXC1";
+constexpr char kHeaderMagic[] = "PSRTEXC2";
 constexpr char kFooterMagic[] = "PSRTEND1";
 constexpr size_t kMagicBytes = 8;
-constexpr size_t kChunkHeaderBytes = 16;
+constexpr size_t kChunkHeaderBytes = 20;
+// Chunk flags: the ids are stored as u32 (every one in [0, 2^32)); the
+// values are omitted (every one 1.0, as binary features are).
+constexpr uint32_t kIds32 = 1;
+constexpr uint32_t kValuesAreOne = 2;
 constexpr size_t kFooterBytes = kMagicBytes + 16;
 // Examples a writer puts in a chunk, and the most a reader accepts (a
 // hostile count must not size a buffer).
@@ -37,7 +42,14 @@ uint64_t StableHash(const std::string& s) {
 
 template <typename T>
 void AppendRaw(const std::vector<T>& v, std::string* out) {
+  if (v.empty()) return;  // data() may be null
   out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// memcpy that accepts an empty vector's null data() when there is nothing
+// to copy (memcpy itself must not be passed null, even for 0 bytes).
+void CopyBytes(void* to, const void* from, size_t n) {
+  if (n > 0) std::memcpy(to, from, n);
 }
 
 uint32_t LoadU32(const char* p) {
@@ -133,12 +145,26 @@ absl::Status ExampleCacheWriter::WriteChunk() {
   AppendRaw(chunk_.labels, &payload);
   AppendRaw(id_counts_, &payload);
   AppendRaw(dense_counts_, &payload);
-  AppendRaw(chunk_.ids, &payload);
-  AppendRaw(chunk_.values, &payload);
+  uint32_t flags = 0;
+  if (std::all_of(chunk_.ids.begin(), chunk_.ids.end(), [](int64_t id) {
+        return id >= 0 && id <= int64_t{0xffffffff};
+      })) {
+    flags |= kIds32;
+    std::vector<uint32_t> narrow(chunk_.ids.begin(), chunk_.ids.end());
+    AppendRaw(narrow, &payload);
+  } else {
+    AppendRaw(chunk_.ids, &payload);
+  }
+  if (std::all_of(chunk_.values.begin(), chunk_.values.end(),
+                  [](float v) { return v == 1.0f; })) {
+    flags |= kValuesAreOne;
+  } else {
+    AppendRaw(chunk_.values, &payload);
+  }
   AppendRaw(chunk_.dense, &payload);
-  const uint32_t header[4] = {static_cast<uint32_t>(chunk_.size),
+  const uint32_t header[5] = {static_cast<uint32_t>(chunk_.size),
                               static_cast<uint32_t>(chunk_.ids.size()),
-                              static_cast<uint32_t>(chunk_.dense.size()),
+                              static_cast<uint32_t>(chunk_.dense.size()), flags,
                               Crc32c(payload.data(), payload.size())};
   chunk_.Clear();
   id_counts_.clear();
@@ -277,9 +303,16 @@ absl::StatusOr<bool> ExampleCacheReader::ReadChunk() {
     return Damaged(position_, "a chunk header past the end of the chunks");
   }
   const uint32_t n = LoadU32(head), ids = LoadU32(head + 4),
-                 dense = LoadU32(head + 8), crc = LoadU32(head + 12);
-  const uint64_t payload_bytes =
-      uint64_t{n} * 12 + uint64_t{ids} * 12 + uint64_t{dense} * 4;
+                 dense = LoadU32(head + 8), flags = LoadU32(head + 12),
+                 crc = LoadU32(head + 16);
+  if ((flags & ~(kIds32 | kValuesAreOne)) != 0) {
+    return Damaged(position_, absl::StrCat("unknown chunk flags ", flags));
+  }
+  const uint32_t id_bytes = (flags & kIds32) ? 4 : 8;
+  const uint32_t value_bytes = (flags & kValuesAreOne) ? 0 : 4;
+  const uint64_t payload_bytes = uint64_t{n} * 12 +
+                                 uint64_t{ids} * (id_bytes + value_bytes) +
+                                 uint64_t{dense} * 4;
   const int64_t room = footer_ - position_ - kChunkHeaderBytes;
   if (n == 0 || n > kMaxChunkExamples ||
       payload_bytes > static_cast<uint64_t>(room)) {
@@ -309,6 +342,8 @@ absl::StatusOr<bool> ExampleCacheReader::ReadChunk() {
   examples_read_ += n;
   chunk_examples_ = n;
   chunk_ids_ = ids;
+  chunk_id_bytes_ = id_bytes;
+  chunk_value_bytes_ = value_bytes;
   next_ = 0;
   next_id_ = next_dense_ = 0;
   return true;
@@ -325,16 +360,26 @@ absl::StatusOr<bool> ExampleCacheReader::Next(Example* example) {
   const uint32_t dense_count = LoadU32(p + 4 * (2 * n + next_));
   std::memcpy(&example->label, p + 4 * next_, sizeof(float));
   const char* ids = p + 12 * size_t{n};
-  const char* values = ids + 8 * size_t{chunk_ids_};
-  const char* dense = values + 4 * size_t{chunk_ids_};
+  const char* values = ids + size_t{chunk_id_bytes_} * chunk_ids_;
+  const char* dense = values + size_t{chunk_value_bytes_} * chunk_ids_;
   example->ids.resize(id_count);
-  example->values.resize(id_count);
   example->dense.resize(dense_count);
-  std::memcpy(example->ids.data(), ids + 8 * next_id_, 8 * size_t{id_count});
-  std::memcpy(example->values.data(), values + 4 * next_id_,
+  if (chunk_id_bytes_ == 8) {
+    CopyBytes(example->ids.data(), ids + 8 * next_id_, 8 * size_t{id_count});
+  } else {
+    for (uint32_t i = 0; i < id_count; ++i) {
+      example->ids[i] = LoadU32(ids + 4 * (next_id_ + i));
+    }
+  }
+  if (chunk_value_bytes_ == 0) {
+    example->values.assign(id_count, 1.0f);
+  } else {
+    example->values.resize(id_count);
+    CopyBytes(example->values.data(), values + 4 * next_id_,
               4 * size_t{id_count});
-  std::memcpy(example->dense.data(), dense + 4 * next_dense_,
-              4 * size_t{dense_count});
+  }
+  CopyBytes(example->dense.data(), dense + 4 * next_dense_,
+            4 * size_t{dense_count});
   next_id_ += id_count;
   next_dense_ += dense_count;
   ++next_;

@@ -6,13 +6,14 @@
 // memory.
 //
 // File layout (little-endian):
-//   header  "PSRTEXC1", u32 key length, the key (what the examples were
+//   header  "PSRTEXC2", u32 key length, the key (what the examples were
 //           parsed from: files with sizes and times, reader and sharding
 //           options; a cache is used only by a dataset with the same key)
-//   chunks  u32 examples n, u32 ids, u32 dense floats, u32 CRC-32C of the
-//           payload; payload: n labels (f32), n id counts (u32), n dense
-//           counts (u32), the ids (i64), their values (f32), the dense
-//           features (f32)
+//   chunks  u32 examples n, u32 ids, u32 dense floats, u32 flags, u32
+//           CRC-32C of the payload; payload: n labels (f32), n id counts
+//           (u32), n dense counts (u32), the ids (i64, or u32 with flag 1:
+//           all in [0, 2^32)), their values (f32; none with flag 2: all
+//           1.0), the dense features (f32)
 //   footer  "PSRTEND1", u64 examples, u64 chunks
 // A writer writes `<path>.tmp-<pid>` and renames it to `path` only when the
 // epoch is complete, so a cache file is never partial; a reader checks
@@ -113,6 +114,7 @@ class ExampleCacheReader {
   // The current chunk, and where the next example starts in it.
   std::string payload_;
   uint32_t chunk_examples_ = 0, chunk_ids_ = 0;
+  uint32_t chunk_id_bytes_ = 8, chunk_value_bytes_ = 4;
   uint32_t next_ = 0;
   size_t next_id_ = 0, next_dense_ = 0;
 };

@@ -79,6 +79,40 @@ TEST(ExampleCacheFileTest, ReadsBackEveryExampleInOrderAcrossChunks) {
   }
 }
 
+// Ids that fit 32 bits are stored in 4 bytes and values that are all 1.0
+// not at all, chunk by chunk; every example still reads back exactly --
+// also where one chunk needs 64-bit ids and the next does not.
+TEST(ExampleCacheFileTest, CompactChunksReadBackExactly) {
+  const std::string dir = Fresh("cache_compact");
+  std::vector<Example> binary(8192);  // 2 chunks of 4,096
+  for (int i = 0; i < 8192; ++i) {
+    binary[i].label = i % 2;
+    for (int j = 0; j < 39; ++j) {
+      binary[i].ids.push_back(int64_t{0xffffffff} - i * 39 - j);
+      binary[i].values.push_back(1.0f);
+    }
+  }
+  binary[100].ids[3] = int64_t{1} << 32;  // the first chunk needs 64 bits
+  binary[5000].values[7] = 0.5f;          // the second keeps its values
+  const std::string path = WriteCache(dir, binary);
+  // 12 bytes an example, then 4 (or 12: first chunk's ids and values) a
+  // feature, not 12 for every feature.
+  const int64_t full = 8192 * (12 + 39 * 12);
+  const int64_t compact = 4096 * (12 + 39 * 8) + 4096 * (12 + 39 * 8);
+  EXPECT_LT(std::filesystem::file_size(path), full);
+  EXPECT_LE(std::filesystem::file_size(path), compact + 1000);
+  auto r = ExampleCacheReader::Open(path, "key", true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  Example e;
+  for (const Example& want : binary) {
+    absl::StatusOr<bool> more = (*r)->Next(&e);
+    ASSERT_TRUE(more.ok() && *more) << more.status();
+    ASSERT_EQ(e.ids, want.ids);
+    ASSERT_EQ(e.values, want.values);
+    ASSERT_EQ(e.label, want.label);
+  }
+}
+
 TEST(ExampleCacheFileTest, AnotherKeyOrNoFileIsNotUsed) {
   const std::string dir = Fresh("cache_key");
   EXPECT_NE(ExampleCachePath(dir, "a"), ExampleCachePath(dir, "b"));
@@ -118,7 +152,7 @@ TEST(ExampleCacheFileTest, DamageIsNamedWithFileAndOffset) {
   };
   std::vector<Case> cases;
   std::string flipped = good;
-  flipped[first_chunk + 16 + 100] ^= 0x40;  // in the first chunk's labels
+  flipped[first_chunk + 20 + 100] ^= 0x40;  // in the first chunk's labels
   cases.push_back({"flipped payload byte", flipped, false,
                    absl::StrCat("damaged at byte ", first_chunk,
                                 ": chunk checksum mismatch")});
@@ -128,6 +162,11 @@ TEST(ExampleCacheFileTest, DamageIsNamedWithFileAndOffset) {
   cases.push_back({"absurd example count", huge, false,
                    absl::StrCat("damaged at byte ", first_chunk,
                                 ": a chunk of 4294967295 examples")});
+  std::string flags = good;
+  flags[first_chunk + 12] = 4;
+  cases.push_back({"unknown flags", flags, false,
+                   absl::StrCat("damaged at byte ", first_chunk,
+                                ": unknown chunk flags 4")});
   cases.push_back({"truncated", good.substr(0, good.size() - 7), true,
                    "no PSRTEND1 footer (incomplete file)"});
   cases.push_back({"cut after a chunk", good.substr(0, good.size() / 2), true,

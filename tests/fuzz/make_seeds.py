@@ -55,7 +55,7 @@ def write(target, name, data):
 def example_cache(key, chunks):
     """A ps_worker --cache=DIR file (ps_worker/data/example_cache_file.h):
     `chunks` lists chunks, each a list of (label, ids, values, dense)."""
-    out = b"PSRTEXC1" + struct.pack("<I", len(key)) + key
+    out = b"PSRTEXC2" + struct.pack("<I", len(key)) + key
     examples = 0
     for chunk in chunks:
         ids = [i for e in chunk for i in e[1]]
@@ -64,10 +64,19 @@ def example_cache(key, chunks):
         payload = struct.pack(f"<{len(chunk)}f", *[e[0] for e in chunk])
         payload += struct.pack(f"<{len(chunk)}I", *[len(e[1]) for e in chunk])
         payload += struct.pack(f"<{len(chunk)}I", *[len(e[3]) for e in chunk])
-        payload += struct.pack(f"<{len(ids)}q", *ids)
-        payload += struct.pack(f"<{len(values)}f", *values)
+        flags = 0
+        if all(0 <= i < 1 << 32 for i in ids):
+            flags |= 1
+            payload += struct.pack(f"<{len(ids)}I", *ids)
+        else:
+            payload += struct.pack(f"<{len(ids)}q", *ids)
+        if all(v == 1.0 for v in values):
+            flags |= 2
+        else:
+            payload += struct.pack(f"<{len(values)}f", *values)
         payload += struct.pack(f"<{len(dense)}f", *dense)
-        out += struct.pack("<4I", len(chunk), len(ids), len(dense), crc32c(payload)) + payload
+        out += struct.pack("<5I", len(chunk), len(ids), len(dense), flags, crc32c(payload))
+        out += payload
         examples += len(chunk)
     return out + b"PSRTEND1" + struct.pack("<2Q", examples, len(chunks))
 
@@ -250,6 +259,11 @@ def main():
                 [(1.0, [7], [2.0], [1.0, 2.0])],
             ],
         ),
+    )
+    write(
+        "example_cache_fuzzer",
+        "compact",
+        example_cache(b"fuzz", [[(0.0, [5, 9], [1.0, 1.0], []), (1.0, [2], [1.0], [3.0])]]),
     )
     write("example_cache_fuzzer", "empty", example_cache(b"fuzz", []))
     print(f"seeds written under {CORPUS}")
