@@ -547,7 +547,7 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   }
   bool data_done = false;
   // Re-sends the pulls of every step in `pulling` (after a recovery, or with
-  // new step numbers), each once its old pull has ended.
+  // new step numbers), each once its old pull has ended (failed ones too).
   auto pull_again = [&]() -> absl::Status {
     for (auto& step : pulling) {
       if (step->pull != nullptr) step->pull->Wait().IgnoreError();
@@ -570,9 +570,6 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
         }
       }
       pushing.clear();
-      for (auto& step : pulling) {
-        if (step->pull != nullptr) step->pull->Wait().IgnoreError();
-      }
       ++result.recoveries;
       metrics_.Recovery();
       if (absl::Status r = Recover(s, &result); !r.ok()) return r;

@@ -41,15 +41,20 @@ std::unique_ptr<LocalCluster> StartCluster(int num_ps, int num_workers) {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-// DeepFM by one ps_worker for 4 epochs on 8,000 of the SageMaker records,
-// the other 2,000 held out for evaluation; `flags` are added.
-std::vector<LocalCluster::WorkerRun> TrainHeldOut(
-    LocalCluster* cluster, const std::string& name,
-    const std::vector<std::string>& flags) {
+// A fresh directory `name` holding 8,000 of the SageMaker records
+// (train.tfrecords) and the other 2,000 (eval.tfrecords).
+std::string SplitHeldOut(const std::string& name) {
   const std::string dir = FreshTestDir(name);
   EXPECT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
                              dir + "/eval.tfrecords")
                   .ok());
+  return dir;
+}
+
+// ps_worker's flags for DeepFM for 4 epochs on SplitHeldOut's `dir`, then
+// `flags` (later flags override earlier ones).
+std::vector<std::string> HeldOutArgs(const std::string& dir,
+                                     const std::vector<std::string>& flags) {
   std::vector<std::string> args = {
       "--model=deepfm",
       absl::StrCat("--train_files=", dir, "/train.tfrecords"),
@@ -60,7 +65,16 @@ std::vector<LocalCluster::WorkerRun> TrainHeldOut(
       "--log_every_steps=20",
       "--shuffle_buffer=0"};
   args.insert(args.end(), flags.begin(), flags.end());
-  return cluster->RunWorkers(kWorker, args, {0}, absl::Minutes(5));
+  return args;
+}
+
+// DeepFM by one ps_worker for 4 epochs on 8,000 of the SageMaker records,
+// the other 2,000 held out for evaluation; `flags` are added.
+std::vector<LocalCluster::WorkerRun> TrainHeldOut(
+    LocalCluster* cluster, const std::string& name,
+    const std::vector<std::string>& flags) {
+  return cluster->RunWorkers(kWorker, HeldOutArgs(SplitHeldOut(name), flags),
+                             {0}, absl::Minutes(5));
 }
 
 // ps_worker given `flag` (with an LR model on the SageMaker records) exits
@@ -507,18 +521,10 @@ TEST(TrainDeepFmTest, PushesInFlightTrainAsWellAndLoseNothing) {
 TEST(TrainDeepFmTest, DiskCacheServesLaterEpochsAndLaterRuns) {
   auto cluster = StartCluster(1, 1);
   ASSERT_NE(cluster, nullptr);
-  const std::string dir = FreshTestDir("disk_cache_runs");
-  ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
-                             dir + "/eval.tfrecords")
-                  .ok());
-  const std::vector<std::string> args = {
-      "--model=deepfm",
-      absl::StrCat("--train_files=", dir, "/train.tfrecords"),
-      absl::StrCat("--eval_files=", dir, "/eval.tfrecords"),
-      "--vocab=117581",
-      "--epochs=3",
-      "--batch_size=256",
-      absl::StrCat("--cache=", dir, "/cache")};
+  const std::string dir = SplitHeldOut("disk_cache_runs");
+  const std::vector<std::string> args =
+      HeldOutArgs(dir, {"--epochs=3", "--shuffle_buffer=10000",
+                        absl::StrCat("--cache=", dir, "/cache")});
   std::vector<double> aucs;
   for (int run = 0; run < 2; ++run) {
     auto runs = cluster->RunWorkers(kWorker, args, {0}, absl::Minutes(5));

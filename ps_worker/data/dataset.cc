@@ -193,7 +193,7 @@ void Dataset::Produce() {
         complete = status.ok() && !stopping_;
       }
       if (complete && writer != nullptr) {
-        cache_file = FinishCacheFile(std::move(writer));
+        cache_file = FinishCacheFile(std::move(writer), cache_key);
       }
       if (complete && options_.cache_in_memory && !uncacheable_) {
         absl::MutexLock lock(&mu_);
@@ -217,13 +217,13 @@ void Dataset::Produce() {
 }
 
 std::unique_ptr<ExampleCacheReader> Dataset::FinishCacheFile(
-    std::unique_ptr<ExampleCacheWriter> writer) {
+    std::unique_ptr<ExampleCacheWriter> writer, const std::string& key) {
   const int64_t examples = writer->examples();
   absl::Status s = writer->Finish();
   const std::string path = writer->path();
   writer.reset();
   absl::StatusOr<std::unique_ptr<ExampleCacheReader>> opened =
-      s.ok() ? ExampleCacheReader::Open(path, *CacheKey(), false)
+      s.ok() ? ExampleCacheReader::Open(path, key, false)
              : absl::StatusOr<std::unique_ptr<ExampleCacheReader>>(s);
   if (!opened.ok()) {
     LOG(WARNING) << "dataset: not caching the examples: "

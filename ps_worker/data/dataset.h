@@ -123,10 +123,11 @@ class Dataset {
   // that epoch's: shuffled when shuffling).
   absl::StatusOr<std::vector<std::string>> EpochFiles(int epoch,
                                                       std::mt19937_64* rng);
-  // After a complete first epoch: the cache file `writer` filled, finished
-  // and opened for the later epochs (null, with a warning, if it failed).
+  // After a complete first epoch: the cache file `writer` filled for `key`,
+  // finished and opened for the later epochs (null, with a warning, if it
+  // failed).
   std::unique_ptr<ExampleCacheReader> FinishCacheFile(
-      std::unique_ptr<ExampleCacheWriter> writer);
+      std::unique_ptr<ExampleCacheWriter> writer, const std::string& key);
   // Queues a batch; false if the consumer went away.
   bool Emit(Batch batch);
 

@@ -58,14 +58,19 @@ struct Run {
 // "files" times the whole read; "memory" reads two epochs and times the
 // second (from memory); "disk" times one epoch from the --cache_dir file
 // (which must exist: see BuildDiskCache).
-absl::StatusOr<Run> ReadAll(const std::vector<std::string>& patterns,
-                            int threads, const std::string& cache) {
+DatasetOptions Options(const std::vector<std::string>& patterns, int threads) {
   DatasetOptions o;
   o.patterns = patterns;
   o.reader.format = FLAGS_format;
   o.reader.criteo_buckets = FLAGS_criteo_buckets;
   o.batch_size = FLAGS_batch_size;
   o.reader_threads = threads;
+  return o;
+}
+
+absl::StatusOr<Run> ReadAll(const std::vector<std::string>& patterns,
+                            int threads, const std::string& cache) {
+  DatasetOptions o = Options(patterns, threads);
   o.epochs = cache == "memory" ? 2 : 1;
   o.cache_in_memory = cache == "memory";
   if (cache == "disk") o.cache_dir = FLAGS_cache_dir;
@@ -149,10 +154,7 @@ int Main() {
     }
     if (cache == "disk") {
       // Built (or found) once, by a first epoch that caches.
-      DatasetOptions o;
-      o.patterns = patterns;
-      o.reader.format = FLAGS_format;
-      o.reader.criteo_buckets = FLAGS_criteo_buckets;
+      DatasetOptions o = Options(patterns, 1);
       o.cache_dir = FLAGS_cache_dir;
       auto build = Dataset::Create(o);
       Batch batch;
