@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "clients/cpp/id_index.h"
+#include "ps_worker/batch_preparer.h"
 #include "ps_worker/data/data_sharding.h"
 #include "ps_worker/device.h"
 #include "ps_worker/evaluation.h"
@@ -37,6 +37,8 @@ struct Breakdown {
 struct Trainer::Step {
   int64_t index = 0;
   Batch batch;
+  // params.slots and params.unique_ids are batch's de-duplicated ids (set
+  // with the batch: by the batch preparer, or DeduplicateIds).
   StepParameters params;
   Gradients grads;
   std::vector<PullOp> pull_ops;
@@ -94,14 +96,6 @@ void Trainer::Log(const std::string& line) const {
 
 absl::Status Trainer::Prepare(Step* step, const Consistency& consistency,
                               bool use_row_cache) {
-  const Batch& b = step->batch;
-  IdIndex index(b.ids.size());
-  step->params.slots.resize(b.ids.size());
-  for (size_t j = 0; j < b.ids.size(); ++j) {
-    bool inserted;
-    step->params.slots[j] = index.Insert(b.ids[j], &inserted);
-  }
-  step->params.unique_ids = index.TakeIds();
   const size_t unique = step->params.unique_ids.size();
   step->params.tables.resize(model_->tables().size());
   step->params.dense.resize(model_->dense_variables().size());
@@ -536,10 +530,19 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     return absl::OkStatus();
   };
 
+  // The batches of the steps after those pulling: read, checked and
+  // de-duplicated on the preparer's thread while this one trains.
+  BatchPreparer preparer(
+      dataset_.get(),
+      [this](const Batch& batch) { return model_->Check(batch); },
+      options_.prefetch_steps + 1);
+
   // Steps whose pulls are in flight, in step order: the front is the step
   // to compute next; up to --prefetch_steps more follow it.
   std::deque<std::unique_ptr<Step>> pulling;
   pulling.push_back(std::move(cur));
+  DeduplicateIds(pulling.front()->batch, &pulling.front()->params.slots,
+                 &pulling.front()->params.unique_ids);
   if (absl::Status s =
           Prepare(pulling.front().get(), options_.consistency, true);
       !s.ok()) {
@@ -602,13 +605,16 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
         data_done = true;
         break;
       }
-      absl::StatusOr<bool> got = dataset_->Next(&next->batch);
+      PreparedBatch prepared;
+      absl::StatusOr<bool> got = preparer.Next(&prepared);
       if (!got.ok()) return got.status();
       if (!*got) {
         data_done = true;
         break;
       }
-      if (absl::Status s = model_->Check(next->batch); !s.ok()) return s;
+      next->batch = std::move(prepared.batch);
+      next->params.slots = std::move(prepared.slots);
+      next->params.unique_ids = std::move(prepared.unique_ids);
       if (absl::Status s = Prepare(next.get(), options_.consistency, true);
           !s.ok()) {
         return s;
@@ -723,6 +729,7 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
     if (!got.ok()) return got.status();
     if (!*got) break;
     if (absl::Status s = model_->Check(step.batch); !s.ok()) return s;
+    DeduplicateIds(step.batch, &step.params.slots, &step.params.unique_ids);
     // Evaluation reads the current parameters without taking part in steps.
     if (absl::Status s = Prepare(&step, Consistency()); !s.ok()) return s;
     if (absl::Status s = step.pull->Wait(); !s.ok()) return s;

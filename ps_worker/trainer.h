@@ -162,7 +162,8 @@ class Trainer {
   absl::Status StartPush(Step* step);
   // After the last step: the final evaluation and the summary line.
   absl::StatusOr<TrainingResult> Report(TrainingResult result);
-  // Starts the pull of `step`'s rows and dense variables under
+  // Starts the pull of `step`'s rows (its batch's de-duplicated ids,
+  // params.unique_ids) and dense variables under
   // `consistency` (the training mode's; evaluation's pulls take no part in
   // steps: ASYNC).
   // With `use_row_cache`, rows the row cache holds are read from it and

@@ -85,29 +85,73 @@ absl::Status CheckIds(const VariableLayout& layout,
   return absl::OkStatus();
 }
 
-// Splits an op's unique ids by shard: shard_of_unique[u] and, per shard, the
-// unique indices it holds (in order).
+// Splits an op's unique ids by shard: per shard, the unique indices it
+// holds (in order).
 std::vector<std::vector<int32_t>> GroupByShard(
     const VariableLayout& layout, const std::vector<int64_t>& ids) {
-  std::vector<std::vector<int32_t>> groups(layout.num_shards());
-  if (layout.num_shards() == 1) {
+  const int n = layout.num_shards();
+  std::vector<std::vector<int32_t>> groups(n);
+  if (n == 1) {
     groups[0].resize(ids.size());
     for (size_t u = 0; u < ids.size(); ++u)
       groups[0][u] = static_cast<int32_t>(u);
     return groups;
   }
   std::vector<int32_t> shard(ids.size());
-  std::vector<size_t> counts(layout.num_shards());
-  for (size_t u = 0; u < ids.size(); ++u) {
-    shard[u] = layout.ShardOf(ids[u]);
-    ++counts[shard[u]];
+  if (layout.routing() == PartitionSpec::HASH) {
+    // ShardOf's hash case without its per-id switch (most of a step's
+    // routing: a 64-bit modulo per id).
+    const uint64_t shards = static_cast<uint64_t>(n);
+    for (size_t u = 0; u < ids.size(); ++u) {
+      shard[u] = static_cast<int32_t>(MixId(ids[u]) % shards);
+    }
+  } else {
+    for (size_t u = 0; u < ids.size(); ++u) shard[u] = layout.ShardOf(ids[u]);
   }
-  for (int s = 0; s < layout.num_shards(); ++s) groups[s].reserve(counts[s]);
+  std::vector<size_t> counts(n);
+  for (int32_t s : shard) ++counts[s];
+  for (int s = 0; s < n; ++s) groups[s].reserve(counts[s]);
   for (size_t u = 0; u < ids.size(); ++u) {
     groups[shard[u]].push_back(static_cast<int32_t>(u));
   }
   return groups;
 }
+
+// GroupByShard of the ops of one plan, computed once for ops over the same
+// ids routed the same way (a model's tables of one step: the linear weights
+// and the factors of the same ids).
+class ShardGroups {
+ public:
+  const std::vector<std::vector<int32_t>>& Of(const VariableLayout& layout,
+                                              absl::Span<const int64_t> op_ids,
+                                              bool ids_unique,
+                                              const std::vector<int64_t>& ids) {
+    const bool same =
+        valid_ && op_ids.data() == op_ids_.data() &&
+        op_ids.size() == op_ids_.size() && ids_unique == ids_unique_ &&
+        layout.num_shards() == num_shards_ && layout.routing() == routing_ &&
+        (layout.routing() == PartitionSpec::HASH || layout.rows == rows_);
+    if (!same) {
+      groups_ = GroupByShard(layout, ids);
+      valid_ = true;
+      op_ids_ = op_ids;
+      ids_unique_ = ids_unique;
+      num_shards_ = layout.num_shards();
+      routing_ = layout.routing();
+      rows_ = layout.rows;
+    }
+    return groups_;
+  }
+
+ private:
+  bool valid_ = false;
+  absl::Span<const int64_t> op_ids_;
+  bool ids_unique_ = false;
+  int num_shards_ = 0;
+  PartitionSpec::Routing routing_ = PartitionSpec::HASH;
+  int64_t rows_ = 0;
+  std::vector<std::vector<int32_t>> groups_;
+};
 
 // One item per shard of a dense variable: the shard's slice of `out` (pull)
 // or of `grad` (push).
@@ -157,6 +201,7 @@ absl::StatusOr<StepPlan> PlanPull(const ShardMap& catalog,
                                   absl::Span<const PullOp> ops) {
   StepPlan plan;
   plan.items_by_ps.resize(catalog.num_ps());
+  ShardGroups shard_groups;
   for (const PullOp& op : ops) {
     auto layout = Lookup(catalog, op.variable, !op.ids.empty(), op.out, "pull");
     if (!layout.ok()) return layout.status();
@@ -168,7 +213,8 @@ absl::StatusOr<StepPlan> PlanPull(const ShardMap& catalog,
     if (absl::Status st = CheckIds(v, op.ids, "pull"); !st.ok()) return st;
     UniqueIds u = Deduplicate(op.ids, op.ids_unique);
     plan.rows += static_cast<int64_t>(op.ids.size());
-    std::vector<std::vector<int32_t>> groups = GroupByShard(v, u.ids);
+    const std::vector<std::vector<int32_t>>& groups =
+        shard_groups.Of(v, op.ids, op.ids_unique, u.ids);
     for (int s = 0; s < v.num_shards(); ++s) {
       if (groups[s].empty()) continue;
       PlannedItem item;
@@ -201,6 +247,7 @@ absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
                                   absl::Span<const PushOp> ops) {
   StepPlan plan;
   plan.items_by_ps.resize(catalog.num_ps());
+  ShardGroups shard_groups;
   for (const PushOp& op : ops) {
     auto layout =
         Lookup(catalog, op.variable, !op.ids.empty(), op.grad, "push");
@@ -221,7 +268,8 @@ absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
     plan.rows += static_cast<int64_t>(op.ids.size());
     // Where each unique id's row lands: (item, row within the item).
     std::vector<std::pair<int32_t, int32_t>> slot(u.ids.size());
-    std::vector<std::vector<int32_t>> groups = GroupByShard(v, u.ids);
+    const std::vector<std::vector<int32_t>>& groups =
+        shard_groups.Of(v, op.ids, op.ids_unique, u.ids);
     // Per shard: (PS, index in that PS's item list); pointers would dangle as
     // the lists grow.
     std::vector<std::pair<int, size_t>> items(v.num_shards());

@@ -1,6 +1,8 @@
 #include "clients/cpp/step_plan.h"
 
+#include <map>
 #include <numeric>
+#include <set>
 
 #include "gtest/gtest.h"
 #include "partitioner/variable_spec.h"
@@ -67,6 +69,69 @@ TEST(StepPlanTest, PushSumsRepeatsAndGathersRowsPerShard) {
   EXPECT_EQ(odd.ids, std::vector<int64_t>{3});
   EXPECT_EQ(std::vector<float>(odd.grad_rows(), odd.grad_rows() + 2),
             (std::vector<float>{11, 11}));
+}
+
+// Ops over the same ids are routed once per routing: tables with the same
+// shard count share it, one with another count or routing gets its own.
+TEST(StepPlanTest, OpsOverTheSameIdsRouteByTheirOwnLayout) {
+  ShardMap catalog(3);
+  auto add = [&](const std::string& name, VariableKind kind, int shards,
+                 PartitionSpec::Routing routing) {
+    VariableSpec v;
+    v.set_name(name);
+    v.set_kind(kind);
+    v.add_shape(1000);
+    v.add_shape(1);
+    v.mutable_partition()->set_num_shards(shards);
+    v.mutable_partition()->set_routing(routing);
+    v.mutable_optimizer()->set_learning_rate(1);
+    ASSERT_TRUE(NormalizeVariableSpec(&v).ok()) << name;
+    ASSERT_TRUE(catalog.Add(v).ok()) << name;
+  };
+  add("h4a", HASH_EMBEDDING, 4, PartitionSpec::HASH);
+  add("h4b", HASH_EMBEDDING, 4, PartitionSpec::HASH);
+  add("h3", HASH_EMBEDDING, 3, PartitionSpec::HASH);
+  add("m4", EMBEDDING, 4, PartitionSpec::MOD);
+  add("d4", EMBEDDING, 4, PartitionSpec::DIV);
+  std::vector<int64_t> ids(200);
+  std::iota(ids.begin(), ids.end(), 400);
+  std::vector<std::vector<float>> out(5, std::vector<float>(ids.size()));
+  const std::vector<std::string> names = {"h4a", "h4b", "h3", "m4", "d4"};
+  for (bool pull : {true, false}) {
+    absl::StatusOr<StepPlan> plan;
+    if (pull) {
+      std::vector<PullOp> ops;
+      for (size_t t = 0; t < names.size(); ++t) {
+        ops.push_back(PullOp::Rows(names[t], ids, out[t].data()));
+        ops.back().ids_unique = true;
+      }
+      plan = PlanPull(catalog, ops);
+    } else {
+      std::vector<PushOp> ops;
+      for (size_t t = 0; t < names.size(); ++t) {
+        ops.push_back(PushOp::Rows(names[t], ids, out[t].data()));
+        ops.back().ids_unique = true;
+      }
+      plan = PlanPush(catalog, ops);
+    }
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::map<std::string, int64_t> routed;
+    std::set<int> shards_of_h3;
+    for (const auto& items : plan->items_by_ps) {
+      for (const PlannedItem& item : items) {
+        for (int64_t id : item.ids) {
+          EXPECT_EQ(item.layout->ShardOf(id), item.shard)
+              << item.layout->spec.name() << " id " << id;
+        }
+        routed[item.layout->spec.name()] += item.ids.size();
+        if (item.layout->spec.name() == "h3") shards_of_h3.insert(item.shard);
+      }
+    }
+    for (const std::string& name : names) {
+      EXPECT_EQ(routed[name], 200) << name << (pull ? " pull" : " push");
+    }
+    EXPECT_EQ(shards_of_h3, (std::set<int>{0, 1, 2}));
+  }
 }
 
 TEST(StepPlanTest, BadOpsAreCaughtBeforeSending) {
