@@ -18,7 +18,10 @@ ThreadPool::~ThreadPool() {
 
 namespace {
 int default_size = 0;
+thread_local bool on_pool_thread = false;
 }  // namespace
+
+bool ThreadPool::OnPoolThread() { return on_pool_thread; }
 
 void ThreadPool::SetDefaultSize(int threads) { default_size = threads; }
 
@@ -31,12 +34,18 @@ ThreadPool& ThreadPool::Default() {
   return *pool;
 }
 
+ThreadPool& ThreadPool::ForLockingWork() {
+  static ThreadPool* pool = new ThreadPool(Default().size());
+  return *pool;
+}
+
 void ThreadPool::Schedule(std::function<void()> task) {
   absl::MutexLock lock(&mu_);
   tasks_.push_back(std::move(task));
 }
 
 void ThreadPool::Loop() {
+  on_pool_thread = true;
   while (true) {
     std::function<void()> task;
     {

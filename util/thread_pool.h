@@ -3,8 +3,8 @@
 // per request costs stack mappings and TLB shootdowns (measured here as
 // several percent of a 4 MiB push); the pool's threads live for the process.
 //
-// Not for long-running work (that would delay requests queued behind it)
-// and not to be called from a pool thread (it could wait on itself).
+// Not for long-running work (that would delay requests queued behind it).
+// PoolParallelFor called from a pool thread runs its ranges on that thread.
 #ifndef PSRT_UTIL_THREAD_POOL_H_
 #define PSRT_UTIL_THREAD_POOL_H_
 
@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/blocking_counter.h"
@@ -28,13 +29,22 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // hardware_concurrency() - 1 helpers (at least one) unless
-  // SetDefaultSize chose otherwise; never destroyed.
+  // SetDefaultSize chose otherwise; never destroyed. Its tasks must never
+  // wait for a lock: callers wait for them while holding shard locks (a
+  // push applying its shards), so a task blocked on such a lock, queued
+  // ahead of theirs, would wait forever.
   static ThreadPool& Default();
+  // As many helpers, for work that takes locks (a push preparing its
+  // shards, each under that shard's lock); nothing waits for its tasks
+  // while holding a lock.
+  static ThreadPool& ForLockingWork();
   // Sets the default pool's size (0: the default). Only before its first use.
   static void SetDefaultSize(int threads);
 
   void Schedule(std::function<void()> task);
   int size() const { return static_cast<int>(threads_.size()); }
+  // Whether the calling thread is one of any pool's threads.
+  static bool OnPoolThread();
 
  private:
   void Loop();
@@ -46,11 +56,16 @@ class ThreadPool {
 };
 
 // Calls fn(begin, end) over disjoint ranges covering [0, n): one range on
-// the calling thread, the others on the default pool; returns when all are
-// done. Ranges are at least `min_range` long.
+// the calling thread, the others on `pool`; returns when all are
+// done. Ranges are at least `min_range` long. Called on a pool thread (work
+// split at two levels: a push's shards, then one shard's rows), it runs
+// fn(0, n) there: waiting on the pool from inside it could wait forever.
 template <typename Fn>
-void PoolParallelFor(int64_t n, int64_t min_range, Fn&& fn) {
-  ThreadPool& pool = ThreadPool::Default();
+void PoolParallelFor(ThreadPool& pool, int64_t n, int64_t min_range, Fn&& fn) {
+  if (ThreadPool::OnPoolThread()) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
   const int64_t parts = std::clamp<int64_t>(n / std::max<int64_t>(min_range, 1),
                                             1, pool.size() + 1);
   if (parts == 1) {
@@ -68,6 +83,12 @@ void PoolParallelFor(int64_t n, int64_t min_range, Fn&& fn) {
   }
   fn(int64_t{0}, std::min(n, step));
   pending.Wait();
+}
+
+// On the default pool: fn must not wait for locks (see Default()).
+template <typename Fn>
+void PoolParallelFor(int64_t n, int64_t min_range, Fn&& fn) {
+  PoolParallelFor(ThreadPool::Default(), n, min_range, std::forward<Fn>(fn));
 }
 
 }  // namespace psrt

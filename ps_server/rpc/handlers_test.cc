@@ -114,6 +114,56 @@ TEST_F(HandlersTest, RejectedPushChangesNothingAtAll) {
   EXPECT_EQ(store_.Find("w")->shard(0).version(), 0);
 }
 
+// A row update that overflows is only found while applying (its gradient
+// is finite): every shard of the push applied so far, in parallel with it,
+// is put back, values and versions.
+TEST_F(HandlersTest, OverflowInOneShardUndoesTheWholePush) {
+  auto read = [&](const std::string& name, int shard, int64_t id, int width) {
+    std::vector<float> v(width);
+    std::vector<int64_t> ids = {id};
+    ShardSlice rows;
+    rows.ids = ids;
+    store_.Find(name)->shard(shard).Read(rows, v.data());
+    return v;
+  };
+  // Row 60 of emb (shard 1) to -3e38 and a hash row to -1 (SGD, rate 1).
+  ASSERT_TRUE(Push({PushMessage()
+                        .Rows("emb", 1, {60}, std::vector<float>(16, 3e38f))
+                        .Rows("h", 0, {5}, {1, 1})
+                        .Build()})
+                  .ok());
+  const std::vector<float> row60 = read("emb", 1, 60, 16);
+  ASSERT_EQ(row60[0], -3e38f);
+  const int64_t versions[] = {store_.Find("w")->shard(0).version(),
+                              store_.Find("emb")->shard(0).version(),
+                              store_.Find("emb")->shard(1).version(),
+                              store_.Find("h")->shard(0).version()};
+  // Fine updates to w, emb shard 0 and h around one that takes row 60 past
+  // float's range.
+  auto r = Push({PushMessage()
+                     .Dense("w", 0, 0, {1, 2, 3, 4, 5, 6})
+                     .Rows("emb", 0, {3, 7}, std::vector<float>(32, 0.5f))
+                     .Rows("h", 0, {5, 9}, {1, 1, 2, 2})
+                     .Rows("emb", 1, {60, 61}, std::vector<float>(32, 3e38f))
+                     .Build()});
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+      << r.status();
+  EXPECT_NE(r.status().message().find("push to 'emb' shard 1"),
+            std::string::npos)
+      << r.status();
+  EXPECT_NE(r.status().message().find("nothing was applied"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(Dense(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(read("emb", 0, 3, 16), std::vector<float>(16, 0.0f));
+  EXPECT_EQ(read("emb", 1, 60, 16), row60);
+  EXPECT_EQ(read("emb", 1, 61, 16), std::vector<float>(16, 0.0f));
+  EXPECT_EQ(read("h", 0, 5, 2), (std::vector<float>{-1, -1}));
+  EXPECT_EQ(store_.Find("w")->shard(0).version(), versions[0]);
+  EXPECT_EQ(store_.Find("emb")->shard(0).version(), versions[1]);
+  EXPECT_EQ(store_.Find("emb")->shard(1).version(), versions[2]);
+  EXPECT_EQ(store_.Find("h")->shard(0).version(), versions[3]);
+}
+
 TEST_F(HandlersTest, ErrorsNameVariableShardAndNumbers) {
   struct Case {
     grpc::ByteBuffer message;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/buffer_pool.h"
+#include "util/thread_pool.h"
 
 namespace psrt {
 namespace {
@@ -132,56 +133,85 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // catalog order (two pushes cannot deadlock), check what can be checked
   // before applying, apply the shards that need undo space first, undo
   // them if one refuses, and apply the rest last. All or nothing, and no
-  // pull sees a part of a push that is refused.
-  size_t undo_floats = 0;
-  for (PendingShardUpdate& u : updates) {
-    if (absl::Status s = u.target->Prepare(&u.update, scale); !s.ok()) {
-      return s;
+  // pull sees a part of a push that is refused. Each phase runs the
+  // shards' updates in parallel (shards are independent; a shard splits a
+  // large update of its own further); the first error in catalog order is
+  // the one reported.
+  std::vector<absl::Status> status(updates.size());
+  // fn(i) for every update, in parallel on `pool`; then the first error, if
+  // any. Under the shards' locks only the default pool (whose tasks never
+  // wait for a lock); Prepare takes each shard's lock, so it runs on the
+  // pool for locking work.
+  auto each_on = [&](ThreadPool& pool, auto&& fn) -> const absl::Status* {
+    PoolParallelFor(pool, static_cast<int64_t>(updates.size()), 1,
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) status[i] = fn(i);
+                    });
+    for (const absl::Status& st : status) {
+      if (!st.ok()) return &st;
     }
-    u.undo_floats = u.target->UndoFloats(u.update);
-    undo_floats += u.undo_floats;
-  }
+    return nullptr;
+  };
+  auto each = [&](auto&& fn) { return each_on(ThreadPool::Default(), fn); };
   std::stable_sort(
       updates.begin(), updates.end(),
       [](const PendingShardUpdate& a, const PendingShardUpdate& b) {
         return std::make_pair(a.variable->layout->index, a.shard) <
                std::make_pair(b.variable->layout->index, b.shard);
       });
+  if (const absl::Status* failed =
+          each_on(ThreadPool::ForLockingWork(), [&](size_t i) {
+            PendingShardUpdate& u = updates[i];
+            absl::Status st = u.target->Prepare(&u.update, scale);
+            if (st.ok()) u.undo_floats = u.target->UndoFloats(u.update);
+            return st;
+          })) {
+    return *failed;
+  }
+  size_t undo_floats = 0;
+  // Where each shard's old floats go (shards applied with undo).
+  std::vector<float*> saved(updates.size(), nullptr);
+  for (const PendingShardUpdate& u : updates) undo_floats += u.undo_floats;
   PooledBuffer undo =
       BufferPool::Default().Acquire(undo_floats * sizeof(float));
-  for (const PendingShardUpdate& u : updates) u.target->mutex()->Lock();
-  absl::Status checked;
-  const PendingShardUpdate* refused = nullptr;
-  for (const PendingShardUpdate& u : updates) {
-    checked = u.target->CheckLocked(u.update);
-    if (!checked.ok()) {
-      refused = &u;
-      break;
-    }
-  }
-  // Shards applied with undo so far, with where their old floats went.
-  std::vector<std::pair<const PendingShardUpdate*, float*>> undoable;
   float* next_undo = reinterpret_cast<float*>(undo.data());
-  for (const PendingShardUpdate& u : updates) {
-    if (!checked.ok()) break;
-    if (u.undo_floats == 0) continue;
-    checked = u.target->ApplyLocked(u.update, next_undo);
-    undoable.push_back({&u, next_undo});
-    next_undo += u.undo_floats;
-    if (!checked.ok()) refused = &u;
+  for (size_t i = 0; i < updates.size(); ++i) {
+    if (updates[i].undo_floats == 0) continue;
+    saved[i] = next_undo;
+    next_undo += updates[i].undo_floats;
   }
-  if (checked.ok()) {
-    for (const PendingShardUpdate& u : updates) {
-      if (u.undo_floats != 0) continue;
-      // Cannot fail: CheckLocked passed.
-      u.target->ApplyLocked(u.update, nullptr).IgnoreError();
+  for (const PendingShardUpdate& u : updates) u.target->mutex()->Lock();
+  const absl::Status* refused = each([&](size_t i) {
+    return updates[i].target->CheckLocked(updates[i].update);
+  });
+  if (refused == nullptr) {
+    refused = each([&](size_t i) {
+      if (saved[i] == nullptr) return absl::OkStatus();
+      return updates[i].target->ApplyLocked(updates[i].update, saved[i]);
+    });
+    if (refused != nullptr) {
+      // Every shard with undo space was applied (some may have refused
+      // part way): all of them are put back.
+      for (size_t i = 0; i < updates.size(); ++i) {
+        if (saved[i] != nullptr) {
+          updates[i].target->UndoLocked(updates[i].update, saved[i]);
+        }
+      }
     }
+  }
+  absl::Status checked;
+  if (refused == nullptr) {
+    // Cannot fail: CheckLocked passed.
+    each([&](size_t i) {
+      if (saved[i] != nullptr) return absl::OkStatus();
+      updates[i].target->ApplyLocked(updates[i].update, nullptr).IgnoreError();
+      return absl::OkStatus();
+    });
   } else {
-    for (auto& [u, saved] : undoable) u->target->UndoLocked(u->update, saved);
-    checked = absl::InvalidArgumentError(
-        absl::StrCat("push to '", refused->variable->name(), "' shard ",
-                     refused->shard, ": ", checked.message(),
-                     "; the push was rejected and nothing was applied"));
+    const PendingShardUpdate& u = updates[refused - status.data()];
+    checked = absl::InvalidArgumentError(absl::StrCat(
+        "push to '", u.variable->name(), "' shard ", u.shard, ": ",
+        refused->message(), "; the push was rejected and nothing was applied"));
     checked.SetPayload(kNonFiniteGradient, absl::Cord());
   }
   for (auto it = updates.rbegin(); it != updates.rend(); ++it) {
