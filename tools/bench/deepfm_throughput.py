@@ -34,6 +34,13 @@ BIN = os.environ.get("PSRT_BIN_DIR", os.path.join(ROOT, "bazel-bin"))
 DONE = re.compile(r"done: steps=(\d+) examples=(\d+) seconds=([\d.]+) examples/s=([\d.]+)")
 EVAL_AUC = re.compile(r"\] eval examples=\d+ auc=([\d.]+)")
 PROGRESS = re.compile(r"data_ms=([\d.]+) pull_ms=([\d.]+) compute_ms=([\d.]+) push_ms=([\d.]+)")
+INTERVAL_RATE = re.compile(r"\] step=\d+ epoch=\d+ examples=\d+ examples/s=([\d.]+)")
+
+
+def test_file(data_dir):
+    """The held-out file ctr_datagen wrote (TFRecord or LibSVM)."""
+    libsvm = os.path.join(data_dir, "test.libsvm")
+    return libsvm if os.path.exists(libsvm) else os.path.join(data_dir, "test.tfrecords")
 
 
 def ensure_data(data_dir, examples, fmt="tfrecord"):
@@ -65,8 +72,11 @@ def run_psrt(
     the workers' summed examples/s and their mean per-step breakdown (ms),
     plus "auc" (worker 0's on the held-out test file) with `evaluate`."""
     if evaluate:
-        worker_flags = (*worker_flags, f"--eval_files={data_dir}/test.tfrecords")
-    logs = tempfile.mkdtemp(prefix=f"psrt_bench_{hosts}h_")
+        worker_flags = (*worker_flags, f"--eval_files={test_file(data_dir)}")
+    # PSRT_BENCH_LOG_DIR: keep the cluster's logs there (else a temp dir).
+    logs = tempfile.mkdtemp(
+        prefix=f"psrt_bench_{hosts}h_", dir=os.environ.get("PSRT_BENCH_LOG_DIR") or None
+    )
     cmd = [
         sys.executable,
         os.path.join(ROOT, "deploy/local/launch.py"),
@@ -86,7 +96,7 @@ def run_psrt(
         *worker_flags,
     ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    total, breakdowns = 0.0, []
+    total, breakdowns, rates = 0.0, [], []
     for w in range(hosts):
         with open(os.path.join(logs, f"worker_{w}.log")) as f:
             text = f.read()
@@ -95,8 +105,12 @@ def run_psrt(
             raise RuntimeError(f"worker {w} printed no done line; see {logs}")
         total += float(done[-1][3])
         breakdowns.append([float(x) for x in PROGRESS.findall(text)[-1]])
+        rates.append(float(INTERVAL_RATE.findall(text)[-1]))
     mean = [statistics.mean(col) for col in zip(*breakdowns)]
     result = dict(zip(["data_ms", "pull_ms", "compute_ms", "push_ms"], mean))
+    # The summed examples/s of the workers' last progress intervals (the
+    # steady state, without start-up and the first epoch's row creation).
+    result["last_interval_examples_per_s"] = sum(rates)
     if evaluate:
         with open(os.path.join(logs, "worker_0.log")) as f:
             aucs = EVAL_AUC.findall(f.read())
@@ -106,10 +120,12 @@ def run_psrt(
     return total, result
 
 
-def run_torch_report(data_dir, examples, batch, device="cpu", evaluate=False, threads=0):
+def run_torch_report(data_dir, examples, batch, device="cpu", evaluate=False, threads=0, extra=()):
     """torch_deepfm.py's JSON report: examples_per_s, threads, test_auc, ...
-    `threads` 0: the thread count torch_deepfm.py measures fastest."""
-    test = [f"--test={data_dir}/test.tfrecords"] if evaluate else []
+    `threads` 0: the thread count torch_deepfm.py measures fastest; `extra`:
+    more torch_deepfm.py flags."""
+    test = [f"--test={test_file(data_dir)}"] if evaluate else []
+    test += list(extra)
     if threads:
         test.append(f"--threads={threads}")
     out = subprocess.run(

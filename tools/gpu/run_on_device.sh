@@ -8,7 +8,7 @@
 #      per GPU) and --device=cpu (8 towers), one host each, same data and
 #      seed: their loss lines one after another;
 #   3. tools/bench/gpu_deepfm.py (arguments are passed to it; SKIP_BENCH=1
-#      skips it).
+#      skips it; ONLY_BENCH=1 skips 1 and 2).
 # Logs go to $OUT when set (the device tool's output folder), else out/gpu.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,15 +24,17 @@ export PSRT_BIN_DIR=$bin
 nvidia-smi -L
 echo "cuBLAS: ${cublas:-not found}"
 
-"$bin/ps_worker/gpu/gpu_parity_test" 2>&1 | tee "$logs/gpu_parity_test.log"
-"$bin/ps_worker/device_test" 2>&1 | tee "$logs/device_test.log"
+[ -n "${ONLY_BENCH:-}" ] || "$bin/ps_worker/gpu/gpu_parity_test" 2>&1 | tee "$logs/gpu_parity_test.log"
+[ -n "${ONLY_BENCH:-}" ] || "$bin/ps_worker/device_test" 2>&1 | tee "$logs/device_test.log"
 
 data=$root/out/gpu_bench_data
 [ -f "$data/planted.json" ] || "$bin/tools/ctr_datagen/ctr_datagen" \
   --output_dir="$data" --train_examples=500000 --test_examples=10000 \
   --format=libsvm >/dev/null
 gpus=$(nvidia-smi -L | wc -l)
-for run in gpu:0 gpu:$((2 * gpus)) cpu:8; do
+runs="gpu:0 gpu:$((2 * gpus)) cpu:8"
+[ -n "${ONLY_BENCH:-}" ] && runs=""
+for run in $runs; do
   device=${run%:*} towers=${run#*:}
   python3 deploy/local/launch.py --hosts=1 --logs="$logs/e2e_${device}_$towers" \
     --bin_dir="$bin" --base_port=25000 -- "$bin/ps_worker/ps_worker" \
