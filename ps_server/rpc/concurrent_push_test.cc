@@ -9,21 +9,11 @@
 #include "gtest/gtest.h"
 #include "proto/frame_writer.h"
 #include "ps_server/rpc/push_handler.h"
+#include "ps_server/rpc/test_variable_spec.h"
 #include "util/thread_pool.h"
 
 namespace psrt {
 namespace {
-
-VariableSpec Spec(const std::string& name, VariableKind kind,
-                  std::vector<int64_t> shape, int shards) {
-  VariableSpec s;
-  s.set_name(name);
-  s.set_kind(kind);
-  for (int64_t d : shape) s.add_shape(d);
-  s.mutable_partition()->set_num_shards(shards);
-  s.mutable_optimizer()->set_learning_rate(1.0f);
-  return s;
-}
 
 // One push message: every shard of "emb" (4 shards of 25 rows, DIV) and of
 // "h" (3 hash shards, ids routed by the caller's choice of shard), plus "w".
@@ -65,13 +55,14 @@ TEST(ConcurrentPushTest, ManyPushesAtOnceAllApplyExactly) {
   ThreadPool::SetDefaultSize(1);
   ASSERT_EQ(ThreadPool::Default().size(), 1);
   ShardStore store(0, 1);
-  ASSERT_TRUE(store
-                  .CreateVariables(0,
-                                   {Spec("w", DENSE, {8}, 1),
-                                    Spec("emb", EMBEDDING, {100, 4}, 4),
-                                    Spec("h", HASH_EMBEDDING, {0, 2}, 3)},
-                                   1)
-                  .ok());
+  ASSERT_TRUE(
+      store
+          .CreateVariables(0,
+                           {TestVariableSpec("w", DENSE, {8}, 1),
+                            TestVariableSpec("emb", EMBEDDING, {100, 4}, 4),
+                            TestVariableSpec("h", HASH_EMBEDDING, {0, 2}, 3)},
+                           1)
+          .ok());
   // One hash id per shard, each the shard's own (routing is checked).
   const VariableLayout& h = *store.Find("h")->layout;
   std::vector<int64_t> hash_ids(3, -1);

@@ -7,20 +7,10 @@
 #include "proto/slice_lease.h"
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
+#include "ps_server/rpc/test_variable_spec.h"
 
 namespace psrt {
 namespace {
-
-VariableSpec Spec(const std::string& name, VariableKind kind,
-                  std::vector<int64_t> shape, int shards = 1) {
-  VariableSpec s;
-  s.set_name(name);
-  s.set_kind(kind);
-  for (int64_t d : shape) s.add_shape(d);
-  s.mutable_partition()->set_num_shards(shards);
-  s.mutable_optimizer()->set_learning_rate(1.0f);
-  return s;
-}
 
 // Builds one push message; payloads are copied into owned slices.
 class PushMessage {
@@ -68,13 +58,14 @@ class PushMessage {
 class HandlersTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(store_
-                    .CreateVariables(0,
-                                     {Spec("w", DENSE, {6}),
-                                      Spec("emb", EMBEDDING, {100, 16}, 2),
-                                      Spec("h", HASH_EMBEDDING, {0, 2})},
-                                     1)
-                    .ok());
+    ASSERT_TRUE(
+        store_
+            .CreateVariables(0,
+                             {TestVariableSpec("w", DENSE, {6}),
+                              TestVariableSpec("emb", EMBEDDING, {100, 16}, 2),
+                              TestVariableSpec("h", HASH_EMBEDDING, {0, 2})},
+                             1)
+            .ok());
   }
 
   absl::StatusOr<PushResponse> Push(std::vector<grpc::ByteBuffer> messages) {
