@@ -88,7 +88,8 @@ absl::StatusOr<double> ParseIperf3Json(absl::string_view json) {
 }
 
 absl::StatusOr<double> MeasureIperf3(const std::string& iperf3_binary,
-                                     absl::Duration duration) {
+                                     absl::Duration duration,
+                                     size_t write_bytes) {
   const int port = FreeLoopbackPort();
   if (port < 0) return absl::UnavailableError("iperf3: no free loopback port");
   const std::string port_text = absl::StrCat(port);
@@ -114,8 +115,9 @@ absl::StatusOr<double> MeasureIperf3(const std::string& iperf3_binary,
           "cannot run '", iperf3_binary,
           "' (install it: apt-get install iperf3; or --iperf3= to skip)"));
     }
-    auto [out, code] = RunCapturing({iperf3_binary, "-c", "127.0.0.1", "-p",
-                                     port_text, "-t", seconds, "--json"});
+    auto [out, code] =
+        RunCapturing({iperf3_binary, "-c", "127.0.0.1", "-p", port_text, "-t",
+                      seconds, "-l", absl::StrCat(write_bytes), "--json"});
     if (code == 0) {
       result = ParseIperf3Json(out);
       break;

@@ -180,7 +180,10 @@ absl::Status MeasureAndReport(Result r, Op&& op) {
       if (!baseline.ok()) return baseline.status();
       tcp = baseline->gbytes_per_s;
       if (!FLAGS_iperf3.empty()) {
-        auto iperf3 = MeasureIperf3(FLAGS_iperf3, absl::Seconds(FLAGS_seconds));
+        auto iperf3 =
+            MeasureIperf3(FLAGS_iperf3, absl::Seconds(FLAGS_seconds),
+                          std::min(static_cast<size_t>(r.bytes_per_op),
+                                   kTcpBaselineWriteBytes));
         if (!iperf3.ok()) {
           LOG(WARNING) << "no iperf3 check of this TCP baseline: "
                        << iperf3.status();

@@ -17,7 +17,7 @@
 namespace psrt {
 namespace {
 
-constexpr size_t kWriteBytes = 1 << 20;
+constexpr size_t kWriteBytes = kTcpBaselineWriteBytes;
 
 bool WriteAll(int fd, const char* data, size_t n) {
   while (n > 0) {

@@ -16,6 +16,9 @@
 
 namespace psrt {
 
+// The sender's write size (operations smaller than it are one write).
+inline constexpr size_t kTcpBaselineWriteBytes = size_t{1} << 20;
+
 struct TcpBaselineResult {
   double ops_per_s = 0;
   double gbytes_per_s = 0;

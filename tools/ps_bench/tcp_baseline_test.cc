@@ -55,7 +55,7 @@ TEST(ParseIperf3JsonTest, RefusesReportsWithoutARate) {
 }
 
 TEST(MeasureIperf3Test, AMissingBinaryIsNotFound) {
-  auto r = MeasureIperf3("/nonexistent/iperf3", absl::Seconds(1));
+  auto r = MeasureIperf3("/nonexistent/iperf3", absl::Seconds(1), 1 << 20);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
   EXPECT_NE(r.status().message().find("apt-get install iperf3"),
             std::string::npos);
