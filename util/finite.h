@@ -32,6 +32,24 @@ inline size_t FirstNonFinite(const float* v, size_t n) {
   return n;
 }
 
+// FirstNonFinite, and in *max_abs the largest magnitude of v[0, n) when all
+// are finite. One branch-free pass: the magnitudes of finite floats order as
+// their bit patterns without the sign do, so the maximum is an integer one.
+inline size_t FirstNonFiniteMaxAbs(const float* v, size_t n, float* max_abs) {
+  uint32_t bad = 0;
+  uint32_t top = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    bad |= (bits & 0x7f800000u) + 0x00800000u;
+    const uint32_t magnitude = bits & 0x7fffffffu;
+    top = magnitude > top ? magnitude : top;
+  }
+  if ((bad & 0x80000000u) != 0) return FirstNonFinite(v, n);
+  std::memcpy(max_abs, &top, sizeof(top));
+  return n;
+}
+
 }  // namespace psrt
 
 #endif  // PSRT_UTIL_FINITE_H_

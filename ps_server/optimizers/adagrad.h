@@ -15,6 +15,10 @@ class Adagrad final : public Optimizer {
       : Optimizer(1, initial_accumulator_value, 0) {}
   void Apply(float* params, float* const* slots, const float* grad, size_t n,
              const UpdateContext& context) const override;
+  bool BoundsAfter(const ValueBounds& before, double max_abs_grad,
+                   const UpdateContext& context,
+                   ValueBounds* after) const override;
+  bool bounds_updates() const override { return true; }
 };
 
 }  // namespace psrt

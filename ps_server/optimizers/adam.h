@@ -18,6 +18,10 @@ class Adam final : public Optimizer {
   void Prepare(UpdateContext* context) const override;
   void Apply(float* params, float* const* slots, const float* grad, size_t n,
              const UpdateContext& context) const override;
+  bool BoundsAfter(const ValueBounds& before, double max_abs_grad,
+                   const UpdateContext& context,
+                   ValueBounds* after) const override;
+  bool bounds_updates() const override { return true; }
 
  private:
   float beta1_, beta2_, epsilon_;

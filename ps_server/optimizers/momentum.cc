@@ -16,4 +16,21 @@ void Momentum::Apply(float* params, float* const* slots, const float* grad,
   }
 }
 
+// accum' = m * accum + g: |accum'| <= m * A + G; the step is lr * accum'
+// (Nesterov: lr * (g + m * accum')).
+bool Momentum::BoundsAfter(const ValueBounds& before, double max_abs_grad,
+                           const UpdateContext& context,
+                           ValueBounds* after) const {
+  *after = before;
+  const double accum =
+      (momentum_ * before.max_abs[1] + max_abs_grad) * ValueBounds::kRounding;
+  const double step = nesterov_ ? max_abs_grad + momentum_ * accum : accum;
+  after->max_abs[1] = accum;
+  after->min[1] = -accum;
+  after->max_abs[0] = (before.max_abs[0] + context.learning_rate * step) *
+                      ValueBounds::kRounding;
+  after->min[0] = -after->max_abs[0];
+  return true;
+}
+
 }  // namespace psrt

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "proto/ps.pb.h"
+#include "ps_server/optimizers/value_bounds.h"
 
 namespace psrt {
 
@@ -46,6 +47,20 @@ class Optimizer {
   // REQUIRES: Prepare(&context) was called; the arrays do not overlap.
   virtual void Apply(float* params, float* const* slots, const float* grad,
                      size_t n, const UpdateContext& context) const = 0;
+
+  // Bounds on the values after one Apply of a gradient whose magnitudes are
+  // at most `max_abs_grad`, to values within `before`; false where this
+  // optimizer cannot bound its update (the caller then proves the update
+  // finite by a dry run). True promises that every intermediate and final
+  // value of such an Apply is finite and within *after, provided
+  // after->WithinLimit(1 + num_slots()).
+  virtual bool BoundsAfter(const ValueBounds& before, double max_abs_grad,
+                           const UpdateContext& context,
+                           ValueBounds* after) const {
+    return false;
+  }
+  // Whether BoundsAfter can ever return true (else shards keep no bounds).
+  virtual bool bounds_updates() const { return false; }
 
   // The first i in [0, n) where Apply with these arguments would leave the
   // parameter or a slot NaN or +-Inf (finite inputs can overflow: a 3e38

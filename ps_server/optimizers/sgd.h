@@ -11,6 +11,10 @@ class Sgd final : public Optimizer {
   Sgd() : Optimizer(0, 0, 0) {}
   void Apply(float* params, float* const* slots, const float* grad, size_t n,
              const UpdateContext& context) const override;
+  bool BoundsAfter(const ValueBounds& before, double max_abs_grad,
+                   const UpdateContext& context,
+                   ValueBounds* after) const override;
+  bool bounds_updates() const override { return true; }
 };
 
 }  // namespace psrt

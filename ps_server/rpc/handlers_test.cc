@@ -8,6 +8,7 @@
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
 #include "ps_server/rpc/test_variable_spec.h"
+#include "ps_server/shards/row_shard.h"
 
 namespace psrt {
 namespace {
@@ -125,6 +126,14 @@ TEST_F(HandlersTest, OverflowInOneShardUndoesTheWholePush) {
                   .ok());
   const std::vector<float> row60 = read("emb", 1, 60, 16);
   ASSERT_EQ(row60[0], -3e38f);
+  // The small update was proven finite by h's value bounds (applied last,
+  // with no undo); the huge one was checked row by row.
+  auto proven = [&](const std::string& name, int shard) {
+    return dynamic_cast<RowShard&>(store_.Find(name)->shard(shard))
+        .updates_proven_by_bounds();
+  };
+  ASSERT_EQ(proven("h", 0), 1);
+  ASSERT_EQ(proven("emb", 1), 0);
   const int64_t versions[] = {store_.Find("w")->shard(0).version(),
                               store_.Find("emb")->shard(0).version(),
                               store_.Find("emb")->shard(1).version(),
@@ -153,6 +162,15 @@ TEST_F(HandlersTest, OverflowInOneShardUndoesTheWholePush) {
   EXPECT_EQ(store_.Find("emb")->shard(0).version(), versions[1]);
   EXPECT_EQ(store_.Find("emb")->shard(1).version(), versions[2]);
   EXPECT_EQ(store_.Find("h")->shard(0).version(), versions[3]);
+  // The same fine updates alone: proven by the bounds and applied.
+  ASSERT_TRUE(Push({PushMessage()
+                        .Rows("emb", 0, {3, 7}, std::vector<float>(32, 0.5f))
+                        .Rows("h", 0, {5, 9}, {1, 1, 2, 2})
+                        .Build()})
+                  .ok());
+  EXPECT_EQ(proven("emb", 0), 1);
+  EXPECT_EQ(proven("h", 0), 2);
+  EXPECT_EQ(read("h", 0, 5, 2), (std::vector<float>{-2, -2}));
 }
 
 TEST_F(HandlersTest, ErrorsNameVariableShardAndNumbers) {

@@ -119,8 +119,10 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       updates.back().shard = item.shard;
       updates.back().target = &item.target();
       updates.back().update.learning_rate = item.learning_rate;
+      updates.back().update.max_abs_grad = 0;
     }
     ShardUpdate& u = updates[it->second].update;
+    u.max_abs_grad = std::max(u.max_abs_grad, item.max_abs_grad);
     if (item.by_range) {
       u.ranges.push_back({item.offset, item.count, item.grad});
     } else {
@@ -169,21 +171,26 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return *failed;
   }
   size_t undo_floats = 0;
-  // Where each shard's old floats go (shards applied with undo).
+  // Where each shard's old floats go (shards applied with undo; the space
+  // is taken before locking, the shards say under the locks whether they
+  // still need it).
   std::vector<float*> saved(updates.size(), nullptr);
   for (const PendingShardUpdate& u : updates) undo_floats += u.undo_floats;
   PooledBuffer undo =
       BufferPool::Default().Acquire(undo_floats * sizeof(float));
-  float* next_undo = reinterpret_cast<float*>(undo.data());
-  for (size_t i = 0; i < updates.size(); ++i) {
-    if (updates[i].undo_floats == 0) continue;
-    saved[i] = next_undo;
-    next_undo += updates[i].undo_floats;
-  }
   for (const PendingShardUpdate& u : updates) u.target->mutex()->Lock();
   const absl::Status* refused = each([&](size_t i) {
     return updates[i].target->CheckLocked(updates[i].update);
   });
+  float* next_undo = reinterpret_cast<float*>(undo.data());
+  for (size_t i = 0; i < updates.size() && refused == nullptr; ++i) {
+    if (updates[i].undo_floats == 0 ||
+        !updates[i].target->NeedsUndoLocked(updates[i].update)) {
+      continue;
+    }
+    saved[i] = next_undo;
+    next_undo += updates[i].undo_floats;
+  }
   if (refused == nullptr) {
     refused = each([&](size_t i) {
       if (saved[i] == nullptr) return absl::OkStatus();

@@ -1,5 +1,6 @@
 #include "ps_server/rpc/request_item.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -54,17 +55,21 @@ bool IdsBelongToShard(const VariableLayout& layout, int shard,
 
 }  // namespace
 
-bool AllFinite(const PayloadView& values, size_t* first_bad, float* bad_value) {
-  bool finite = true;
-  ForEachFloatRun(values, [&](const float* v, size_t n, size_t first) {
-    if (!finite) return;
-    const size_t i = FirstNonFinite(v, n);
-    if (i == n) return;
-    *first_bad = first + i;
-    *bad_value = v[i];
-    finite = false;
+size_t FirstNonFiniteMaxAbs(const PayloadView& values, float* max_abs) {
+  const size_t n = values.size() / sizeof(float);
+  size_t bad = n;
+  *max_abs = 0;
+  ForEachFloatRun(values, [&](const float* v, size_t count, size_t first) {
+    if (bad < n) return;
+    float top = 0;
+    const size_t i = FirstNonFiniteMaxAbs(v, count, &top);
+    if (i < count) {
+      bad = first + i;
+    } else {
+      *max_abs = std::max(*max_abs, top);
+    }
   });
-  return finite;
+  return bad;
 }
 
 namespace {
@@ -195,9 +200,14 @@ absl::Status ResolveGradient(const TensorItem& item, const FrameReader& frame,
   if (out->dtype != FLOAT32) {
     WidenValues(out->dtype, &out->grad, &out->decoded_grad);
   }
-  size_t bad_index;
-  float bad_value;
-  if (!AllFinite(out->grad, &bad_index, &bad_value)) {
+  const size_t bad_index = FirstNonFiniteMaxAbs(out->grad, &out->max_abs_grad);
+  if (bad_index < out->grad.size() / sizeof(float)) {
+    float bad_value = 0;
+    ForEachFloatRun(out->grad, [&](const float* v, size_t n, size_t first) {
+      if (bad_index >= first && bad_index < first + n) {
+        bad_value = v[bad_index - first];
+      }
+    });
     absl::Status s = absl::InvalidArgumentError(absl::StrCat(
         Where(kind, item), "gradient element ", bad_index, " is ", bad_value,
         "; the push was rejected and nothing was applied"));

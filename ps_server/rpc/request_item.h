@@ -30,6 +30,7 @@ struct ResolvedItem {
   int64_t count = 0;         // by range: floats
   std::vector<int64_t> ids;  // by id, copied out of the payload
   PayloadView grad;          // push only: float32 values
+  float max_abs_grad = 0;    // push only: the gradient's largest magnitude
   float learning_rate = 0;   // push only: effective rate
   // Push: the type the gradient came in; pull: the type to send values in.
   WireDtype dtype = FLOAT32;
@@ -48,10 +49,12 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
                          const FrameReader& frame, RequestKind kind,
                          ResolvedItem* out);
 
-// True if every value is finite; otherwise *first_bad is the index of the
-// first NaN or Inf. Vectorizable: a value is non-finite iff its exponent
-// bits are all ones.
-bool AllFinite(const PayloadView& values, size_t* first_bad, float* bad_value);
+// The index of the first NaN or Inf among float32 `values` (size() / 4 if
+// there is none) and, when there is none, their largest magnitude
+// (*max_abs). Read in place: values split across slices or misaligned pass
+// through a small aligned buffer (ForEachFloatRun). REQUIRES:
+// values.size() % 4 == 0.
+size_t FirstNonFiniteMaxAbs(const PayloadView& values, float* max_abs);
 
 }  // namespace psrt
 

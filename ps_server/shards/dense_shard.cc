@@ -1,9 +1,12 @@
 #include "ps_server/shards/dense_shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "util/finite.h"
 #include "util/parallel_for.h"
 #include "util/thread_pool.h"
 
@@ -93,6 +96,7 @@ absl::Status DenseShard::ImportRows(absl::Span<const int64_t> ids,
   const int slots = optimizer_->num_slots();
   const int64_t stride = row_stride();
   absl::MutexLock lock(&mu_);
+  bounds_.Invalidate();
   for (size_t r = 0; r < ids.size(); ++r) {
     const int64_t at = (ids[r] - row_begin_) * width_;
     const float* row = rows + r * stride;
@@ -130,6 +134,13 @@ absl::Status DenseShard::Prepare(ShardUpdate* update, float scale) {
     });
   }
   for (float& x : update->merged) x *= scale;
+  // Sums of finite gradients may overflow: then unknown (a dry run).
+  float max_abs = 0;
+  update->max_abs_grad =
+      FirstNonFiniteMaxAbs(update->merged.data(), update->merged.size(),
+                           &max_abs) == update->merged.size()
+          ? max_abs
+          : std::numeric_limits<float>::infinity();
   update->ranges = {
       {lo, hi - lo,
        PayloadView::Contiguous(update->merged.data(),
@@ -138,12 +149,29 @@ absl::Status DenseShard::Prepare(ShardUpdate* update, float scale) {
 }
 
 absl::Status DenseShard::CheckLocked(const ShardUpdate& update) const {
+  const UpdateContext context =
+      MakeUpdateContext(*optimizer_, update.learning_rate, version_ + 1);
+  if (bounds_.Clear(&update, version_, *optimizer_, update.max_abs_grad,
+                    context, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                      return ExactBoundsLocked();
+                    })) {
+    return absl::OkStatus();
+  }
   return CheckRangesLocked(update.ranges, update.learning_rate);
 }
 
 absl::Status DenseShard::ApplyLocked(const ShardUpdate& update, float* undo) {
   ApplyRangesLocked(update.ranges, update.learning_rate);
+  bounds_.Applied(&update, version_);
   return absl::OkStatus();
+}
+
+ValueBounds DenseShard::ExactBoundsLocked() const {
+  ValueBounds bounds = ValueBounds::Empty();
+  for (int i = 0; i <= optimizer_->num_slots(); ++i) {
+    bounds.Cover(i, i == 0 ? params_.get() : slots_[i - 1].get(), size_);
+  }
+  return bounds;
 }
 
 // Calls fn(piece) for every piece; on several threads when the update is

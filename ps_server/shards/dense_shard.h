@@ -12,9 +12,11 @@
 #include "partitioner/shard_map.h"
 #include "proto/frame_reader.h"
 #include "ps_server/optimizers/optimizer.h"
+#include "ps_server/optimizers/value_bounds.h"
 #include "ps_server/shards/float_array.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/shard.h"
+#include "ps_server/shards/shard_bounds.h"
 
 namespace psrt {
 
@@ -45,10 +47,12 @@ class DenseShard final : public Shard {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Shard. Prepare sums the ranges (several workers' gradients for one
-  // synchronous step may overlap) into one, scaled; CheckLocked is a dry
-  // run of the update (sequential memory, cheap to read twice) naming the
-  // first element (shard-local) it would make NaN or +-Inf; so UndoFloats
-  // is 0 and ApplyLocked cannot fail.
+  // synchronous step may overlap) into one, scaled. CheckLocked proves the
+  // update leaves every value finite, so UndoFloats is 0 and ApplyLocked
+  // cannot fail: from the shard's value bounds and the gradient's largest
+  // magnitude where the optimizer can (value_bounds.h; no pass over the
+  // values), else by a dry run of the update naming the first element
+  // (shard-local) it would make NaN or +-Inf.
   int64_t num_rows() const override { return size_ / width_; }
   int64_t bytes() const override;
   int64_t version() const override;
@@ -66,6 +70,11 @@ class DenseShard final : public Shard {
   absl::Status ApplyLocked(const ShardUpdate& update, float* undo) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UndoLocked(const ShardUpdate& update, const float* undo) override {}
+  // Updates applied that the value bounds proved finite (no dry run).
+  int64_t updates_proven_by_bounds() const {
+    absl::ReaderMutexLock lock(&mu_);
+    return bounds_.proven();
+  }
   bool exports_ids() const override { return false; }
   int64_t row_stride() const override {
     return width_ * (1 + optimizer_->num_slots());
@@ -82,6 +91,8 @@ class DenseShard final : public Shard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyRangesLocked(absl::Span<const Piece> pieces, float learning_rate)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The values' exact bounds (a pass over the shard).
+  ValueBounds ExactBoundsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Optimizer* const optimizer_;
   const int64_t width_;      // floats per row (the variable's row width)
@@ -91,6 +102,8 @@ class DenseShard final : public Shard {
   FloatArray params_ ABSL_GUARDED_BY(mu_);
   FloatArray slots_[2] ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Mutable: CheckLocked keeps them as a cache of what the values allow.
+  mutable ShardBounds bounds_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt

@@ -171,11 +171,21 @@ int64_t EmbeddingShard::ExportRows(int64_t first, int64_t count, int64_t* ids,
 absl::Status EmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
                                         const float* rows) {
   absl::MutexLock lock(&mu_);
+  bounds_.Invalidate();
   for (size_t i = 0; i < ids.size(); ++i) {
     std::memcpy(data_.get() + layout_.LocalRow(shard_, ids[i]) * stride_,
                 rows + i * stride_, stride_ * sizeof(float));
   }
   return absl::OkStatus();
+}
+
+ValueBounds EmbeddingShard::ExactBoundsLocked() const {
+  ValueBounds bounds = ValueBounds::Empty();
+  for (int64_t row = 0; row < rows_; ++row) {
+    CoverRow(data_.get() + row * stride_, width_, optimizer_->num_slots(),
+             &bounds);
+  }
+  return bounds;
 }
 
 void EmbeddingShard::RestoreVersion(int64_t version) {

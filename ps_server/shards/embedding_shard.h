@@ -50,6 +50,14 @@ class EmbeddingShard final : public RowShard {
   // A bitmap over the shard's rows where that is cheaper than a hash set.
   bool HasRepeatedIds(const ShardUpdate& update) const override;
 
+  // RowShard.
+  int64_t VersionLocked() const override ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return version_;
+  }
+  ValueBounds ExactBoundsLocked() const override
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  const Optimizer& optimizer() const override { return *optimizer_; }
+
  private:
   const VariableLayout& layout_;
   const int shard_;

@@ -44,7 +44,20 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   }
   index_.emplace(id, row);
   row_ids_.push_back(id);
+  const float slot_values[2] = {
+      optimizer_->num_slots() > 0 ? optimizer_->initial_slot_value(0) : 0.0f,
+      optimizer_->num_slots() > 1 ? optimizer_->initial_slot_value(1) : 0.0f};
+  bounds_.Cover(values, width_, slot_values, optimizer_->num_slots());
   return row;
+}
+
+ValueBounds HashEmbeddingShard::ExactBoundsLocked() const {
+  ValueBounds bounds = ValueBounds::Empty();
+  for (int64_t row = 0; row < rows_; ++row) {
+    CoverRow(Row(static_cast<uint32_t>(row)), width_, optimizer_->num_slots(),
+             &bounds);
+  }
+  return bounds;
 }
 
 void HashEmbeddingShard::FindRows(absl::Span<const int64_t> ids,
@@ -150,8 +163,8 @@ bool HashEmbeddingShard::HasRepeatedIds(const ShardUpdate& update) const {
   return false;
 }
 
-absl::Status HashEmbeddingShard::ApplyLocked(const ShardUpdate& update,
-                                             float* undo) {
+absl::Status HashEmbeddingShard::ApplyUpdateLocked(const ShardUpdate& update,
+                                                   float* undo) {
   if (update.rows.size() != update.ids.size()) {
     return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
                            undo);
@@ -272,6 +285,7 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
                                             const float* rows) {
   if (absl::Status s = EnsureRows(ids); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
+  bounds_.Invalidate();
   for (size_t i = 0; i < ids.size(); ++i) {
     std::memcpy(Row(index_.find(ids[i])->second), rows + i * stride_,
                 stride_ * sizeof(float));

@@ -53,9 +53,6 @@ class HashEmbeddingShard final : public RowShard {
   using RowShard::EnsureRows;
   absl::Status EnsureRows(absl::Span<const int64_t> ids,
                           std::vector<uint32_t>* rows) override;
-  // With the rows Prepare found (update.rows), no second lookup.
-  absl::Status ApplyLocked(const ShardUpdate& update, float* undo) override
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
   absl::Status ApplyRowsLocked(absl::Span<const int64_t> ids,
                                absl::Span<const PayloadView> grads,
@@ -81,6 +78,19 @@ class HashEmbeddingShard final : public RowShard {
     absl::ReaderMutexLock lock(&mu_);
     return static_cast<int64_t>(blocks_.size()) * block_bytes();
   }
+
+ protected:
+  // With the rows Prepare found (update.rows), no second lookup.
+  absl::Status ApplyUpdateLocked(const ShardUpdate& update,
+                                 float* undo) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RowShard.
+  int64_t VersionLocked() const override ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return version_;
+  }
+  ValueBounds ExactBoundsLocked() const override
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  const Optimizer& optimizer() const override { return *optimizer_; }
 
  private:
   float* Row(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

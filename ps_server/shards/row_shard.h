@@ -10,7 +10,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/frame_reader.h"
+#include "ps_server/optimizers/optimizer.h"
 #include "ps_server/shards/shard.h"
+#include "ps_server/shards/shard_bounds.h"
 
 namespace psrt {
 
@@ -57,8 +59,10 @@ class RowShard : public Shard {
                               const float* undo) = 0;
 
   // Shard, in terms of the above. Prepare sums the gradients of repeated
-  // ids (scaling them) and ensures the rows; CheckLocked passes everything:
-  // rows are checked as they are applied, with undo.
+  // ids (scaling them) and ensures the rows. CheckLocked passes everything:
+  // an update the shard's value bounds prove finite (shard_bounds.h) is
+  // applied without undo; the rest are checked row by row as they are
+  // applied, with undo.
   int64_t ValueFloats(const ShardSlice& slice) const final {
     return static_cast<int64_t>(slice.ids.size()) * row_width();
   }
@@ -66,24 +70,53 @@ class RowShard : public Shard {
     return Gather(slice.ids, out);
   }
   absl::Status Prepare(ShardUpdate* update, float scale) final;
-  absl::Status CheckLocked(const ShardUpdate& update) const final {
-    return absl::OkStatus();
-  }
+  absl::Status CheckLocked(const ShardUpdate& update) const final;
   int64_t UndoFloats(const ShardUpdate& update) const final {
     return static_cast<int64_t>(update.ids.size()) * row_stride();
   }
-  absl::Status ApplyLocked(const ShardUpdate& update, float* undo) override {
-    return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
-                           undo);
+  bool NeedsUndoLocked(const ShardUpdate& update) const final {
+    return !bounds_.Cleared(&update);
   }
+  absl::Status ApplyLocked(const ShardUpdate& update, float* undo) final;
   void UndoLocked(const ShardUpdate& update, const float* undo) final {
     UndoRowsLocked(update.ids, undo);
   }
 
   // Floats of a row's values (without slots).
   virtual int64_t row_width() const = 0;
+  // Updates applied that the value bounds proved finite (no undo copies,
+  // no check of each row).
+  int64_t updates_proven_by_bounds() const {
+    absl::ReaderMutexLock lock(mutex());
+    return bounds_.proven();
+  }
 
  protected:
+  // The shard's version (Adam's t), read under mutex().
+  virtual int64_t VersionLocked() const = 0;
+  // The values' exact bounds: a pass over every row. REQUIRES: *mutex()
+  // held.
+  virtual ValueBounds ExactBoundsLocked() const = 0;
+  // ApplyLocked for an update the caller has checked: the rows Prepare
+  // found where the shard keeps them (hash shards).
+  virtual absl::Status ApplyUpdateLocked(const ShardUpdate& update,
+                                         float* undo) {
+    return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
+                           undo);
+  }
+  virtual const Optimizer& optimizer() const = 0;
+  // Widens *bounds to a row: [values | slot 0 | slot 1], width floats each.
+  static void CoverRow(const float* row, int64_t width, int num_slots,
+                       ValueBounds* bounds) {
+    for (int i = 0; i <= num_slots; ++i) {
+      bounds->Cover(i, row + i * width, static_cast<size_t>(width));
+    }
+  }
+
+  // REQUIRES: *mutex() held for every use. Mutable: CheckLocked keeps them
+  // as a cache of what the values allow.
+  mutable ShardBounds bounds_;
+
   // True if the update repeats an id (a hash set of its ids; shards that
   // know their rows may do better). REQUIRES: EnsureRows(ids, &rows) ran.
   virtual bool HasRepeatedIds(const ShardUpdate& update) const;

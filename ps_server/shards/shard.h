@@ -13,6 +13,7 @@
 #define PSRT_PS_SERVER_SHARDS_SHARD_H_
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,6 +42,10 @@ struct RangeGradient {
 // learning rate. Shard::Prepare rewrites it into what ApplyLocked applies.
 struct ShardUpdate {
   float learning_rate = 0;
+  // The largest magnitude of the gradients, where the push's check found
+  // it; +Inf: unknown (the shard cannot prove the update finite from its
+  // value bounds, shard_bounds.h).
+  float max_abs_grad = std::numeric_limits<float>::infinity();
   std::vector<RangeGradient> ranges;
   std::vector<int64_t> ids;
   std::vector<PayloadView> grads;  // one row per id, in order
@@ -78,10 +83,11 @@ class Shard {
   //   2. Lock every shard's mutex() in catalog order.
   //   3. CheckLocked on each: refuses, changing nothing, an update it can
   //      tell would make a value NaN or +-Inf without applying it.
-  //   4. ApplyLocked with undo space on the shards whose UndoFloats is
-  //      non-zero, first: they can only tell after applying, saving each
-  //      touched value there first; INVALID_ARGUMENT then names the value.
+  //   4. ApplyLocked with undo space on the shards that NeedsUndoLocked,
+  //      first: they can only tell after applying, saving each touched
+  //      value there first; INVALID_ARGUMENT then names the value.
   //      UndoLocked(update, undo) restores what ApplyLocked changed.
+  //      UndoFloats, asked before locking, is the most a shard may need.
   //   5. ApplyLocked(update, nullptr) on the rest, which cannot fail once
   //      CheckLocked passed.
   // The version advances once per ApplyLocked.
@@ -89,6 +95,10 @@ class Shard {
   virtual absl::Mutex* mutex() const = 0;
   virtual absl::Status CheckLocked(const ShardUpdate& update) const = 0;
   virtual int64_t UndoFloats(const ShardUpdate& update) const = 0;
+  // After CheckLocked: whether ApplyLocked needs the undo space.
+  virtual bool NeedsUndoLocked(const ShardUpdate& update) const {
+    return UndoFloats(update) > 0;
+  }
   virtual absl::Status ApplyLocked(const ShardUpdate& update, float* undo) = 0;
   virtual void UndoLocked(const ShardUpdate& update, const float* undo) = 0;
   // Steps 1-5 for this shard alone.
