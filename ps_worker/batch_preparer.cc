@@ -10,7 +10,11 @@ void DeduplicateIds(const Batch& batch, std::vector<int32_t>* slots,
                     std::vector<int64_t>* unique_ids) {
   IdIndex index(batch.ids.size());
   slots->resize(batch.ids.size());
-  for (size_t j = 0; j < batch.ids.size(); ++j) {
+  const size_t n = batch.ids.size();
+  for (size_t j = 0; j < n; ++j) {
+    if (j + IdIndex::kPrefetchDistance < n) {
+      index.Prefetch(batch.ids[j + IdIndex::kPrefetchDistance]);
+    }
     bool inserted;
     (*slots)[j] = index.Insert(batch.ids[j], &inserted);
   }

@@ -34,6 +34,9 @@ UniqueIds Deduplicate(absl::Span<const int64_t> ids, bool promised_unique) {
   u.unique_index.resize(ids.size());
   u.first_row.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
+    if (i + IdIndex::kPrefetchDistance < ids.size()) {
+      index.Prefetch(ids[i + IdIndex::kPrefetchDistance]);
+    }
     bool inserted;
     u.unique_index[i] = index.Insert(ids[i], &inserted);
     if (inserted) {

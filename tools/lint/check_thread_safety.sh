@@ -29,9 +29,11 @@ if (($# > 0)); then
   files=("$@")
 else
   # Every C++ source but the CUDA-only host file (needs the toolkit's
-  # headers) and the generated protos.
+  # headers), the ps-lite benchmark driver (needs a ps-lite checkout) and
+  # the generated protos.
   mapfile -t files < <(git ls-files '*.cc' | grep -v '^third_party/' |
-    grep -v '^ps_worker/gpu/cublas_library.cc$')
+    grep -v '^ps_worker/gpu/cublas_library.cc$' |
+    grep -v '^tools/bench/pslite/')
 fi
 failed="$out/failed"
 : >"$failed"

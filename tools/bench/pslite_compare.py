@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""psrt against ps-lite (dmlc/ps-lite) on ps_bench's cases, interleaved in
+one run: dense_4MiB and dense_64MiB (SGD push, whole-value pull) and
+embedding_100k (Adagrad push and pull of 100k random rows of a 1M x 16
+table), one operation in flight, one server, one worker, loopback.
+
+    # ps-lite's source is never part of this repository: bring a checkout
+    # (github.com/dmlc/ps-lite) and build its library against Debian's
+    # libzmq3-dev and protobuf:
+    apt-get install libzmq3-dev
+    make -C PSLITE ps DEPS_PATH=/usr PROTOC=/usr/bin/protoc
+    bazel build //ps_server //tools/ps_bench
+    /usr/bin/python3 tools/bench/pslite_compare.py --pslite_dir=PSLITE
+
+Each round runs ps_bench (which measures the raw TCP baseline and iperf3
+beside every case) against a fresh ps_server, then tools/bench/pslite/
+pslite_bench.cc (compiled here against PSLITE) with a ps-lite scheduler,
+server and worker. Medians over rounds; psrt / ps-lite per case and
+operation, and both against the TCP baseline.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_benchmarks import BIN, ROOT, free_port  # noqa: E402
+
+CASES = "dense_4MiB,dense_64MiB,embedding_100k"
+# ps_bench: "dense_4MiB  push  430.5 ops/s  1.806 GB/s ... 0.45x raw TCP (4.0 GB/s; ..."
+PSRT_LINE = re.compile(
+    r"^(\S+)\s+(push|pull)\s+([\d.]+) ops/s\s+([\d.]+) GB/s.*?raw TCP \(([\d.]+) GB/s"
+)
+PSLITE_LINE = re.compile(r"^pslite (\S+)\s+(push|pull)\s+([\d.]+) ops/s\s+([\d.]+) GB/s")
+
+
+def build_driver(pslite_dir, out):
+    meta = os.path.join(pslite_dir, "src", "meta.pb.h")
+    if not os.path.exists(meta):
+        subprocess.check_call(
+            ["protoc", "--cpp_out=src", "--proto_path=src", "src/meta.proto"], cwd=pslite_dir
+        )
+    lib = os.path.join(pslite_dir, "build", "libps.a")
+    if not os.path.exists(lib):
+        sys.exit(f"{lib} missing: build ps-lite first (see --help)")
+    subprocess.check_call(
+        [
+            "g++",
+            "-std=c++17",
+            "-O3",
+            "-march=x86-64-v3",  # as psrt's default build
+            "-I" + os.path.join(pslite_dir, "src"),
+            "-I" + os.path.join(pslite_dir, "include"),
+            os.path.join(ROOT, "tools/bench/pslite/pslite_bench.cc"),
+            lib,
+            "-lzmq",
+            "-lprotobuf",
+            "-pthread",
+            "-o",
+            out,
+        ]
+    )
+
+
+def run_psrt(seconds):
+    port = free_port()
+    server = subprocess.Popen(
+        [os.path.join(BIN, "ps_server/ps_server"), f"--port={port}", "--metrics_port=0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1)
+        out = subprocess.run(
+            [
+                os.path.join(BIN, "tools/ps_bench/ps_bench"),
+                f'--cluster={{"cluster": {{"ps": ["127.0.0.1:{port}"]}}}}',
+                f"--cases={CASES}",
+                "--repeat=1",
+                f"--seconds={seconds}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        server.kill()
+        server.wait()
+    results = {}
+    for line in out.splitlines():
+        m = PSRT_LINE.match(line)
+        if m:
+            results[(m[1], m[2])] = (float(m[4]), float(m[5]))
+    return results
+
+
+def run_pslite(driver, seconds):
+    env = dict(
+        os.environ,
+        DMLC_NUM_SERVER="1",
+        DMLC_NUM_WORKER="1",
+        DMLC_PS_ROOT_URI="127.0.0.1",
+        DMLC_PS_ROOT_PORT=str(free_port()),
+        DMLC_INTERFACE="lo",
+        BENCH_SECONDS=str(seconds),
+    )
+    others = [
+        subprocess.Popen(
+            [driver],
+            env=dict(env, DMLC_ROLE=role),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for role in ("scheduler", "server")
+    ]
+    try:
+        out = subprocess.run(
+            [driver],
+            env=dict(env, DMLC_ROLE="worker"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=600,
+        ).stdout
+        for p in others:
+            p.wait(timeout=60)
+    finally:
+        for p in others:
+            if p.poll() is None:
+                p.kill()
+    results = {}
+    for line in out.splitlines():
+        m = PSLITE_LINE.match(line)
+        if m:
+            results[(m[1], m[2])] = float(m[4])
+    return results
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pslite_dir", required=True, help="a built ps-lite checkout")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=2)
+    args = p.parse_args()
+    driver = os.path.join(tempfile.mkdtemp(prefix="pslite_bench_"), "pslite_bench")
+    build_driver(os.path.abspath(args.pslite_dir), driver)
+    psrt, tcp, pslite = {}, {}, {}
+    for r in range(args.rounds):
+        for key, (gbs, tcp_gbs) in run_psrt(args.seconds).items():
+            psrt.setdefault(key, []).append(gbs)
+            tcp.setdefault(key, []).append(tcp_gbs)
+        for key, gbs in run_pslite(driver, args.seconds).items():
+            pslite.setdefault(key, []).append(gbs)
+        print(f"round {r + 1}/{args.rounds}: psrt {psrt} ps-lite {pslite}", flush=True)
+    print(f"\nmedians of {args.rounds} rounds (GB/s; ids + rows for embeddings):")
+    print(f"{'case':16} {'op':5} {'psrt':>7} {'ps-lite':>8} {'psrt/ps-lite':>13} "
+          f"{'TCP':>6} {'psrt/TCP':>9} {'ps-lite/TCP':>12}")
+    for key in sorted(psrt):
+        if key not in pslite:
+            continue
+        a, b, t = (statistics.median(x[key]) for x in (psrt, pslite, tcp))
+        print(f"{key[0]:16} {key[1]:5} {a:7.3f} {b:8.3f} {a / b:12.2f}x "
+              f"{t:6.2f} {a / t:8.2f}x {b / t:11.2f}x")
+
+
+if __name__ == "__main__":
+    main()
