@@ -158,14 +158,18 @@ def main():
             pslite.setdefault(key, []).append(gbs)
         print(f"round {r + 1}/{args.rounds}: psrt {psrt} ps-lite {pslite}", flush=True)
     print(f"\nmedians of {args.rounds} rounds (GB/s; ids + rows for embeddings):")
-    print(f"{'case':16} {'op':5} {'psrt':>7} {'ps-lite':>8} {'psrt/ps-lite':>13} "
-          f"{'TCP':>6} {'psrt/TCP':>9} {'ps-lite/TCP':>12}")
+    print(
+        f"{'case':16} {'op':5} {'psrt':>7} {'ps-lite':>8} {'psrt/ps-lite':>13} "
+        f"{'TCP':>6} {'psrt/TCP':>9} {'ps-lite/TCP':>12}"
+    )
     for key in sorted(psrt):
         if key not in pslite:
             continue
         a, b, t = (statistics.median(x[key]) for x in (psrt, pslite, tcp))
-        print(f"{key[0]:16} {key[1]:5} {a:7.3f} {b:8.3f} {a / b:12.2f}x "
-              f"{t:6.2f} {a / t:8.2f}x {b / t:11.2f}x")
+        print(
+            f"{key[0]:16} {key[1]:5} {a:7.3f} {b:8.3f} {a / b:12.2f}x "
+            f"{t:6.2f} {a / t:8.2f}x {b / t:11.2f}x"
+        )
 
 
 if __name__ == "__main__":

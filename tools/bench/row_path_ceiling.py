@@ -15,11 +15,15 @@ for its rows; compute_ms; push_ms: waiting for the previous push). The
 ceiling is the number every row-path change is judged by. --compare_bin_dir
 runs a second build (e.g. an older main's bazel-bin copied aside) in the
 same rounds, and prints each figure as a ratio to it. --pushes_in_flight,
---row_cache_staleness and --wire_dtypes run each case of this build with
-each combination of the listed values (ps_worker --pushes_in_flight,
---row_cache_staleness, --wire_dtype) and print each figure as a ratio to
-the first combination; the compare build runs the first only (an older
-build may not know the flags).
+--row_cache_staleness, --wire_dtypes and --variants run each case of this
+build with each combination of the listed values (ps_worker
+--pushes_in_flight, --row_cache_staleness, --wire_dtype, and any other
+flags: --variants=",--prefetch_steps=2,--pushes_in_flight=2 --prefetch_steps=2"
+is three variants, the first with no extra flag) and print each figure as
+a ratio to the first combination; the compare build runs the first only
+(an older build may not know the flags). --cache=memory (or a directory)
+reads every epoch after the first from the example cache, so that the
+figures are the row path's and not the parser's.
 """
 import argparse
 import json
@@ -65,12 +69,19 @@ def main():
         default="fp32",
         help="comma-separated ps_worker --wire_dtype values, measured in the same rounds",
     )
+    p.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated sets of other ps_worker flags (space-separated within a set)",
+    )
+    p.add_argument("--cache", default="", help="ps_worker --cache for every run")
     args = p.parse_args()
     variants = [
-        (int(pif), int(s), dtype)
+        (int(pif), int(s), dtype, extra)
         for pif in args.pushes_in_flight.split(",")
         for s in args.row_cache_staleness.split(",")
         for dtype in args.wire_dtypes.split(",")
+        for extra in args.variants.split(",")
     ]
     ensure_data(args.data_dir, args.data_examples)
     builds = {"this": args.bin_dir}
@@ -83,8 +94,12 @@ def main():
                 steps = max(20, args.examples // batch)
                 for build, bin_dir in builds.items():
                     for compute in ("none", "model"):
-                        for pif, cache, dtype in variants if build == "this" else variants[:1]:
-                            flags = (f"--compute={compute}", "--device=cpu")
+                        for pif, cache, dtype, extra in (
+                            variants if build == "this" else variants[:1]
+                        ):
+                            flags = (f"--compute={compute}", "--device=cpu", *extra.split())
+                            if args.cache:
+                                flags += (f"--cache={args.cache}",)
                             if pif != 1:
                                 flags += (f"--pushes_in_flight={pif}",)
                             if cache != 0:
@@ -101,34 +116,35 @@ def main():
                                 model=model,
                                 bin_dir=bin_dir,
                             )
-                            key = (build, model, batch, compute, pif, cache, dtype)
+                            key = (build, model, batch, compute, pif, cache, dtype, extra)
                             results.setdefault(key, []).append((rate, breakdown))
                             print(
                                 f"round {r + 1}/{args.rounds} {build} {model} batch={batch} "
                                 f"compute={compute} pushes_in_flight={pif} "
-                                f"row_cache_staleness={cache} wire_dtype={dtype}: "
+                                f"row_cache_staleness={cache} wire_dtype={dtype} [{extra}]: "
                                 f"{rate:.0f} ex/s "
                                 + " ".join(f"{k}={v:.2f}" for k, v in breakdown.items()),
                                 flush=True,
                             )
     print(f"\n1 host, medians of {args.rounds} rounds (examples/s; per-step ms):")
     summary = []
-    for (build, model, batch, compute, pif, cache, dtype), runs in sorted(results.items()):
+    for (build, model, batch, compute, pif, cache, dtype, extra), runs in sorted(results.items()):
         rate = statistics.median(x[0] for x in runs)
         ms = {k: statistics.median(x[1][k] for x in runs) for k in runs[0][1]}
         line = (
             f"  {build:8s} {model:7s} batch {batch:5d} compute={compute:5s} in_flight={pif} "
-            f"cache={cache} {dtype} "
+            f"cache={cache} {dtype} [{extra}] "
             f"{rate:10.0f} ex/s  " + " ".join(f"{k}={v:.2f}" for k, v in ms.items())
         )
         other = results.get(("compare", model, batch, compute, *variants[0]))
         if build == "this" and other:
             line += f"  {rate / statistics.median(x[0] for x in other):.2f}x compare"
         first = results.get((build, model, batch, compute, *variants[0]))
-        if (pif, cache, dtype) != variants[0] and first:
+        if (pif, cache, dtype, extra) != variants[0] and first:
             line += (
                 f"  {rate / statistics.median(x[0] for x in first):.2f}x "
-                f"in_flight={variants[0][0]} cache={variants[0][1]} {variants[0][2]}"
+                f"in_flight={variants[0][0]} cache={variants[0][1]} {variants[0][2]} "
+                f"[{variants[0][3]}]"
             )
         print(line)
         summary.append(
@@ -140,6 +156,7 @@ def main():
                 "pushes_in_flight": pif,
                 "row_cache_staleness": cache,
                 "wire_dtype": dtype,
+                "flags": extra,
                 "examples_per_s": rate,
                 "breakdown_ms": ms,
             }
