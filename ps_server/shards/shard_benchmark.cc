@@ -102,6 +102,26 @@ void ApplyAsPushed(Shard& shard, ShardUpdate& update, float max_abs_grad,
       .IgnoreError();
 }
 
+// Pushes of 100k rows of width `dim` (gradients 0.01, rate 0.01) from
+// `batches` in turn, as ApplyAsPushed applies them.
+void RunPushes(benchmark::State& state, Shard& shard,
+               const std::vector<std::vector<int64_t>>& batches, int64_t dim,
+               bool bounds) {
+  std::vector<float> grads(100000 * dim, 0.01f);
+  std::vector<float> undo(100000 * shard.row_stride());
+  const PayloadView view =
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
+  size_t next = 0;
+  for (auto _ : state) {
+    ShardUpdate update;
+    update.learning_rate = 0.01f;
+    update.ids = batches[next++ % batches.size()];
+    update.grads = {view};
+    ApplyAsPushed(shard, update, 0.01f, bounds, undo.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 100000);
+}
+
 // The push path's apply of 100k random rows of a known-vocabulary table,
 // dim 16, optimizer and vocabulary as the first two arguments, the third
 // 1 where the value bounds may prove updates finite, 0 where every row is
@@ -110,21 +130,8 @@ void BM_ApplyChecked(benchmark::State& state) {
   const auto kind = static_cast<OptimizerSpec::Kind>(state.range(0));
   const int64_t vocab = state.range(1);
   Table table(kind, vocab, 16);
-  const auto batches = RandomBatches(vocab, 100000);
-  std::vector<float> grads(100000 * 16, 0.01f);
-  std::vector<float> undo(100000 * table.shard->row_stride());
-  const PayloadView view =
-      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
-  size_t next = 0;
-  for (auto _ : state) {
-    ShardUpdate update;
-    update.learning_rate = 0.01f;
-    update.ids = batches[next++ % 16];
-    update.grads = {view};
-    ApplyAsPushed(*table.shard, update, 0.01f, state.range(2) != 0,
-                  undo.data());
-  }
-  state.SetItemsProcessed(state.iterations() * 100000);
+  RunPushes(state, *table.shard, RandomBatches(vocab, 100000), 16,
+            state.range(2) != 0);
   state.SetLabel(OptimizerSpec::Kind_Name(kind) +
                  (state.range(2) ? " bounds" : " undo"));
 }
@@ -190,21 +197,8 @@ struct HashTable {
 void BM_HashApplyChecked(benchmark::State& state) {
   const int64_t dim = state.range(0);
   HashTable table(1000000, dim);
-  const auto batches = table.Batches(100000);
-  std::vector<float> grads(100000 * dim, 0.01f);
-  std::vector<float> undo(100000 * table.shard->row_stride());
-  const PayloadView view =
-      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
-  size_t next = 0;
-  for (auto _ : state) {
-    ShardUpdate update;
-    update.learning_rate = 0.01f;
-    update.ids = batches[next++ % 16];
-    update.grads = {view};
-    ApplyAsPushed(*table.shard, update, 0.01f, state.range(1) != 0,
-                  undo.data());
-  }
-  state.SetItemsProcessed(state.iterations() * 100000);
+  RunPushes(state, *table.shard, table.Batches(100000), dim,
+            state.range(1) != 0);
   state.SetLabel(state.range(1) ? "bounds" : "undo");
 }
 BENCHMARK(BM_HashApplyChecked)
