@@ -4,6 +4,7 @@
 #ifndef PSRT_UTIL_FINITE_H_
 #define PSRT_UTIL_FINITE_H_
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -48,6 +49,13 @@ inline size_t FirstNonFiniteMaxAbs(const float* v, size_t n, float* max_abs) {
   if ((bad & 0x80000000u) != 0) return FirstNonFinite(v, n);
   std::memcpy(max_abs, &top, sizeof(top));
   return n;
+}
+
+// The largest magnitude of v[0, n), or +Inf if any of them is NaN or +-Inf
+// (a magnitude nothing finite can be proven from).
+inline float MaxAbsOrInf(const float* v, size_t n) {
+  float max_abs = 0;
+  return FirstNonFiniteMaxAbs(v, n, &max_abs) == n ? max_abs : INFINITY;
 }
 
 }  // namespace psrt

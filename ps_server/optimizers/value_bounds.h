@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 namespace psrt {
 
@@ -41,6 +42,13 @@ struct ValueBounds {
       const double v = values[j];
       max_abs[i] = std::max(max_abs[i], std::fabs(v));
       min[i] = std::min(min[i], v);
+    }
+  }
+  // Widens the bounds to a row laid out [values | slot 0 | slot 1], `width`
+  // floats each.
+  void CoverRow(const float* row, int64_t width, int num_slots) {
+    for (int i = 0; i <= num_slots; ++i) {
+      Cover(i, row + i * width, static_cast<size_t>(width));
     }
   }
   // Every bound of arrays [0, arrays) is finite and below kLimit.

@@ -8,7 +8,6 @@
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
 #include "ps_server/rpc/test_variable_spec.h"
-#include "ps_server/shards/row_shard.h"
 
 namespace psrt {
 namespace {
@@ -129,8 +128,7 @@ TEST_F(HandlersTest, OverflowInOneShardUndoesTheWholePush) {
   // The small update was proven finite by h's value bounds (applied last,
   // with no undo); the huge one was checked row by row.
   auto proven = [&](const std::string& name, int shard) {
-    return dynamic_cast<RowShard&>(store_.Find(name)->shard(shard))
-        .updates_proven_by_bounds();
+    return store_.Find(name)->shard(shard).updates_proven_by_bounds();
   };
   ASSERT_EQ(proven("h", 0), 1);
   ASSERT_EQ(proven("emb", 1), 0);

@@ -1,9 +1,7 @@
 #include "ps_server/shards/dense_shard.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "util/finite.h"
@@ -135,12 +133,8 @@ absl::Status DenseShard::Prepare(ShardUpdate* update, float scale) {
   }
   for (float& x : update->merged) x *= scale;
   // Sums of finite gradients may overflow: then unknown (a dry run).
-  float max_abs = 0;
   update->max_abs_grad =
-      FirstNonFiniteMaxAbs(update->merged.data(), update->merged.size(),
-                           &max_abs) == update->merged.size()
-          ? max_abs
-          : std::numeric_limits<float>::infinity();
+      MaxAbsOrInf(update->merged.data(), update->merged.size());
   update->ranges = {
       {lo, hi - lo,
        PayloadView::Contiguous(update->merged.data(),
@@ -149,10 +143,8 @@ absl::Status DenseShard::Prepare(ShardUpdate* update, float scale) {
 }
 
 absl::Status DenseShard::CheckLocked(const ShardUpdate& update) const {
-  const UpdateContext context =
-      MakeUpdateContext(*optimizer_, update.learning_rate, version_ + 1);
-  if (bounds_.Clear(&update, version_, *optimizer_, update.max_abs_grad,
-                    context, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (bounds_.Clear(update, version_, *optimizer_,
+                    [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
                       return ExactBoundsLocked();
                     })) {
     return absl::OkStatus();
@@ -162,7 +154,7 @@ absl::Status DenseShard::CheckLocked(const ShardUpdate& update) const {
 
 absl::Status DenseShard::ApplyLocked(const ShardUpdate& update, float* undo) {
   ApplyRangesLocked(update.ranges, update.learning_rate);
-  bounds_.Applied(&update, version_);
+  bounds_.Applied(update, version_);
   return absl::OkStatus();
 }
 

@@ -70,8 +70,8 @@ class DenseShard final : public Shard {
   absl::Status ApplyLocked(const ShardUpdate& update, float* undo) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UndoLocked(const ShardUpdate& update, const float* undo) override {}
-  // Updates applied that the value bounds proved finite (no dry run).
-  int64_t updates_proven_by_bounds() const {
+  // No dry run for these.
+  int64_t updates_proven_by_bounds() const override {
     absl::ReaderMutexLock lock(&mu_);
     return bounds_.proven();
   }

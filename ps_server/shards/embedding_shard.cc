@@ -182,8 +182,8 @@ absl::Status EmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
 ValueBounds EmbeddingShard::ExactBoundsLocked() const {
   ValueBounds bounds = ValueBounds::Empty();
   for (int64_t row = 0; row < rows_; ++row) {
-    CoverRow(data_.get() + row * stride_, width_, optimizer_->num_slots(),
-             &bounds);
+    bounds.CoverRow(data_.get() + row * stride_, width_,
+                    optimizer_->num_slots());
   }
   return bounds;
 }

@@ -44,18 +44,15 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   }
   index_.emplace(id, row);
   row_ids_.push_back(id);
-  const float slot_values[2] = {
-      optimizer_->num_slots() > 0 ? optimizer_->initial_slot_value(0) : 0.0f,
-      optimizer_->num_slots() > 1 ? optimizer_->initial_slot_value(1) : 0.0f};
-  bounds_.Cover(values, width_, slot_values, optimizer_->num_slots());
+  bounds_.CoverRow(values, width_, optimizer_->num_slots());
   return row;
 }
 
 ValueBounds HashEmbeddingShard::ExactBoundsLocked() const {
   ValueBounds bounds = ValueBounds::Empty();
   for (int64_t row = 0; row < rows_; ++row) {
-    CoverRow(Row(static_cast<uint32_t>(row)), width_, optimizer_->num_slots(),
-             &bounds);
+    bounds.CoverRow(Row(static_cast<uint32_t>(row)), width_,
+                    optimizer_->num_slots());
   }
   return bounds;
 }

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -72,11 +71,7 @@ absl::Status RowShard::Prepare(ShardUpdate* u, float scale) {
     for (float& x : u->merged) x *= scale;
     // Sums of finite gradients may overflow: then unknown, and the rows
     // are checked as they are applied.
-    float max_abs = 0;
-    u->max_abs_grad = FirstNonFiniteMaxAbs(u->merged.data(), u->merged.size(),
-                                           &max_abs) == u->merged.size()
-                          ? max_abs
-                          : std::numeric_limits<float>::infinity();
+    u->max_abs_grad = MaxAbsOrInf(u->merged.data(), u->merged.size());
     u->ids = std::move(unique);
     u->rows = std::move(unique_rows);
     u->grads = {PayloadView::Contiguous(u->merged.data(),
@@ -86,18 +81,15 @@ absl::Status RowShard::Prepare(ShardUpdate* u, float scale) {
 }
 
 absl::Status RowShard::CheckLocked(const ShardUpdate& update) const {
-  const int64_t version = VersionLocked();
-  const UpdateContext context =
-      MakeUpdateContext(optimizer(), update.learning_rate, version + 1);
-  bounds_.Clear(&update, version, optimizer(), update.max_abs_grad, context,
+  bounds_.Clear(update, VersionLocked(), optimizer(),
                 [&] { return ExactBoundsLocked(); });
   return absl::OkStatus();
 }
 
 absl::Status RowShard::ApplyLocked(const ShardUpdate& update, float* undo) {
   absl::Status applied =
-      ApplyUpdateLocked(update, bounds_.Cleared(&update) ? nullptr : undo);
-  bounds_.Applied(&update, VersionLocked());
+      ApplyUpdateLocked(update, bounds_.Cleared(update) ? nullptr : undo);
+  bounds_.Applied(update, VersionLocked());
   return applied;
 }
 

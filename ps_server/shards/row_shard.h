@@ -75,7 +75,7 @@ class RowShard : public Shard {
     return static_cast<int64_t>(update.ids.size()) * row_stride();
   }
   bool NeedsUndoLocked(const ShardUpdate& update) const final {
-    return !bounds_.Cleared(&update);
+    return !bounds_.Cleared(update);
   }
   absl::Status ApplyLocked(const ShardUpdate& update, float* undo) final;
   void UndoLocked(const ShardUpdate& update, const float* undo) final {
@@ -84,9 +84,8 @@ class RowShard : public Shard {
 
   // Floats of a row's values (without slots).
   virtual int64_t row_width() const = 0;
-  // Updates applied that the value bounds proved finite (no undo copies,
-  // no check of each row).
-  int64_t updates_proven_by_bounds() const {
+  // No undo copies and no check of each row for these.
+  int64_t updates_proven_by_bounds() const final {
     absl::ReaderMutexLock lock(mutex());
     return bounds_.proven();
   }
@@ -105,13 +104,6 @@ class RowShard : public Shard {
                            undo);
   }
   virtual const Optimizer& optimizer() const = 0;
-  // Widens *bounds to a row: [values | slot 0 | slot 1], width floats each.
-  static void CoverRow(const float* row, int64_t width, int num_slots,
-                       ValueBounds* bounds) {
-    for (int i = 0; i <= num_slots; ++i) {
-      bounds->Cover(i, row + i * width, static_cast<size_t>(width));
-    }
-  }
 
   // REQUIRES: *mutex() held for every use. Mutable: CheckLocked keeps them
   // as a cache of what the values allow.

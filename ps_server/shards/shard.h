@@ -99,6 +99,10 @@ class Shard {
   virtual bool NeedsUndoLocked(const ShardUpdate& update) const {
     return UndoFloats(update) > 0;
   }
+  // Updates applied that the shard's value bounds proved finite, skipping
+  // the check CheckLocked / ApplyLocked would otherwise make
+  // (shard_bounds.h).
+  virtual int64_t updates_proven_by_bounds() const { return 0; }
   virtual absl::Status ApplyLocked(const ShardUpdate& update, float* undo) = 0;
   virtual void UndoLocked(const ShardUpdate& update, const float* undo) = 0;
   // Steps 1-5 for this shard alone.

@@ -1,34 +1,35 @@
 #include "ps_server/shards/shard_bounds.h"
 
-#include <algorithm>
 #include <cmath>
 
 namespace psrt {
 
-bool ShardBounds::Clear(const void* update, int64_t version,
-                        const Optimizer& optimizer, double max_abs_grad,
-                        const UpdateContext& context, Compute compute) {
+bool ShardBounds::Clear(const ShardUpdate& update, int64_t version,
+                        const Optimizer& optimizer, Compute compute) {
   cleared_ = nullptr;
-  if (!optimizer.bounds_updates() || !std::isfinite(max_abs_grad)) {
+  if (!optimizer.bounds_updates() || !std::isfinite(update.max_abs_grad)) {
     return false;
   }
+  const UpdateContext context =
+      MakeUpdateContext(optimizer, update.learning_rate, version + 1);
   if (version != version_) valid_ = false;
   if (!valid_) {
     if (!ComputeAllowed()) return false;
     ComputeNow(compute, version);
   }
-  if (!Try(optimizer, max_abs_grad, context)) {
+  if (!Try(optimizer, update, context)) {
     if (exact_ || !ComputeAllowed()) return false;
     ComputeNow(compute, version);
-    if (!Try(optimizer, max_abs_grad, context)) return false;
+    if (!Try(optimizer, update, context)) return false;
   }
-  cleared_ = update;
+  cleared_ = &update;
   return true;
 }
 
-bool ShardBounds::Try(const Optimizer& optimizer, double max_abs_grad,
+bool ShardBounds::Try(const Optimizer& optimizer, const ShardUpdate& update,
                       const UpdateContext& context) {
-  return optimizer.BoundsAfter(bounds_, max_abs_grad, context, &after_) &&
+  return optimizer.BoundsAfter(bounds_, update.max_abs_grad, context,
+                               &after_) &&
          after_.WithinLimit(1 + optimizer.num_slots());
 }
 
@@ -41,7 +42,7 @@ void ShardBounds::ComputeNow(Compute compute, int64_t version) {
   updates_since_compute_ = 0;
 }
 
-void ShardBounds::Applied(const void* update, int64_t version) {
+void ShardBounds::Applied(const ShardUpdate& update, int64_t version) {
   ++updates_since_compute_;
   if (Cleared(update) && valid_) {
     ++proven_;
@@ -52,13 +53,6 @@ void ShardBounds::Applied(const void* update, int64_t version) {
     valid_ = false;
   }
   cleared_ = nullptr;
-}
-
-void ShardBounds::Cover(const float* values, int64_t n,
-                        const float* slot_values, int num_slots) {
-  if (!valid_) return;
-  bounds_.Cover(0, values, static_cast<size_t>(n));
-  for (int k = 0; k < num_slots; ++k) bounds_.Cover(1 + k, slot_values + k, 1);
 }
 
 }  // namespace psrt

@@ -23,6 +23,7 @@
 #include "absl/functional/function_ref.h"
 #include "ps_server/optimizers/optimizer.h"
 #include "ps_server/optimizers/value_bounds.h"
+#include "ps_server/shards/shard.h"
 
 namespace psrt {
 
@@ -33,20 +34,16 @@ class ShardBounds {
   // The shard's exact bounds, computed from its values.
   using Compute = absl::FunctionRef<ValueBounds()>;
 
-  // True if `optimizer`'s bounds prove that `update` (gradients of
-  // magnitude at most max_abs_grad, +Inf if unknown; `context` as Apply
-  // gets it) leaves every value finite, the shard being at `version`.
-  // Remembers `update` for Cleared and Applied.
-  bool Clear(const void* update, int64_t version, const Optimizer& optimizer,
-             double max_abs_grad, const UpdateContext& context,
-             Compute compute);
+  // True if `optimizer`'s bounds prove that `update` (its max_abs_grad and
+  // learning rate), applied to the shard at `version`, leaves every value
+  // finite. Remembers `update` for Cleared and Applied.
+  bool Clear(const ShardUpdate& update, int64_t version,
+             const Optimizer& optimizer, Compute compute);
   // Whether the last Clear proved `update`.
-  bool Cleared(const void* update) const {
-    return update != nullptr && cleared_ == update;
-  }
+  bool Cleared(const ShardUpdate& update) const { return cleared_ == &update; }
   // `update` was applied, taking the shard to `version`: the bounds follow
   // it if Clear proved it, else they are unknown.
-  void Applied(const void* update, int64_t version);
+  void Applied(const ShardUpdate& update, int64_t version);
   // Updates applied that Clear had proven finite.
   int64_t proven() const { return proven_; }
   // The values changed in a way the bounds do not follow (a restore): the
@@ -56,13 +53,13 @@ class ShardBounds {
     cleared_ = nullptr;
     updates_since_compute_ = kUpdatesBetweenRecomputes;
   }
-  // New values (rows created) join the bounds: `values` for the parameters
-  // (n floats) and `slot_value[k]` for every slot k.
-  void Cover(const float* values, int64_t n, const float* slot_values,
-             int num_slots);
+  // A row created ([values | slots], width floats each) joins the bounds.
+  void CoverRow(const float* row, int64_t width, int num_slots) {
+    if (valid_) bounds_.CoverRow(row, width, num_slots);
+  }
 
  private:
-  bool Try(const Optimizer& optimizer, double max_abs_grad,
+  bool Try(const Optimizer& optimizer, const ShardUpdate& update,
            const UpdateContext& context);
   bool ComputeAllowed() const {
     return !computed_once_ ||
@@ -72,7 +69,7 @@ class ShardBounds {
 
   ValueBounds bounds_;
   ValueBounds after_;  // the bounds once cleared_ is applied
-  const void* cleared_ = nullptr;
+  const ShardUpdate* cleared_ = nullptr;
   int64_t version_ = 0;  // the shard's version the bounds describe
   bool valid_ = false;
   bool exact_ = false;

@@ -104,13 +104,6 @@ float RandomValue(std::mt19937_64& rng, double exponent) {
   return static_cast<float>(rng() % 2 ? v : -v);
 }
 
-int64_t UpdatesProvenByBounds(const Shard& shard) {
-  if (auto* dense = dynamic_cast<const DenseShard*>(&shard)) {
-    return dense->updates_proven_by_bounds();
-  }
-  return dynamic_cast<const RowShard&>(shard).updates_proven_by_bounds();
-}
-
 // Applies `grad` (one row of kWidth per id, or the whole dense shard) to
 // copies of exported rows as the shard would, with the same optimizer.
 // Returns whether every value stayed finite.
@@ -238,7 +231,7 @@ void RunRandomUpdates(const Case& c, uint64_t seed) {
     (finite ? accepted : refused)++;
   }
   // Both outcomes were exercised, and updates were proven by the bounds.
-  const int64_t proven = UpdatesProvenByBounds(shard);
+  const int64_t proven = shard.updates_proven_by_bounds();
   std::printf("%s seed %d: %d accepted (%d by bounds), %d refused\n",
               Name(c).c_str(), static_cast<int>(seed), accepted,
               static_cast<int>(proven), refused);
@@ -299,7 +292,7 @@ TEST(ShardBoundsTest, OrdinaryUpdatesAreProvenByTheBounds) {
       update.max_abs_grad = max_abs;
       ASSERT_TRUE(t.shard->ApplyUpdate(update, 1.0f).ok());
     }
-    EXPECT_EQ(UpdatesProvenByBounds(*t.shard),
+    EXPECT_EQ(t.shard->updates_proven_by_bounds(),
               c.optimizer == OptimizerSpec::FTRL ? 0 : 200);
   }
 }
@@ -317,7 +310,7 @@ TEST(ShardBoundsTest, UnknownGradientMagnitudeIsCheckedTheOldWay) {
   const std::vector<float> before = Export(*t.shard, &ids);
   // 3e38 - (-2..2) stays finite: accepted, by a dry run.
   EXPECT_TRUE(t.shard->ApplyUpdate(update, 1.0f).ok());
-  EXPECT_EQ(UpdatesProvenByBounds(*t.shard), 0);
+  EXPECT_EQ(t.shard->updates_proven_by_bounds(), 0);
   // Twice overflows: refused, nothing changed.
   const std::vector<float> middle = Export(*t.shard, &ids);
   EXPECT_FALSE(t.shard->ApplyUpdate(update, 1.0f).ok());
