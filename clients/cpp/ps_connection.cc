@@ -31,8 +31,13 @@ grpc::ChannelArguments ClientChannelArguments(const ClientOptions& options,
   // A restarted PS is found again within seconds, not gRPC's default two
   // minutes of reconnect backoff.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Despite its name, this is gRPC's minimum *connect timeout*: the time one
+  // attempt (TCP connect plus the server's first HTTP/2 frame) may take. At
+  // 100 ms a loaded host failed connections with "tcp handshaker shutdown"
+  // (tests/slow_connect_test.cc); 5 s still gives up on a silent
+  // (partitioned) peer as fast as the keepalive below does.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   // A partitioned network drops packets silently: pings every 10 s fail a
   // connection (and its calls, with UNAVAILABLE, which is retried) after 5 s
   // without an answer, instead of waiting out the call timeout.
