@@ -53,6 +53,13 @@ DEFINE_int64(memory_limit_bytes, 0,
              "(RESOURCE_EXHAUSTED) past it. 0: 90% of the memory available "
              "at each creation or growth: the host's MemAvailable, or in a "
              "container the cgroup memory limit less its working set.");
+DEFINE_int32(replicas, 1,
+             "Copies of every shard. 1: none (a PS lost is restored from the "
+             "last checkpoint). R > 1: each PS's shards are also kept by the "
+             "next R-1 PS on other hosts, and a push is acknowledged only "
+             "after they applied it (docs/operations.md, Replicas). Every PS "
+             "of a cluster must use the same value; the cluster needs R "
+             "different hosts.");
 DEFINE_int32(apply_threads, 0,
              "Helper threads that split large updates and reads (dense >= 1 "
              "MiB, >= 16k embedding rows) over the cores. 0: cores - 1.");
@@ -168,6 +175,7 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   options.limits.max_message_bytes = FLAGS_max_message_bytes;
   options.limits.max_push_bytes = FLAGS_max_push_bytes;
   options.memory_limit_bytes = FLAGS_memory_limit_bytes;
+  options.replicas = FLAGS_replicas;
   if (FLAGS_apply_threads < 0) {
     return absl::InvalidArgumentError("--apply_threads must be >= 0");
   }

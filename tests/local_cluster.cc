@@ -88,7 +88,7 @@ void LocalCluster::PickAddresses() {
     return port;
   };
   for (int i = 0; i < options_.num_ps; ++i) {
-    spec_.ps.push_back(absl::StrCat(options_.host, ":", distinct_port()));
+    spec_.ps.push_back(absl::StrCat(PsHost(i), ":", distinct_port()));
     metrics_ports_.push_back(distinct_port());
     logs_.push_back(absl::StrCat(dir ? dir : "/tmp", "/ps_", i, "_", getpid(),
                                  "_", sequence, ".log"));
@@ -160,7 +160,7 @@ absl::Status LocalCluster::Launch(int ps,
       options_.binary,
       absl::StrCat("--cluster=", ClusterSpecToJson(spec_)),
       absl::StrCat("--task_index=", ps),
-      absl::StrCat("--bind_address=", options_.host),
+      absl::StrCat("--bind_address=", PsHost(ps)),
       absl::StrCat("--metrics_port=", metrics_ports_[ps]),
       "--metrics_bind_address=127.0.0.1",
       "--shutdown_grace_secs=2",
@@ -185,6 +185,11 @@ absl::Status LocalCluster::Launch(int ps,
   }
   pids_[ps] = pid;
   return absl::OkStatus();
+}
+
+std::string LocalCluster::PsHost(int ps) const {
+  return options_.one_host_per_ps ? absl::StrCat("127.0.0.", ps + 1)
+                                  : options_.host;
 }
 
 ClientOptions LocalCluster::MakeClientOptions() const {

@@ -31,6 +31,9 @@ class LocalCluster {
     // The loopback address every PS binds to and the cluster spec names
     // (PS and workers); callers still connect from 127.0.0.1.
     std::string host = "127.0.0.1";
+    // PS i on its own loopback address 127.0.0.(i+1) instead, so that the
+    // cluster spec names as many hosts as PS (--replicas needs hosts).
+    bool one_host_per_ps = false;
     // How the test's clients connect (TLS, token), matching extra_flags.
     SecurityOptions client_security;
   };
@@ -77,6 +80,7 @@ class LocalCluster {
   static constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 
   LocalCluster() = default;
+  std::string PsHost(int ps) const;
   void PickAddresses();
   absl::Status LaunchAll();
   absl::Status Launch(int ps, const std::vector<std::string>& more_flags = {});

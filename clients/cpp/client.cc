@@ -352,12 +352,12 @@ absl::Status Client::PushRows(const std::string& variable,
   return Push({PushOp::Rows(variable, ids, grads)});
 }
 
-absl::StatusOr<std::vector<ListVariablesResponse>> Client::ListVariables() {
+absl::StatusOr<std::vector<ListVariablesResponse>> Client::ListVariables(
+    const ListVariablesRequest& request) {
   std::vector<ListVariablesResponse> out(connections_.size());
   for (size_t i = 0; i < connections_.size(); ++i) {
     grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
-      return connections_[i]->stub()->ListVariables(ctx, ListVariablesRequest(),
-                                                    &out[i]);
+      return connections_[i]->stub()->ListVariables(ctx, request, &out[i]);
     });
     if (!s.ok()) return FromGrpc(s, *connections_[i], "ListVariables");
   }

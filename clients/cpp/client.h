@@ -118,7 +118,8 @@ class Client {
                         absl::Span<const int64_t> ids, const float* grads);
 
   // Per-PS views (index = PS task).
-  absl::StatusOr<std::vector<ListVariablesResponse>> ListVariables();
+  absl::StatusOr<std::vector<ListVariablesResponse>> ListVariables(
+      const ListVariablesRequest& request = ListVariablesRequest());
   absl::StatusOr<std::vector<StatsResponse>> Stats();
 
   // Asks PS 0 for a checkpoint of every PS under the servers'

@@ -80,7 +80,7 @@ absl::StatusOr<SaveShardsResponse> SaveLocalShards(
   std::vector<Job> jobs;
   for (const LocalVariable* v : store.Variables()) {
     for (int s = 0; s < v->layout->num_shards(); ++s) {
-      if (v->Holds(s)) jobs.push_back({v, s});
+      if (v->IsPrimary(s)) jobs.push_back({v, s});
     }
   }
   int64_t expected_bytes = 0;  // of the rows; the files add headers and ids

@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/impl/codegen/rpc_method.h"
+#include "grpcpp/support/sync_stream.h"
 #include "util/grpc_status.h"
 
 namespace psrt {
@@ -21,11 +23,13 @@ absl::StatusOr<std::unique_ptr<PsPeers>> PsPeers::Create(
   for (int t = 0; t < peers->size(); ++t) {
     if (t == self) {
       peers->stubs_.push_back(nullptr);
+      peers->channels_.push_back(nullptr);
       continue;
     }
     auto channel = MakeChannel(peers->addresses_[t], security);
     if (!channel.ok()) return channel.status();
     peers->stubs_.push_back(ParameterServer::NewStub(*channel));
+    peers->channels_.push_back(*channel);
   }
   return peers;
 }
@@ -62,6 +66,38 @@ absl::Status PsPeers::Ping(int task, absl::Duration timeout) const {
   StatsResponse response;
   const grpc::Status s = stubs_[task]->GetStats(&context, request, &response);
   return FromGrpcStatus(s);
+}
+
+absl::StatusOr<ReplicateResponse> PsPeers::Replicate(
+    int task, const std::vector<grpc::ByteBuffer>& messages,
+    absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  const grpc::internal::RpcMethod method(
+      "/psrt.ParameterServer/Replicate",
+      grpc::internal::RpcMethod::CLIENT_STREAMING, channels_[task]);
+  grpc::ByteBuffer response;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+          channels_[task].get(), method, &context, &response));
+  for (const grpc::ByteBuffer& message : messages) {
+    if (!writer->Write(message)) break;  // Finish says why
+  }
+  writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  if (!s.ok()) return FromGrpcStatus(s);
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (response.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  ReplicateResponse parsed;
+  if (!parsed.ParseFromString(bytes)) {
+    return absl::InternalError("unreadable ReplicateResponse");
+  }
+  return parsed;
 }
 
 }  // namespace psrt

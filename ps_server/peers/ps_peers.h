@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "security/security.h"
 
@@ -44,6 +45,11 @@ class PsPeers {
                                 absl::Duration timeout) const;
   // A cheap call that answers while the peer serves (GetStats).
   absl::Status Ping(int task, absl::Duration timeout) const;
+  // Streams `messages` (raw Frames, sent as they are: no copy) as one
+  // Replicate call.
+  absl::StatusOr<ReplicateResponse> Replicate(
+      int task, const std::vector<grpc::ByteBuffer>& messages,
+      absl::Duration timeout) const;
 
  private:
   PsPeers(std::vector<std::string> addresses, int self)
@@ -52,6 +58,7 @@ class PsPeers {
   const std::vector<std::string> addresses_;
   const int self_;
   std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;  // null: self
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;       // null: self
 };
 
 }  // namespace psrt

@@ -13,6 +13,7 @@
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
 #include "ps_server/rpc/request_item.h"
+#include "ps_server/shards/shard_digest.h"
 #include "security/security.h"
 #include "util/grpc_status.h"
 
@@ -175,9 +176,9 @@ class ParameterServerService::PushReactor final
   PushReactor(ParameterServerService* service, grpc::ByteBuffer* response)
       : service_(service),
         response_(response),
-        handler_(
-            std::make_unique<PushHandler>(service->store_, &service->dedup_,
-                                          service->limits_.max_push_bytes)) {
+        handler_(std::make_unique<PushHandler>(
+            service->store_, &service->dedup_, service->limits_.max_push_bytes,
+            RequestKind::kPush, service->replicator_)) {
     service_->push_.requests->Increment();
     StartRead(&message_);
   }
@@ -203,19 +204,28 @@ class ParameterServerService::PushReactor final
       Finish(service_->Fail("Push", s));
       return;
     }
-    const int worker_index = first.worker_index();
-    const int64_t step = first.step();
-    absl::StatusOr<PushResponse> result;
     if (consistency.mode() == Consistency::SYNC && handler_->complete()) {
       // Held for the step's barrier; applied with the other workers'.
-      result = service_->coordinator_.SyncPush(std::move(handler_));
-    } else {
-      result = handler_->Finish();
-      service_->push_apply_seconds_->Observe(handler_->apply_seconds());
-      if (result.ok() && consistency.mode() == Consistency::SSP) {
-        service_->coordinator_.AdvanceClock(handler_->first_header());
-      }
+      const int worker_index = first.worker_index();
+      const int64_t step = first.step();
+      Complete(service_->coordinator_.SyncPush(std::move(handler_)),
+               worker_index, step);
+      return;
     }
+    // Answered when the backups (--replicas) have it too, without holding
+    // this gRPC thread meanwhile.
+    handler_->FinishAsync([this](absl::StatusOr<PushResponse> result) {
+      service_->push_apply_seconds_->Observe(handler_->apply_seconds());
+      const PushRequestHeader& header = handler_->first_header();
+      if (result.ok() && header.consistency().mode() == Consistency::SSP) {
+        service_->coordinator_.AdvanceClock(header);
+      }
+      Complete(std::move(result), header.worker_index(), header.step());
+    });
+  }
+
+  void Complete(absl::StatusOr<PushResponse> result, int worker_index,
+                int64_t step) {
     if (!result.ok()) {
       Finish(service_->Fail("Push", result.status()));
       return;
@@ -241,10 +251,51 @@ class ParameterServerService::PushReactor final
   grpc::ByteBuffer message_;
 };
 
+// Collects a primary's Replicate stream and applies it in order.
+class ParameterServerService::ReplicateReactor final
+    : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  ReplicateReactor(ParameterServerService* service, grpc::ByteBuffer* response)
+      : service_(service),
+        response_(response),
+        call_(&service->replica_applier_) {
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      absl::Status s = call_.AddMessage(message_);
+      if (!s.ok()) {
+        Finish(service_->Fail("Replicate", s));
+        return;
+      }
+      StartRead(&message_);
+      return;
+    }
+    absl::StatusOr<ReplicateResponse> result = call_.Finish();
+    if (!result.ok()) {
+      Finish(service_->Fail("Replicate", result.status()));
+      return;
+    }
+    grpc::Slice slice(result->SerializeAsString());
+    *response_ = grpc::ByteBuffer(&slice, 1);
+    Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  ParameterServerService* const service_;
+  grpc::ByteBuffer* const response_;
+  ReplicaApplier::Call call_;
+  grpc::ByteBuffer message_;
+};
+
 ParameterServerService::ParameterServerService(
     ShardStore* store, MetricsRegistry* metrics, ServiceLimits limits,
     CheckpointCoordinator* checkpoints, std::string restored_from,
-    std::string auth_token, ClusterMembers* checkpoint_callers)
+    std::string auth_token, ClusterMembers* checkpoint_callers,
+    ReplicationLog* replicator)
     : store_(store),
       metrics_(metrics),
       checkpoints_(checkpoints),
@@ -252,6 +303,8 @@ ParameterServerService::ParameterServerService(
       auth_token_(std::move(auth_token)),
       checkpoint_callers_(checkpoint_callers),
       limits_(limits),
+      replicator_(replicator),
+      replica_applier_(store, &dedup_, limits.max_push_bytes),
       coordinator_(store->ps_task(), limits.max_workers, &dedup_),
       workers_seen_(limits.max_workers),
       pull_(MakeMethodMetrics("Pull")),
@@ -581,6 +634,10 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
             shard->set_num_rows(v->shard(s).num_rows());
             shard->set_bytes(v->shard(s).bytes());
             shard->set_version(v->shard(s).version());
+            shard->set_backup(v->IsBackup(s));
+            if (request.with_digests()) {
+              shard->set_digest(ShardDigest(v->shard(s)));
+            }
           }
           for (int s = 0; request.with_layout() && s < v->layout->num_shards();
                ++s) {
@@ -715,6 +772,14 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
     return new RejectReadReactor(Fail("Push", s));
   }
   return new PushReactor(this, response);
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Replicate(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  absl::Status s = CheckToken(context, auth_token_);
+  if (s.ok()) s = CheckCheckpointCaller(context, "Replicate");
+  if (!s.ok()) return new RejectReadReactor(Fail("Replicate", s));
+  return new ReplicateReactor(this, response);
 }
 
 }  // namespace psrt

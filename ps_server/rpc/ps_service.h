@@ -14,7 +14,9 @@
 #include "ps_server/checkpoint/checkpoint_coordinator.h"
 #include "ps_server/metrics/metrics.h"
 #include "ps_server/metrics/recent_rates.h"
+#include "ps_server/replication/replication_log.h"
 #include "ps_server/rpc/push_dedup.h"
+#include "ps_server/rpc/replica_applier.h"
 #include "ps_server/rpc/step_coordinator.h"
 #include "ps_server/rpc/workers_seen.h"
 #include "ps_server/shards/shard_store.h"
@@ -50,7 +52,9 @@ using ParameterServerCallbackBase =
                         ParameterServer::WithRawCallbackMethod_GetStats<
                             ParameterServer::WithRawCallbackMethod_Pull<
                                 ParameterServer::WithRawCallbackMethod_Push<
-                                    ParameterServer::Service>>>>>>>>;
+                                    ParameterServer::
+                                        WithRawCallbackMethod_Replicate<
+                                            ParameterServer::Service>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -64,7 +68,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
                          CheckpointCoordinator* checkpoints = nullptr,
                          std::string restored_from = "",
                          std::string auth_token = "",
-                         ClusterMembers* checkpoint_callers = nullptr);
+                         ClusterMembers* checkpoint_callers = nullptr,
+                         ReplicationLog* replicator = nullptr);
 
   // Unary methods; request and response are the serialized messages of
   // proto/ps.proto (CheckpointRequest -> CheckpointResponse, ...).
@@ -90,6 +95,10 @@ class ParameterServerService final : public ParameterServerCallbackBase {
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
+      grpc::CallbackServerContext* context,
+      grpc::ByteBuffer* response) override;
+  // From this PS's primaries (--replicas > 1): their applied pushes.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Replicate(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
 
@@ -122,6 +131,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
 
   class PullReactor;
   class PushReactor;
+  class ReplicateReactor;
   MethodMetrics MakeMethodMetrics(const char* method);
   // Checkpoint metrics (cluster ones on PS 0 only).
   void AddCheckpointMetrics(int ps_task);
@@ -135,6 +145,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   std::atomic<bool> final_saved_{false};
   const ServiceLimits limits_;
   PushDedup dedup_;
+  ReplicationLog* const replicator_;  // null: no replicas
+  ReplicaApplier replica_applier_;
   StepCoordinator coordinator_;
   WorkersSeen workers_seen_;
   MethodMetrics pull_, push_, create_;

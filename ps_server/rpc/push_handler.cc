@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/buffer_pool.h"
 #include "util/thread_pool.h"
@@ -26,8 +27,14 @@ struct PendingShardUpdate {
 }  // namespace
 
 PushHandler::PushHandler(ShardStore* store, PushDedup* dedup,
-                         size_t max_push_bytes)
-    : store_(store), dedup_(dedup), max_push_bytes_(max_push_bytes) {}
+                         size_t max_push_bytes, RequestKind kind,
+                         ReplicationLog* replicator)
+    : store_(store),
+      dedup_(dedup),
+      max_push_bytes_(max_push_bytes),
+      kind_(kind),
+      replicator_(replicator != nullptr && replicator->active() ? replicator
+                                                                : nullptr) {}
 
 absl::Status PushHandler::AddMessage(const grpc::ByteBuffer& message) {
   if (saw_last_) {
@@ -50,23 +57,36 @@ absl::Status PushHandler::AddMessage(const grpc::ByteBuffer& message) {
   }
   for (const TensorItem& item : header.items()) {
     ResolvedItem resolved;
-    absl::Status s =
-        ResolveItem(*store_, item, *frame, RequestKind::kPush, &resolved);
+    absl::Status s = ResolveItem(*store_, item, *frame, kind_, &resolved);
     if (!s.ok()) return s;
     rows_ += resolved.by_range ? 1 : static_cast<int64_t>(resolved.ids.size());
     items_.push_back(std::move(resolved));
   }
   frames_.push_back(std::move(frame));
+  if (replicator_ != nullptr) received_.push_back(message);
   saw_last_ = header.last();
   return absl::OkStatus();
 }
 
 absl::StatusOr<PushResponse> PushHandler::Finish() {
+  absl::Notification finished;
+  absl::StatusOr<PushResponse> out;
+  FinishAsync([&](absl::StatusOr<PushResponse> result) {
+    out = std::move(result);
+    finished.Notify();
+  });
+  finished.WaitForNotification();
+  return out;
+}
+
+void PushHandler::FinishAsync(
+    std::function<void(absl::StatusOr<PushResponse>)> done) {
   if (!saw_last_) {
-    return absl::AbortedError(absl::StrCat(
+    done(absl::AbortedError(absl::StrCat(
         "push stream ended after ", frames_.size(),
         " message(s) without the one marked last (client cancelled or "
-        "died?); nothing was applied"));
+        "died?); nothing was applied")));
+    return;
   }
   PushResponse response;
   const uint64_t client = first_header_.client_id();
@@ -75,11 +95,13 @@ absl::StatusOr<PushResponse> PushHandler::Finish() {
     switch (dedup_->Begin(client, request)) {
       case PushDedup::Outcome::kApplied:
         response.set_duplicate(true);
-        return response;
+        done(response);
+        return;
       case PushDedup::Outcome::kInProgress:
-        return absl::AbortedError(absl::StrCat(
+        done(absl::AbortedError(absl::StrCat(
             "push ", request, " of client ", client,
-            " is still being applied; retry to learn its outcome"));
+            " is still being applied; retry to learn its outcome")));
+        return;
       case PushDedup::Outcome::kNew:
         break;
     }
@@ -87,15 +109,55 @@ absl::StatusOr<PushResponse> PushHandler::Finish() {
   const absl::Time start = absl::Now();
   absl::Status status = Apply(1.0f);
   apply_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
-  if (request != 0) dedup_->Finish(client, request, status.ok());
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    if (request != 0) dedup_->Finish(client, request, false);
+    done(status);
+    return;
+  }
   response.set_rows_applied(rows_);
-  return response;
+  // Acknowledged (and remembered as applied) only once the backups have it.
+  auto acknowledge = [this, client, request, response,
+                      done = std::move(done)]() {
+    if (request != 0) dedup_->Finish(client, request, true);
+    done(response);
+  };
+  if (replicator_ == nullptr) {
+    acknowledge();
+  } else {
+    replicator_->WhenReplicated(replicated_sequence_, std::move(acknowledge));
+  }
 }
 
-absl::Status PushHandler::ApplyCombined(float scale) { return Apply(scale); }
+absl::Status PushHandler::ApplyCombined(float scale) {
+  absl::Status status = Apply(scale);
+  if (status.ok()) AwaitReplicated();
+  return status;
+}
+
+void PushHandler::AwaitReplicated() {
+  if (replicator_ == nullptr) return;
+  absl::Notification replicated;
+  replicator_->WhenReplicated(replicated_sequence_,
+                              [&replicated] { replicated.Notify(); });
+  replicated.WaitForNotification();
+}
+
+absl::Status PushHandler::CheckPrimaryIs(int primary) const {
+  for (const ResolvedItem& item : items_) {
+    const int placed = item.variable->layout->shards[item.shard].ps_task;
+    if (placed != primary) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "forwarded push from PS ", primary, " names shard ", item.shard,
+          " of '", item.variable->name(), "', whose primary is PS ", placed));
+    }
+  }
+  return absl::OkStatus();
+}
 
 void PushHandler::TakeItemsOf(PushHandler* other) {
+  combined_ = true;
+  for (auto& m : other->received_) received_.push_back(std::move(m));
+  other->received_.clear();
   for (auto& f : other->frames_) frames_.push_back(std::move(f));
   for (auto& item : other->items_) items_.push_back(std::move(item));
   bytes_ += other->bytes_;
@@ -220,6 +282,20 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         "push to '", u.variable->name(), "' shard ", u.shard, ": ",
         refused->message(), "; the push was rejected and nothing was applied"));
     checked.SetPayload(kNonFiniteGradient, absl::Cord());
+  }
+  if (checked.ok() && replicator_ != nullptr) {
+    // Under every touched shard's lock: the backups apply it in the order
+    // the shards were updated here.
+    ReplicationLog::Update forwarded;
+    forwarded.frames = received_;
+    forwarded.scale = scale;
+    forwarded.step = first_header_.step();
+    if (!combined_) {
+      forwarded.client_id = first_header_.client_id();
+      forwarded.request_id = first_header_.request_id();
+    }
+    forwarded.bytes = static_cast<int64_t>(bytes_);
+    replicated_sequence_ = replicator_->Append(std::move(forwarded));
   }
   for (auto it = updates.rbegin(); it != updates.rend(); ++it) {
     it->target->mutex()->Unlock();

@@ -5,6 +5,7 @@
 #ifndef PSRT_PS_SERVER_RPC_PUSH_HANDLER_H_
 #define PSRT_PS_SERVER_RPC_PUSH_HANDLER_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/frame_reader.h"
 #include "proto/ps.pb.h"
+#include "ps_server/replication/replication_log.h"
 #include "ps_server/rpc/push_dedup.h"
 #include "ps_server/rpc/request_item.h"
 #include "ps_server/shards/shard_store.h"
@@ -20,8 +22,13 @@ namespace psrt {
 
 class PushHandler {
  public:
-  // `store` and `dedup` must outlive the handler.
-  PushHandler(ShardStore* store, PushDedup* dedup, size_t max_push_bytes);
+  // `store` and `dedup` must outlive the handler. `kind`: kPush for a
+  // worker's push, kReplica for one a primary forwards to this backup.
+  // `replicator` (optional, must outlive the handler): where an applied
+  // push is forwarded to this PS's backups before it is acknowledged.
+  PushHandler(ShardStore* store, PushDedup* dedup, size_t max_push_bytes,
+              RequestKind kind = RequestKind::kPush,
+              ReplicationLog* replicator = nullptr);
   PushHandler(const PushHandler&) = delete;
   PushHandler& operator=(const PushHandler&) = delete;
 
@@ -30,6 +37,10 @@ class PushHandler {
 
   // Applies the push (or recognizes a retried one) after the last message.
   absl::StatusOr<PushResponse> Finish();
+  // The same, answering through `done` once the backups (--replicas) have
+  // the update too: on this thread if nothing needs waiting for, else on a
+  // replication thread. The handler must live until `done` ran.
+  void FinishAsync(std::function<void(absl::StatusOr<PushResponse>)> done);
   // How long the update itself took in Finish (0 before).
   double apply_seconds() const { return apply_seconds_; }
 
@@ -47,12 +58,25 @@ class PushHandler {
   // `scale` (1 / workers: their mean), without request de-duplication.
   absl::Status ApplyCombined(float scale);
 
+  // FAILED_PRECONDITION unless every item's shard has PS `primary` as its
+  // primary (a forwarded push names only its sender's shards).
+  absl::Status CheckPrimaryIs(int primary) const;
+
  private:
   absl::Status Apply(float scale);
+  // Waits until the backups have what Apply forwarded (nothing to wait for
+  // without replicas).
+  void AwaitReplicated();
 
   ShardStore* const store_;
   PushDedup* const dedup_;
   const size_t max_push_bytes_;
+  const RequestKind kind_;
+  ReplicationLog* const replicator_;  // null or inactive: no replicas
+  // The messages as received, kept (sharing their slices) to forward them.
+  std::vector<grpc::ByteBuffer> received_;
+  bool combined_ = false;  // holds other pushes' items (SYNC)
+  uint64_t replicated_sequence_ = 0;
   std::vector<std::unique_ptr<FrameReader>> frames_;
   std::vector<ResolvedItem> items_;
   PushRequestHeader first_header_;

@@ -80,7 +80,7 @@ absl::Status ResolveTarget(const ShardStore& store, const TensorItem& item,
   const LocalVariable* v = store.Find(item.variable());
   if (v == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        kind == RequestKind::kPush ? "push to" : "pull of",
+        kind == RequestKind::kPull ? "pull of" : "push to",
         " unknown variable '", item.variable(), "' (PS ", store.ps_task(),
         " knows ", store.Variables().size(), " variables; create it first)"));
   }
@@ -90,11 +90,14 @@ absl::Status ResolveTarget(const ShardStore& store, const TensorItem& item,
         absl::StrCat(Where(kind, item), "no such shard; the variable has ",
                      layout.num_shards(), " shards"));
   }
-  if (!v->Holds(item.shard())) {
+  if (kind == RequestKind::kReplica ? !v->IsBackup(item.shard())
+                                    : !v->IsPrimary(item.shard())) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(kind, item), "the shard lives on PS ",
         layout.shards[item.shard()].ps_task, ", not on PS ", store.ps_task(),
-        "; the client's shard map disagrees with the cluster's"));
+        kind == RequestKind::kReplica
+            ? " (nor is a backup copy of it kept here)"
+            : "; the client's shard map disagrees with the cluster's"));
   }
   out->variable = v;
   out->shard = item.shard();

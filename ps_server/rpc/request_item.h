@@ -17,7 +17,10 @@
 
 namespace psrt {
 
-enum class RequestKind { kPull, kPush };
+// kReplica: a push a primary forwards to this PS, its backup (--replicas);
+// its items must name backup copies, where kPull and kPush must name
+// shards this PS is primary for.
+enum class RequestKind { kPull, kPush, kReplica };
 
 // Payload key marking the status of a push rejected for a NaN/Inf gradient.
 inline constexpr char kNonFiniteGradient[] = "psrt/nonfinite-gradient";

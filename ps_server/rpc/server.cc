@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -71,8 +72,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   options.limits.max_workers = std::max(1, options.cluster.num_workers());
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
+  auto replicas =
+      ReplicaPlacement::Create(options.cluster.ps, options.replicas);
+  if (!replicas.ok()) return replicas.status();
+  const std::vector<int> backups = replicas->BackupsOf(options.ps_task);
   server->store_ = std::make_unique<ShardStore>(
-      options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes);
+      options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes,
+      *std::move(replicas));
   if (!options.restore_uri.empty()) {
     auto restorer = CheckpointRestorer::Open(options.restore_uri,
                                              options.checkpoint.open_storage);
@@ -99,6 +105,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       PsPeers::Create(options.cluster.ps, options.ps_task, options.security);
   if (!peers.ok()) return peers.status();
   server->peers_ = std::move(*peers);
+  server->replicator_ =
+      std::make_unique<Replicator>(server->peers_.get(), backups);
+  if (!backups.empty()) {
+    LOG(INFO) << "--replicas=" << options.replicas << ": this PS's shards are "
+              << "copied to "
+              << absl::StrJoin(backups, ", ",
+                               [&](std::string* out, int t) {
+                                 out->append(server->peers_->Describe(t));
+                               })
+              << "; every push is acknowledged after they applied it";
+  }
   server->checkpoints_ = std::make_unique<CheckpointCoordinator>(
       server->store_.get(), server->peers_.get(), options.checkpoint);
   server->checkpoints_->set_last(absl::Now(), server->store_->global_step());
@@ -114,7 +131,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   server->service_ = std::make_unique<ParameterServerService>(
       server->store_.get(), &server->registry_, options.limits,
       server->checkpoints_.get(), options.restore_uri,
-      options.security.auth_token, server->checkpoint_callers_.get());
+      options.security.auth_token, server->checkpoint_callers_.get(),
+      server->replicator_.get());
 
   auto credentials = MakeServerCredentials(options.security);
   if (!credentials.ok()) return credentials.status();

@@ -19,6 +19,7 @@
 #include "ps_server/metrics/metrics.h"
 #include "ps_server/metrics/metrics_http_server.h"
 #include "ps_server/peers/ps_peers.h"
+#include "ps_server/replication/replicator.h"
 #include "ps_server/rpc/ps_service.h"
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
@@ -46,6 +47,10 @@ struct ServerOptions {
   // ps.proto). It answers without the auth token, like the health service,
   // and tells only the schema.
   bool reflection = true;
+  // Copies of each shard (--replicas): 1 = none; R keeps R-1 backups on
+  // the next PS of other hosts (partitioner/replica_placement.h), which
+  // every push reaches before it is acknowledged.
+  int replicas = 1;
 };
 
 class Server {
@@ -60,6 +65,7 @@ class Server {
   ShardStore* store() { return store_.get(); }
   CheckpointCoordinator* checkpoints() { return checkpoints_.get(); }
   ParameterServerService* service() { return service_.get(); }
+  Replicator* replicator() { return replicator_.get(); }
   const SecurityOptions& security() const { return options_.security; }
 
   // Stops serving; calls in flight get until `deadline` to finish.
@@ -75,6 +81,7 @@ class Server {
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<CheckpointRestorer> restorer_;
   std::unique_ptr<PsPeers> peers_;
+  std::unique_ptr<Replicator> replicator_;  // outlives service_
   std::unique_ptr<CheckpointCoordinator> checkpoints_;
   std::unique_ptr<ClusterMembers> checkpoint_callers_;
   std::unique_ptr<ParameterServerService> service_;

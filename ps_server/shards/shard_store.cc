@@ -62,16 +62,24 @@ void ShardStore::AllocateShards(LocalVariable* v,
   const Initializer init(v->layout->spec.initializer());
   const bool initialize = !fills_every_row || !fills_every_row(*v->layout);
   for (int s = 0; s < v->layout->num_shards(); ++s) {
-    if (v->layout->shards[s].ps_task != ps_task_) continue;
+    const int primary = v->layout->shards[s].ps_task;
+    if (!KeepsCopyOf(primary)) continue;
     v->shards[s] =
         MakeShard(*v->layout, s, v->optimizer.get(), init, initialize);
+    v->backup[s] = primary != ps_task_;
   }
 }
 
 ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes)
+    : ShardStore(ps_task, num_ps, memory_limit_bytes,
+                 ReplicaPlacement::Unreplicated(num_ps)) {}
+
+ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes,
+                       ReplicaPlacement replicas)
     : ps_task_(ps_task),
       num_ps_(num_ps),
       memory_limit_bytes_(memory_limit_bytes),
+      replicas_(std::move(replicas)),
       map_(num_ps) {}
 
 absl::StatusOr<std::vector<const VariableSpec*>> ShardStore::CheckPositions(
@@ -132,7 +140,7 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
   for (const VariableSpec* spec : to_add) {
     if (absl::Status s = plan.Add(*spec); !s.ok()) return s;
     for (const ShardLayout& shard : plan.Find(spec->name())->shards) {
-      if (shard.ps_task == ps_task_ && spec->kind() != HASH_EMBEDDING) {
+      if (KeepsCopyOf(shard.ps_task) && spec->kind() != HASH_EMBEDDING) {
         new_bytes += shard.bytes;
       }
     }
@@ -185,6 +193,7 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
     v->layout = map_.Find(spec->name());
     v->optimizer = CreateOptimizer(spec->optimizer());
     v->shards.resize(v->layout->num_shards());
+    v->backup.assign(v->layout->num_shards(), false);
     if (fill) AllocateShards(v.get(), fills_every_row_);
     created.push_back(std::move(v));
     if (fill && fill_hook_) {

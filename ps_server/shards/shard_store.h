@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "partitioner/replica_placement.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/optimizers/optimizer.h"
 #include "ps_server/shards/initializer.h"
@@ -34,14 +35,21 @@ namespace psrt {
 struct LocalVariable {
   const VariableLayout* layout = nullptr;
   std::unique_ptr<Optimizer> optimizer;
-  // Indexed by shard; null where the shard lives on another PS.
+  // Indexed by shard; null where no copy of the shard lives on this PS.
   std::vector<std::unique_ptr<Shard>> shards;
+  // Indexed by shard: the copy here is a backup (--replicas > 1), written
+  // only by its primary's replication stream.
+  std::vector<bool> backup;
 
   const std::string& name() const { return layout->spec.name(); }
+  // A copy of the shard, primary or backup, lives here.
   bool Holds(int shard) const {
     return shard >= 0 && shard < layout->num_shards() &&
            shards[shard] != nullptr;
   }
+  // This PS serves the shard (pulls, pushes, checkpoints).
+  bool IsPrimary(int shard) const { return Holds(shard) && !backup[shard]; }
+  bool IsBackup(int shard) const { return Holds(shard) && backup[shard]; }
   // REQUIRES: Holds(shard).
   Shard& shard(int shard) const { return *shards[shard]; }
   int64_t bytes() const;
@@ -51,7 +59,11 @@ class ShardStore {
  public:
   // `memory_limit_bytes` bounds the planned bytes of this PS's shards
   // (0: 90% of the memory available when a variable is created).
+  // `replicas`: where backup copies go (ReplicaPlacement::Unreplicated:
+  // none); this PS allocates the shards it is primary or backup for.
   ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes = 0);
+  ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes,
+             ReplicaPlacement replicas);
   ~ShardStore();
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
@@ -133,6 +145,7 @@ class ShardStore {
   void set_global_step(int64_t step) { global_step_.store(step); }
 
   int ps_task() const { return ps_task_; }
+  const ReplicaPlacement& replicas() const { return replicas_; }
   int num_ps() const { return num_ps_; }
   int64_t parameter_bytes() const;
   int64_t num_local_shards() const;
@@ -147,6 +160,11 @@ class ShardStore {
   const int ps_task_;
   const int num_ps_;
   const int64_t memory_limit_bytes_;
+  const ReplicaPlacement replicas_;
+  // A copy of a shard placed on PS `primary` lives here.
+  bool KeepsCopyOf(int primary) const {
+    return primary == ps_task_ || replicas_.IsBackupOf(ps_task_, primary);
+  }
 
   std::atomic<int64_t> global_step_{0};
   // Planned bytes of this PS's dense and embedding shards plus the blocks

@@ -41,6 +41,7 @@ sources=(
   proto/buffer_pool.cc proto/frame_reader.cc proto/frame_writer.cc
   proto/slice_lease.cc
   partitioner/cluster_spec.cc partitioner/shard_map.cc partitioner/variable_spec.cc
+  partitioner/replica_placement.cc
   util/crc32c.cc util/wire_dtype.cc
   ps_server/optimizers/adagrad.cc ps_server/optimizers/adam.cc
   ps_server/optimizers/ftrl.cc ps_server/optimizers/momentum.cc
@@ -53,6 +54,7 @@ sources=(
   util/memory_headroom.cc
   ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc
   ps_server/rpc/push_handler.cc ps_server/rpc/push_dedup.cc
+  ps_server/rpc/replica_applier.cc
   ps_server/checkpoint/checkpoint_catalog.cc ps_server/checkpoint/shard_file.cc
   storage/storage.cc storage/file_storage.cc
   storage/s3_storage.cc storage/s3_xml.cc

@@ -1,0 +1,45 @@
+// What request handling needs of replication (--replicas > 1): a log that
+// takes each applied update, in the order it was applied, and says when
+// the backups have it. Replicator (replicator.h) is the implementation,
+// sending over gRPC to the backups; this header keeps ps_server/rpc's
+// handlers free of the PS-to-PS stubs.
+#ifndef PSRT_PS_SERVER_REPLICATION_REPLICATION_LOG_H_
+#define PSRT_PS_SERVER_REPLICATION_REPLICATION_LOG_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "grpcpp/support/byte_buffer.h"
+
+namespace psrt {
+
+class ReplicationLog {
+ public:
+  // What a backup re-applies: the frames as received from the worker(s)
+  // and how they were applied.
+  struct Update {
+    std::vector<grpc::ByteBuffer> frames;
+    float scale = 1.0f;
+    int64_t step = 0;
+    uint64_t client_id = 0;
+    uint64_t request_id = 0;
+    int64_t bytes = 0;  // of the frames
+  };
+
+  virtual ~ReplicationLog() = default;
+  // False when this PS has no backups (nothing to log).
+  virtual bool active() const = 0;
+  // Called under the locks of every shard `update` touched, so two updates
+  // of one shard are logged in the order they were applied. Returns the
+  // update's sequence (0: not logged). Never blocks on the network.
+  virtual uint64_t Append(Update update) = 0;
+  // Runs `done` once every backup has `sequence` or was given up on: at
+  // once on this thread if so already, else on another thread.
+  virtual void WhenReplicated(uint64_t sequence,
+                              std::function<void()> done) = 0;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_REPLICATION_REPLICATION_LOG_H_

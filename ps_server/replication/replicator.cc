@@ -1,0 +1,243 @@
+#include "ps_server/replication/replicator.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "proto/frame_writer.h"
+#include "proto/ps.pb.h"
+
+namespace psrt {
+namespace {
+
+// One Replicate call carries at most this much (the rest waits for the
+// next call): enough to amortize a round trip over many pushes, small
+// enough that one slow call does not hold up the pushes queued behind it.
+constexpr size_t kMaxBatchUpdates = 256;
+constexpr int64_t kMaxBatchBytes = int64_t{64} << 20;
+
+uint64_t RandomIncarnation() {
+  std::random_device random;
+  uint64_t value = 0;
+  while (value == 0) {
+    value = (uint64_t{random()} << 32) ^ random();
+  }
+  return value;
+}
+
+}  // namespace
+
+Replicator::Replicator(const PsPeers* peers, std::vector<int> backups,
+                       absl::Duration call_timeout,
+                       absl::Duration give_up_after)
+    : peers_(peers),
+      call_timeout_(call_timeout),
+      give_up_after_(give_up_after),
+      incarnation_(RandomIncarnation()) {
+  for (int task : backups) {
+    auto stream = std::make_unique<Stream>();
+    stream->state.task = task;
+    stream->first_pending = 1;
+    streams_.push_back(std::move(stream));
+  }
+  for (auto& stream : streams_) {
+    Stream* s = stream.get();
+    s->sender = std::thread([this, s] { Send(s); });
+  }
+}
+
+Replicator::~Replicator() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (auto& stream : streams_) stream->sender.join();
+  // Nothing is served any more; release whoever still waits.
+  std::multimap<uint64_t, std::function<void()>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    left.swap(waiting_);
+  }
+  for (auto& [sequence, done] : left) done();
+}
+
+uint64_t Replicator::Append(Update update) {
+  if (streams_.empty()) return 0;
+  auto shared = std::make_shared<const Update>(std::move(update));
+  absl::MutexLock lock(&mu_);
+  const uint64_t sequence = next_sequence_++;
+  for (auto& stream : streams_) {
+    if (!stream->state.in_sync) continue;
+    if (stream->pending.empty()) stream->first_pending = sequence;
+    stream->pending.push_back(shared);
+  }
+  return sequence;
+}
+
+bool Replicator::SettledLocked(uint64_t sequence) const {
+  for (const auto& stream : streams_) {
+    if (stream->state.in_sync && stream->state.acknowledged < sequence) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::function<void()>> Replicator::TakeSettledLocked() {
+  std::vector<std::function<void()>> done;
+  while (!waiting_.empty() && SettledLocked(waiting_.begin()->first)) {
+    done.push_back(std::move(waiting_.begin()->second));
+    waiting_.erase(waiting_.begin());
+  }
+  return done;
+}
+
+void Replicator::WhenReplicated(uint64_t sequence, std::function<void()> done) {
+  if (streams_.empty() || sequence == 0) {
+    done();
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    bool short_of_copies = false;
+    for (const auto& stream : streams_)
+      short_of_copies |= !stream->state.in_sync;
+    if (short_of_copies) ++unreplicated_;
+    if (!SettledLocked(sequence)) {
+      waiting_.emplace(sequence, std::move(done));
+      return;
+    }
+  }
+  done();
+}
+
+std::vector<grpc::ByteBuffer> Replicator::Messages(
+    uint64_t first,
+    const std::vector<std::shared_ptr<const Update>>& batch) const {
+  ReplicationHeader header;
+  header.set_from_task(peers_->self());
+  header.set_incarnation(incarnation_);
+  size_t frames = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    ReplicatedUpdate* u = header.add_updates();
+    u->set_sequence(first + i);
+    u->set_num_frames(static_cast<int>(batch[i]->frames.size()));
+    u->set_scale(batch[i]->scale);
+    u->set_step(batch[i]->step);
+    u->set_client_id(batch[i]->client_id);
+    u->set_request_id(batch[i]->request_id);
+    frames += batch[i]->frames.size();
+  }
+  std::vector<grpc::ByteBuffer> messages;
+  messages.reserve(1 + frames);
+  messages.push_back(FrameWriter(header).Finish());
+  for (const auto& update : batch) {
+    for (const grpc::ByteBuffer& frame : update->frames) {
+      messages.push_back(frame);  // shares the slices
+    }
+  }
+  return messages;
+}
+
+void Replicator::Send(Stream* stream) {
+  const int task = stream->state.task;
+  while (true) {
+    std::vector<std::shared_ptr<const Update>> batch;
+    uint64_t first = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !stream->pending.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      int64_t bytes = 0;
+      size_t n = 0;
+      while (n < stream->pending.size() && n < kMaxBatchUpdates &&
+             (n == 0 || bytes + stream->pending[n]->bytes <= kMaxBatchBytes)) {
+        bytes += stream->pending[n]->bytes;
+        ++n;
+      }
+      batch.assign(stream->pending.begin(), stream->pending.begin() + n);
+      stream->pending.erase(stream->pending.begin(),
+                            stream->pending.begin() + n);
+      first = stream->first_pending;
+      stream->first_pending += n;
+    }
+    const uint64_t last = first + batch.size() - 1;
+    const std::vector<grpc::ByteBuffer> messages = Messages(first, batch);
+    const absl::Time give_up = absl::Now() + give_up_after_;
+    absl::Duration backoff = absl::Milliseconds(50);
+    absl::Status error;
+    while (true) {
+      auto answer = peers_->Replicate(task, messages, call_timeout_);
+      if (answer.ok() && answer->applied_through() >= last) {
+        error = absl::OkStatus();
+        break;
+      }
+      error = answer.ok() ? absl::InternalError(absl::StrCat(
+                                "acknowledged through ",
+                                answer->applied_through(), " of ", last))
+                          : answer.status();
+      // A refusal is final (the backup's copy is not this stream's); a
+      // transport error is retried until give_up (a retry of updates the
+      // backup already applied is acknowledged without applying them).
+      const bool transient =
+          error.code() == absl::StatusCode::kUnavailable ||
+          error.code() == absl::StatusCode::kDeadlineExceeded;
+      bool stopping;
+      {
+        absl::MutexLock lock(&mu_);
+        stopping = stopping_;
+      }
+      if (!transient || stopping || absl::Now() + backoff > give_up) break;
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(1));
+    }
+    std::vector<std::function<void()>> settled;
+    {
+      absl::MutexLock lock(&mu_);
+      if (error.ok()) {
+        stream->state.acknowledged = last;
+        ++calls_;
+        updates_sent_ += static_cast<int64_t>(batch.size());
+      } else {
+        stream->state.in_sync = false;
+        stream->state.error = std::string(error.message());
+        stream->pending.clear();
+        LOG(ERROR) << "replication to " << peers_->Describe(task)
+                   << " stopped at sequence " << first << ": " << error
+                   << "; pushes are acknowledged without this backup from "
+                      "now on (its copy is out of sync)";
+      }
+      settled = TakeSettledLocked();
+    }
+    for (auto& done : settled) done();
+  }
+}
+
+std::vector<Replicator::BackupState> Replicator::Backups() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<BackupState> out;
+  for (const auto& stream : streams_) out.push_back(stream->state);
+  return out;
+}
+
+int64_t Replicator::unreplicated_updates() const {
+  absl::MutexLock lock(&mu_);
+  return unreplicated_;
+}
+
+int64_t Replicator::calls() const {
+  absl::MutexLock lock(&mu_);
+  return calls_;
+}
+
+int64_t Replicator::updates_sent() const {
+  absl::MutexLock lock(&mu_);
+  return updates_sent_;
+}
+
+}  // namespace psrt

@@ -1,0 +1,115 @@
+// The primary's side of --replicas > 1: every push this PS applies is
+// forwarded to the backups of its shards (ReplicaPlacement), in the order
+// it was applied, and the push is acknowledged to its worker only after
+// every backup in sync acknowledged it (synchronous replication: an
+// acknowledged push is on R copies).
+//
+// Order: Append is called under the locks of every shard the update
+// touched, so two updates of one shard get sequences in the order they were
+// applied; a backup applies sequences strictly in order
+// (ps_server/rpc/replica_applier.h), so its copy goes through the same
+// states as the primary's, bit for bit.
+//
+// Batching: one sender thread per backup sends everything queued as one
+// Replicate call while the previous one is in flight (group commit): with
+// many workers a round trip carries many pushes.
+//
+// A backup that cannot be reached for `give_up_after`, or that refuses
+// (its copy is not in sync: it restarted, or this PS did), is dropped from
+// the stream: pushes are then acknowledged with fewer copies (counted in
+// unreplicated_updates and logged), as a PS without replicas would be,
+// rather than failing training.
+#ifndef PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_
+#define PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "ps_server/peers/ps_peers.h"
+#include "ps_server/replication/replication_log.h"
+
+namespace psrt {
+
+class Replicator final : public ReplicationLog {
+ public:
+  struct BackupState {
+    int task = 0;
+    uint64_t acknowledged = 0;  // highest sequence the backup applied
+    bool in_sync = true;
+    std::string error;  // why it was dropped
+  };
+
+  // `peers` must outlive the replicator; `backups` are this PS's backup
+  // tasks (none: Append and WhenReplicated do nothing).
+  Replicator(const PsPeers* peers, std::vector<int> backups,
+             absl::Duration call_timeout = absl::Seconds(10),
+             absl::Duration give_up_after = absl::Seconds(10));
+  ~Replicator();
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  bool active() const override { return !streams_.empty(); }
+  // Queues `update` for every backup in sync; returns its sequence (0 when
+  // there is none). Never blocks on the network.
+  uint64_t Append(Update update) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `done` once every backup acknowledged `sequence` or was dropped:
+  // at once (on this thread) if that is so already, else on a sender
+  // thread. Lets a push's gRPC thread go back to serving while the backups
+  // apply (a blocked thread per push would starve gRPC's callback threads,
+  // which the backups' Replicate calls need too).
+  void WhenReplicated(uint64_t sequence, std::function<void()> done) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  uint64_t incarnation() const { return incarnation_; }
+  std::vector<BackupState> Backups() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Updates acknowledged to workers while some backup was out of sync.
+  int64_t unreplicated_updates() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Replicate calls made and updates they carried (batching shows as the
+  // ratio).
+  int64_t calls() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t updates_sent() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Stream {
+    BackupState state;
+    std::vector<std::shared_ptr<const Update>> pending;  // queued, unsent
+    uint64_t first_pending = 0;  // sequence of pending[0]
+    std::thread sender;
+  };
+
+  void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  bool SettledLocked(uint64_t sequence) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The callbacks whose sequences are settled, taken out of waiting_.
+  std::vector<std::function<void()>> TakeSettledLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The Replicate call's messages for updates [first, first + n).
+  std::vector<grpc::ByteBuffer> Messages(
+      uint64_t first,
+      const std::vector<std::shared_ptr<const Update>>& batch) const;
+
+  const PsPeers* const peers_;
+  const absl::Duration call_timeout_;
+  const absl::Duration give_up_after_;
+  const uint64_t incarnation_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // fixed after construction
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t unreplicated_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t updates_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  // WhenReplicated callbacks by sequence (ascending).
+  std::multimap<uint64_t, std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_

@@ -1,0 +1,167 @@
+#include "ps_server/rpc/replica_applier.h"
+
+#include "absl/strings/str_cat.h"
+#include "proto/frame_reader.h"
+
+namespace psrt {
+namespace {
+
+// Bounds on what one call may declare, checked before anything is held.
+constexpr int kMaxUpdatesPerCall = 4096;
+constexpr int kMaxFramesPerUpdate = 1 << 20;
+
+}  // namespace
+
+ReplicaApplier::ReplicaApplier(ShardStore* store, PushDedup* dedup,
+                               size_t max_push_bytes)
+    : store_(store), dedup_(dedup), max_push_bytes_(max_push_bytes) {}
+
+absl::Status ReplicaApplier::CheckHeader(
+    const ReplicationHeader& header) const {
+  const int self = store_->ps_task();
+  const int from = header.from_task();
+  if (from < 0 || from >= store_->num_ps() || from == self) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Replicate from_task ", from, " is not another PS of this ",
+        store_->num_ps(), "-PS cluster"));
+  }
+  if (!store_->replicas().IsBackupOf(self, from)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Replicate from PS ", from, ": PS ", self,
+                     " keeps no backup of its shards (--replicas=",
+                     store_->replicas().replicas(),
+                     " on this PS; every PS must use the same)"));
+  }
+  if (header.incarnation() == 0 || header.updates_size() == 0 ||
+      header.updates_size() > kMaxUpdatesPerCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Replicate from PS ", from, ": incarnation ",
+                     header.incarnation(), " with ", header.updates_size(),
+                     " updates (1..", kMaxUpdatesPerCall, " expected)"));
+  }
+  for (int i = 0; i < header.updates_size(); ++i) {
+    const ReplicatedUpdate& u = header.updates(i);
+    if (u.sequence() != header.updates(0).sequence() + i || u.sequence() == 0 ||
+        u.num_frames() < 1 || u.num_frames() > kMaxFramesPerUpdate ||
+        !(u.scale() > 0) || !(u.scale() <= 1) || u.step() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Replicate from PS ", from, ": update ", i,
+                       " (sequence ", u.sequence(), ", ", u.num_frames(),
+                       " frames, scale ", u.scale(), ", step ", u.step(),
+                       ") is malformed: sequences must be consecutive from 1, "
+                       "frames at least 1, scale in (0, 1]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
+  if (!have_header_) {
+    FrameReader frame;
+    absl::Status s = frame.Parse(message);
+    if (s.ok()) s = frame.ParseHeader(&header_);
+    if (!s.ok()) return s;
+    if (s = applier_->CheckHeader(header_); !s.ok()) return s;
+    have_header_ = true;
+    return absl::OkStatus();
+  }
+  if (updates_.empty() ||
+      frames_in_current_ ==
+          header_.updates(static_cast<int>(updates_.size()) - 1).num_frames()) {
+    if (static_cast<int>(updates_.size()) == header_.updates_size()) {
+      return absl::InvalidArgumentError(
+          "Replicate stream carries more frames than its header declares");
+    }
+    updates_.push_back(std::make_unique<PushHandler>(
+        applier_->store_, applier_->dedup_, applier_->max_push_bytes_,
+        RequestKind::kReplica));
+    frames_in_current_ = 0;
+  }
+  ++frames_in_current_;
+  return updates_.back()->AddMessage(message);
+}
+
+absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
+  if (!have_header_ ||
+      static_cast<int>(updates_.size()) != header_.updates_size() ||
+      frames_in_current_ !=
+          header_.updates(header_.updates_size() - 1).num_frames()) {
+    return absl::AbortedError(
+        "Replicate stream ended before every frame its header declares; "
+        "nothing was applied");
+  }
+  for (const auto& update : updates_) {
+    if (absl::Status s = update->CheckPrimaryIs(header_.from_task()); !s.ok()) {
+      return s;
+    }
+  }
+  return applier_->Apply(header_, updates_);
+}
+
+ReplicaApplier::Stream* ReplicaApplier::StreamOf(int primary) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<Stream>& stream = streams_[primary];
+  if (stream == nullptr) stream = std::make_unique<Stream>();
+  return stream.get();
+}
+
+uint64_t ReplicaApplier::applied_through(int primary) const {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(primary);
+  if (it == streams_.end()) return 0;
+  absl::MutexLock apply(&it->second->apply_mu);
+  return it->second->applied_through;
+}
+
+absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
+    const ReplicationHeader& header,
+    std::vector<std::unique_ptr<PushHandler>>& updates) {
+  const int from = header.from_task();
+  Stream* stream = StreamOf(from);
+  absl::MutexLock lock(&stream->apply_mu);
+  const uint64_t first = header.updates(0).sequence();
+  if (stream->incarnation == 0) {
+    if (first != 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "PS ", store_->ps_task(), " holds no update of PS ", from,
+          "'s stream, which is at sequence ", first,
+          ": this backup started after its primary had applied pushes, so "
+          "its copy is not in sync"));
+    }
+    stream->incarnation = header.incarnation();
+  } else if (stream->incarnation != header.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "PS ", from, " restarted (new incarnation) while PS ",
+        store_->ps_task(),
+        " holds the updates of its previous run: this copy is not in sync"));
+  }
+  if (first > stream->applied_through + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Replicate from PS ", from, " starts at sequence ", first,
+        " but this backup has applied through ", stream->applied_through));
+  }
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const ReplicatedUpdate& u = header.updates(static_cast<int>(i));
+    if (u.sequence() <= stream->applied_through) continue;  // a retry
+    absl::Status s = updates[i]->ApplyCombined(u.scale());
+    if (!s.ok()) {
+      // The primary applied this update to the same state; refusing it
+      // here means the copies differ. Never accept more of this stream.
+      stream->incarnation = ~uint64_t{0};
+      return absl::FailedPreconditionError(
+          absl::StrCat("backup copy diverged: update ", u.sequence(), " of PS ",
+                       from, " failed here: ", s.message()));
+    }
+    if (u.request_id() != 0 &&
+        stream->dedup.Begin(u.client_id(), u.request_id()) ==
+            PushDedup::Outcome::kNew) {
+      stream->dedup.Finish(u.client_id(), u.request_id(), true);
+    }
+    stream->applied_through = u.sequence();
+  }
+  ReplicateResponse response;
+  response.set_applied_through(stream->applied_through);
+  return response;
+}
+
+}  // namespace psrt

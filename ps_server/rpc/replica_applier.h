@@ -1,0 +1,83 @@
+// The backup's side of --replicas > 1: applies the pushes a primary
+// forwards (ps_server/replication/replicator.h) to the copies of its shards
+// kept here, strictly in the primary's sequence order, so that each copy
+// goes through the same states as the primary's.
+//
+// A backup copy is in sync with a primary's stream only if both started
+// from the same state: the stream's first update must be sequence 1 of
+// that primary process (its incarnation), received before anything else
+// from that primary. A stream that starts later (this PS restarted while
+// the primary ran on), or a new incarnation of the primary (it restarted
+// while this copy holds its previous run's updates), is refused with
+// FAILED_PRECONDITION; the primary then drops this backup and carries on
+// alone. Updates already applied (a retried call) are acknowledged again
+// and not re-applied.
+#ifndef PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
+#define PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "proto/ps.pb.h"
+#include "ps_server/rpc/push_dedup.h"
+#include "ps_server/rpc/push_handler.h"
+#include "ps_server/shards/shard_store.h"
+
+namespace psrt {
+
+class ReplicaApplier {
+ public:
+  // All must outlive the applier.
+  ReplicaApplier(ShardStore* store, PushDedup* dedup, size_t max_push_bytes);
+
+  // One Replicate call: its messages in order, then Finish.
+  class Call {
+   public:
+    explicit Call(ReplicaApplier* applier) : applier_(applier) {}
+    absl::Status AddMessage(const grpc::ByteBuffer& message);
+    absl::StatusOr<ReplicateResponse> Finish();
+
+   private:
+    ReplicaApplier* const applier_;
+    bool have_header_ = false;
+    ReplicationHeader header_;
+    std::vector<std::unique_ptr<PushHandler>> updates_;
+    int frames_in_current_ = 0;
+  };
+
+  // Highest sequence applied from `primary`'s current stream (0: none).
+  uint64_t applied_through(int primary) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Stream {
+    uint64_t incarnation = 0;  // 0: nothing received yet
+    uint64_t applied_through = 0;
+    absl::Mutex apply_mu;  // one call of this primary applies at a time
+    // The primary's acknowledged pushes by (client, request), apart from
+    // this PS's own: a worker's step to several PS carries one request id,
+    // so its push to this PS must not be taken for the forwarded one.
+    // (For a backup taking over the primary's shards.)
+    PushDedup dedup;
+  };
+  absl::Status CheckHeader(const ReplicationHeader& header) const;
+  absl::StatusOr<ReplicateResponse> Apply(
+      const ReplicationHeader& header,
+      std::vector<std::unique_ptr<PushHandler>>& updates);
+  Stream* StreamOf(int primary) ABSL_LOCKS_EXCLUDED(mu_);
+
+  ShardStore* const store_;
+  PushDedup* const dedup_;
+  const size_t max_push_bytes_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int, std::unique_ptr<Stream>> streams_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_

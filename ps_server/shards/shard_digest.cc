@@ -1,0 +1,30 @@
+#include "ps_server/shards/shard_digest.h"
+
+#include <vector>
+
+#include "partitioner/id_hash.h"
+#include "util/crc32c.h"
+
+namespace psrt {
+
+uint64_t ShardDigest(const Shard& shard) {
+  constexpr int64_t kChunkRows = 4096;
+  const int64_t stride = shard.row_stride();
+  std::vector<int64_t> ids(kChunkRows);
+  std::vector<float> rows(static_cast<size_t>(kChunkRows * stride));
+  uint64_t digest = 0;
+  for (int64_t first = 0;; first += kChunkRows) {
+    int64_t version = 0;
+    const int64_t n =
+        shard.ExportRows(first, kChunkRows, ids.data(), rows.data(), &version);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t crc =
+          Crc32c(rows.data() + i * stride, sizeof(float) * stride);
+      digest += MixId(static_cast<int64_t>(MixId(ids[i]) ^ crc));
+    }
+    if (n < kChunkRows) break;
+  }
+  return digest;
+}
+
+}  // namespace psrt
