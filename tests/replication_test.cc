@@ -6,6 +6,7 @@
 // training.
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -225,6 +226,139 @@ TEST(ReplicationTest, ABackupKilledDoesNotStopTraining) {
   text << log.rdbuf();
   EXPECT_TRUE(absl::StrContains(text.str(), "replication to PS 1"))
       << text.str().substr(0, 4000);
+}
+
+// Kill -9 a PS while 4 clients push: its backup takes over within seconds,
+// every push is acknowledged, and every acknowledged push is in the final
+// values exactly once. SGD with a learning rate of 1/16 and small integer
+// gradients makes every partial sum exact in float, so the expected values
+// do not depend on the order pushes landed in: one push lost or applied
+// twice shows.
+TEST(ReplicationTest, KilledPrimaryFailsOverLosingNoPush) {
+  LocalCluster::Options o;
+  o.num_ps = 3;
+  o.num_workers = 4;
+  o.one_host_per_ps = true;
+  o.extra_flags = {"--replicas=2"};
+  auto started = LocalCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  LocalCluster& cluster = **started;
+  constexpr int64_t kRows = 3000, kDim = 4;
+  constexpr float kLr = 0.0625f;
+  std::vector<VariableSpec> model = {
+      Spec("w", EMBEDDING, {kRows, kDim}, 3, OptimizerSpec::SGD),
+      Spec("b", DENSE, {300}, 3, OptimizerSpec::SGD)};
+  for (VariableSpec& spec : model) {
+    spec.mutable_optimizer()->set_learning_rate(kLr);
+  }
+  auto setup = Client::Connect(cluster.MakeClientOptions());
+  ASSERT_TRUE(setup.ok());
+  ASSERT_EQ((*setup)->CreateVariables(model), absl::OkStatus());
+  std::vector<int64_t> all(kRows);
+  for (int64_t i = 0; i < kRows; ++i) all[i] = i;
+  std::vector<float> w0(kRows * kDim), b0(300);
+  ASSERT_EQ((*setup)->Pull({PullOp::Rows("w", all, w0.data()),
+                            PullOp::Dense("b", b0.data())}),
+            absl::OkStatus());
+
+  constexpr int kClients = 4, kSteps = 150;
+  std::vector<std::vector<double>> w_sum(kClients,
+                                         std::vector<double>(kRows * kDim));
+  std::vector<std::vector<double>> b_sum(kClients, std::vector<double>(300));
+  std::atomic<int> pushed{0};
+  std::atomic<int> failed{0};
+  std::atomic<int64_t> first_after_kill_ms{-1};
+  std::atomic<bool> killed{false};
+  absl::Time kill_time;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = Client::Connect(cluster.MakeClientOptions());
+      ASSERT_TRUE(client.ok());
+      ASSERT_EQ((*client)->RefreshCatalog(), absl::OkStatus());
+      std::mt19937 random(100 + c);
+      std::uniform_int_distribution<int64_t> row(0, kRows - 1);
+      std::uniform_int_distribution<int> small(-3, 3);
+      std::vector<int64_t> ids(32);
+      std::vector<float> rows(32 * kDim), dense(300);
+      for (int step = 0; step < kSteps; ++step) {
+        const bool after_kill = killed.load();
+        for (int64_t& id : ids) id = row(random);
+        for (float& g : rows) g = static_cast<float>(small(random));
+        for (float& g : dense) g = static_cast<float>(small(random));
+        absl::Status s = (*client)->Push({PushOp::Rows("w", ids, rows.data()),
+                                          PushOp::Dense("b", dense.data())});
+        if (!s.ok()) {
+          ++failed;
+          ADD_FAILURE() << "client " << c << " step " << step << ": " << s;
+          continue;
+        }
+        for (size_t i = 0; i < ids.size(); ++i) {
+          for (int64_t d = 0; d < kDim; ++d) {
+            w_sum[c][ids[i] * kDim + d] += rows[i * kDim + d];
+          }
+        }
+        for (int i = 0; i < 300; ++i) b_sum[c][i] += dense[i];
+        ++pushed;
+        if (after_kill && first_after_kill_ms.load() < 0) {
+          int64_t expected = -1;
+          first_after_kill_ms.compare_exchange_strong(
+              expected, absl::ToInt64Milliseconds(absl::Now() - kill_time));
+        }
+      }
+    });
+  }
+  while (pushed.load() < kClients * kSteps / 3)
+    absl::SleepFor(absl::Milliseconds(5));
+  kill_time = absl::Now();
+  cluster.Kill(1, SIGKILL);
+  killed = true;
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(pushed.load(), kClients * kSteps);
+  // Every push touches PS 1's shards (the dense variable has one there), so
+  // the first one started after the kill and acknowledged measures the
+  // failover.
+  std::printf(
+      "failover: first push started after kill -9 acknowledged "
+      "%lld ms after it\n",
+      static_cast<long long>(first_after_kill_ms.load()));
+  EXPECT_GE(first_after_kill_ms.load(), 0);
+  EXPECT_LT(first_after_kill_ms.load(), 15000);
+
+  std::vector<float> w(kRows * kDim), b(300);
+  ASSERT_EQ((*setup)->Pull({PullOp::Rows("w", all, w.data()),
+                            PullOp::Dense("b", b.data())}),
+            absl::OkStatus());
+  int wrong = 0;
+  for (int64_t i = 0; i < kRows * kDim; ++i) {
+    double sum = 0;
+    for (int c = 0; c < kClients; ++c) sum += w_sum[c][i];
+    const float expected = w0[i] - kLr * static_cast<float>(sum);
+    if (w[i] != expected && ++wrong <= 5) {
+      ADD_FAILURE() << "w[" << i << "] = " << w[i] << ", expected " << expected;
+    }
+  }
+  for (int i = 0; i < 300; ++i) {
+    double sum = 0;
+    for (int c = 0; c < kClients; ++c) sum += b_sum[c][i];
+    const float expected = b0[i] - kLr * static_cast<float>(sum);
+    if (b[i] != expected && ++wrong <= 10) {
+      ADD_FAILURE() << "b[" << i << "] = " << b[i] << ", expected " << expected;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  // PS 2 (PS 1's backup) took over and says so.
+  auto stats = (*setup)->Stats();
+  ASSERT_FALSE(stats.ok());  // PS 1 is gone
+  ClientOptions only_ps2 = cluster.MakeClientOptions();
+  only_ps2.ps_addresses = {cluster.ps_addresses()[2]};
+  auto ps2 = Client::Connect(only_ps2);
+  ASSERT_TRUE(ps2.ok());
+  auto ps2_stats = (*ps2)->Stats();
+  ASSERT_TRUE(ps2_stats.ok()) << ps2_stats.status();
+  ASSERT_EQ((*ps2_stats)[0].failed_ps_size(), 1);
+  EXPECT_EQ((*ps2_stats)[0].failed_ps(0), 1);
 }
 
 }  // namespace

@@ -108,7 +108,8 @@ void BatchedCall::BuildPullCalls() {
         header->set_step(context_.step.step);
       });
       Call call;
-      call.connection = (*context_.connections)[ps].get();
+      call.ps = static_cast<int>(ps);
+      call.connection = ConnectionFor(call.ps);
       call.pull_request = std::move(packer.messages().back());
       packer.messages().pop_back();
       call.targets = std::move(targets);
@@ -253,10 +254,17 @@ void BatchedCall::BuildPushCalls() {
       header->set_last(true);
     });
     Call call;
-    call.connection = (*context_.connections)[ps].get();
+    call.ps = static_cast<int>(ps);
+    call.connection = ConnectionFor(call.ps);
     call.push_messages = std::move(packer.messages());
     calls_.push_back(std::move(call));
   }
+}
+
+PsConnection* BatchedCall::ConnectionFor(int ps) const {
+  const int serving =
+      context_.routing == nullptr ? ps : context_.routing->Serving(ps);
+  return (*context_.connections)[serving].get();
 }
 
 void BatchedCall::Launch(Call* call) {
@@ -333,6 +341,14 @@ absl::Status BatchedCall::WithPushOutcomes(const absl::Status& failure) const {
 absl::Status BatchedCall::Wait() {
   const ClientOptions& options = *context_.options;
   absl::Status result;
+  // With replicas a PS that fails is replaced by its backup within
+  // seconds: calls to it are retried (and redirected) that long, beyond
+  // max_attempts.
+  absl::Time first_failure = absl::InfiniteFuture();
+  auto within_failover = [&] {
+    return context_.routing != nullptr && context_.routing->replicas() > 1 &&
+           absl::Now() - first_failure < options.failover_wait;
+  };
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -344,7 +360,9 @@ absl::Status BatchedCall::Wait() {
       if (call.rpc == nullptr) continue;
       const grpc::Status& s = call.rpc->status();
       if (s.ok()) continue;
-      if (Retryable(s) && call.attempts < options.max_attempts) {
+      if (Retryable(s)) first_failure = std::min(first_failure, absl::Now());
+      if (Retryable(s) &&
+          (call.attempts < options.max_attempts || within_failover())) {
         retry.push_back(&call);
       } else if (result.ok()) {
         result = FromGrpc(s, *call.connection, push_ ? "push" : "pull");
@@ -370,6 +388,12 @@ absl::Status BatchedCall::Wait() {
                    << " in " << absl::FormatDuration(backoff);
     }
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff));
+    // Learn failovers (rate-limited) and send each retry where its PS's
+    // shards are served now.
+    if (context_.routing != nullptr) {
+      context_.routing->Refresh(*context_.connections, absl::Seconds(1));
+      for (Call* call : retry) call->connection = ConnectionFor(call->ps);
+    }
     for (Call* call : retry) Launch(call);
   }
   if (result.ok() && !push_) {

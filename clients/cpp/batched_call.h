@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "clients/cpp/client_options.h"
+#include "clients/cpp/cluster_routing.h"
 #include "clients/cpp/ops.h"
 #include "clients/cpp/ps_connection.h"
 #include "clients/cpp/pull_call.h"
@@ -27,6 +28,8 @@ class BatchedCall {
     uint64_t client_id;
     std::atomic<uint64_t>* next_request_id;
     StepOptions step;
+    // Failovers (--replicas > 1); null: every call goes to its own PS.
+    ClusterRouting* routing = nullptr;
   };
 
   static std::unique_ptr<BatchedCall> ForPull(const Context& context,
@@ -45,7 +48,8 @@ class BatchedCall {
 
  private:
   struct Call {
-    PsConnection* connection;
+    int ps = 0;  // the PS task whose shards the call carries
+    PsConnection* connection;  // where it goes (another PS after failover)
     grpc::ByteBuffer pull_request;                // pull
     std::vector<PullTarget> targets;              // pull
     std::vector<grpc::ByteBuffer> push_messages;  // push
@@ -59,6 +63,7 @@ class BatchedCall {
   // `item`'s gradient in 16-bit `dtype`, in a buffer of narrowed_.
   const char* Narrow(WireDtype dtype, const PlannedItem& item);
   void Launch(Call* call);
+  PsConnection* ConnectionFor(int ps) const;
   bool Retryable(const grpc::Status& status) const;
   // `failure` with what each PS did with this push appended ("applied on
   // PS 0 (...); not applied on PS 1 (...)"). REQUIRES: no call in flight.

@@ -78,7 +78,8 @@ Client::Client(ClientOptions options)
     : options_(std::move(options)),
       client_id_(std::random_device{}() * uint64_t{0x100000000} ^
                  std::random_device{}()),
-      catalog_(static_cast<int>(options_.ps_addresses.size())) {
+      catalog_(static_cast<int>(options_.ps_addresses.size())),
+      routing_(options_.ps_addresses) {
   for (size_t i = 0; i < options_.ps_addresses.size(); ++i) {
     connections_.push_back(std::make_unique<PsConnection>(
         static_cast<int>(i), options_.ps_addresses[i], options_));
@@ -310,8 +311,9 @@ absl::StatusOr<std::unique_ptr<PendingCall>> Client::StartPush(
 absl::StatusOr<std::unique_ptr<PendingCall>> Client::Start(
     absl::StatusOr<StepPlan> plan, bool push, const StepOptions& step) {
   if (!plan.ok()) return plan.status();
-  const BatchedCall::Context context{&connections_, &options_, client_id_,
-                                     &next_request_id_, step};
+  const BatchedCall::Context context{&connections_,     &options_,
+                                     client_id_,        &next_request_id_,
+                                     step,              &routing_};
   std::unique_ptr<BatchedCall> request =
       push ? BatchedCall::ForPush(context, std::move(*plan))
            : BatchedCall::ForPull(context, std::move(*plan));

@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "clients/cpp/client_options.h"
+#include "clients/cpp/cluster_routing.h"
 #include "clients/cpp/ops.h"
 #include "partitioner/shard_map.h"
 #include "proto/ps.pb.h"
@@ -146,6 +147,8 @@ class Client {
   // Grows only (variables are appended), so layouts found stay valid.
   mutable absl::Mutex catalog_mu_;
   ShardMap catalog_ ABSL_GUARDED_BY(catalog_mu_);
+  // Where each PS's shards are served after failovers (--replicas).
+  ClusterRouting routing_;
 };
 
 }  // namespace psrt

@@ -22,6 +22,10 @@ struct ClientOptions {
   int max_attempts = 6;
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
+  // With servers run with --replicas > 1: how long a failing call keeps
+  // being retried (beyond max_attempts), redirected to the backup that
+  // takes over its PS's shards (failover takes a few seconds).
+  absl::Duration failover_wait = absl::Seconds(30);
   // Largest message sent or asked for; tensors are split into messages of
   // this size (one embedding row at least).
   size_t message_bytes = 1 << 20;

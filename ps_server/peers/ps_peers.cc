@@ -68,6 +68,18 @@ absl::Status PsPeers::Ping(int task, absl::Duration timeout) const {
   return FromGrpcStatus(s);
 }
 
+absl::StatusOr<SuspectResponse> PsPeers::Suspect(
+    int task, int suspect, absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  SuspectRequest request;
+  request.set_task(suspect);
+  SuspectResponse response;
+  const grpc::Status s = stubs_[task]->Suspect(&context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
 absl::StatusOr<ReplicateResponse> PsPeers::Replicate(
     int task, const std::vector<grpc::ByteBuffer>& messages,
     absl::Duration timeout) const {

@@ -10,9 +10,14 @@
 #include <functional>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace psrt {
+
+// In the FAILED_PRECONDITION a backup answers a primary it has replaced
+// (failover): the primary then acknowledges nothing more.
+inline constexpr char kReplacedMarker[] = "has taken over the shards of";
 
 class ReplicationLog {
  public:
@@ -34,10 +39,15 @@ class ReplicationLog {
   // of one shard are logged in the order they were applied. Returns the
   // update's sequence (0: not logged). Never blocks on the network.
   virtual uint64_t Append(Update update) = 0;
-  // Runs `done` once every backup has `sequence` or was given up on: at
-  // once on this thread if so already, else on another thread.
+  // Runs `done` once every backup has `sequence` or was given up on (OK),
+  // or once this PS learned it was replaced by a backup (UNAVAILABLE: the
+  // update must not be acknowledged): at once on this thread if settled
+  // already, else on another thread.
   virtual void WhenReplicated(uint64_t sequence,
-                              std::function<void()> done) = 0;
+                              std::function<void(absl::Status)> done) = 0;
+  // This PS learned that a backup took over its shards (failover): it
+  // must serve them no more.
+  virtual bool replaced() const = 0;
 };
 
 }  // namespace psrt

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -30,9 +31,10 @@ uint64_t RandomIncarnation() {
 }  // namespace
 
 Replicator::Replicator(const PsPeers* peers, std::vector<int> backups,
-                       absl::Duration call_timeout,
+                       MayDrop may_drop, absl::Duration call_timeout,
                        absl::Duration give_up_after)
     : peers_(peers),
+      may_drop_(std::move(may_drop)),
       call_timeout_(call_timeout),
       give_up_after_(give_up_after),
       incarnation_(RandomIncarnation()) {
@@ -55,12 +57,15 @@ Replicator::~Replicator() {
   }
   for (auto& stream : streams_) stream->sender.join();
   // Nothing is served any more; release whoever still waits.
-  std::multimap<uint64_t, std::function<void()>> left;
+  std::multimap<uint64_t, std::function<void(absl::Status)>> left;
   {
     absl::MutexLock lock(&mu_);
     left.swap(waiting_);
   }
-  for (auto& [sequence, done] : left) done();
+  for (auto& [sequence, done] : left) {
+    done(absl::UnavailableError("PS shutting down before its backups "
+                                "acknowledged the push"));
+  }
 }
 
 uint64_t Replicator::Append(Update update) {
@@ -68,6 +73,7 @@ uint64_t Replicator::Append(Update update) {
   auto shared = std::make_shared<const Update>(std::move(update));
   absl::MutexLock lock(&mu_);
   const uint64_t sequence = next_sequence_++;
+  if (!replaced_by_.empty()) return sequence;  // never acknowledged
   for (auto& stream : streams_) {
     if (!stream->state.in_sync) continue;
     if (stream->pending.empty()) stream->first_pending = sequence;
@@ -77,6 +83,7 @@ uint64_t Replicator::Append(Update update) {
 }
 
 bool Replicator::SettledLocked(uint64_t sequence) const {
+  if (!replaced_by_.empty()) return true;
   for (const auto& stream : streams_) {
     if (stream->state.in_sync && stream->state.acknowledged < sequence) {
       return false;
@@ -85,8 +92,9 @@ bool Replicator::SettledLocked(uint64_t sequence) const {
   return true;
 }
 
-std::vector<std::function<void()>> Replicator::TakeSettledLocked() {
-  std::vector<std::function<void()>> done;
+std::vector<std::function<void(absl::Status)>>
+Replicator::TakeSettledLocked() {
+  std::vector<std::function<void(absl::Status)>> done;
   while (!waiting_.empty() && SettledLocked(waiting_.begin()->first)) {
     done.push_back(std::move(waiting_.begin()->second));
     waiting_.erase(waiting_.begin());
@@ -94,23 +102,32 @@ std::vector<std::function<void()>> Replicator::TakeSettledLocked() {
   return done;
 }
 
-void Replicator::WhenReplicated(uint64_t sequence, std::function<void()> done) {
+bool Replicator::replaced() const {
+  absl::MutexLock lock(&mu_);
+  return !replaced_by_.empty();
+}
+
+void Replicator::WhenReplicated(uint64_t sequence,
+                                std::function<void(absl::Status)> done) {
   if (streams_.empty() || sequence == 0) {
-    done();
+    done(absl::OkStatus());
     return;
   }
+  absl::Status outcome;
   {
     absl::MutexLock lock(&mu_);
-    bool short_of_copies = false;
-    for (const auto& stream : streams_)
-      short_of_copies |= !stream->state.in_sync;
-    if (short_of_copies) ++unreplicated_;
     if (!SettledLocked(sequence)) {
       waiting_.emplace(sequence, std::move(done));
       return;
     }
+    if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);
+    bool short_of_copies = false;
+    for (const auto& stream : streams_) {
+      short_of_copies |= !stream->state.in_sync;
+    }
+    if (short_of_copies && outcome.ok()) ++unreplicated_;
   }
-  done();
+  done(outcome);
 }
 
 std::vector<grpc::ByteBuffer> Replicator::Messages(
@@ -192,17 +209,32 @@ void Replicator::Send(Stream* stream) {
         absl::MutexLock lock(&mu_);
         stopping = stopping_;
       }
-      if (!transient || stopping || absl::Now() + backoff > give_up) break;
+      if (!transient || stopping) break;
+      if (absl::Now() + backoff > give_up) {
+        // Unreachable from here for long: dropped only if most of the
+        // cluster cannot reach it either.
+        if (may_drop_ == nullptr || may_drop_(task)) break;
+        LOG_EVERY_N(WARNING, 10)
+            << peers_->Describe(task) << " is unreachable from here ("
+            << error << ") but not from most of the cluster: pushes wait";
+      }
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, absl::Seconds(1));
     }
-    std::vector<std::function<void()>> settled;
+    std::vector<std::function<void(absl::Status)>> settled;
+    absl::Status outcome;
     {
       absl::MutexLock lock(&mu_);
       if (error.ok()) {
         stream->state.acknowledged = last;
         ++calls_;
         updates_sent_ += static_cast<int64_t>(batch.size());
+      } else if (absl::StrContains(error.message(), kReplacedMarker)) {
+        replaced_by_ = absl::StrCat(
+            "this PS was replaced by its backup ", peers_->Describe(task),
+            " (", error.message(), "); the push was not acknowledged");
+        LOG(ERROR) << replaced_by_;
+        for (auto& other : streams_) other->pending.clear();
       } else {
         stream->state.in_sync = false;
         stream->state.error = std::string(error.message());
@@ -213,8 +245,9 @@ void Replicator::Send(Stream* stream) {
                       "now on (its copy is out of sync)";
       }
       settled = TakeSettledLocked();
+      if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);
     }
-    for (auto& done : settled) done();
+    for (auto& done : settled) done(outcome);
   }
 }
 

@@ -47,11 +47,18 @@ class Replicator final : public ReplicationLog {
     std::string error;  // why it was dropped
   };
 
+  // Whether a backup this PS cannot reach may be dropped: a majority of
+  // the cluster must find it unreachable (membership.h), or a backup that
+  // is alive could take over this PS's shards while this PS goes on alone.
+  using MayDrop = std::function<bool(int task)>;
+
   // `peers` must outlive the replicator; `backups` are this PS's backup
-  // tasks (none: Append and WhenReplicated do nothing).
+  // tasks (none: Append and WhenReplicated do nothing). `may_drop` null:
+  // any backup unreachable for `give_up_after` is dropped.
   Replicator(const PsPeers* peers, std::vector<int> backups,
+             MayDrop may_drop = nullptr,
              absl::Duration call_timeout = absl::Seconds(10),
-             absl::Duration give_up_after = absl::Seconds(10));
+             absl::Duration give_up_after = absl::Seconds(3));
   ~Replicator();
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
@@ -65,8 +72,12 @@ class Replicator final : public ReplicationLog {
   // thread. Lets a push's gRPC thread go back to serving while the backups
   // apply (a blocked thread per push would starve gRPC's callback threads,
   // which the backups' Replicate calls need too).
-  void WhenReplicated(uint64_t sequence, std::function<void()> done) override
+  void WhenReplicated(uint64_t sequence,
+                      std::function<void(absl::Status)> done) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Set once a backup refused this PS's stream because it took over this
+  // PS's shards: from then on nothing is acknowledged.
+  bool replaced() const override ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t incarnation() const { return incarnation_; }
   std::vector<BackupState> Backups() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -88,7 +99,7 @@ class Replicator final : public ReplicationLog {
   void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   bool SettledLocked(uint64_t sequence) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The callbacks whose sequences are settled, taken out of waiting_.
-  std::vector<std::function<void()>> TakeSettledLocked()
+  std::vector<std::function<void(absl::Status)>> TakeSettledLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The Replicate call's messages for updates [first, first + n).
   std::vector<grpc::ByteBuffer> Messages(
@@ -96,6 +107,7 @@ class Replicator final : public ReplicationLog {
       const std::vector<std::shared_ptr<const Update>>& batch) const;
 
   const PsPeers* const peers_;
+  const MayDrop may_drop_;
   const absl::Duration call_timeout_;
   const absl::Duration give_up_after_;
   const uint64_t incarnation_;
@@ -107,7 +119,9 @@ class Replicator final : public ReplicationLog {
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t updates_sent_ ABSL_GUARDED_BY(mu_) = 0;
   // WhenReplicated callbacks by sequence (ascending).
-  std::multimap<uint64_t, std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+  std::multimap<uint64_t, std::function<void(absl::Status)>> waiting_
+      ABSL_GUARDED_BY(mu_);
+  std::string replaced_by_ ABSL_GUARDED_BY(mu_);  // empty: not replaced
 };
 
 }  // namespace psrt

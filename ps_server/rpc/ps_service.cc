@@ -177,8 +177,11 @@ class ParameterServerService::PushReactor final
       : service_(service),
         response_(response),
         handler_(std::make_unique<PushHandler>(
-            service->store_, &service->dedup_, service->limits_.max_push_bytes,
-            RequestKind::kPush, service->replicator_)) {
+            service->store_,
+            service->dedup_scopes_.For(service->store_->ps_task()),
+            service->limits_.max_push_bytes, RequestKind::kPush,
+            service->replicator_)) {
+    handler_->set_dedup_scopes(&service->dedup_scopes_);
     service_->push_.requests->Increment();
     StartRead(&message_);
   }
@@ -303,9 +306,11 @@ ParameterServerService::ParameterServerService(
       auth_token_(std::move(auth_token)),
       checkpoint_callers_(checkpoint_callers),
       limits_(limits),
+      dedup_scopes_(store->num_ps()),
       replicator_(replicator),
-      replica_applier_(store, &dedup_, limits.max_push_bytes),
-      coordinator_(store->ps_task(), limits.max_workers, &dedup_),
+      replica_applier_(store, &dedup_scopes_, limits.max_push_bytes),
+      coordinator_(store->ps_task(), limits.max_workers,
+                   dedup_scopes_.For(store->ps_task())),
       workers_seen_(limits.max_workers),
       pull_(MakeMethodMetrics("Pull")),
       push_(MakeMethodMetrics("Push")),
@@ -661,6 +666,11 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStats(
       [this](const StatsRequest&) -> absl::StatusOr<StatsResponse> {
         StatsResponse out;
         out.set_ps_task(store_->ps_task());
+        out.set_replicas(store_->replicas().replicas());
+        if (membership_ != nullptr) {
+          out.set_membership_epoch(membership_->epoch());
+          for (int t : membership_->failed()) out.add_failed_ps(t);
+        }
         out.set_parameter_bytes(store_->parameter_bytes());
         out.set_num_shards(store_->num_local_shards());
         out.set_pull_requests(Count(pull_.requests));
@@ -760,17 +770,17 @@ class RejectReadReactor final
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
-    return new RejectWriteReactor(Fail("Pull", s));
-  }
+  absl::Status s = CheckToken(context, auth_token_);
+  if (s.ok()) s = CheckNotReplaced();
+  if (!s.ok()) return new RejectWriteReactor(Fail("Pull", s));
   return new PullReactor(this, request);
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
-  if (absl::Status s = CheckToken(context, auth_token_); !s.ok()) {
-    return new RejectReadReactor(Fail("Push", s));
-  }
+  absl::Status s = CheckToken(context, auth_token_);
+  if (s.ok()) s = CheckNotReplaced();
+  if (!s.ok()) return new RejectReadReactor(Fail("Push", s));
   return new PushReactor(this, response);
 }
 
@@ -780,6 +790,50 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Replicate(
   if (s.ok()) s = CheckCheckpointCaller(context, "Replicate");
   if (!s.ok()) return new RejectReadReactor(Fail("Replicate", s));
   return new ReplicateReactor(this, response);
+}
+
+absl::Status ParameterServerService::CheckNotReplaced() const {
+  if (replicator_ != nullptr && replicator_->replaced()) {
+    return absl::UnavailableError(absl::StrCat(
+        "PS ", store_->ps_task(),
+        " was replaced by its backup (failover) and serves nothing; ask any "
+        "PS for the cluster's failovers (GetStats) and use the backup"));
+  }
+  return absl::OkStatus();
+}
+
+void ParameterServerService::TakeOver(int primary) {
+  // Fence first: the old primary acknowledges nothing from now on, so no
+  // push it applies after this point can be lost by the takeover.
+  replica_applier_.Fence(primary);
+  const int shards = store_->Promote(primary);
+  LOG(ERROR) << "PS " << store_->ps_task() << " took over " << shards
+             << " shard(s) of PS " << primary << " (failover)";
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Suspect(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "Suspect");
+  return ServeUnary<SuspectRequest>(
+      context, "Suspect", request, response, /*detached=*/caller.ok(),
+      [this, caller](
+          const SuspectRequest& r) -> absl::StatusOr<SuspectResponse> {
+        if (!caller.ok()) return caller;
+        if (peers_ == nullptr) {
+          return absl::FailedPreconditionError(
+              "Suspect: this PS runs without replicas");
+        }
+        if (r.task() < 0 || r.task() >= peers_->size() ||
+            r.task() == peers_->self()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Suspect: task ", r.task(), " is not another PS of this ",
+              peers_->size(), "-PS cluster"));
+        }
+        SuspectResponse out;
+        out.set_reachable(peers_->Ping(r.task(), absl::Seconds(1)).ok());
+        return out;
+      });
 }
 
 }  // namespace psrt

@@ -14,6 +14,8 @@
 #include "ps_server/checkpoint/checkpoint_coordinator.h"
 #include "ps_server/metrics/metrics.h"
 #include "ps_server/metrics/recent_rates.h"
+#include "ps_server/peers/ps_peers.h"
+#include "ps_server/replication/membership.h"
 #include "ps_server/replication/replication_log.h"
 #include "ps_server/rpc/push_dedup.h"
 #include "ps_server/rpc/replica_applier.h"
@@ -54,7 +56,10 @@ using ParameterServerCallbackBase =
                                 ParameterServer::WithRawCallbackMethod_Push<
                                     ParameterServer::
                                         WithRawCallbackMethod_Replicate<
-                                            ParameterServer::Service>>>>>>>>>;
+                                            ParameterServer::
+                                                WithRawCallbackMethod_Suspect<
+                                                    ParameterServer::
+                                                        Service>>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -97,10 +102,23 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerReadReactor<grpc::ByteBuffer>* Push(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
+  // PS to PS (--replicas > 1): can this PS reach another?
+  grpc::ServerUnaryReactor* Suspect(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   // From this PS's primaries (--replicas > 1): their applied pushes.
   grpc::ServerReadReactor<grpc::ByteBuffer>* Replicate(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
+
+  // --replicas > 1: where GetStats reads the failovers and Suspect pings
+  // from (both must outlive the service); call before serving.
+  void EnableReplication(const Membership* membership, const PsPeers* peers) {
+    membership_ = membership;
+    peers_ = peers;
+  }
+  // Failover: `primary`'s shards are served here from now on.
+  void TakeOver(int primary);
 
   // Counts a failed RPC under psrt_errors_total{method, code} and returns it
   // as a gRPC status.
@@ -144,9 +162,13 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   ClusterMembers* const checkpoint_callers_;  // null: anyone with the token
   std::atomic<bool> final_saved_{false};
   const ServiceLimits limits_;
-  PushDedup dedup_;
+  DedupScopes dedup_scopes_;
   ReplicationLog* const replicator_;  // null: no replicas
   ReplicaApplier replica_applier_;
+  const Membership* membership_ = nullptr;
+  const PsPeers* peers_ = nullptr;
+  // UNAVAILABLE once this PS was replaced by a backup (failover).
+  absl::Status CheckNotReplaced() const;
   StepCoordinator coordinator_;
   WorkersSeen workers_seen_;
   MethodMetrics pull_, push_, create_;

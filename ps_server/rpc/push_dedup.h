@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -39,6 +41,26 @@ class PushDedup {
   const size_t limit_;
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, Client> clients_ ABSL_GUARDED_BY(mu_);
+};
+
+// One PushDedup per primary PS (--replicas): a push is remembered under
+// the primary its shards were placed on. A backup records the pushes its
+// primary forwarded under that primary, apart from its own: a worker's
+// step to several PS carries one request id, so its push to this PS must
+// not be taken for the forwarded one; and after a failover the worker's
+// retry of a push to the dead primary, redirected here, is found there.
+class DedupScopes {
+ public:
+  explicit DedupScopes(int num_ps) {
+    for (int i = 0; i < num_ps; ++i) {
+      scopes_.push_back(std::make_unique<PushDedup>());
+    }
+  }
+  // REQUIRES: 0 <= primary < num_ps.
+  PushDedup* For(int primary) { return scopes_[primary].get(); }
+
+ private:
+  std::vector<std::unique_ptr<PushDedup>> scopes_;
 };
 
 }  // namespace psrt

@@ -56,6 +56,16 @@ absl::Status PushHandler::AddMessage(const grpc::ByteBuffer& message) {
     first_header_.clear_items();
   }
   for (const TensorItem& item : header.items()) {
+    if (kind_ == RequestKind::kReplica) {
+      // A forwarded push names its sender's shards; those it took over
+      // from a failed primary have no copy here: not this PS's to apply.
+      const LocalVariable* v = store_->Find(item.variable());
+      if (v != nullptr && item.shard() >= 0 &&
+          item.shard() < v->layout->num_shards() && !v->Holds(item.shard()) &&
+          v->layout->shards[item.shard()].ps_task != store_->ps_task()) {
+        continue;
+      }
+    }
     ResolvedItem resolved;
     absl::Status s = ResolveItem(*store_, item, *frame, kind_, &resolved);
     if (!s.ok()) return s;
@@ -91,8 +101,13 @@ void PushHandler::FinishAsync(
   PushResponse response;
   const uint64_t client = first_header_.client_id();
   const uint64_t request = first_header_.request_id();
+  PushDedup* dedup = dedup_;
+  if (scopes_ != nullptr && !items_.empty()) {
+    dedup = scopes_->For(
+        items_[0].variable->layout->shards[items_[0].shard].ps_task);
+  }
   if (request != 0) {
-    switch (dedup_->Begin(client, request)) {
+    switch (dedup->Begin(client, request)) {
       case PushDedup::Outcome::kApplied:
         response.set_duplicate(true);
         done(response);
@@ -110,19 +125,26 @@ void PushHandler::FinishAsync(
   absl::Status status = Apply(1.0f);
   apply_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
   if (!status.ok()) {
-    if (request != 0) dedup_->Finish(client, request, false);
+    if (request != 0) dedup->Finish(client, request, false);
     done(status);
     return;
   }
   response.set_rows_applied(rows_);
   // Acknowledged (and remembered as applied) only once the backups have it.
-  auto acknowledge = [this, client, request, response,
-                      done = std::move(done)]() {
-    if (request != 0) dedup_->Finish(client, request, true);
+  // If they never will (this PS was replaced by its backup meanwhile), the
+  // push fails and is forgotten here: the worker's retry goes to the new
+  // primary, which has it only if it was forwarded.
+  auto acknowledge = [dedup, client, request, response,
+                      done = std::move(done)](absl::Status replicated) {
+    if (request != 0) dedup->Finish(client, request, replicated.ok());
+    if (!replicated.ok()) {
+      done(replicated);
+      return;
+    }
     done(response);
   };
   if (replicator_ == nullptr) {
-    acknowledge();
+    acknowledge(absl::OkStatus());
   } else {
     replicator_->WhenReplicated(replicated_sequence_, std::move(acknowledge));
   }
@@ -130,16 +152,21 @@ void PushHandler::FinishAsync(
 
 absl::Status PushHandler::ApplyCombined(float scale) {
   absl::Status status = Apply(scale);
-  if (status.ok()) AwaitReplicated();
+  if (status.ok()) status = AwaitReplicated();
   return status;
 }
 
-void PushHandler::AwaitReplicated() {
-  if (replicator_ == nullptr) return;
+absl::Status PushHandler::AwaitReplicated() {
+  if (replicator_ == nullptr) return absl::OkStatus();
   absl::Notification replicated;
+  absl::Status status;
   replicator_->WhenReplicated(replicated_sequence_,
-                              [&replicated] { replicated.Notify(); });
+                              [&](absl::Status s) {
+                                status = std::move(s);
+                                replicated.Notify();
+                              });
   replicated.WaitForNotification();
+  return status;
 }
 
 absl::Status PushHandler::CheckPrimaryIs(int primary) const {

@@ -62,16 +62,21 @@ class PushHandler {
   // primary (a forwarded push names only its sender's shards).
   absl::Status CheckPrimaryIs(int primary) const;
 
+  // De-duplicate under the scope of the primary the push's shards were
+  // placed on (its first item's), instead of `dedup` (DedupScopes).
+  void set_dedup_scopes(DedupScopes* scopes) { scopes_ = scopes; }
+
  private:
   absl::Status Apply(float scale);
   // Waits until the backups have what Apply forwarded (nothing to wait for
   // without replicas).
-  void AwaitReplicated();
+  absl::Status AwaitReplicated();
 
   ShardStore* const store_;
   PushDedup* const dedup_;
   const size_t max_push_bytes_;
   const RequestKind kind_;
+  DedupScopes* scopes_ = nullptr;
   ReplicationLog* const replicator_;  // null or inactive: no replicas
   // The messages as received, kept (sharing their slices) to forward them.
   std::vector<grpc::ByteBuffer> received_;

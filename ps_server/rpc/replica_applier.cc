@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/frame_reader.h"
+#include "ps_server/replication/replication_log.h"
 
 namespace psrt {
 namespace {
@@ -12,7 +13,7 @@ constexpr int kMaxFramesPerUpdate = 1 << 20;
 
 }  // namespace
 
-ReplicaApplier::ReplicaApplier(ShardStore* store, PushDedup* dedup,
+ReplicaApplier::ReplicaApplier(ShardStore* store, DedupScopes* dedup,
                                size_t max_push_bytes)
     : store_(store), dedup_(dedup), max_push_bytes_(max_push_bytes) {}
 
@@ -73,7 +74,8 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
           "Replicate stream carries more frames than its header declares");
     }
     updates_.push_back(std::make_unique<PushHandler>(
-        applier_->store_, applier_->dedup_, applier_->max_push_bytes_,
+        applier_->store_, applier_->dedup_->For(applier_->store_->ps_task()),
+        applier_->max_push_bytes_,
         RequestKind::kReplica));
     frames_in_current_ = 0;
   }
@@ -105,6 +107,12 @@ ReplicaApplier::Stream* ReplicaApplier::StreamOf(int primary) {
   return stream.get();
 }
 
+void ReplicaApplier::Fence(int primary) {
+  Stream* stream = StreamOf(primary);
+  absl::MutexLock lock(&stream->apply_mu);  // waits for a call applying
+  stream->fenced = true;
+}
+
 uint64_t ReplicaApplier::applied_through(int primary) const {
   absl::MutexLock lock(&mu_);
   auto it = streams_.find(primary);
@@ -119,6 +127,11 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
   const int from = header.from_task();
   Stream* stream = StreamOf(from);
   absl::MutexLock lock(&stream->apply_mu);
+  if (stream->fenced) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("PS ", store_->ps_task(), " ", kReplacedMarker, " PS ",
+                     from, " (failover): its stream is closed"));
+  }
   const uint64_t first = header.updates(0).sequence();
   if (stream->incarnation == 0) {
     if (first != 1) {
@@ -152,10 +165,10 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
           absl::StrCat("backup copy diverged: update ", u.sequence(), " of PS ",
                        from, " failed here: ", s.message()));
     }
-    if (u.request_id() != 0 &&
-        stream->dedup.Begin(u.client_id(), u.request_id()) ==
-            PushDedup::Outcome::kNew) {
-      stream->dedup.Finish(u.client_id(), u.request_id(), true);
+    PushDedup* dedup = dedup_->For(from);
+    if (u.request_id() != 0 && dedup->Begin(u.client_id(), u.request_id()) ==
+                                   PushDedup::Outcome::kNew) {
+      dedup->Finish(u.client_id(), u.request_id(), true);
     }
     stream->applied_through = u.sequence();
   }

@@ -33,7 +33,7 @@ namespace psrt {
 class ReplicaApplier {
  public:
   // All must outlive the applier.
-  ReplicaApplier(ShardStore* store, PushDedup* dedup, size_t max_push_bytes);
+  ReplicaApplier(ShardStore* store, DedupScopes* dedup, size_t max_push_bytes);
 
   // One Replicate call: its messages in order, then Finish.
   class Call {
@@ -50,6 +50,10 @@ class ReplicaApplier {
     int frames_in_current_ = 0;
   };
 
+  // Failover: this PS took over `primary`'s shards; its stream is refused
+  // from now on (with kReplacedMarker), so it acknowledges nothing more.
+  void Fence(int primary) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Highest sequence applied from `primary`'s current stream (0: none).
   uint64_t applied_through(int primary) const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -58,11 +62,7 @@ class ReplicaApplier {
     uint64_t incarnation = 0;  // 0: nothing received yet
     uint64_t applied_through = 0;
     absl::Mutex apply_mu;  // one call of this primary applies at a time
-    // The primary's acknowledged pushes by (client, request), apart from
-    // this PS's own: a worker's step to several PS carries one request id,
-    // so its push to this PS must not be taken for the forwarded one.
-    // (For a backup taking over the primary's shards.)
-    PushDedup dedup;
+    bool fenced = false;   // guarded by apply_mu
   };
   absl::Status CheckHeader(const ReplicationHeader& header) const;
   absl::StatusOr<ReplicateResponse> Apply(
@@ -71,7 +71,7 @@ class ReplicaApplier {
   Stream* StreamOf(int primary) ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardStore* const store_;
-  PushDedup* const dedup_;
+  DedupScopes* const dedup_;
   const size_t max_push_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, std::unique_ptr<Stream>> streams_

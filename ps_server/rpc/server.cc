@@ -105,8 +105,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       PsPeers::Create(options.cluster.ps, options.ps_task, options.security);
   if (!peers.ok()) return peers.status();
   server->peers_ = std::move(*peers);
-  server->replicator_ =
-      std::make_unique<Replicator>(server->peers_.get(), backups);
+  server->membership_ =
+      std::make_unique<Membership>(server->peers_.get(), options.replicas);
+  Replicator::MayDrop may_drop;
+  if (server->membership_->Enabled()) {
+    Membership* membership = server->membership_.get();
+    may_drop = [membership](int task) {
+      return membership->MajorityFindsUnreachable(task, absl::Seconds(1));
+    };
+  }
+  server->replicator_ = std::make_unique<Replicator>(
+      server->peers_.get(), backups, std::move(may_drop));
   if (!backups.empty()) {
     LOG(INFO) << "--replicas=" << options.replicas << ": this PS's shards are "
               << "copied to "
@@ -133,6 +142,33 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       server->checkpoints_.get(), options.restore_uri,
       options.security.auth_token, server->checkpoint_callers_.get(),
       server->replicator_.get());
+  if (options.replicas > 1) {
+    server->service_->EnableReplication(server->membership_.get(),
+                                        server->peers_.get());
+    // Watch the primaries this PS is the first backup of.
+    std::vector<int> watched;
+    const ReplicaPlacement& placement = server->store_->replicas();
+    for (int primary : placement.BackedUpBy(options.ps_task)) {
+      if (placement.BackupsOf(primary)[0] == options.ps_task) {
+        watched.push_back(primary);
+      }
+    }
+    ParameterServerService* service = server->service_.get();
+    Membership* membership = server->membership_.get();
+    server->failover_ = std::make_unique<FailoverMonitor>(
+        server->peers_.get(), membership, std::move(watched),
+        [service, membership](int primary) {
+          service->TakeOver(primary);
+          membership->MarkFailed(primary);
+        },
+        FailoverMonitor::Options());
+    if (!server->membership_->Enabled()) {
+      LOG(WARNING) << "--replicas=" << options.replicas << " with "
+                   << options.cluster.num_ps()
+                   << " PS: no failover (a majority to decide that a PS is "
+                      "down needs 3 PS at least); backups only copy";
+    }
+  }
 
   auto credentials = MakeServerCredentials(options.security);
   if (!credentials.ok()) return credentials.status();

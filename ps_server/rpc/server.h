@@ -19,6 +19,8 @@
 #include "ps_server/metrics/metrics.h"
 #include "ps_server/metrics/metrics_http_server.h"
 #include "ps_server/peers/ps_peers.h"
+#include "ps_server/replication/failover_monitor.h"
+#include "ps_server/replication/membership.h"
 #include "ps_server/replication/replicator.h"
 #include "ps_server/rpc/ps_service.h"
 #include "ps_server/shards/shard_store.h"
@@ -81,10 +83,12 @@ class Server {
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<CheckpointRestorer> restorer_;
   std::unique_ptr<PsPeers> peers_;
+  std::unique_ptr<Membership> membership_;
   std::unique_ptr<Replicator> replicator_;  // outlives service_
   std::unique_ptr<CheckpointCoordinator> checkpoints_;
   std::unique_ptr<ClusterMembers> checkpoint_callers_;
   std::unique_ptr<ParameterServerService> service_;
+  std::unique_ptr<FailoverMonitor> failover_;  // stopped before service_
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;

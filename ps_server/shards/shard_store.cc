@@ -193,7 +193,7 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
     v->layout = map_.Find(spec->name());
     v->optimizer = CreateOptimizer(spec->optimizer());
     v->shards.resize(v->layout->num_shards());
-    v->backup.assign(v->layout->num_shards(), false);
+    v->backup = std::vector<std::atomic<bool>>(v->layout->num_shards());
     if (fill) AllocateShards(v.get(), fills_every_row_);
     created.push_back(std::move(v));
     if (fill && fill_hook_) {
@@ -439,6 +439,19 @@ int64_t ShardStore::parameter_bytes() const {
   int64_t total = 0;
   for (const LocalVariable* v : Variables()) total += v->bytes();
   return total;
+}
+
+int ShardStore::Promote(int primary) {
+  int promoted = 0;
+  for (const LocalVariable* v : Variables()) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) {
+      if (v->layout->shards[s].ps_task == primary && v->IsBackup(s)) {
+        v->backup[s].store(false, std::memory_order_release);
+        ++promoted;
+      }
+    }
+  }
+  return promoted;
 }
 
 int64_t ShardStore::num_local_shards() const {

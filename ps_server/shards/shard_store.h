@@ -38,8 +38,9 @@ struct LocalVariable {
   // Indexed by shard; null where no copy of the shard lives on this PS.
   std::vector<std::unique_ptr<Shard>> shards;
   // Indexed by shard: the copy here is a backup (--replicas > 1), written
-  // only by its primary's replication stream.
-  std::vector<bool> backup;
+  // only by its primary's replication stream; cleared when this PS takes
+  // the shard over from its failed primary (ShardStore::Promote).
+  mutable std::vector<std::atomic<bool>> backup;
 
   const std::string& name() const { return layout->spec.name(); }
   // A copy of the shard, primary or backup, lives here.
@@ -48,8 +49,12 @@ struct LocalVariable {
            shards[shard] != nullptr;
   }
   // This PS serves the shard (pulls, pushes, checkpoints).
-  bool IsPrimary(int shard) const { return Holds(shard) && !backup[shard]; }
-  bool IsBackup(int shard) const { return Holds(shard) && backup[shard]; }
+  bool IsPrimary(int shard) const {
+    return Holds(shard) && !backup[shard].load(std::memory_order_acquire);
+  }
+  bool IsBackup(int shard) const {
+    return Holds(shard) && backup[shard].load(std::memory_order_acquire);
+  }
   // REQUIRES: Holds(shard).
   Shard& shard(int shard) const { return *shards[shard]; }
   int64_t bytes() const;
@@ -146,6 +151,9 @@ class ShardStore {
 
   int ps_task() const { return ps_task_; }
   const ReplicaPlacement& replicas() const { return replicas_; }
+  // Failover: serves this PS's backup copies of `primary`'s shards as
+  // primaries from now on. Returns how many shards changed role.
+  int Promote(int primary);
   int num_ps() const { return num_ps_; }
   int64_t parameter_bytes() const;
   int64_t num_local_shards() const;

@@ -1,0 +1,52 @@
+#include "ps_server/replication/failover_monitor.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace psrt {
+
+FailoverMonitor::FailoverMonitor(const PsPeers* peers, Membership* membership,
+                                 std::vector<int> primaries,
+                                 std::function<void(int)> promote,
+                                 Options options)
+    : peers_(peers),
+      membership_(membership),
+      primaries_(std::move(primaries)),
+      promote_(std::move(promote)),
+      options_(options) {
+  if (!primaries_.empty() && membership_->Enabled()) {
+    thread_ = std::thread([this] { Run(); });
+  }
+}
+
+FailoverMonitor::~FailoverMonitor() {
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+void FailoverMonitor::Run() {
+  absl::flat_hash_map<int, absl::Time> last_answer;
+  for (int p : primaries_) last_answer[p] = absl::Now();
+  while (!stop_.WaitForNotificationWithTimeout(options_.probe_every)) {
+    for (int p : primaries_) {
+      if (membership_->IsFailed(p)) continue;
+      if (peers_->Ping(p, options_.ping_timeout).ok()) {
+        last_answer[p] = absl::Now();
+        continue;
+      }
+      const absl::Duration silent = absl::Now() - last_answer[p];
+      if (silent < options_.failover_after) continue;
+      if (!membership_->MajorityFindsUnreachable(p, options_.ping_timeout)) {
+        continue;
+      }
+      LOG(ERROR) << peers_->Describe(p) << " has not answered for "
+                 << absl::FormatDuration(silent)
+                 << " and most of the cluster cannot reach it: this PS "
+                    "takes over its shards";
+      promote_(p);
+    }
+  }
+}
+
+}  // namespace psrt
