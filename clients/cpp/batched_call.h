@@ -48,9 +48,9 @@ class BatchedCall {
 
  private:
   struct Call {
-    int ps = 0;  // the PS task whose shards the call carries
-    PsConnection* connection;  // where it goes (another PS after failover)
-    grpc::ByteBuffer pull_request;                // pull
+    int ps = 0;                     // the PS task whose shards the call carries
+    PsConnection* connection;       // where it goes (another PS after failover)
+    grpc::ByteBuffer pull_request;  // pull
     std::vector<PullTarget> targets;              // pull
     std::vector<grpc::ByteBuffer> push_messages;  // push
     int attempts = 0;

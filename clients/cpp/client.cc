@@ -311,9 +311,8 @@ absl::StatusOr<std::unique_ptr<PendingCall>> Client::StartPush(
 absl::StatusOr<std::unique_ptr<PendingCall>> Client::Start(
     absl::StatusOr<StepPlan> plan, bool push, const StepOptions& step) {
   if (!plan.ok()) return plan.status();
-  const BatchedCall::Context context{&connections_,     &options_,
-                                     client_id_,        &next_request_id_,
-                                     step,              &routing_};
+  const BatchedCall::Context context{&connections_,     &options_, client_id_,
+                                     &next_request_id_, step,      &routing_};
   std::unique_ptr<BatchedCall> request =
       push ? BatchedCall::ForPush(context, std::move(*plan))
            : BatchedCall::ForPull(context, std::move(*plan));

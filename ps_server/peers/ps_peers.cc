@@ -68,8 +68,8 @@ absl::Status PsPeers::Ping(int task, absl::Duration timeout) const {
   return FromGrpcStatus(s);
 }
 
-absl::StatusOr<SuspectResponse> PsPeers::Suspect(
-    int task, int suspect, absl::Duration timeout) const {
+absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task, int suspect,
+                                                 absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   SuspectRequest request;

@@ -1,6 +1,7 @@
 #include "ps_server/replication/failover_monitor.h"
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 
@@ -8,7 +9,7 @@ namespace psrt {
 
 FailoverMonitor::FailoverMonitor(const PsPeers* peers, Membership* membership,
                                  std::vector<int> primaries,
-                                 std::function<void(int)> promote,
+                                 std::function<bool(int)> promote,
                                  Options options)
     : peers_(peers),
       membership_(membership),
@@ -27,10 +28,11 @@ FailoverMonitor::~FailoverMonitor() {
 
 void FailoverMonitor::Run() {
   absl::flat_hash_map<int, absl::Time> last_answer;
+  absl::flat_hash_set<int> given_up;
   for (int p : primaries_) last_answer[p] = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(options_.probe_every)) {
     for (int p : primaries_) {
-      if (membership_->IsFailed(p)) continue;
+      if (membership_->IsFailed(p) || given_up.contains(p)) continue;
       if (peers_->Ping(p, options_.ping_timeout).ok()) {
         last_answer[p] = absl::Now();
         continue;
@@ -44,7 +46,7 @@ void FailoverMonitor::Run() {
                  << absl::FormatDuration(silent)
                  << " and most of the cluster cannot reach it: this PS "
                     "takes over its shards";
-      promote_(p);
+      if (!promote_(p)) given_up.insert(p);
     }
   }
 }

@@ -4,7 +4,9 @@
 // (Membership::MajorityFindsUnreachable). Taking over is the caller's
 // `promote` (ps_server/rpc/server.cc: the store serves the backup copies
 // as primaries, the replica applier refuses the old primary's stream from
-// then on, Membership records the failure).
+// then on, Membership records the failure); it returns false when this
+// PS's copy cannot take over (not in sync), and the primary is no longer
+// watched.
 #ifndef PSRT_PS_SERVER_REPLICATION_FAILOVER_MONITOR_H_
 #define PSRT_PS_SERVER_REPLICATION_FAILOVER_MONITOR_H_
 
@@ -31,7 +33,7 @@ class FailoverMonitor {
   // pointers must outlive the monitor.
   FailoverMonitor(const PsPeers* peers, Membership* membership,
                   std::vector<int> primaries,
-                  std::function<void(int primary)> promote, Options options);
+                  std::function<bool(int primary)> promote, Options options);
   ~FailoverMonitor();  // stops watching
 
  private:
@@ -40,7 +42,7 @@ class FailoverMonitor {
   const PsPeers* const peers_;
   Membership* const membership_;
   const std::vector<int> primaries_;
-  const std::function<void(int)> promote_;
+  const std::function<bool(int)> promote_;
   const Options options_;
   absl::Notification stop_;
   std::thread thread_;

@@ -48,6 +48,8 @@ class ReplicationLog {
   // This PS learned that a backup took over its shards (failover): it
   // must serve them no more.
   virtual bool replaced() const = 0;
+  // Every backup has accepted this PS's stream or was given up on.
+  virtual bool ready() const = 0;
 };
 
 }  // namespace psrt

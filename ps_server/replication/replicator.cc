@@ -63,8 +63,9 @@ Replicator::~Replicator() {
     left.swap(waiting_);
   }
   for (auto& [sequence, done] : left) {
-    done(absl::UnavailableError("PS shutting down before its backups "
-                                "acknowledged the push"));
+    done(
+        absl::UnavailableError("PS shutting down before its backups "
+                               "acknowledged the push"));
   }
 }
 
@@ -92,8 +93,7 @@ bool Replicator::SettledLocked(uint64_t sequence) const {
   return true;
 }
 
-std::vector<std::function<void(absl::Status)>>
-Replicator::TakeSettledLocked() {
+std::vector<std::function<void(absl::Status)>> Replicator::TakeSettledLocked() {
   std::vector<std::function<void(absl::Status)>> done;
   while (!waiting_.empty() && SettledLocked(waiting_.begin()->first)) {
     done.push_back(std::move(waiting_.begin()->second));
@@ -158,8 +158,91 @@ std::vector<grpc::ByteBuffer> Replicator::Messages(
   return messages;
 }
 
+absl::Status Replicator::Deliver(int task,
+                                 const std::vector<grpc::ByteBuffer>& messages,
+                                 uint64_t last) {
+  const absl::Time give_up = absl::Now() + give_up_after_;
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    auto answer = peers_->Replicate(task, messages, call_timeout_);
+    if (answer.ok() && answer->applied_through() >= last) {
+      return absl::OkStatus();
+    }
+    absl::Status error = answer.ok()
+                             ? absl::InternalError(absl::StrCat(
+                                   "acknowledged through ",
+                                   answer->applied_through(), " of ", last))
+                             : answer.status();
+    // A refusal is final (the backup's copy is not this stream's); a
+    // transport error is retried (a retry of updates the backup already
+    // applied is acknowledged without applying them) until give_up, and
+    // then until a majority of the cluster agrees the backup is gone.
+    const bool transient = error.code() == absl::StatusCode::kUnavailable ||
+                           error.code() == absl::StatusCode::kDeadlineExceeded;
+    bool stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping_;
+    }
+    if (!transient || stopping) return error;
+    if (absl::Now() + backoff > give_up) {
+      if (may_drop_ == nullptr || may_drop_(task)) return error;
+      LOG_EVERY_N(WARNING, 10)
+          << peers_->Describe(task) << " is unreachable from here (" << error
+          << ") but not from most of the cluster: pushes wait";
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+void Replicator::Settle(Stream* stream, const absl::Status& error,
+                        uint64_t last, size_t updates) {
+  std::vector<std::function<void(absl::Status)>> settled;
+  absl::Status outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    if (error.ok()) {
+      stream->state.established = true;
+      stream->state.acknowledged = std::max(stream->state.acknowledged, last);
+      if (updates > 0) {
+        ++calls_;
+        updates_sent_ += static_cast<int64_t>(updates);
+      }
+    } else if (absl::StrContains(error.message(), kReplacedMarker)) {
+      replaced_by_ = absl::StrCat(
+          "this PS was replaced by its backup ",
+          peers_->Describe(stream->state.task), " (", error.message(),
+          "); nothing it applies is acknowledged any more");
+      LOG(ERROR) << replaced_by_;
+      for (auto& other : streams_) other->pending.clear();
+    } else {
+      stream->state.in_sync = false;
+      stream->state.error = std::string(error.message());
+      stream->pending.clear();
+      LOG(ERROR) << "replication to " << peers_->Describe(stream->state.task)
+                 << " stopped after sequence " << stream->state.acknowledged
+                 << ": " << error
+                 << "; pushes are acknowledged without this backup from now "
+                    "on (its copy is out of sync)";
+    }
+    settled = TakeSettledLocked();
+    if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);
+  }
+  for (auto& done : settled) done(outcome);
+}
+
 void Replicator::Send(Stream* stream) {
   const int task = stream->state.task;
+  // First a hello (no updates): the backup takes this process's stream as
+  // the one its copy follows from sequence 1, or refuses (it restarted
+  // since, or took this PS's shards over while this PS was away).
+  {
+    ReplicationHeader hello;
+    hello.set_from_task(peers_->self());
+    hello.set_incarnation(incarnation_);
+    Settle(stream, Deliver(task, {FrameWriter(hello).Finish()}, 0), 0, 0);
+  }
   while (true) {
     std::vector<std::shared_ptr<const Update>> batch;
     uint64_t first = 0;
@@ -184,71 +267,20 @@ void Replicator::Send(Stream* stream) {
       stream->first_pending += n;
     }
     const uint64_t last = first + batch.size() - 1;
-    const std::vector<grpc::ByteBuffer> messages = Messages(first, batch);
-    const absl::Time give_up = absl::Now() + give_up_after_;
-    absl::Duration backoff = absl::Milliseconds(50);
-    absl::Status error;
-    while (true) {
-      auto answer = peers_->Replicate(task, messages, call_timeout_);
-      if (answer.ok() && answer->applied_through() >= last) {
-        error = absl::OkStatus();
-        break;
-      }
-      error = answer.ok() ? absl::InternalError(absl::StrCat(
-                                "acknowledged through ",
-                                answer->applied_through(), " of ", last))
-                          : answer.status();
-      // A refusal is final (the backup's copy is not this stream's); a
-      // transport error is retried until give_up (a retry of updates the
-      // backup already applied is acknowledged without applying them).
-      const bool transient =
-          error.code() == absl::StatusCode::kUnavailable ||
-          error.code() == absl::StatusCode::kDeadlineExceeded;
-      bool stopping;
-      {
-        absl::MutexLock lock(&mu_);
-        stopping = stopping_;
-      }
-      if (!transient || stopping) break;
-      if (absl::Now() + backoff > give_up) {
-        // Unreachable from here for long: dropped only if most of the
-        // cluster cannot reach it either.
-        if (may_drop_ == nullptr || may_drop_(task)) break;
-        LOG_EVERY_N(WARNING, 10)
-            << peers_->Describe(task) << " is unreachable from here ("
-            << error << ") but not from most of the cluster: pushes wait";
-      }
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(1));
-    }
-    std::vector<std::function<void(absl::Status)>> settled;
-    absl::Status outcome;
-    {
-      absl::MutexLock lock(&mu_);
-      if (error.ok()) {
-        stream->state.acknowledged = last;
-        ++calls_;
-        updates_sent_ += static_cast<int64_t>(batch.size());
-      } else if (absl::StrContains(error.message(), kReplacedMarker)) {
-        replaced_by_ = absl::StrCat(
-            "this PS was replaced by its backup ", peers_->Describe(task),
-            " (", error.message(), "); the push was not acknowledged");
-        LOG(ERROR) << replaced_by_;
-        for (auto& other : streams_) other->pending.clear();
-      } else {
-        stream->state.in_sync = false;
-        stream->state.error = std::string(error.message());
-        stream->pending.clear();
-        LOG(ERROR) << "replication to " << peers_->Describe(task)
-                   << " stopped at sequence " << first << ": " << error
-                   << "; pushes are acknowledged without this backup from "
-                      "now on (its copy is out of sync)";
-      }
-      settled = TakeSettledLocked();
-      if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);
-    }
-    for (auto& done : settled) done(outcome);
+    Settle(stream, Deliver(task, Messages(first, batch), last), last,
+           batch.size());
   }
+}
+
+bool Replicator::ready() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& stream : streams_) {
+    if (stream->state.in_sync && !stream->state.established &&
+        replaced_by_.empty()) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::vector<Replicator::BackupState> Replicator::Backups() const {

@@ -44,7 +44,8 @@ class Replicator final : public ReplicationLog {
     int task = 0;
     uint64_t acknowledged = 0;  // highest sequence the backup applied
     bool in_sync = true;
-    std::string error;  // why it was dropped
+    bool established = false;  // the backup accepted this stream (hello)
+    std::string error;         // why it was dropped
   };
 
   // Whether a backup this PS cannot reach may be dropped: a majority of
@@ -78,6 +79,9 @@ class Replicator final : public ReplicationLog {
   // Set once a backup refused this PS's stream because it took over this
   // PS's shards: from then on nothing is acknowledged.
   bool replaced() const override ABSL_LOCKS_EXCLUDED(mu_);
+  // Every backup accepted this PS's stream or was dropped: until then this
+  // PS must not serve (it may have been replaced while it was down).
+  bool ready() const override ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t incarnation() const { return incarnation_; }
   std::vector<BackupState> Backups() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -97,6 +101,14 @@ class Replicator final : public ReplicationLog {
   };
 
   void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // One Replicate call's messages to `task`, retried as described above;
+  // OK once the backup applied through `last`.
+  absl::Status Deliver(int task, const std::vector<grpc::ByteBuffer>& messages,
+                       uint64_t last) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records the outcome of a Deliver of `updates` updates through `last`
+  // and runs the callbacks it settles.
+  void Settle(Stream* stream, const absl::Status& error, uint64_t last,
+              size_t updates) ABSL_LOCKS_EXCLUDED(mu_);
   bool SettledLocked(uint64_t sequence) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The callbacks whose sequences are settled, taken out of waiting_.
   std::vector<std::function<void(absl::Status)>> TakeSettledLocked()

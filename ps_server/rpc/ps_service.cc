@@ -793,6 +793,11 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Replicate(
 }
 
 absl::Status ParameterServerService::CheckNotReplaced() const {
+  if (replicator_ != nullptr && !replicator_->ready()) {
+    return absl::UnavailableError(absl::StrCat(
+        "PS ", store_->ps_task(),
+        " is waiting for its backups to accept its stream (--replicas)"));
+  }
   if (replicator_ != nullptr && replicator_->replaced()) {
     return absl::UnavailableError(absl::StrCat(
         "PS ", store_->ps_task(),
@@ -802,13 +807,22 @@ absl::Status ParameterServerService::CheckNotReplaced() const {
   return absl::OkStatus();
 }
 
-void ParameterServerService::TakeOver(int primary) {
+bool ParameterServerService::TakeOver(int primary) {
+  if (!replica_applier_.InSyncWith(primary)) {
+    LOG(ERROR) << "PS " << store_->ps_task() << " cannot take over PS "
+               << primary << "'s shards: its copy of them is not in sync "
+               << "(this PS started after PS " << primary
+               << " had applied pushes); they stay unserved until PS "
+               << primary << " returns or the cluster restores them";
+    return false;
+  }
   // Fence first: the old primary acknowledges nothing from now on, so no
   // push it applies after this point can be lost by the takeover.
   replica_applier_.Fence(primary);
   const int shards = store_->Promote(primary);
   LOG(ERROR) << "PS " << store_->ps_task() << " took over " << shards
              << " shard(s) of PS " << primary << " (failover)";
+  return true;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Suspect(
@@ -817,8 +831,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Suspect(
   absl::Status caller = CheckCheckpointCaller(context, "Suspect");
   return ServeUnary<SuspectRequest>(
       context, "Suspect", request, response, /*detached=*/caller.ok(),
-      [this, caller](
-          const SuspectRequest& r) -> absl::StatusOr<SuspectResponse> {
+      [this,
+       caller](const SuspectRequest& r) -> absl::StatusOr<SuspectResponse> {
         if (!caller.ok()) return caller;
         if (peers_ == nullptr) {
           return absl::FailedPreconditionError(

@@ -117,8 +117,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
     membership_ = membership;
     peers_ = peers;
   }
-  // Failover: `primary`'s shards are served here from now on.
-  void TakeOver(int primary);
+  // Failover: `primary`'s shards are served here from now on, if this
+  // PS's copy of them is in sync (else false, nothing changes).
+  bool TakeOver(int primary);
 
   // Counts a failed RPC under psrt_errors_total{method, code} and returns it
   // as a gRPC status.

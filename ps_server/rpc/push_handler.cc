@@ -160,11 +160,10 @@ absl::Status PushHandler::AwaitReplicated() {
   if (replicator_ == nullptr) return absl::OkStatus();
   absl::Notification replicated;
   absl::Status status;
-  replicator_->WhenReplicated(replicated_sequence_,
-                              [&](absl::Status s) {
-                                status = std::move(s);
-                                replicated.Notify();
-                              });
+  replicator_->WhenReplicated(replicated_sequence_, [&](absl::Status s) {
+    status = std::move(s);
+    replicated.Notify();
+  });
   replicated.WaitForNotification();
   return status;
 }

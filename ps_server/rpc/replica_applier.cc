@@ -33,12 +33,11 @@ absl::Status ReplicaApplier::CheckHeader(
                      store_->replicas().replicas(),
                      " on this PS; every PS must use the same)"));
   }
-  if (header.incarnation() == 0 || header.updates_size() == 0 ||
-      header.updates_size() > kMaxUpdatesPerCall) {
+  if (header.incarnation() == 0 || header.updates_size() > kMaxUpdatesPerCall) {
     return absl::InvalidArgumentError(
         absl::StrCat("Replicate from PS ", from, ": incarnation ",
                      header.incarnation(), " with ", header.updates_size(),
-                     " updates (1..", kMaxUpdatesPerCall, " expected)"));
+                     " updates (0..", kMaxUpdatesPerCall, " expected)"));
   }
   for (int i = 0; i < header.updates_size(); ++i) {
     const ReplicatedUpdate& u = header.updates(i);
@@ -75,8 +74,7 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
     }
     updates_.push_back(std::make_unique<PushHandler>(
         applier_->store_, applier_->dedup_->For(applier_->store_->ps_task()),
-        applier_->max_push_bytes_,
-        RequestKind::kReplica));
+        applier_->max_push_bytes_, RequestKind::kReplica));
     frames_in_current_ = 0;
   }
   ++frames_in_current_;
@@ -84,6 +82,13 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
 }
 
 absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
+  if (have_header_ && header_.updates_size() == 0) {
+    if (!updates_.empty()) {
+      return absl::InvalidArgumentError(
+          "Replicate hello (no updates) carries frames");
+    }
+    return applier_->Apply(header_, updates_);
+  }
   if (!have_header_ ||
       static_cast<int>(updates_.size()) != header_.updates_size() ||
       frames_in_current_ !=
@@ -113,6 +118,15 @@ void ReplicaApplier::Fence(int primary) {
   stream->fenced = true;
 }
 
+bool ReplicaApplier::InSyncWith(int primary) const {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(primary);
+  if (it == streams_.end()) return false;
+  absl::MutexLock apply(&it->second->apply_mu);
+  const uint64_t incarnation = it->second->incarnation;
+  return incarnation != 0 && incarnation != kDiverged && !it->second->fenced;
+}
+
 uint64_t ReplicaApplier::applied_through(int primary) const {
   absl::MutexLock lock(&mu_);
   auto it = streams_.find(primary);
@@ -131,6 +145,20 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     return absl::FailedPreconditionError(
         absl::StrCat("PS ", store_->ps_task(), " ", kReplacedMarker, " PS ",
                      from, " (failover): its stream is closed"));
+  }
+  if (header.updates_size() == 0) {
+    // A primary's hello at its start: this copy follows its stream from
+    // sequence 1 if it followed no other stream of that primary before.
+    if (stream->incarnation == 0) stream->incarnation = header.incarnation();
+    if (stream->incarnation != header.incarnation()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "PS ", from, " restarted (new incarnation) while PS ",
+          store_->ps_task(),
+          " holds its previous run's copy: this copy is not in sync"));
+    }
+    ReplicateResponse response;
+    response.set_applied_through(stream->applied_through);
+    return response;
   }
   const uint64_t first = header.updates(0).sequence();
   if (stream->incarnation == 0) {
@@ -160,7 +188,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     if (!s.ok()) {
       // The primary applied this update to the same state; refusing it
       // here means the copies differ. Never accept more of this stream.
-      stream->incarnation = ~uint64_t{0};
+      stream->incarnation = kDiverged;
       return absl::FailedPreconditionError(
           absl::StrCat("backup copy diverged: update ", u.sequence(), " of PS ",
                        from, " failed here: ", s.message()));

@@ -54,10 +54,16 @@ class ReplicaApplier {
   // from now on (with kReplacedMarker), so it acknowledges nothing more.
   void Fence(int primary) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // This PS's copy of `primary`'s shards has followed `primary`'s stream
+  // from its start (so it may take them over): the stream was accepted,
+  // nothing diverged, not fenced.
+  bool InSyncWith(int primary) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Highest sequence applied from `primary`'s current stream (0: none).
   uint64_t applied_through(int primary) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  static constexpr uint64_t kDiverged = ~uint64_t{0};
   struct Stream {
     uint64_t incarnation = 0;  // 0: nothing received yet
     uint64_t applied_through = 0;

@@ -90,14 +90,17 @@ absl::Status ResolveTarget(const ShardStore& store, const TensorItem& item,
         absl::StrCat(Where(kind, item), "no such shard; the variable has ",
                      layout.num_shards(), " shards"));
   }
-  if (kind == RequestKind::kReplica ? !v->IsBackup(item.shard())
-                                    : !v->IsPrimary(item.shard())) {
+  if (kind == RequestKind::kReplica && !v->IsBackup(item.shard())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Where(kind, item), "PS ", store.ps_task(),
+                     " keeps no backup copy of it (its primary is PS ",
+                     layout.shards[item.shard()].ps_task, ")"));
+  }
+  if (kind != RequestKind::kReplica && !v->IsPrimary(item.shard())) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(kind, item), "the shard lives on PS ",
         layout.shards[item.shard()].ps_task, ", not on PS ", store.ps_task(),
-        kind == RequestKind::kReplica
-            ? " (nor is a backup copy of it kept here)"
-            : "; the client's shard map disagrees with the cluster's"));
+        "; the client's shard map disagrees with the cluster's"));
   }
   out->variable = v;
   out->shard = item.shard();

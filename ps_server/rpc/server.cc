@@ -158,8 +158,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     server->failover_ = std::make_unique<FailoverMonitor>(
         server->peers_.get(), membership, std::move(watched),
         [service, membership](int primary) {
-          service->TakeOver(primary);
+          if (!service->TakeOver(primary)) return false;
           membership->MarkFailed(primary);
+          return true;
         },
         FailoverMonitor::Options());
     if (!server->membership_->Enabled()) {

@@ -72,6 +72,15 @@ struct Result {
   double bytes_per_op = 0;  // bytes that cross the wire
   double ops_per_s = 0;
   double rows_per_op = 0;
+  double p50_ms = 0;  // latency of one operation
+  double p99_ms = 0;
+};
+
+// One measurement: throughput and the latency percentiles of its ops.
+struct Rate {
+  double ops_per_s = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
 };
 
 bool Wanted(absl::string_view op) {
@@ -82,9 +91,9 @@ bool Wanted(absl::string_view op) {
 }
 
 // Runs op(thread) repeatedly on --inflight threads for --seconds (after a
-// warm-up) and returns the total ops/s.
+// warm-up) and returns the total ops/s and the ops' latency percentiles.
 template <typename Op>
-absl::StatusOr<double> Measure(Op&& op) {
+absl::StatusOr<Rate> Measure(Op&& op) {
   const int threads = std::max(1, FLAGS_inflight);
   for (int t = 0; t < threads; ++t) {
     if (absl::Status s = op(t); !s.ok()) return s;
@@ -93,25 +102,41 @@ absl::StatusOr<double> Measure(Op&& op) {
   std::atomic<int64_t> ops{0};
   absl::Mutex mu;
   absl::Status first_error;
+  std::vector<double> latencies_ms;  // guarded by mu
   const absl::Time start = absl::Now();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       int64_t mine = 0;
+      std::vector<double> mine_ms;
       while (absl::Now() - start < duration || mine < 3) {
+        const absl::Time op_start = absl::Now();
         if (absl::Status s = op(t); !s.ok()) {
           absl::MutexLock lock(&mu);
           first_error.Update(s);
           return;
         }
+        mine_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - op_start));
         ++mine;
         ++ops;
       }
+      absl::MutexLock lock(&mu);
+      latencies_ms.insert(latencies_ms.end(), mine_ms.begin(), mine_ms.end());
     });
   }
   for (auto& t : pool) t.join();
+  absl::MutexLock lock(&mu);
   if (!first_error.ok()) return first_error;
-  return ops.load() / absl::ToDoubleSeconds(absl::Now() - start);
+  Rate rate;
+  rate.ops_per_s = ops.load() / absl::ToDoubleSeconds(absl::Now() - start);
+  std::sort(latencies_ms.begin(), latencies_ms.end());
+  auto at = [&](double q) {
+    return latencies_ms[std::min(latencies_ms.size() - 1,
+                                 static_cast<size_t>(q * latencies_ms.size()))];
+  };
+  rate.p50_ms = at(0.5);
+  rate.p99_ms = at(0.99);
+  return rate;
 }
 
 // What each case is compared with, medians of the paired measurements.
@@ -122,8 +147,9 @@ struct Baselines {
 
 void Report(const Result& r, const Baselines& b, double ratio) {
   const double gbps = r.ops_per_s * r.bytes_per_op / 1e9;
-  std::string line = absl::StrFormat("%-16s %-5s %9.1f ops/s %7.3f GB/s",
-                                     r.name, r.op, r.ops_per_s, gbps);
+  std::string line = absl::StrFormat(
+      "%-16s %-5s %9.1f ops/s %7.3f GB/s  p50 %.2f ms p99 %.2f ms", r.name,
+      r.op, r.ops_per_s, gbps, r.p50_ms, r.p99_ms);
   if (r.rows_per_op > 0) {
     absl::StrAppendFormat(&line, " %7.2fM rows/s",
                           r.ops_per_s * r.rows_per_op / 1e6);
@@ -154,10 +180,10 @@ void Report(const Result& r, const Baselines& b, double ratio) {
                "\"ops_per_s\": %.3f, \"gbytes_per_s\": %.4f, "
                "\"rows_per_s\": %.0f, \"ratio_to_tcp\": %.3f, "
                "\"tcp_gbytes_per_s\": %.4f, \"iperf3_gbytes_per_s\": %.4f, "
-               "\"inflight\": %d}",
+               "\"inflight\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f}",
                r.name, r.op, r.bytes_per_op, r.ops_per_s, gbps,
                r.ops_per_s * r.rows_per_op, ratio, b.tcp_gbytes_per_s,
-               b.iperf3_gbytes_per_s, FLAGS_inflight)
+               b.iperf3_gbytes_per_s, FLAGS_inflight, r.p50_ms, r.p99_ms)
         << std::endl;
   }
 }
@@ -171,7 +197,7 @@ double Median(std::vector<double> v) {
 // bytes per operation (and iperf3 beside it), and reports the medians.
 template <typename Op>
 absl::Status MeasureAndReport(Result r, Op&& op) {
-  std::vector<double> ops, tcps, iperfs, ratios;
+  std::vector<double> ops, tcps, iperfs, ratios, p50s, p99s;
   for (int i = 0; i < std::max(1, FLAGS_repeat); ++i) {
     double tcp = 0;
     if (FLAGS_tcp_baseline) {
@@ -196,11 +222,17 @@ absl::Status MeasureAndReport(Result r, Op&& op) {
     }
     auto rate = Measure(op);
     if (!rate.ok()) return rate.status();
-    ops.push_back(*rate);
+    ops.push_back(rate->ops_per_s);
+    p50s.push_back(rate->p50_ms);
+    p99s.push_back(rate->p99_ms);
     tcps.push_back(tcp);
-    if (tcp > 0) ratios.push_back(*rate * r.bytes_per_op / 1e9 / tcp);
+    if (tcp > 0) {
+      ratios.push_back(rate->ops_per_s * r.bytes_per_op / 1e9 / tcp);
+    }
   }
   r.ops_per_s = Median(ops);
+  r.p50_ms = Median(p50s);
+  r.p99_ms = Median(p99s);
   Report(r, {Median(tcps), Median(iperfs)}, Median(ratios));
   return absl::OkStatus();
 }

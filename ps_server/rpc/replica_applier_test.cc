@@ -1,0 +1,211 @@
+// A backup applying a primary's forwarded pushes, without gRPC: in order,
+// once each, to the same bits as the primary's copy; and every malformed or
+// out-of-place stream refused, naming why, with nothing applied.
+#include "ps_server/rpc/replica_applier.h"
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "proto/frame_writer.h"
+#include "ps_server/replication/replication_log.h"
+#include "ps_server/rpc/test_variable_spec.h"
+#include "ps_server/shards/shard_digest.h"
+
+namespace psrt {
+namespace {
+
+// One dense push to "w" (shard 0, on PS 0) of `grad` everywhere.
+grpc::ByteBuffer DensePush(float grad, const std::string& variable = "w",
+                           int shard = 0) {
+  PushRequestHeader header;
+  TensorItem* item = header.add_items();
+  item->set_variable(variable);
+  item->set_shard(shard);
+  item->set_offset(0);
+  item->set_count(6);
+  item->set_grad_payload(0);
+  header.set_last(true);
+  header.set_client_id(5);
+  header.set_request_id(77);
+  std::vector<float> values(6, grad);
+  FrameWriter writer(header);
+  writer.AddPayload(grpc::Slice(values.data(), values.size() * 4));
+  return writer.Finish();
+}
+
+ReplicationHeader Header(int from, uint64_t incarnation, uint64_t first,
+                         int updates, int frames_each = 1) {
+  ReplicationHeader h;
+  h.set_from_task(from);
+  h.set_incarnation(incarnation);
+  for (int i = 0; i < updates; ++i) {
+    ReplicatedUpdate* u = h.add_updates();
+    u->set_sequence(first + i);
+    u->set_num_frames(frames_each);
+    u->set_scale(1.0f);
+    u->set_client_id(5);
+    u->set_request_id(77 + i);
+  }
+  return h;
+}
+
+class ReplicaApplierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int task = 0; task < 3; ++task) {
+      stores_.push_back(std::make_unique<ShardStore>(
+          task, 3, 0, *ReplicaPlacement::Create({"a:1", "b:1", "c:1"}, 2)));
+      // "w": one shard, on PS 0 (backup PS 1); "v": its shard 0 on PS 1.
+      ASSERT_TRUE(stores_.back()
+                      ->CreateVariables(0,
+                                        {TestVariableSpec("w", DENSE, {6}),
+                                         TestVariableSpec("v", DENSE, {6})},
+                                        3)
+                      .ok());
+    }
+  }
+
+  // Runs one Replicate call on PS 1 (the backup of PS 0).
+  absl::StatusOr<ReplicateResponse> Call(
+      const ReplicationHeader& header,
+      const std::vector<grpc::ByteBuffer>& frames) {
+    ReplicaApplier::Call call(&applier_);
+    if (absl::Status s = call.AddMessage(FrameWriter(header).Finish());
+        !s.ok()) {
+      return s;
+    }
+    for (const auto& f : frames) {
+      if (absl::Status s = call.AddMessage(f); !s.ok()) return s;
+    }
+    return call.Finish();
+  }
+
+  std::vector<float> BackupW() {
+    std::vector<float> out(6);
+    const LocalVariable* w = stores_[1]->Find("w");
+    int64_t version = 0;
+    w->shard(0).ExportRows(0, 6, nullptr, out.data(), &version);
+    return out;
+  }
+
+  std::vector<std::unique_ptr<ShardStore>> stores_;
+  DedupScopes dedup_{3};
+  ReplicaApplier applier_{nullptr, &dedup_, 1 << 20};
+};
+
+TEST_F(ReplicaApplierTest, AppliesInOrderOnceToTheSameBitsAsThePrimary) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  ASSERT_TRUE(stores_[1]->Find("w")->IsBackup(0));
+  ASSERT_TRUE(stores_[0]->Find("w")->IsPrimary(0));
+  EXPECT_FALSE(applier.InSyncWith(0));
+  auto call = [&](const ReplicationHeader& h,
+                  std::vector<grpc::ByteBuffer> frames) {
+    ReplicaApplier::Call c(&applier);
+    absl::Status s = c.AddMessage(FrameWriter(h).Finish());
+    for (const auto& f : frames) {
+      if (s.ok()) s = c.AddMessage(f);
+    }
+    return s.ok() ? c.Finish() : absl::StatusOr<ReplicateResponse>(s);
+  };
+  // Hello, then two updates; the primary applies the same two.
+  auto hello = call(Header(0, 42, 0, 0), {});
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_TRUE(applier.InSyncWith(0));
+  auto applied = call(Header(0, 42, 1, 2), {DensePush(0.5f), DensePush(0.25f)});
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->applied_through(), 2u);
+  for (float g : {0.5f, 0.25f}) {
+    ShardUpdate u;
+    std::vector<float> grad(6, g);
+    u.ranges.push_back({0, 6, PayloadView::Contiguous(grad.data(), 24)});
+    u.learning_rate = 1.0f;
+    ASSERT_TRUE(stores_[0]->Find("w")->shard(0).ApplyUpdate(u).ok());
+  }
+  EXPECT_EQ(ShardDigest(stores_[1]->Find("w")->shard(0)),
+            ShardDigest(stores_[0]->Find("w")->shard(0)));
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 2);
+  // A retried call (its answer was lost) applies nothing again.
+  auto retried = call(Header(0, 42, 1, 2), {DensePush(0.5f), DensePush(0.25f)});
+  ASSERT_TRUE(retried.ok());
+  EXPECT_EQ(retried->applied_through(), 2u);
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 2);
+  // The forwarded push's id is kept under PS 0's scope, not PS 1's own.
+  EXPECT_EQ(dedup_.For(0)->Begin(5, 77), PushDedup::Outcome::kApplied);
+  EXPECT_EQ(dedup_.For(1)->Begin(5, 77), PushDedup::Outcome::kNew);
+  // A gap, a new incarnation, and after a takeover the old primary: refused.
+  auto gap = call(Header(0, 42, 5, 1), {DensePush(1)});
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto reborn = call(Header(0, 43, 1, 1), {DensePush(1)});
+  EXPECT_EQ(reborn.status().code(), absl::StatusCode::kFailedPrecondition);
+  applier.Fence(0);
+  EXPECT_FALSE(applier.InSyncWith(0));
+  auto fenced = call(Header(0, 42, 3, 1), {DensePush(1)});
+  EXPECT_TRUE(absl::StrContains(fenced.status().message(), kReplacedMarker))
+      << fenced.status();
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 2);
+}
+
+TEST_F(ReplicaApplierTest, HostileStreamsAreRefusedNamingWhyAndApplyNothing) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  auto call = [&](const ReplicationHeader& h,
+                  std::vector<grpc::ByteBuffer> frames) {
+    ReplicaApplier::Call c(&applier);
+    absl::Status s = c.AddMessage(FrameWriter(h).Finish());
+    for (const auto& f : frames) {
+      if (s.ok()) s = c.AddMessage(f);
+    }
+    return s.ok() ? c.Finish() : absl::StatusOr<ReplicateResponse>(s);
+  };
+  struct Case {
+    std::string what;
+    ReplicationHeader header;
+    std::vector<grpc::ByteBuffer> frames;
+    std::string says;
+  };
+  ReplicationHeader gap = Header(0, 42, 1, 2);
+  gap.mutable_updates(1)->set_sequence(7);
+  ReplicationHeader nan_scale = Header(0, 42, 1, 1);
+  nan_scale.mutable_updates(0)->set_scale(std::nanf(""));
+  ReplicationHeader no_frames = Header(0, 42, 1, 1, 0);
+  std::vector<Case> cases = {
+      {"from itself", Header(1, 42, 1, 1), {DensePush(1)}, "not another PS"},
+      {"from no PS", Header(9, 42, 1, 1), {DensePush(1)}, "not another PS"},
+      {"from a PS it backs up nothing of",
+       Header(2, 42, 1, 1),
+       {DensePush(1)},
+       "keeps no backup"},
+      {"incarnation 0", Header(0, 0, 1, 1), {DensePush(1)}, "incarnation 0"},
+      {"sequences not consecutive",
+       gap,
+       {DensePush(1), DensePush(1)},
+       "consecutive"},
+      {"NaN scale", nan_scale, {DensePush(1)}, "scale"},
+      {"no frames", no_frames, {}, "frames at least 1"},
+      {"more frames than declared",
+       Header(0, 42, 1, 1),
+       {DensePush(1), DensePush(1)},
+       "more frames"},
+      {"fewer frames than declared",
+       Header(0, 42, 1, 2),
+       {DensePush(1)},
+       "ended before"},
+      {"a shard PS 0 is not primary of",
+       Header(0, 42, 1, 1),
+       {DensePush(1, "v", 0)},
+       "keeps no backup copy"},
+      {"first sequence 5", Header(0, 42, 5, 1), {DensePush(1)}, "not in sync"},
+  };
+  for (const Case& c : cases) {
+    auto result = call(c.header, c.frames);
+    ASSERT_FALSE(result.ok()) << c.what;
+    EXPECT_TRUE(absl::StrContains(result.status().message(), c.says))
+        << c.what << ": " << result.status();
+    EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 0) << c.what;
+  }
+  // None of them established a stream: a correct one still can.
+  auto good = call(Header(0, 42, 1, 1), {DensePush(1)});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 1);
+}
+
+}  // namespace
+}  // namespace psrt

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""What --replicas=2 costs pushes, and how long a failover takes.
+
+    bazel build //ps_server //tools/ps_bench //tests:replication_test
+    /usr/bin/python3 tools/bench/replication_bench.py [--rounds=3] \\
+        [--seconds=3] [--inflight=4] [--kills=5]
+
+Each round starts 3 ps_server on 127.0.0.1, 127.0.0.2 and 127.0.0.3 (a
+host each, as --replicas needs) twice, with --replicas=1 and with
+--replicas=2 (alternating which goes first), and runs ps_bench's push
+cases against each (dense 4 MiB, embedding 100k rows; --inflight pushes in
+flight), reporting push ops/s and p50 / p99 latency. The baseline is the
+same cluster without replicas in the same round: R=2 adds a forward of
+every push to the next PS and its apply there before the acknowledgement.
+Medians over rounds; targets (issue 15): throughput >= 0.6x, p99 <= 2x.
+
+Failover: runs tests/replication_test's kill -9 case --kills times and
+reports the median of "first push started after kill -9 acknowledged N ms
+after it" (4 clients pushing; the backup takes over after 3 s without an
+answer from the primary and a majority vote).
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+from run_benchmarks import BIN, ROOT, free_port, run
+
+
+def start_cluster(replicas, log):
+    ports = [free_port() for _ in range(3)]
+    hosts = [f"127.0.0.{i + 1}" for i in range(3)]
+    spec = {"cluster": {"ps": [f"{h}:{p}" for h, p in zip(hosts, ports)]}}
+    procs = []
+    for i in range(3):
+        procs.append(
+            subprocess.Popen(
+                [
+                    os.path.join(BIN, "ps_server", "ps_server"),
+                    "--cluster=" + json.dumps(spec),
+                    f"--task_index={i}",
+                    f"--bind_address={hosts[i]}",
+                    "--metrics_port=0",
+                    f"--replicas={replicas}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    time.sleep(1.0)
+    return spec, procs
+
+
+def stop_cluster(procs):
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def bench(spec, args, log):
+    cmd = [
+        os.path.join(BIN, "tools", "ps_bench", "ps_bench"),
+        "--cluster=" + json.dumps(spec),
+        "--cases=dense_4MiB,embedding_100k",
+        "--ops=push",
+        "--json",
+        "--tcp_baseline=false",
+        "--repeat=1",
+        f"--seconds={args.seconds}",
+        f"--inflight={args.inflight}",
+    ]
+    return {r["case"]: r for r in run(cmd, log)}
+
+
+def failover_times(kills, log):
+    binary = os.path.join(BIN, "tests", "replication_test")
+    times = []
+    for i in range(kills):
+        out = subprocess.run(
+            [binary, "--gtest_filter=*KilledPrimary*"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=os.path.join(BIN, "tests", "replication_test.runfiles", "psrt"),
+        )
+        log.write(out.stdout)
+        found = re.search(r"failover: first push started after kill -9 acknowledged (\d+) ms", out.stdout)
+        if out.returncode != 0 or not found:
+            sys.exit(f"kill {i + 1}: replication_test failed:\n{out.stdout[-3000:]}")
+        times.append(int(found.group(1)))
+        print(f"kill {i + 1}: first push after kill -9 acknowledged in {times[-1]} ms", flush=True)
+    return times
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3)
+    parser.add_argument("--inflight", type=int, default=4)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--log", default="/tmp/replication_bench.log")
+    args = parser.parse_args()
+    results = {1: [], 2: []}
+    with open(args.log, "w") as log:
+        for r in range(args.rounds):
+            order = (1, 2) if r % 2 == 0 else (2, 1)
+            for replicas in order:
+                spec, procs = start_cluster(replicas, log)
+                try:
+                    results[replicas].append(bench(spec, args, log))
+                finally:
+                    stop_cluster(procs)
+                for case, m in sorted(results[replicas][-1].items()):
+                    print(
+                        f"round {r + 1} R={replicas} {case:16s} {m['ops_per_s']:8.1f} push/s "
+                        f"p50 {m['p50_ms']:7.2f} ms p99 {m['p99_ms']:7.2f} ms",
+                        flush=True,
+                    )
+        print(f"\nmedians over {args.rounds} rounds, {args.inflight} pushes in flight:")
+        for case in sorted(results[1][0]):
+            def med(replicas, key):
+                return statistics.median(m[case][key] for m in results[replicas])
+
+            print(
+                f"{case:16s} R=1 {med(1, 'ops_per_s'):8.1f} push/s p99 {med(1, 'p99_ms'):7.2f} ms | "
+                f"R=2 {med(2, 'ops_per_s'):8.1f} push/s p99 {med(2, 'p99_ms'):7.2f} ms | "
+                f"throughput {med(2, 'ops_per_s') / med(1, 'ops_per_s'):.2f}x (target >= 0.6), "
+                f"p99 {med(2, 'p99_ms') / med(1, 'p99_ms'):.2f}x (target <= 2)"
+            )
+        if args.kills > 0:
+            times = failover_times(args.kills, log)
+            print(f"failover (kill -9 to first acknowledged push): median {statistics.median(times)} ms "
+                  f"over {len(times)} kills, all {times}")
+
+
+if __name__ == "__main__":
+    main()
