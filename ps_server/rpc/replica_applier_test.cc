@@ -64,32 +64,21 @@ class ReplicaApplierTest : public ::testing::Test {
     }
   }
 
-  // Runs one Replicate call on PS 1 (the backup of PS 0).
-  absl::StatusOr<ReplicateResponse> Call(
-      const ReplicationHeader& header,
+  // Runs one Replicate call (a header, then frames) on `applier`.
+  static absl::StatusOr<ReplicateResponse> Run(
+      ReplicaApplier& applier, const ReplicationHeader& header,
       const std::vector<grpc::ByteBuffer>& frames) {
-    ReplicaApplier::Call call(&applier_);
-    if (absl::Status s = call.AddMessage(FrameWriter(header).Finish());
-        !s.ok()) {
-      return s;
-    }
+    ReplicaApplier::Call call(&applier);
+    absl::Status s = call.AddMessage(FrameWriter(header).Finish());
     for (const auto& f : frames) {
-      if (absl::Status s = call.AddMessage(f); !s.ok()) return s;
+      if (s.ok()) s = call.AddMessage(f);
     }
+    if (!s.ok()) return s;
     return call.Finish();
-  }
-
-  std::vector<float> BackupW() {
-    std::vector<float> out(6);
-    const LocalVariable* w = stores_[1]->Find("w");
-    int64_t version = 0;
-    w->shard(0).ExportRows(0, 6, nullptr, out.data(), &version);
-    return out;
   }
 
   std::vector<std::unique_ptr<ShardStore>> stores_;
   DedupScopes dedup_{3};
-  ReplicaApplier applier_{nullptr, &dedup_, 1 << 20};
 };
 
 TEST_F(ReplicaApplierTest, AppliesInOrderOnceToTheSameBitsAsThePrimary) {
@@ -99,12 +88,7 @@ TEST_F(ReplicaApplierTest, AppliesInOrderOnceToTheSameBitsAsThePrimary) {
   EXPECT_FALSE(applier.InSyncWith(0));
   auto call = [&](const ReplicationHeader& h,
                   std::vector<grpc::ByteBuffer> frames) {
-    ReplicaApplier::Call c(&applier);
-    absl::Status s = c.AddMessage(FrameWriter(h).Finish());
-    for (const auto& f : frames) {
-      if (s.ok()) s = c.AddMessage(f);
-    }
-    return s.ok() ? c.Finish() : absl::StatusOr<ReplicateResponse>(s);
+    return Run(applier, h, frames);
   };
   // Hello, then two updates; the primary applies the same two.
   auto hello = call(Header(0, 42, 0, 0), {});
@@ -148,12 +132,7 @@ TEST_F(ReplicaApplierTest, HostileStreamsAreRefusedNamingWhyAndApplyNothing) {
   ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
   auto call = [&](const ReplicationHeader& h,
                   std::vector<grpc::ByteBuffer> frames) {
-    ReplicaApplier::Call c(&applier);
-    absl::Status s = c.AddMessage(FrameWriter(h).Finish());
-    for (const auto& f : frames) {
-      if (s.ok()) s = c.AddMessage(f);
-    }
-    return s.ok() ? c.Finish() : absl::StatusOr<ReplicateResponse>(s);
+    return Run(applier, h, frames);
   };
   struct Case {
     std::string what;
