@@ -228,6 +228,9 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
     # fail naming it (--sync_timeout_secs): let them say so rather than
     # stopping everything the moment one worker dies.
     stepped = any(m in a for a in command for m in ("--mode=sync", "--mode=ssp"))
+    # With --replicas > 1 a PS that dies is replaced by its backup: the job
+    # goes on without it (docs/operations.md, Replicas).
+    replicated = any(a.startswith("--replicas=") and a != "--replicas=1" for a in args.ps_flag)
     failed = []
     while not stopping.is_set():
         for i, p in enumerate(servers):
@@ -242,6 +245,15 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
                 )
                 argv = [a for a in p.argv if not a.startswith("--restore=")]
                 servers[i] = p.restarted(argv + ["--restore=auto"], args.logs)
+                continue
+            if replicated:
+                if p not in failed:
+                    print(
+                        f"launch: {p.name} exited (status {code}); with replicas "
+                        "its backup takes its shards over and the job goes on",
+                        flush=True,
+                    )
+                    failed.append(p)
                 continue
             failed.append(p)
         for i, p in enumerate(workers_procs):
@@ -265,7 +277,8 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
                     flush=True,
                 )
         running = [q for q in workers_procs if q.proc.poll() is None]
-        if any(q.role == "ps" for q in failed) or (failed and not (stepped and running)):
+        lost = [q for q in failed if q.role == "worker" or not replicated]
+        if any(q.role == "ps" for q in lost) or (lost and not (stepped and running)):
             break
         if workers_procs and not running:
             break
@@ -286,14 +299,22 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
         if p.proc.returncode not in (0, -signal.SIGTERM) and p not in failed:
             failed.append(p)
 
+    replaced = [p for p in failed if p.role == "ps" and replicated and p.proc.returncode != 1]
     for p in failed:
         print(
             f"launch: {p.name} failed (exit status {p.proc.returncode}); "
             f"last lines of {p.log}:\n{tail(p.log)}",
             flush=True,
         )
-    if failed:
+    if [p for p in failed if p not in replaced]:
         return 1
+    if replaced:
+        print(
+            "launch: training finished; "
+            + ", ".join(p.name for p in replaced)
+            + " died and was replaced by its backup (--replicas)",
+            flush=True,
+        )
     if stopping.is_set():
         return 130
     print("launch: all processes finished successfully", flush=True)

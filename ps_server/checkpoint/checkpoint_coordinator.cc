@@ -261,6 +261,31 @@ CheckpointCoordinator::SaveEverywhere(const std::string& uri, bool final) {
                      ? SaveShards(request)
                      : peers_->SaveShards(t, request, options_.save_timeout);
   });
+  // --replicas: a PS that failed over has nothing to save; the PS that
+  // took its shards over saved them as its own (BuildManifest still
+  // checks that every shard is in the checkpoint).
+  for (int t = 0; t < n; ++t) {
+    if (results[t].ok() ||
+        (results[t].status().code() != absl::StatusCode::kUnavailable &&
+         results[t].status().code() != absl::StatusCode::kDeadlineExceeded)) {
+      continue;
+    }
+    bool failed_over = failed_over_here_ && failed_over_here_(t);
+    for (int other = 0; other < n && !failed_over; ++other) {
+      if (other == t || other == peers_->self() || !results[other].ok()) {
+        continue;
+      }
+      auto stats = peers_->Stats(other, absl::Seconds(5));
+      if (!stats.ok()) continue;
+      for (int f : stats->failed_ps()) failed_over |= f == t;
+    }
+    if (failed_over) {
+      LOG(WARNING) << "checkpoint " << uri << ": " << peers_->Describe(t)
+                   << " failed over (" << results[t].status()
+                   << "); its shards were saved by the PS that took them over";
+      results[t] = SaveShardsResponse();
+    }
+  }
   return results;
 }
 

@@ -6,6 +6,7 @@
 #ifndef PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_COORDINATOR_H_
 #define PSRT_PS_SERVER_CHECKPOINT_CHECKPOINT_COORDINATOR_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,13 @@ class CheckpointCoordinator {
   // for any other root), names have CheckpointName's form, and a manifest
   // from PS 0 is parsed and checked, then written as parsed.
   //
+  // --replicas: whether this PS knows PS `task` to have failed over (a
+  // checkpoint then skips it: its shards are saved by the PS that took
+  // them over). Other PS are asked too (GetStats). Set before serving.
+  void set_failover_view(std::function<bool(int task)> failed_over) {
+    failed_over_here_ = std::move(failed_over);
+  }
+
   // This PS's part of a checkpoint (the SaveShards RPC).
   absl::StatusOr<SaveShardsResponse> SaveShards(
       const SaveShardsRequest& request);
@@ -121,8 +129,9 @@ class CheckpointCoordinator {
   ShardStore* const store_;
   const PsPeers* const peers_;
   const CheckpointOptions options_;
-  std::vector<std::string> ps_addresses_;  // peers_' addresses, by task
-  absl::Mutex save_mu_;                    // one local SaveShards at a time
+  std::function<bool(int)> failed_over_here_;  // null: no replicas
+  std::vector<std::string> ps_addresses_;      // peers_' addresses, by task
+  absl::Mutex save_mu_;                        // one local SaveShards at a time
   mutable absl::Mutex mu_;
   absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;

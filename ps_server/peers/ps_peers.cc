@@ -60,12 +60,18 @@ absl::Status PsPeers::CommitCheckpoint(int task,
 }
 
 absl::Status PsPeers::Ping(int task, absl::Duration timeout) const {
+  return Stats(task, timeout).status();
+}
+
+absl::StatusOr<StatsResponse> PsPeers::Stats(int task,
+                                             absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   StatsRequest request;
   StatsResponse response;
   const grpc::Status s = stubs_[task]->GetStats(&context, request, &response);
-  return FromGrpcStatus(s);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
 }
 
 absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task, int suspect,

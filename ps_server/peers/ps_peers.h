@@ -45,6 +45,7 @@ class PsPeers {
                                 absl::Duration timeout) const;
   // A cheap call that answers while the peer serves (GetStats).
   absl::Status Ping(int task, absl::Duration timeout) const;
+  absl::StatusOr<StatsResponse> Stats(int task, absl::Duration timeout) const;
   // Asks PS `task` whether it can reach PS `suspect`.
   absl::StatusOr<SuspectResponse> Suspect(int task, int suspect,
                                           absl::Duration timeout) const;

@@ -200,6 +200,7 @@ void Replicator::Settle(Stream* stream, const absl::Status& error,
                         uint64_t last, size_t updates) {
   std::vector<std::function<void(absl::Status)>> settled;
   absl::Status outcome;
+  bool newly_replaced = false;
   {
     absl::MutexLock lock(&mu_);
     if (error.ok()) {
@@ -216,6 +217,7 @@ void Replicator::Settle(Stream* stream, const absl::Status& error,
           "); nothing it applies is acknowledged any more");
       LOG(ERROR) << replaced_by_;
       for (auto& other : streams_) other->pending.clear();
+      newly_replaced = true;
     } else {
       stream->state.in_sync = false;
       stream->state.error = std::string(error.message());
@@ -229,6 +231,7 @@ void Replicator::Settle(Stream* stream, const absl::Status& error,
     settled = TakeSettledLocked();
     if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);
   }
+  if (newly_replaced && on_replaced_) on_replaced_();
   for (auto& done : settled) done(outcome);
 }
 

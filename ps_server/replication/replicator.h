@@ -79,6 +79,11 @@ class Replicator final : public ReplicationLog {
   // Set once a backup refused this PS's stream because it took over this
   // PS's shards: from then on nothing is acknowledged.
   bool replaced() const override ABSL_LOCKS_EXCLUDED(mu_);
+  // Called once, on a sender thread, when this PS learns it was replaced.
+  // Set before the first push.
+  void set_on_replaced(std::function<void()> on_replaced) {
+    on_replaced_ = std::move(on_replaced);
+  }
   // Every backup accepted this PS's stream or was dropped: until then this
   // PS must not serve (it may have been replaced while it was down).
   bool ready() const override ABSL_LOCKS_EXCLUDED(mu_);
@@ -120,6 +125,7 @@ class Replicator final : public ReplicationLog {
 
   const PsPeers* const peers_;
   const MayDrop may_drop_;
+  std::function<void()> on_replaced_;
   const absl::Duration call_timeout_;
   const absl::Duration give_up_after_;
   const uint64_t incarnation_;

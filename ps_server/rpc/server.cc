@@ -155,6 +155,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     }
     ParameterServerService* service = server->service_.get();
     Membership* membership = server->membership_.get();
+    server->checkpoints_->set_failover_view(
+        [membership](int task) { return membership->IsFailed(task); });
+    ShardStore* store = server->store_.get();
+    server->replicator_->set_on_replaced([store] { store->Retire(); });
     server->failover_ = std::make_unique<FailoverMonitor>(
         server->peers_.get(), membership, std::move(watched),
         [service, membership](int primary) {

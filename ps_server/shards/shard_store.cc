@@ -66,7 +66,7 @@ void ShardStore::AllocateShards(LocalVariable* v,
     if (!KeepsCopyOf(primary)) continue;
     v->shards[s] =
         MakeShard(*v->layout, s, v->optimizer.get(), init, initialize);
-    v->backup[s] = primary != ps_task_;
+    v->backup[s] = primary != ps_task_ || retired_.load();
   }
 }
 
@@ -452,6 +452,15 @@ int ShardStore::Promote(int primary) {
     }
   }
   return promoted;
+}
+
+void ShardStore::Retire() {
+  retired_.store(true);
+  for (const LocalVariable* v : Variables()) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) {
+      if (v->Holds(s)) v->backup[s].store(true, std::memory_order_release);
+    }
+  }
 }
 
 int64_t ShardStore::num_local_shards() const {

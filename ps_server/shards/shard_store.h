@@ -154,6 +154,9 @@ class ShardStore {
   // Failover: serves this PS's backup copies of `primary`'s shards as
   // primaries from now on. Returns how many shards changed role.
   int Promote(int primary);
+  // This PS was replaced (its backup took its shards over): none of its
+  // copies is served or saved any more.
+  void Retire();
   int num_ps() const { return num_ps_; }
   int64_t parameter_bytes() const;
   int64_t num_local_shards() const;
@@ -169,6 +172,7 @@ class ShardStore {
   const int num_ps_;
   const int64_t memory_limit_bytes_;
   const ReplicaPlacement replicas_;
+  std::atomic<bool> retired_{false};  // Retire() was called
   // A copy of a shard placed on PS `primary` lives here.
   bool KeepsCopyOf(int primary) const {
     return primary == ps_task_ || replicas_.IsBackupOf(ps_task_, primary);

@@ -6,6 +6,7 @@ worker killed with SIGKILL that the launcher restarts. Namespaces need root:
 the tests skip, saying why, where they cannot be made.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -227,3 +228,48 @@ def test_killed_ps_is_restarted_and_restores(data, tmp_path, victim):
     assert "restoring from" in log, log[-3000:]
     for row in done_lines(tmp_path, 2):
         assert int(row[0]) == 400
+
+
+@needs_netns
+def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
+    """--replicas=2 on 3 hosts: PS 1 killed with SIGKILL mid-training and not
+    restarted. Its backup (PS 2, on algo-3) takes its shards over within
+    seconds; every worker, the one on the dead PS's host included, finishes
+    its steps with no PS recovery and no lost push; the final checkpoint
+    holds every shard (PS 1's saved by PS 2)."""
+    ckpt = os.path.join(tmp_path, "ckpt")
+    port = 26600
+    proc = launch(
+        tmp_path,
+        data,
+        3,
+        [
+            "--netns=psrtt5",
+            "--netns_subnet=10.83.0",
+            f"--base_port={port}",
+            "--ps_flag=--replicas=2",
+            f"--ps_flag=--checkpoint_uri={ckpt}",
+        ],
+        ["--epochs=0", "--max_steps=300"],
+    )
+    try:
+        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=60 ")
+        os.kill(ps_pid(1, port), signal.SIGKILL)
+    except Exception:
+        proc.kill()
+        raise
+    out = finish(proc)
+    assert "ps1 exited (status -9); with replicas" in out, out[-4000:]
+    rows = done_lines(tmp_path, 3)
+    print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
+    for row in rows:
+        assert int(row[0]) == 300
+        assert int(row[4]) == 0 and int(row[5]) == 0, rows
+    took_over = read(os.path.join(tmp_path, "ps_2.log"))
+    assert "took over" in took_over, took_over[-3000:]
+    ps0 = read(os.path.join(tmp_path, "ps_0.log"))
+    assert "saved by the PS that took them over" in ps0, ps0[-3000:]
+    assert re.search(r"checkpoint \S+: \d+ files", ps0), ps0[-3000:]
+    auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
+    print(f"eval AUC after the failover {auc:.4f}")
+    assert auc > 0.75

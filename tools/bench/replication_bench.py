@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from run_benchmarks import BIN, ROOT, free_port, run
+from run_benchmarks import BIN, free_port, run
 
 
 def start_cluster(replicas, log):
@@ -94,7 +94,9 @@ def failover_times(kills, log):
             cwd=os.path.join(BIN, "tests", "replication_test.runfiles", "psrt"),
         )
         log.write(out.stdout)
-        found = re.search(r"failover: first push started after kill -9 acknowledged (\d+) ms", out.stdout)
+        found = re.search(
+            r"failover: first push started after kill -9 acknowledged (\d+) ms", out.stdout
+        )
         if out.returncode != 0 or not found:
             sys.exit(f"kill {i + 1}: replication_test failed:\n{out.stdout[-3000:]}")
         times.append(int(found.group(1)))
@@ -128,19 +130,24 @@ def main():
                     )
         print(f"\nmedians over {args.rounds} rounds, {args.inflight} pushes in flight:")
         for case in sorted(results[1][0]):
+
             def med(replicas, key):
                 return statistics.median(m[case][key] for m in results[replicas])
 
+            r1, r2 = med(1, "ops_per_s"), med(2, "ops_per_s")
             print(
-                f"{case:16s} R=1 {med(1, 'ops_per_s'):8.1f} push/s p99 {med(1, 'p99_ms'):7.2f} ms | "
-                f"R=2 {med(2, 'ops_per_s'):8.1f} push/s p99 {med(2, 'p99_ms'):7.2f} ms | "
-                f"throughput {med(2, 'ops_per_s') / med(1, 'ops_per_s'):.2f}x (target >= 0.6), "
+                f"{case:16s} R=1 {r1:8.1f} push/s p99 {med(1, 'p99_ms'):7.2f} ms | "
+                f"R=2 {r2:8.1f} push/s p99 {med(2, 'p99_ms'):7.2f} ms | "
+                f"throughput {r2 / r1:.2f}x (target >= 0.6), "
                 f"p99 {med(2, 'p99_ms') / med(1, 'p99_ms'):.2f}x (target <= 2)"
             )
         if args.kills > 0:
             times = failover_times(args.kills, log)
-            print(f"failover (kill -9 to first acknowledged push): median {statistics.median(times)} ms "
-                  f"over {len(times)} kills, all {times}")
+            median = statistics.median(times)
+            print(
+                f"failover (kill -9 to first acknowledged push): median {median} ms "
+                f"over {len(times)} kills, all {times}"
+            )
 
 
 if __name__ == "__main__":
