@@ -12,7 +12,9 @@ puts them; every process gets its own ports and TF_CONFIG.
 The worker command runs once per worker with TF_CONFIG set ({"task":
 {"type": "worker", "index": i}}) and "{index}" in its arguments replaced by
 i. Logs go to --logs/<role>_<index>.log; worker output is also echoed with a
-prefix. With --restart_ps=N a ps_server that dies is started again (up to N
+prefix. With --ps_flag=--replicas=2 (3 hosts or more) a ps_server that dies
+is replaced by its backup and the job goes on without it. With
+--restart_ps=N a ps_server that dies is started again (up to N
 times) with --restore=auto, so it reloads its shards from the latest
 checkpoint while the workers wait for it; --restart_workers=N does the same
 for workers (a restarted async worker rejoins at the servers' step). With
