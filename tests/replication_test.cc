@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -94,6 +95,27 @@ void Train(const LocalCluster& cluster, int clients, int steps,
   for (std::thread& t : threads) t.join();
 }
 
+int CountOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// `psctl replicas` against the cluster; its exit code must be
+// `expected_exit` (0: every shard's copies agree).
+std::string Psctl(const LocalCluster& cluster, int expected_exit = 0) {
+  auto runs = RunPrograms(
+      "tools/psctl/psctl",
+      {absl::StrCat("--cluster=", ClusterSpecToJson(cluster.spec())),
+       "--timeout_secs=3", "replicas"},
+      {""}, absl::Seconds(60));
+  EXPECT_EQ(runs[0].exit_code, expected_exit) << runs[0].output;
+  return runs[0].output;
+}
+
 struct Copy {
   int ps = 0;
   bool backup = false;
@@ -150,6 +172,25 @@ TEST(ReplicationTest, EveryBackupHoldsThePrimarysBitsAfterConcurrentPushes) {
     EXPECT_EQ(primary.version, 4 * 60) << name << " rows " << primary.rows;
     EXPECT_NE(before.at(name)[0].digest, primary.digest) << name;
   }
+  // PS 0's metrics: its 240 pushes forwarded and acknowledged, in batches,
+  // its backup in sync.
+  auto metrics = FetchMetrics(cluster->metrics_port(0));
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      *metrics, m, std::regex(R"(\npsrt_replication_updates_total (\S+))")))
+      << *metrics;
+  EXPECT_EQ(std::stod(m[1]), 4 * 60);
+  ASSERT_TRUE(std::regex_search(
+      *metrics, m, std::regex(R"(\npsrt_replication_calls_total (\S+))")));
+  EXPECT_GE(std::stod(m[1]), 1);
+  EXPECT_LE(std::stod(m[1]), 4 * 60);
+  EXPECT_TRUE(
+      absl::StrContains(*metrics, "psrt_replication_in_sync{backup=\"1\"} 1"))
+      << *metrics;
+  // psctl agrees: every shard has 2 copies, in sync.
+  const std::string psctl = Psctl(*cluster);
+  EXPECT_EQ(CountOf(psctl, "in sync"), 9) << psctl;
   // A checkpoint holds each shard once (from its primary).
   auto saved = (*client)->Checkpoint();
   ASSERT_TRUE(saved.ok()) << saved.status();
@@ -326,6 +367,16 @@ TEST(ReplicationTest, KilledPrimaryFailsOverLosingNoPush) {
   EXPECT_GE(first_after_kill_ms.load(), 0);
   EXPECT_LT(first_after_kill_ms.load(), 15000);
 
+  // psctl, with PS 1 down: PS 1's shards served by PS 2 on one copy, PS
+  // 2's still on two.
+  const std::string report = Psctl(cluster, 1);
+  EXPECT_TRUE(absl::StrContains(report, "does not answer")) << report;
+  EXPECT_TRUE(absl::StrContains(report, "failovers it knows of: 1")) << report;
+  EXPECT_TRUE(
+      std::regex_search(report, std::regex(R"(w/1 +1 +2 .*1 of 2 copies)")))
+      << report;
+  EXPECT_TRUE(std::regex_search(report, std::regex(R"(b/2 +2 +2 .*in sync)")))
+      << report;
   // PS 1 comes back (restarted empty, as a supervisor would): its backup
   // refuses its stream, so it serves nothing, and a client that knows of
   // no failover (a fresh one) is redirected to PS 2 by its answer.

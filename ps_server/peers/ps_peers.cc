@@ -26,7 +26,13 @@ absl::StatusOr<std::unique_ptr<PsPeers>> PsPeers::Create(
       peers->channels_.push_back(nullptr);
       continue;
     }
-    auto channel = MakeChannel(peers->addresses_[t], security);
+    // As clients do (clients/cpp/ps_connection.cc): a peer that restarts
+    // is found again within 2 s, and a connection attempt gets 5 s.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
+    auto channel = MakeChannel(peers->addresses_[t], security, args);
     if (!channel.ok()) return channel.status();
     peers->stubs_.push_back(ParameterServer::NewStub(*channel));
     peers->channels_.push_back(*channel);

@@ -303,6 +303,11 @@ int64_t Replicator::calls() const {
   return calls_;
 }
 
+uint64_t Replicator::last_sequence() const {
+  absl::MutexLock lock(&mu_);
+  return next_sequence_ - 1;
+}
+
 int64_t Replicator::updates_sent() const {
   absl::MutexLock lock(&mu_);
   return updates_sent_;

@@ -95,6 +95,8 @@ class Replicator final : public ReplicationLog {
   // Replicate calls made and updates they carried (batching shows as the
   // ratio).
   int64_t calls() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The sequence of the last update appended (0: none yet).
+  uint64_t last_sequence() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t updates_sent() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -61,6 +61,60 @@ void WarnIfExposed(const ServerOptions& options) {
                   "(docs/operations.md, Security model).";
 }
 
+// --replicas: how this PS's stream to its backups goes, and failovers.
+void AddReplicationMetrics(MetricsRegistry* registry,
+                           const Replicator* replicator,
+                           const Membership* membership) {
+  registry->AddCounterFunction(
+      "psrt_replication_updates_total",
+      "Pushes this PS forwarded to its backups and they acknowledged", {},
+      [replicator] { return static_cast<double>(replicator->updates_sent()); });
+  registry->AddCounterFunction(
+      "psrt_replication_calls_total",
+      "Replicate calls that carried them (updates per call: the batching)", {},
+      [replicator] { return static_cast<double>(replicator->calls()); });
+  registry->AddCounterFunction(
+      "psrt_unreplicated_pushes_total",
+      "Pushes acknowledged while a backup of this PS was out of sync", {},
+      [replicator] {
+        return static_cast<double>(replicator->unreplicated_updates());
+      });
+  registry->AddCounterFunction(
+      "psrt_failovers_total",
+      "PS this PS knows to have failed over (their shards served by a backup)",
+      {}, [membership] {
+        return static_cast<double>(membership->failed().size());
+      });
+  registry->AddGauge(
+      "psrt_replaced", "1 once a backup took this PS's shards over", {},
+      [replicator] { return replicator->replaced() ? 1.0 : 0.0; });
+  for (const Replicator::BackupState& b : replicator->Backups()) {
+    const int task = b.task;
+    const MetricLabels labels = {{"backup", std::to_string(task)}};
+    registry->AddGauge(
+        "psrt_replication_in_sync",
+        "1 while the backup follows this PS's stream, 0 once dropped", labels,
+        [replicator, task] {
+          for (const auto& s : replicator->Backups()) {
+            if (s.task == task) return s.in_sync ? 1.0 : 0.0;
+          }
+          return 0.0;
+        });
+    registry->AddGauge(
+        "psrt_replication_lag_updates",
+        "Pushes applied here that the backup has not acknowledged yet", labels,
+        [replicator, task] {
+          const uint64_t last = replicator->last_sequence();
+          for (const auto& s : replicator->Backups()) {
+            if (s.task == task && s.in_sync) {
+              return static_cast<double>(last - std::min(last, s.acknowledged));
+            }
+          }
+          return 0.0;
+        });
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
@@ -159,6 +213,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         [membership](int task) { return membership->IsFailed(task); });
     ShardStore* store = server->store_.get();
     server->replicator_->set_on_replaced([store] { store->Retire(); });
+    AddReplicationMetrics(&server->registry_, server->replicator_.get(),
+                          membership);
     server->failover_ = std::make_unique<FailoverMonitor>(
         server->peers_.get(), membership, std::move(watched),
         [service, membership](int primary) {

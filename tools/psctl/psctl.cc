@@ -5,6 +5,8 @@
 //   psctl balance     parameter bytes per PS and the max/min ratio
 //   psctl checkpoint  take a checkpoint of every PS now (progress lines
 //                     every --progress_secs while it runs)
+//   psctl replicas    --replicas: every shard's copies, roles, versions,
+//                     lag, whether they agree; works with a PS down
 //   psctl checkpoints --checkpoint_uri=URI
 //                     every checkpoint: step, bytes, bytes per PS
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "ps_server/checkpoint/transfer_progress.h"
 #include "storage/storage.h"
 #include "tools/psctl/checkpoint_export.h"
+#include "tools/psctl/replicas_report.h"
 
 DEFINE_string(cluster, "",
               "Cluster spec (TF_CONFIG-style JSON or file); empty: TF_CONFIG, "
@@ -133,9 +136,12 @@ int Variables(Client* client) {
       }
       for (const ShardInfo& shard : ps.variables(i).shards()) {
         std::cout << absl::StrFormat(
-            "    shard %-4d PS %-3d rows %-12d %12s  version %d\n",
-            shard.shard(), shard.ps_task(), shard.num_rows(),
-            Bytes(shard.bytes()), shard.version());
+            "    shard %-4d PS %-3d rows %-12d %12s  version %d%s\n",
+            shard.shard(), ps.ps_task(), shard.num_rows(), Bytes(shard.bytes()),
+            shard.version(),
+            shard.backup()
+                ? absl::StrFormat("  (backup of PS %d)", shard.ps_task())
+                : "");
       }
     }
   }
@@ -334,7 +340,8 @@ int ExportCommand() {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "Inspects a running psrt cluster.\n"
-      "  psctl [--cluster=JSON|FILE] status|variables|balance|checkpoint\n"
+      "  psctl [--cluster=JSON|FILE] "
+      "status|variables|balance|replicas|checkpoint\n"
       "  psctl --checkpoint_uri=URI checkpoints\n"
       "  psctl --checkpoint_uri=URI [--checkpoint_name=NAME] --out=DIR export");
   FLAGS_logtostderr = true;
@@ -343,7 +350,8 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   if (argc != 2) {
     std::cerr << "usage: psctl [--cluster=...] "
-                 "status|variables|balance|checkpoint|checkpoints|export\n";
+                 "status|variables|balance|replicas|checkpoint|checkpoints|"
+                 "export\n";
     return 2;
   }
   if (std::string(argv[1]) == "checkpoints") {
@@ -370,6 +378,10 @@ int main(int argc, char** argv) {
     std::cerr << "psctl: " << client.status() << "\n";
     return 2;
   }
+  // Asks each PS on its own: a dead one is reported, not waited for.
+  if (std::string(argv[1]) == "replicas") {
+    return psrt::ReplicasReport(options, std::cout);
+  }
   if (auto s = (*client)->WaitForServers(absl::Seconds(FLAGS_timeout_secs));
       !s.ok()) {
     std::cerr << "psctl: " << s << "\n";
@@ -387,7 +399,7 @@ int main(int argc, char** argv) {
   if (command == "balance") return psrt::Balance(client->get());
   if (command == "checkpoint") return psrt::TakeCheckpoint(client->get());
   std::cerr << "psctl: unknown command '" << command
-            << "' (status, variables, balance, checkpoint, checkpoints, "
-               "export)\n";
+            << "' (status, variables, balance, replicas, checkpoint, "
+               "checkpoints, export)\n";
   return 2;
 }
