@@ -160,8 +160,8 @@ std::vector<grpc::ByteBuffer> Replicator::Messages(
 
 absl::Status Replicator::Deliver(int task,
                                  const std::vector<grpc::ByteBuffer>& messages,
-                                 uint64_t last) {
-  const absl::Time give_up = absl::Now() + give_up_after_;
+                                 uint64_t last, absl::Duration patience) {
+  const absl::Time give_up = absl::Now() + patience;
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
     auto answer = peers_->Replicate(task, messages, call_timeout_);
@@ -244,7 +244,13 @@ void Replicator::Send(Stream* stream) {
     ReplicationHeader hello;
     hello.set_from_task(peers_->self());
     hello.set_incarnation(incarnation_);
-    Settle(stream, Deliver(task, {FrameWriter(hello).Finish()}, 0), 0, 0);
+    // The backup may start well after this PS (a loaded machine, a slow
+    // host): the hello is retried for kHelloPatience before a vote may
+    // drop it, or every copy would start out of sync.
+    Settle(stream,
+           Deliver(task, {FrameWriter(hello).Finish()}, 0,
+                   std::max(give_up_after_, kHelloPatience)),
+           0, 0);
   }
   while (true) {
     std::vector<std::shared_ptr<const Update>> batch;
@@ -270,8 +276,8 @@ void Replicator::Send(Stream* stream) {
       stream->first_pending += n;
     }
     const uint64_t last = first + batch.size() - 1;
-    Settle(stream, Deliver(task, Messages(first, batch), last), last,
-           batch.size());
+    Settle(stream, Deliver(task, Messages(first, batch), last, give_up_after_),
+           last, batch.size());
   }
 }
 

@@ -14,11 +14,12 @@
 // Replicate call while the previous one is in flight (group commit): with
 // many workers a round trip carries many pushes.
 //
-// A backup that cannot be reached for `give_up_after`, or that refuses
-// (its copy is not in sync: it restarted, or this PS did), is dropped from
-// the stream: pushes are then acknowledged with fewer copies (counted in
-// unreplicated_updates and logged), as a PS without replicas would be,
-// rather than failing training.
+// A backup that cannot be reached for `give_up_after` (kHelloPatience for
+// the first call, at start) and that a majority of the cluster cannot
+// reach either (MayDrop), or that refuses (its copy is not in sync: it
+// restarted, or this PS did), is dropped from the stream: pushes are then
+// acknowledged with fewer copies (counted in unreplicated_updates and logged),
+// as a PS without replicas would be, rather than failing training.
 #ifndef PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_
 #define PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_
 
@@ -110,8 +111,13 @@ class Replicator final : public ReplicationLog {
   void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   // One Replicate call's messages to `task`, retried as described above;
   // OK once the backup applied through `last`.
+  // `patience`: how long transport errors are retried before the backup
+  // may be dropped.
   absl::Status Deliver(int task, const std::vector<grpc::ByteBuffer>& messages,
-                       uint64_t last) ABSL_LOCKS_EXCLUDED(mu_);
+                       uint64_t last, absl::Duration patience)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // How long a backup may take to come up after this PS started.
+  static constexpr absl::Duration kHelloPatience = absl::Seconds(60);
   // Records the outcome of a Deliver of `updates` updates through `last`
   // and runs the callbacks it settles.
   void Settle(Stream* stream, const absl::Status& error, uint64_t last,
