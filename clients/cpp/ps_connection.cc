@@ -7,6 +7,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
+#include "proto/byte_buffer_bytes.h"
 
 namespace psrt {
 namespace {
@@ -91,13 +92,8 @@ absl::Status PsConnection::WaitHealthy(absl::Time deadline) const {
                       });
     done.WaitForNotification();
     if (status.ok()) {
-      std::vector<grpc::Slice> slices;
       std::string bytes;
-      if (response.Dump(&slices).ok()) {
-        for (const auto& s : slices) {
-          bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-        }
-      }
+      ByteBufferBytes(response, &bytes);
       if (bytes == std::string("\x08\x01", 2)) return absl::OkStatus();
       last_error = "health check says NOT_SERVING";
     } else {

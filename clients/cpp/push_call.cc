@@ -1,5 +1,7 @@
 #include "clients/cpp/push_call.h"
 
+#include "proto/byte_buffer_bytes.h"
+
 namespace psrt {
 
 PushCall::PushCall(PsConnection* connection,
@@ -35,14 +37,9 @@ void PushCall::OnWriteDone(bool ok) {
 void PushCall::OnDone(const grpc::Status& status) {
   status_ = status;
   if (status_.ok()) {
-    std::vector<grpc::Slice> slices;
     std::string bytes;
-    if (response_.Dump(&slices).ok()) {
-      for (const auto& s : slices) {
-        bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-      }
-    }
-    if (!parsed_.ParseFromString(bytes)) {
+    if (!ByteBufferBytes(response_, &bytes) ||
+        !parsed_.ParseFromString(bytes)) {
       status_ =
           grpc::Status(grpc::StatusCode::INTERNAL, "unreadable PushResponse");
     }

@@ -4,6 +4,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
+#include "proto/byte_buffer_bytes.h"
 #include "util/grpc_status.h"
 
 namespace psrt {
@@ -110,15 +111,9 @@ absl::StatusOr<ReplicateResponse> PsPeers::Replicate(
   writer->WritesDone();
   const grpc::Status s = writer->Finish();
   if (!s.ok()) return FromGrpcStatus(s);
-  std::vector<grpc::Slice> slices;
   std::string bytes;
-  if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& slice : slices) {
-      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-    }
-  }
   ReplicateResponse parsed;
-  if (!parsed.ParseFromString(bytes)) {
+  if (!ByteBufferBytes(response, &bytes) || !parsed.ParseFromString(bytes)) {
     return absl::InternalError("unreadable ReplicateResponse");
   }
   return parsed;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "proto/byte_buffer_bytes.h"
 #include "proto/frame_reader.h"
 #include "ps_server/checkpoint/transfer_progress.h"
 #include "ps_server/metrics/status_page.h"
@@ -431,16 +432,11 @@ namespace {
 template <typename Request>
 absl::StatusOr<Request> ParseRequest(const grpc::ByteBuffer& bytes,
                                      const char* method) {
-  std::vector<grpc::Slice> slices;
   Request request;
-  if (!bytes.Dump(&slices).ok()) {
+  std::string data;
+  if (!ByteBufferBytes(bytes, &data)) {
     return absl::InvalidArgumentError(
         absl::StrCat(method, ": unreadable request"));
-  }
-  std::string data;
-  data.reserve(bytes.Length());
-  for (const grpc::Slice& slice : slices) {
-    data.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
   if (!request.ParseFromString(data)) {
     return absl::InvalidArgumentError(absl::StrCat(

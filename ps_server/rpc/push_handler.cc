@@ -313,7 +313,7 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // Under every touched shard's lock: the backups apply it in the order
     // the shards were updated here.
     ReplicationLog::Update forwarded;
-    forwarded.frames = received_;
+    forwarded.frames = std::move(received_);  // not needed here any more
     forwarded.scale = scale;
     forwarded.step = first_header_.step();
     if (!combined_) {
