@@ -3,7 +3,8 @@
 // it is acknowledged, so after concurrent training every backup holds the
 // same bits as its primary; checkpoints hold each shard once; a cluster on
 // too few hosts refuses to start; a backup killed with -9 does not stop
-// training.
+// training; a primary killed fails over losing nothing; one paused past its
+// lease serves nothing when it resumes.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -16,8 +17,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "proto/ps.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/raw_rpc.h"
 
 namespace psrt {
 namespace {
@@ -421,6 +425,138 @@ TEST(ReplicationTest, KilledPrimaryFailsOverLosingNoPush) {
   ASSERT_TRUE(ps2_stats.ok()) << ps2_stats.status();
   ASSERT_EQ((*ps2_stats)[0].failed_ps_size(), 1);
   EXPECT_EQ((*ps2_stats)[0].failed_ps(0), 1);
+}
+
+// A Frame asking for (pull) or pushing `grad` to (push) floats
+// [0, count) of shard `shard` of DENSE `variable`.
+std::string DenseFrame(const std::string& variable, int shard, int64_t count,
+                       const std::vector<float>* grad) {
+  TensorItem item;
+  item.set_variable(variable);
+  item.set_shard(shard);
+  item.set_count(count);
+  Frame frame;
+  if (grad == nullptr) {
+    PullRequestHeader header;
+    *header.add_items() = item;
+    frame.set_header(header.SerializeAsString());
+  } else {
+    PushRequestHeader header;
+    header.set_last(true);
+    item.set_grad_payload(0);
+    *header.add_items() = item;
+    frame.add_payload(std::string(reinterpret_cast<const char*>(grad->data()),
+                                  grad->size() * sizeof(float)));
+    frame.set_header(header.SerializeAsString());
+  }
+  return frame.SerializeAsString();
+}
+
+// The failovers PS `ps` knows of (empty if it does not answer).
+std::vector<int> FailedAccordingTo(const LocalCluster& cluster, int ps) {
+  ClientOptions only = cluster.MakeClientOptions();
+  only.ps_addresses = {cluster.ps_addresses()[ps]};
+  only.call_timeout = absl::Seconds(2);
+  auto client = Client::Connect(only);
+  if (!client.ok()) return {};
+  auto stats = (*client)->Stats();
+  if (!stats.ok() || stats->empty()) return {};
+  return {(*stats)[0].failed_ps().begin(), (*stats)[0].failed_ps().end()};
+}
+
+// A primary that stops (SIGSTOP: a long pause, a stalled VM) is replaced
+// by its backup while it cannot answer. When it resumes, its process still
+// holds its shards and, until it learns otherwise, believes it serves
+// them: without a lease it would answer pulls with values the cluster has
+// moved past. It must refuse every pull and push, and a client that still
+// routes to it must end up with the new primary's values.
+TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
+  auto cluster = StartReplicated(2);
+  ASSERT_NE(cluster, nullptr);
+  auto client = Client::Connect(cluster->MakeClientOptions());
+  ASSERT_TRUE(client.ok());
+  ASSERT_EQ((*client)->CreateVariables(Model()), absl::OkStatus());
+  std::vector<float> before(4000);
+  ASSERT_EQ((*client)->Pull({PullOp::Dense("dense", before.data())}),
+            absl::OkStatus());
+
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const std::string& address : cluster->ps_addresses()) {
+    channels.push_back(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  // The dense shard PS 1 is primary for: the one it answers pulls of.
+  int shard = -1;
+  for (int s = 0; s < 3; ++s) {
+    if (RawPull(channels[1].get(), DenseFrame("dense", s, 4, nullptr)).ok()) {
+      shard = s;
+    }
+  }
+  ASSERT_GE(shard, 0) << "PS 1 serves no shard of 'dense'";
+
+  ASSERT_EQ(::kill(cluster->pid(1), SIGSTOP), 0);
+  const absl::Time paused = absl::Now();
+  // PS 2 takes PS 1's shards over; PS 0 learns it from PS 2 (the lease
+  // renewals carry failovers).
+  while ((FailedAccordingTo(*cluster, 2) != std::vector<int>{1} ||
+          FailedAccordingTo(*cluster, 0) != std::vector<int>{1}) &&
+         absl::Now() - paused < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  std::printf(
+      "PS 1 paused; PS 2 serves its shards and PS 0 knows after %lld "
+      "ms\n",
+      static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - paused)));
+  ASSERT_EQ(FailedAccordingTo(*cluster, 2), std::vector<int>{1});
+  ASSERT_EQ(FailedAccordingTo(*cluster, 0), std::vector<int>{1});
+  // Training goes on at the new primary: PS 1's shard moves on.
+  const std::vector<float> grad(4, 1.0f);
+  ASSERT_TRUE(
+      RawPush(channels[2].get(), {DenseFrame("dense", shard, 4, &grad)}).ok());
+
+  ASSERT_EQ(::kill(cluster->pid(1), SIGCONT), 0);
+  // From the first moment it runs again, PS 1 answers no pull and takes no
+  // push: its lease ran out while it was stopped, and the PS it asks for a
+  // new one know it failed over.
+  const absl::Time resumed = absl::Now();
+  int pulls_refused = 0;
+  while (absl::Now() - resumed < absl::Seconds(3)) {
+    grpc::Status pulled =
+        RawPull(channels[1].get(), DenseFrame("dense", shard, 4, nullptr));
+    ASSERT_EQ(pulled.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << "pull " << pulls_refused
+        << " after the resume: " << pulled.error_message();
+    EXPECT_TRUE(
+        absl::StrContains(pulled.error_message(), "holds no lease") ||
+        absl::StrContains(pulled.error_message(), "replaced by its backup"))
+        << pulled.error_message();
+    ++pulls_refused;
+    grpc::Status pushed =
+        RawPush(channels[1].get(), {DenseFrame("dense", shard, 4, &grad)});
+    ASSERT_EQ(pushed.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << pushed.error_message();
+  }
+  std::printf("%d pulls and pushes to the resumed PS 1 refused\n",
+              pulls_refused);
+  // The client that routed to PS 1 before the pause is refused there,
+  // learns the failover and reads the new primary's values: PS 1's shard
+  // moved, the others did not.
+  std::vector<float> after(4000);
+  ASSERT_EQ((*client)->Pull({PullOp::Dense("dense", after.data())}),
+            absl::OkStatus());
+  int moved = 0;
+  for (int i = 0; i < 4000; ++i) moved += after[i] != before[i];
+  EXPECT_EQ(moved, 4) << "only the 4 floats pushed to PS 2 should differ";
+  const std::string log = [&] {
+    std::ifstream in(cluster->log_path(1));
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }();
+  EXPECT_TRUE(absl::StrContains(log, "lost its lease"))
+      << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+  EXPECT_TRUE(absl::StrContains(log, "learned it was replaced"))
+      << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
 }
 
 }  // namespace

@@ -93,6 +93,18 @@ absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task, int suspect,
   return response;
 }
 
+absl::StatusOr<LeaseResponse> PsPeers::RenewLease(
+    int task, absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  LeaseRequest request;
+  request.set_from_task(self_);
+  LeaseResponse response;
+  const grpc::Status s = stubs_[task]->RenewLease(&context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
 absl::StatusOr<ReplicateResponse> PsPeers::Replicate(
     int task, const std::vector<grpc::ByteBuffer>& messages,
     absl::Duration timeout) const {

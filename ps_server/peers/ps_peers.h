@@ -49,6 +49,9 @@ class PsPeers {
   // Asks PS `task` whether it can reach PS `suspect`.
   absl::StatusOr<SuspectResponse> Suspect(int task, int suspect,
                                           absl::Duration timeout) const;
+  // Asks PS `task` for a lease (lease_holder.h).
+  absl::StatusOr<LeaseResponse> RenewLease(int task,
+                                           absl::Duration timeout) const;
   // Streams `messages` (raw Frames, sent as they are: no copy) as one
   // Replicate call.
   absl::StatusOr<ReplicateResponse> Replicate(

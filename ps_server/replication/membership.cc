@@ -4,7 +4,9 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "ps_server/replication/replication_log.h"
 
 namespace psrt {
 
@@ -12,9 +14,10 @@ Membership::Membership(const PsPeers* peers, int replicas)
     : peers_(peers), replicas_(replicas) {}
 
 bool Membership::MajorityFindsUnreachable(int task,
-                                          absl::Duration ping_timeout) const {
+                                          absl::Duration ping_timeout) {
   const int n = peers_->size();
-  std::atomic<int> unreachable{1};  // this PS
+  // This PS's own vote, under the same rule as its answers to Suspect.
+  std::atomic<int> unreachable{VoteReachable(task, false) ? 0 : 1};
   std::vector<std::thread> voters;
   for (int voter = 0; voter < n; ++voter) {
     if (voter == task || voter == peers_->self()) continue;
@@ -29,6 +32,40 @@ bool Membership::MajorityFindsUnreachable(int task,
                << unreachable.load() << " of " << n << " PS (this one "
                << "included): " << (majority ? "" : "not ") << "a majority";
   return majority;
+}
+
+absl::Status Membership::Grant(int task) {
+  absl::MutexLock lock(&mu_);
+  if (failed_.contains(task)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("PS ", task, " failed over: its backup ", kReplacedMarker,
+                     " it; PS ", peers_->self(), " grants it no lease"));
+  }
+  const Clock::time_point now = Clock::now();
+  auto vote = voted_out_.find(task);
+  if (vote != voted_out_.end() &&
+      now - vote->second < absl::ToChronoNanoseconds(kVoteHold)) {
+    return absl::UnavailableError(absl::StrCat(
+        "PS ", peers_->self(), " voted PS ", task, " unreachable less than ",
+        absl::FormatDuration(kVoteHold),
+        " ago (a failover may be under way): no lease until then"));
+  }
+  granted_[task] = now;
+  return absl::OkStatus();
+}
+
+bool Membership::HoldsLeaseFromHere(int task) const {
+  absl::MutexLock lock(&mu_);
+  auto it = granted_.find(task);
+  return it != granted_.end() &&
+         Clock::now() - it->second < absl::ToChronoNanoseconds(kLeaseTerm);
+}
+
+bool Membership::VoteReachable(int task, bool pinged_ok) {
+  if (pinged_ok || HoldsLeaseFromHere(task)) return true;
+  absl::MutexLock lock(&mu_);
+  voted_out_[task] = Clock::now();
+  return false;
 }
 
 int64_t Membership::MarkFailed(int task) {

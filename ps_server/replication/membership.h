@@ -7,13 +7,24 @@
 // therefore neither take over that PS's shards nor drop it as a backup on
 // its own. With fewer than 3 PS there is no majority without the suspect:
 // no failover (Enabled() is false).
+//
+// Leases (lease_holder.h) make the vote safe against a primary that is cut
+// off or paused but still running: a PS that granted PS p a lease within
+// the lease term says p is reachable, and one that voted p unreachable
+// grants it no lease for kVoteHold. A majority that votes p out therefore
+// shares no PS with a majority that granted p its current lease: by the
+// time p's shards are taken over, p's lease has ended (clocks advancing at
+// the same rate; the lease is timed from before its renewal was sent).
 #ifndef PSRT_PS_SERVER_REPLICATION_MEMBERSHIP_H_
 #define PSRT_PS_SERVER_REPLICATION_MEMBERSHIP_H_
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ps_server/peers/ps_peers.h"
@@ -22,6 +33,12 @@ namespace psrt {
 
 class Membership {
  public:
+  // How long a granted lease lasts (from before the holder asked).
+  static constexpr absl::Duration kLeaseTerm = absl::Seconds(2);
+  // How long a PS that voted another unreachable grants it no lease: long
+  // enough for the failover the vote was for to finish and be gossiped.
+  static constexpr absl::Duration kVoteHold = absl::Seconds(10);
+
   // `peers` must outlive this.
   Membership(const PsPeers* peers, int replicas);
 
@@ -31,7 +48,17 @@ class Membership {
   // Asks every PS but `task` and this one whether it can reach `task`
   // (each waits up to `ping_timeout`); true if this PS and the ones that
   // cannot are a majority of all PS. Blocks up to about 2 * ping_timeout.
-  bool MajorityFindsUnreachable(int task, absl::Duration ping_timeout) const;
+  bool MajorityFindsUnreachable(int task, absl::Duration ping_timeout);
+
+  // RenewLease from `task`: OK (the grant is recorded) unless `task` failed
+  // over (FAILED_PRECONDITION with kReplacedMarker) or this PS voted it
+  // unreachable within kVoteHold (UNAVAILABLE).
+  absl::Status Grant(int task) ABSL_LOCKS_EXCLUDED(mu_);
+  // This PS granted `task` a lease that has not ended.
+  bool HoldsLeaseFromHere(int task) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Answers a Suspect about `task`: reachable if it holds a lease from
+  // here or `pinged_ok`; an unreachable answer is a vote (see kVoteHold).
+  bool VoteReachable(int task, bool pinged_ok) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Records that `task` failed over; returns the new epoch.
   int64_t MarkFailed(int task) ABSL_LOCKS_EXCLUDED(mu_);
@@ -45,6 +72,9 @@ class Membership {
   mutable absl::Mutex mu_;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<int> failed_ ABSL_GUARDED_BY(mu_);
+  using Clock = std::chrono::steady_clock;  // leases: never set back
+  absl::flat_hash_map<int, Clock::time_point> granted_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Clock::time_point> voted_out_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt

@@ -102,6 +102,31 @@ std::vector<std::function<void(absl::Status)>> Replicator::TakeSettledLocked() {
   return done;
 }
 
+bool Replicator::SetReplacedLocked(std::string why) {
+  if (!replaced_by_.empty()) return false;
+  replaced_by_ = std::move(why);
+  LOG(ERROR) << replaced_by_;
+  for (auto& stream : streams_) stream->pending.clear();
+  return true;
+}
+
+void Replicator::MarkReplaced(const std::string& why) {
+  std::vector<std::function<void(absl::Status)>> settled;
+  absl::Status outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!SetReplacedLocked(
+            absl::StrCat("this PS was replaced by its backup (", why,
+                         "); nothing it applies is acknowledged any more"))) {
+      return;
+    }
+    settled = TakeSettledLocked();
+    outcome = absl::UnavailableError(replaced_by_);
+  }
+  if (on_replaced_) on_replaced_();
+  for (auto& done : settled) done(outcome);
+}
+
 bool Replicator::replaced() const {
   absl::MutexLock lock(&mu_);
   return !replaced_by_.empty();
@@ -211,13 +236,10 @@ void Replicator::Settle(Stream* stream, const absl::Status& error,
         updates_sent_ += static_cast<int64_t>(updates);
       }
     } else if (absl::StrContains(error.message(), kReplacedMarker)) {
-      replaced_by_ = absl::StrCat(
+      newly_replaced = SetReplacedLocked(absl::StrCat(
           "this PS was replaced by its backup ",
           peers_->Describe(stream->state.task), " (", error.message(),
-          "); nothing it applies is acknowledged any more");
-      LOG(ERROR) << replaced_by_;
-      for (auto& other : streams_) other->pending.clear();
-      newly_replaced = true;
+          "); nothing it applies is acknowledged any more"));
     } else {
       stream->state.in_sync = false;
       stream->state.error = std::string(error.message());

@@ -80,7 +80,11 @@ class Replicator final : public ReplicationLog {
   // Set once a backup refused this PS's stream because it took over this
   // PS's shards: from then on nothing is acknowledged.
   bool replaced() const override ABSL_LOCKS_EXCLUDED(mu_);
-  // Called once, on a sender thread, when this PS learns it was replaced.
+  // This PS learned otherwise (a lease refused, lease_holder.h) that a
+  // backup took over its shards: as if a backup had refused its stream.
+  void MarkReplaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Called once, on a sender or lease thread, when this PS learns it was
+  // replaced.
   // Set before the first push.
   void set_on_replaced(std::function<void()> on_replaced) {
     on_replaced_ = std::move(on_replaced);
@@ -123,6 +127,8 @@ class Replicator final : public ReplicationLog {
   void Settle(Stream* stream, const absl::Status& error, uint64_t last,
               size_t updates) ABSL_LOCKS_EXCLUDED(mu_);
   bool SettledLocked(uint64_t sequence) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Records that this PS was replaced (`why`); false if it knew already.
+  bool SetReplacedLocked(std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The callbacks whose sequences are settled, taken out of waiting_.
   std::vector<std::function<void(absl::Status)>> TakeSettledLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -794,6 +794,9 @@ absl::Status ParameterServerService::CheckNotReplaced() const {
         "PS ", store_->ps_task(),
         " is waiting for its backups to accept its stream (--replicas)"));
   }
+  if (lease_ != nullptr) {
+    if (absl::Status s = lease_->Check(); !s.ok()) return s;
+  }
   if (replicator_ != nullptr && replicator_->replaced()) {
     return absl::UnavailableError(absl::StrCat(
         "PS ", store_->ps_task(),
@@ -841,7 +844,38 @@ grpc::ServerUnaryReactor* ParameterServerService::Suspect(
               peers_->size(), "-PS cluster"));
         }
         SuspectResponse out;
-        out.set_reachable(peers_->Ping(r.task(), absl::Seconds(1)).ok());
+        // A PS that holds a lease from here is reachable whatever the
+        // ping says; an unreachable answer is a vote (membership.h).
+        const bool pinged = membership_->HoldsLeaseFromHere(r.task()) ||
+                            peers_->Ping(r.task(), absl::Seconds(1)).ok();
+        out.set_reachable(membership_->VoteReachable(r.task(), pinged));
+        return out;
+      });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::RenewLease(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "RenewLease");
+  return ServeUnary<LeaseRequest>(
+      context, "RenewLease", request, response, /*detached=*/false,
+      [this, caller](const LeaseRequest& r) -> absl::StatusOr<LeaseResponse> {
+        if (!caller.ok()) return caller;
+        if (membership_ == nullptr || peers_ == nullptr) {
+          return absl::FailedPreconditionError(
+              "RenewLease: this PS runs without replicas");
+        }
+        if (r.from_task() < 0 || r.from_task() >= peers_->size() ||
+            r.from_task() == peers_->self()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "RenewLease: from_task ", r.from_task(),
+              " is not another PS of this ", peers_->size(), "-PS cluster"));
+        }
+        if (absl::Status s = membership_->Grant(r.from_task()); !s.ok()) {
+          return s;
+        }
+        LeaseResponse out;
+        for (int t : membership_->failed()) out.add_failed_ps(t);
         return out;
       });
 }

@@ -15,6 +15,7 @@
 #include "ps_server/metrics/metrics.h"
 #include "ps_server/metrics/recent_rates.h"
 #include "ps_server/peers/ps_peers.h"
+#include "ps_server/replication/lease_holder.h"
 #include "ps_server/replication/membership.h"
 #include "ps_server/replication/replication_log.h"
 #include "ps_server/rpc/push_dedup.h"
@@ -54,12 +55,13 @@ using ParameterServerCallbackBase =
                         ParameterServer::WithRawCallbackMethod_GetStats<
                             ParameterServer::WithRawCallbackMethod_Pull<
                                 ParameterServer::WithRawCallbackMethod_Push<
-                                    ParameterServer::
-                                        WithRawCallbackMethod_Replicate<
-                                            ParameterServer::
-                                                WithRawCallbackMethod_Suspect<
-                                                    ParameterServer::
-                                                        Service>>>>>>>>>>;
+                                    ParameterServer::WithRawCallbackMethod_Replicate<
+                                        ParameterServer::
+                                            WithRawCallbackMethod_Suspect<
+                                                ParameterServer::
+                                                    WithRawCallbackMethod_RenewLease<
+                                                        ParameterServer::
+                                                            Service>>>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -106,16 +108,24 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerUnaryReactor* Suspect(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
+  // PS to PS (--replicas > 1): grants the caller a lease.
+  grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   // From this PS's primaries (--replicas > 1): their applied pushes.
   grpc::ServerReadReactor<grpc::ByteBuffer>* Replicate(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
 
-  // --replicas > 1: where GetStats reads the failovers and Suspect pings
-  // from (both must outlive the service); call before serving.
-  void EnableReplication(const Membership* membership, const PsPeers* peers) {
+  // --replicas > 1: where GetStats reads the failovers, Suspect pings
+  // from and votes, RenewLease grants; `lease` (null: none, fewer than 3
+  // PS) must be held to serve pulls and pushes. All must outlive the
+  // service; call before serving.
+  void EnableReplication(Membership* membership, const PsPeers* peers,
+                         const LeaseHolder* lease) {
     membership_ = membership;
     peers_ = peers;
+    lease_ = lease;
   }
   // Failover: `primary`'s shards are served here from now on, if this
   // PS's copy of them is in sync (else false, nothing changes).
@@ -166,9 +176,11 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   DedupScopes dedup_scopes_;
   ReplicationLog* const replicator_;  // null: no replicas
   ReplicaApplier replica_applier_;
-  const Membership* membership_ = nullptr;
+  Membership* membership_ = nullptr;
   const PsPeers* peers_ = nullptr;
-  // UNAVAILABLE once this PS was replaced by a backup (failover).
+  const LeaseHolder* lease_ = nullptr;
+  // UNAVAILABLE once this PS was replaced by a backup (failover), while
+  // it holds no lease, or while its backups have not accepted its stream.
   absl::Status CheckNotReplaced() const;
   StepCoordinator coordinator_;
   WorkersSeen workers_seen_;

@@ -62,6 +62,9 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
     if (s.ok()) s = frame.ParseHeader(&header_);
     if (!s.ok()) return s;
     if (s = applier_->CheckHeader(header_); !s.ok()) return s;
+    // A fenced primary's items name shards this PS now serves: say why
+    // they are refused before resolving them.
+    if (s = applier_->CheckNotFenced(header_.from_task()); !s.ok()) return s;
     have_header_ = true;
     return absl::OkStatus();
   }
@@ -112,6 +115,18 @@ ReplicaApplier::Stream* ReplicaApplier::StreamOf(int primary) {
   return stream.get();
 }
 
+absl::Status ReplicaApplier::FencedError(int primary) const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("PS ", store_->ps_task(), " ", kReplacedMarker, " PS ",
+                   primary, " (failover): its stream is closed"));
+}
+
+absl::Status ReplicaApplier::CheckNotFenced(int primary) {
+  Stream* stream = StreamOf(primary);
+  absl::MutexLock lock(&stream->apply_mu);
+  return stream->fenced ? FencedError(primary) : absl::OkStatus();
+}
+
 void ReplicaApplier::Fence(int primary) {
   Stream* stream = StreamOf(primary);
   absl::MutexLock lock(&stream->apply_mu);  // waits for a call applying
@@ -141,11 +156,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
   const int from = header.from_task();
   Stream* stream = StreamOf(from);
   absl::MutexLock lock(&stream->apply_mu);
-  if (stream->fenced) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("PS ", store_->ps_task(), " ", kReplacedMarker, " PS ",
-                     from, " (failover): its stream is closed"));
-  }
+  if (stream->fenced) return FencedError(from);
   if (header.updates_size() == 0) {
     // A primary's hello at its start: this copy follows its stream from
     // sequence 1 if it followed no other stream of that primary before.

@@ -71,6 +71,8 @@ class ReplicaApplier {
     bool fenced = false;   // guarded by apply_mu
   };
   absl::Status CheckHeader(const ReplicationHeader& header) const;
+  absl::Status CheckNotFenced(int primary) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status FencedError(int primary) const;
   absl::StatusOr<ReplicateResponse> Apply(
       const ReplicationHeader& header,
       std::vector<std::unique_ptr<PushHandler>>& updates);

@@ -64,7 +64,18 @@ void WarnIfExposed(const ServerOptions& options) {
 // --replicas: how this PS's stream to its backups goes, and failovers.
 void AddReplicationMetrics(MetricsRegistry* registry,
                            const Replicator* replicator,
-                           const Membership* membership) {
+                           const Membership* membership,
+                           const LeaseHolder* lease) {
+  if (lease != nullptr) {
+    registry->AddGauge(
+        "psrt_lease_held",
+        "1 while a majority of the PS granted this PS a lease (it serves)", {},
+        [lease] { return lease->Check().ok() ? 1.0 : 0.0; });
+    registry->AddCounterFunction(
+        "psrt_lease_lapses_total",
+        "Times this PS lost its lease (cut off from most of the cluster)", {},
+        [lease] { return static_cast<double>(lease->lapses()); });
+  }
   registry->AddCounterFunction(
       "psrt_replication_updates_total",
       "Pushes this PS forwarded to its backups and they acknowledged", {},
@@ -197,8 +208,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       options.security.auth_token, server->checkpoint_callers_.get(),
       server->replicator_.get());
   if (options.replicas > 1) {
-    server->service_->EnableReplication(server->membership_.get(),
-                                        server->peers_.get());
+    Replicator* replicator = server->replicator_.get();
+    ShardStore* store = server->store_.get();
+    replicator->set_on_replaced([store] { store->Retire(); });
+    if (server->membership_->Enabled()) {
+      server->lease_ = std::make_unique<LeaseHolder>(
+          server->peers_.get(), server->membership_.get(),
+          [replicator](const std::string& why) {
+            replicator->MarkReplaced(why);
+          });
+    }
+    server->service_->EnableReplication(
+        server->membership_.get(), server->peers_.get(), server->lease_.get());
     // Watch the primaries this PS is the first backup of.
     std::vector<int> watched;
     const ReplicaPlacement& placement = server->store_->replicas();
@@ -211,10 +232,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     Membership* membership = server->membership_.get();
     server->checkpoints_->set_failover_view(
         [membership](int task) { return membership->IsFailed(task); });
-    ShardStore* store = server->store_.get();
-    server->replicator_->set_on_replaced([store] { store->Retire(); });
     AddReplicationMetrics(&server->registry_, server->replicator_.get(),
-                          membership);
+                          membership, server->lease_.get());
     server->failover_ = std::make_unique<FailoverMonitor>(
         server->peers_.get(), membership, std::move(watched),
         [service, membership](int primary) {

@@ -85,6 +85,7 @@ class Server {
   std::unique_ptr<PsPeers> peers_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<Replicator> replicator_;  // outlives service_
+  std::unique_ptr<LeaseHolder> lease_;      // null: no failover
   std::unique_ptr<CheckpointCoordinator> checkpoints_;
   std::unique_ptr<ClusterMembers> checkpoint_callers_;
   std::unique_ptr<ParameterServerService> service_;

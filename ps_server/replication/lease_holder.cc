@@ -1,0 +1,149 @@
+#include "ps_server/replication/lease_holder.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "ps_server/replication/replication_log.h"
+
+namespace psrt {
+
+LeaseHolder::LeaseHolder(const PsPeers* peers, Membership* membership,
+                         std::function<void(const std::string&)> on_replaced,
+                         Options options)
+    : peers_(peers),
+      membership_(membership),
+      on_replaced_(std::move(on_replaced)),
+      options_(options),
+      granted_at_(peers->size(), Clock::time_point::min()) {
+  for (int peer = 0; peer < peers_->size(); ++peer) {
+    if (peer == peers_->self()) continue;
+    threads_.emplace_back([this, peer] { Renew(peer); });
+  }
+}
+
+LeaseHolder::~LeaseHolder() {
+  stop_.Notify();
+  for (std::thread& t : threads_) t.join();
+}
+
+void LeaseHolder::Replaced(const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (replaced_) return;
+    replaced_ = true;
+  }
+  LOG(ERROR) << "PS " << peers_->self() << " learned it was replaced: " << why;
+  if (on_replaced_) on_replaced_(why);
+}
+
+void LeaseHolder::Renew(int peer) {
+  const auto every = absl::ToChronoNanoseconds(options_.renew_every);
+  do {
+    const Clock::time_point sent = Clock::now();
+    auto answer = peers_->RenewLease(peer, options_.call_timeout);
+    if (answer.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        granted_at_[peer] = std::max(granted_at_[peer], sent);
+      }
+      for (int failed : answer->failed_ps()) {
+        if (failed == peers_->self()) {
+          Replaced(absl::StrCat(peers_->Describe(peer),
+                                " knows this PS failed over"));
+        } else if (failed >= 0 && failed < peers_->size() &&
+                   !membership_->IsFailed(failed)) {
+          LOG(WARNING) << peers_->Describe(peer) << " reports that "
+                       << peers_->Describe(failed)
+                       << " failed over (its shards are served by its backup)";
+          membership_->MarkFailed(failed);
+        }
+      }
+    } else if (answer.status().code() ==
+                   absl::StatusCode::kFailedPrecondition &&
+               absl::StrContains(answer.status().message(), kReplacedMarker)) {
+      Replaced(std::string(answer.status().message()));
+    }
+    const Clock::time_point now = Clock::now();
+    {
+      absl::MutexLock lock(&mu_);
+      HeldLocked(now);  // logs when the lease ends or returns
+    }
+    const Clock::time_point next = sent + every;
+    if (next > now &&
+        stop_.WaitForNotificationWithTimeout(absl::FromChrono(next - now))) {
+      return;
+    }
+  } while (!stop_.HasBeenNotified());
+}
+
+LeaseHolder::Clock::time_point LeaseHolder::EndLocked() const {
+  // This PS plus the (majority - 1) PS that granted most recently.
+  const int majority = peers_->size() / 2 + 1;
+  std::vector<Clock::time_point> grants;
+  for (int t = 0; t < peers_->size(); ++t) {
+    if (t != peers_->self()) grants.push_back(granted_at_[t]);
+  }
+  if (majority - 1 <= 0) return Clock::time_point::max();
+  std::nth_element(grants.begin(), grants.begin() + (majority - 2),
+                   grants.end(), std::greater<>());
+  const Clock::time_point oldest_needed = grants[majority - 2];
+  if (oldest_needed == Clock::time_point::min()) return oldest_needed;
+  return oldest_needed + absl::ToChronoNanoseconds(options_.term);
+}
+
+int LeaseHolder::GrantingLocked(Clock::time_point now) const {
+  int granting = 1;  // this PS
+  for (int t = 0; t < peers_->size(); ++t) {
+    if (t == peers_->self()) continue;
+    granting += granted_at_[t] != Clock::time_point::min() &&
+                now - granted_at_[t] < absl::ToChronoNanoseconds(options_.term);
+  }
+  return granting;
+}
+
+bool LeaseHolder::HeldLocked(Clock::time_point now) const {
+  const bool held = !replaced_ && now < EndLocked();
+  if (held != held_) {
+    held_ = held;
+    if (held) {
+      LOG(INFO) << "PS " << peers_->self()
+                << " holds a lease: " << GrantingLocked(now) << " of "
+                << peers_->size()
+                << " PS (itself included) granted one; it serves";
+    } else {
+      ++lapses_;
+      LOG(ERROR) << "PS " << peers_->self()
+                 << " lost its lease: " << GrantingLocked(now) << " of "
+                 << peers_->size()
+                 << " PS (itself included) granted one in the last "
+                 << absl::FormatDuration(options_.term)
+                 << "; it refuses pulls and pushes until a majority does";
+    }
+  }
+  return held;
+}
+
+absl::Status LeaseHolder::Check() const {
+  absl::MutexLock lock(&mu_);
+  const Clock::time_point now = Clock::now();
+  if (HeldLocked(now)) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "PS ", peers_->self(),
+      " holds no lease (--replicas): ", GrantingLocked(now), " of ",
+      peers_->size(), " PS (itself included) granted one in the last ",
+      absl::FormatDuration(options_.term), ", a majority is ",
+      peers_->size() / 2 + 1,
+      replaced_ ? "; it was replaced by its backup (failover)" : "",
+      ". A PS cut off from most of the cluster serves nothing, as its "
+      "backup may take over its shards; ask another PS (GetStats) where "
+      "they are served"));
+}
+
+int64_t LeaseHolder::lapses() const {
+  absl::MutexLock lock(&mu_);
+  return lapses_;
+}
+
+}  // namespace psrt

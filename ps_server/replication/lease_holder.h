@@ -1,0 +1,93 @@
+// A PS's lease to serve (--replicas > 1, 3 PS or more): without one it
+// refuses pulls and pushes, so a primary cut off from most of the cluster
+// (a partition, a long pause) stops answering for shards that its backup
+// may be taking over.
+//
+// How it works: every `renew_every` this PS asks each other PS, on its own,
+// for a lease (RenewLease). A PS grants unless it knows this one failed
+// over or voted it unreachable lately (membership.h). The lease holds
+// until `term` after the moment the renewal was *sent*, counting the
+// majority-th most recent grant (this PS counts itself): a primary that
+// reaches no majority for `term` serves nothing. A backup takes over only
+// after a majority votes the primary unreachable, and no PS votes so while
+// the lease it granted runs: the two majorities share a PS, so the takeover
+// comes after the old primary's lease ended.
+//
+// Answers carry the granter's failovers: a PS learns of a failover within
+// one renewal, and one that learns it was replaced (or is refused a lease
+// for that reason) calls `on_replaced`.
+#ifndef PSRT_PS_SERVER_REPLICATION_LEASE_HOLDER_H_
+#define PSRT_PS_SERVER_REPLICATION_LEASE_HOLDER_H_
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "ps_server/peers/ps_peers.h"
+#include "ps_server/replication/membership.h"
+
+namespace psrt {
+
+class LeaseHolder {
+ public:
+  struct Options {
+    absl::Duration renew_every = absl::Milliseconds(250);
+    absl::Duration term = Membership::kLeaseTerm;
+    absl::Duration call_timeout = absl::Seconds(1);
+  };
+
+  // Renews with every other PS from construction on (membership must be
+  // Enabled). `on_replaced(why)` runs once, on a renewal thread. All
+  // pointers must outlive this.
+  LeaseHolder(const PsPeers* peers, Membership* membership,
+              std::function<void(const std::string&)> on_replaced,
+              Options options);
+  LeaseHolder(const PsPeers* peers, Membership* membership,
+              std::function<void(const std::string&)> on_replaced)
+      : LeaseHolder(peers, membership, std::move(on_replaced), Options()) {}
+  ~LeaseHolder();
+  LeaseHolder(const LeaseHolder&) = delete;
+  LeaseHolder& operator=(const LeaseHolder&) = delete;
+
+  // OK while this PS holds a lease; else UNAVAILABLE saying how many PS
+  // granted one within the term.
+  absl::Status Check() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Times this PS found its lease ended (it had one before).
+  int64_t lapses() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void Renew(int peer);
+  // When the lease ends: `term` after the majority-th latest grant.
+  Clock::time_point EndLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void Replaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the lease holds at `now`; logs when that changes.
+  bool HeldLocked(Clock::time_point now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PS (this one included) whose grant is within the term at `now`.
+  int GrantingLocked(Clock::time_point now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const PsPeers* const peers_;
+  Membership* const membership_;
+  const std::function<void(const std::string&)> on_replaced_;
+  const Options options_;
+  mutable absl::Mutex mu_;
+  // Per PS task: when the last granted renewal was sent (min: never).
+  std::vector<Clock::time_point> granted_at_ ABSL_GUARDED_BY(mu_);
+  mutable bool held_ ABSL_GUARDED_BY(mu_) = false;
+  mutable int64_t lapses_ ABSL_GUARDED_BY(mu_) = 0;
+  bool replaced_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification stop_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_REPLICATION_LEASE_HOLDER_H_

@@ -1,0 +1,76 @@
+// The rules that make failover votes and leases exclusive (membership.h,
+// lease_holder.h), on one PS whose peers are addresses nobody listens on.
+#include "ps_server/replication/membership.h"
+
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "ps_server/replication/lease_holder.h"
+#include "ps_server/replication/replication_log.h"
+
+namespace psrt {
+namespace {
+
+std::unique_ptr<PsPeers> Peers() {
+  // Port 1 on loopback: refused at once, nothing listens there.
+  auto peers = PsPeers::Create({"127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"}, 0,
+                               SecurityOptions());
+  EXPECT_TRUE(peers.ok()) << peers.status();
+  return std::move(*peers);
+}
+
+TEST(MembershipTest, AGrantedLeaseMakesThePsReachableInAVote) {
+  auto peers = Peers();
+  Membership membership(peers.get(), 2);
+  EXPECT_FALSE(membership.HoldsLeaseFromHere(1));
+  ASSERT_EQ(membership.Grant(1), absl::OkStatus());
+  EXPECT_TRUE(membership.HoldsLeaseFromHere(1));
+  // However its pings fare, a PS holding a lease from here is reachable:
+  // this PS would not vote for its failover.
+  EXPECT_TRUE(membership.VoteReachable(1, /*pinged_ok=*/false));
+  EXPECT_FALSE(membership.HoldsLeaseFromHere(2));
+}
+
+TEST(MembershipTest, AVoteAgainstAPsWithholdsItsLease) {
+  auto peers = Peers();
+  Membership membership(peers.get(), 2);
+  EXPECT_FALSE(membership.VoteReachable(2, /*pinged_ok=*/false));
+  absl::Status refused = membership.Grant(2);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "voted PS 2 unreachable"))
+      << refused;
+  EXPECT_FALSE(membership.HoldsLeaseFromHere(2));
+  // Others are not affected.
+  EXPECT_EQ(membership.Grant(1), absl::OkStatus());
+}
+
+TEST(MembershipTest, AFailedOverPsIsToldItWasReplaced) {
+  auto peers = Peers();
+  Membership membership(peers.get(), 2);
+  EXPECT_EQ(membership.MarkFailed(1), 1);
+  EXPECT_EQ(membership.MarkFailed(1), 1);  // known already: same epoch
+  absl::Status refused = membership.Grant(1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), kReplacedMarker)) << refused;
+  EXPECT_EQ(membership.failed(), std::vector<int>{1});
+}
+
+TEST(MembershipTest, NoLeaseWithoutAMajority) {
+  auto peers = Peers();
+  Membership membership(peers.get(), 2);
+  LeaseHolder::Options options;
+  options.renew_every = absl::Milliseconds(20);
+  LeaseHolder lease(peers.get(), &membership, nullptr, options);
+  absl::SleepFor(absl::Milliseconds(200));  // renewals fail: nobody listens
+  absl::Status refused = lease.Check();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(),
+                                "holds no lease (--replicas): 1 of 3 PS"))
+      << refused;
+  EXPECT_EQ(lease.lapses(), 0);  // never held one
+}
+
+}  // namespace
+}  // namespace psrt
