@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -61,9 +62,11 @@ std::unique_ptr<LocalCluster> StartReplicated(int replicas) {
 }
 
 // `clients` threads push random gradients to every variable for `steps`
-// steps each (async, no coordination), every push acknowledged.
+// steps each (async, no coordination), every push acknowledged; with
+// `until`, as many steps as they can until it turns true.
 void Train(const LocalCluster& cluster, int clients, int steps,
-           std::atomic<int>* failures, uint32_t seed) {
+           std::atomic<int>* failures, uint32_t seed,
+           const std::atomic<bool>* until = nullptr) {
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
@@ -79,7 +82,8 @@ void Train(const LocalCluster& cluster, int clients, int steps,
       std::vector<float> dense(4000);
       std::vector<int64_t> ids(64), hash_ids(64);
       std::vector<float> rows(64 * 8);
-      for (int step = 0; step < steps; ++step) {
+      for (int step = 0; until != nullptr ? !until->load() : step < steps;
+           ++step) {
         for (float& g : dense) g = grad(random);
         for (int64_t& id : ids) id = row(random);
         for (int64_t& id : hash_ids) id = hashed(random) % 500;
@@ -557,6 +561,71 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
       << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
   EXPECT_TRUE(absl::StrContains(log, "learned it was replaced"))
       << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+}
+
+// A PS killed with -9 fails over; restarted, it rejoins as a backup while
+// clients keep pushing: it gets copies of its own shards from the PS that
+// took them over and of the shards it backs up from their primary, each
+// taken under the shard's lock while pushes go on, then follows their
+// streams. Afterwards every shard of all three kinds is on 2 copies with
+// the same bits (psctl replicas compares versions and digests).
+TEST(ReplicationTest, ARestartedPsRejoinsAsABackupWhilePushesContinue) {
+  auto cluster = StartReplicated(2);
+  ASSERT_NE(cluster, nullptr);
+  // First in the catalog, so first in each snapshot: while its 40 MiB
+  // shards are copied and sent, pushes go on, and the shards copied after
+  // it hold updates the rejoiner's stream carries again (which it must
+  // skip for them).
+  auto setup = Client::Connect(cluster->MakeClientOptions());
+  ASSERT_TRUE(setup.ok());
+  ASSERT_EQ((*setup)->CreateVariables({Spec("big", EMBEDDING, {1 << 20, 16}, 3,
+                                            OptimizerSpec::ADAGRAD)}),
+            absl::OkStatus());
+  std::atomic<int> failures{0};
+  std::atomic<bool> stop{false};
+  std::thread training([&] { Train(*cluster, 3, 0, &failures, 7, &stop); });
+  absl::Cleanup join_training = [&] {
+    stop = true;
+    if (training.joinable()) training.join();
+  };
+  absl::SleepFor(absl::Seconds(2));
+  cluster->Kill(1, SIGKILL);
+  const absl::Time killed = absl::Now();
+  while (FailedAccordingTo(*cluster, 2) != std::vector<int>{1} &&
+         absl::Now() - killed < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(FailedAccordingTo(*cluster, 2), std::vector<int>{1});
+  ASSERT_EQ(cluster->Restart(1), absl::OkStatus());
+  const absl::Time restarted = absl::Now();
+  auto log = [&] {
+    std::ifstream in(cluster->log_path(1));
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  while (!absl::StrContains(log(), "rejoined as a backup") &&
+         absl::Now() - restarted < absl::Seconds(60)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const std::string rejoined = log();
+  ASSERT_TRUE(absl::StrContains(rejoined, "rejoined as a backup"))
+      << rejoined.substr(rejoined.size() > 4000 ? rejoined.size() - 4000 : 0);
+  std::printf("PS 1 restarted; rejoined after %lld ms\n",
+              static_cast<long long>(
+                  absl::ToInt64Milliseconds(absl::Now() - restarted)));
+  absl::SleepFor(absl::Seconds(2));  // pushes go on through the new copies
+  stop = true;
+  training.join();
+  EXPECT_EQ(failures.load(), 0);
+  // Every shard of the three variables: 2 copies, the same version and
+  // digest. PS 1's own shards are served by PS 2, backed up by PS 1.
+  const std::string report = Psctl(*cluster, 0);
+  EXPECT_EQ(CountOf(report, "in sync"), 12) << report;
+  EXPECT_TRUE(std::regex_search(
+      report, std::regex(R"(dense/1 +1 +2 +.*1 backup .*in sync)")))
+      << report;
+  std::printf("%s", report.c_str());
 }
 
 }  // namespace

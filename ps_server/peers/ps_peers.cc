@@ -105,14 +105,16 @@ absl::StatusOr<LeaseResponse> PsPeers::RenewLease(
   return response;
 }
 
-absl::StatusOr<ReplicateResponse> PsPeers::Replicate(
-    int task, const std::vector<grpc::ByteBuffer>& messages,
-    absl::Duration timeout) const {
+absl::StatusOr<std::string> PsPeers::ClientStream(
+    int task, const char* method_path,
+    const std::vector<grpc::ByteBuffer>& messages, absl::Duration timeout,
+    bool wait_for_ready) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  context.set_wait_for_ready(wait_for_ready);
   const grpc::internal::RpcMethod method(
-      "/psrt.ParameterServer/Replicate",
-      grpc::internal::RpcMethod::CLIENT_STREAMING, channels_[task]);
+      method_path, grpc::internal::RpcMethod::CLIENT_STREAMING,
+      channels_[task]);
   grpc::ByteBuffer response;
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
@@ -124,11 +126,64 @@ absl::StatusOr<ReplicateResponse> PsPeers::Replicate(
   const grpc::Status s = writer->Finish();
   if (!s.ok()) return FromGrpcStatus(s);
   std::string bytes;
+  if (!ByteBufferBytes(response, &bytes)) {
+    return absl::InternalError(
+        absl::StrCat("unreadable answer to ", method_path));
+  }
+  return bytes;
+}
+
+absl::StatusOr<ReplicateResponse> PsPeers::Replicate(
+    int task, const std::vector<grpc::ByteBuffer>& messages,
+    absl::Duration timeout) const {
+  auto bytes =
+      ClientStream(task, "/psrt.ParameterServer/Replicate", messages, timeout);
+  if (!bytes.ok()) return bytes.status();
   ReplicateResponse parsed;
-  if (!ByteBufferBytes(response, &bytes) || !parsed.ParseFromString(bytes)) {
+  if (!parsed.ParseFromString(*bytes)) {
     return absl::InternalError("unreadable ReplicateResponse");
   }
   return parsed;
+}
+
+absl::StatusOr<InstallSnapshotResponse> PsPeers::InstallSnapshot(
+    int task, const std::vector<grpc::ByteBuffer>& messages,
+    absl::Duration timeout) const {
+  // The rejoiner just (re)started: this PS's channel to it may still be
+  // backing off from when it was down; wait for it to connect.
+  auto bytes = ClientStream(task, "/psrt.ParameterServer/InstallSnapshot",
+                            messages, timeout, /*wait_for_ready=*/true);
+  if (!bytes.ok()) return bytes.status();
+  InstallSnapshotResponse parsed;
+  if (!parsed.ParseFromString(*bytes)) {
+    return absl::InternalError("unreadable InstallSnapshotResponse");
+  }
+  return parsed;
+}
+
+absl::StatusOr<RejoinResponse> PsPeers::Rejoin(
+    int task, absl::Duration timeout, grpc::ClientContext* context) const {
+  grpc::ClientContext own;
+  if (context == nullptr) context = &own;
+  SetDeadline(context, timeout);
+  RejoinRequest request;
+  request.set_from_task(self_);
+  RejoinResponse response;
+  const grpc::Status s = stubs_[task]->Rejoin(context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
+absl::StatusOr<ListVariablesResponse> PsPeers::ListVariables(
+    int task, absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  ListVariablesRequest request;
+  ListVariablesResponse response;
+  const grpc::Status s =
+      stubs_[task]->ListVariables(&context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
 }
 
 }  // namespace psrt

@@ -57,8 +57,25 @@ class PsPeers {
   absl::StatusOr<ReplicateResponse> Replicate(
       int task, const std::vector<grpc::ByteBuffer>& messages,
       absl::Duration timeout) const;
+  // Rejoin: asks PS `task` for copies of the shards this PS should hold;
+  // it sends them with InstallSnapshot (raw Frames) before answering.
+  // `context` (optional) lets the caller cancel it.
+  absl::StatusOr<RejoinResponse> Rejoin(
+      int task, absl::Duration timeout,
+      grpc::ClientContext* context = nullptr) const;
+  absl::StatusOr<InstallSnapshotResponse> InstallSnapshot(
+      int task, const std::vector<grpc::ByteBuffer>& messages,
+      absl::Duration timeout) const;
+  // The catalog (specs in order) as PS `task` has it.
+  absl::StatusOr<ListVariablesResponse> ListVariables(
+      int task, absl::Duration timeout) const;
 
  private:
+  // One client-streaming call of raw `messages`; the answer's bytes.
+  absl::StatusOr<std::string> ClientStream(
+      int task, const char* method_path,
+      const std::vector<grpc::ByteBuffer>& messages, absl::Duration timeout,
+      bool wait_for_ready = false) const;
   PsPeers(std::vector<std::string> addresses, int self)
       : addresses_(std::move(addresses)), self_(self) {}
 

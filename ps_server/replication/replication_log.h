@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,6 +51,14 @@ class ReplicationLog {
   virtual bool replaced() const = 0;
   // Every backup has accepted this PS's stream or was given up on.
   virtual bool ready() const = 0;
+  // Rejoin (ps_server/rpc/rejoin_source.h): this process's stream id; the
+  // sequence the next update gets; `task` added as a backup from there on
+  // (returns that sequence).
+  virtual uint64_t incarnation() const = 0;
+  virtual uint64_t next_sequence() const = 0;
+  virtual uint64_t AddBackup(int task) = 0;
+  // A rejoin that failed: `task` is no longer replicated to.
+  virtual void DropBackup(int task, const std::string& why) = 0;
 };
 
 }  // namespace psrt

@@ -38,16 +38,70 @@ Replicator::Replicator(const PsPeers* peers, std::vector<int> backups,
       call_timeout_(call_timeout),
       give_up_after_(give_up_after),
       incarnation_(RandomIncarnation()) {
+  absl::MutexLock lock(&mu_);
   for (int task : backups) {
     auto stream = std::make_unique<Stream>();
     stream->state.task = task;
     stream->first_pending = 1;
-    streams_.push_back(std::move(stream));
-  }
-  for (auto& stream : streams_) {
     Stream* s = stream.get();
+    streams_.push_back(std::move(stream));
     s->sender = std::thread([this, s] { Send(s); });
   }
+  has_streams_.store(!streams_.empty(), std::memory_order_release);
+}
+
+uint64_t Replicator::AddBackup(int task) {
+  absl::MutexLock lock(&mu_);
+  Stream* stream = nullptr;
+  for (auto& s : streams_) {
+    if (s->state.task == task) stream = s.get();
+  }
+  if (stream == nullptr) {
+    auto added = std::make_unique<Stream>();
+    added->state.task = task;
+    stream = added.get();
+    streams_.push_back(std::move(added));
+    stream->sender = std::thread([this, stream] { Send(stream); });
+    has_streams_.store(true, std::memory_order_release);
+  }
+  ++stream->generation;  // what the sender has in flight is void
+  stream->pending.clear();
+  stream->first_pending = next_sequence_;
+  stream->needs_hello = true;
+  stream->state.in_sync = true;
+  stream->state.established = false;
+  stream->state.catching_up = true;
+  stream->state.error.clear();
+  stream->state.acknowledged = next_sequence_ - 1;
+  LOG(INFO) << peers_->Describe(task) << " rejoins as a backup of this PS "
+            << "from update " << next_sequence_;
+  return next_sequence_;
+}
+
+void Replicator::DropBackup(int task, const std::string& why) {
+  std::vector<std::function<void(absl::Status)>> settled;
+  absl::Status outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& stream : streams_) {
+      if (stream->state.task != task || !stream->state.in_sync) continue;
+      ++stream->generation;
+      stream->pending.clear();
+      stream->state.in_sync = false;
+      stream->state.catching_up = false;
+      stream->state.error = why;
+      LOG(ERROR) << "replication to " << peers_->Describe(task)
+                 << " stopped: " << why;
+    }
+    settled = TakeSettledLocked();
+    if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);
+  }
+  for (auto& done : settled) done(outcome);
+}
+
+uint64_t Replicator::next_sequence() const {
+  absl::MutexLock lock(&mu_);
+  return next_sequence_;
 }
 
 Replicator::~Replicator() {
@@ -55,7 +109,12 @@ Replicator::~Replicator() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  for (auto& stream : streams_) stream->sender.join();
+  std::vector<Stream*> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& stream : streams_) streams.push_back(stream.get());
+  }
+  for (Stream* stream : streams) stream->sender.join();
   // Nothing is served any more; release whoever still waits.
   std::multimap<uint64_t, std::function<void(absl::Status)>> left;
   {
@@ -70,7 +129,7 @@ Replicator::~Replicator() {
 }
 
 uint64_t Replicator::Append(Update update) {
-  if (streams_.empty()) return 0;
+  if (!active()) return 0;
   auto shared = std::make_shared<const Update>(std::move(update));
   absl::MutexLock lock(&mu_);
   const uint64_t sequence = next_sequence_++;
@@ -86,7 +145,8 @@ uint64_t Replicator::Append(Update update) {
 bool Replicator::SettledLocked(uint64_t sequence) const {
   if (!replaced_by_.empty()) return true;
   for (const auto& stream : streams_) {
-    if (stream->state.in_sync && stream->state.acknowledged < sequence) {
+    if (stream->state.in_sync && !stream->state.catching_up &&
+        stream->state.acknowledged < sequence) {
       return false;
     }
   }
@@ -134,7 +194,7 @@ bool Replicator::replaced() const {
 
 void Replicator::WhenReplicated(uint64_t sequence,
                                 std::function<void(absl::Status)> done) {
-  if (streams_.empty() || sequence == 0) {
+  if (!active() || sequence == 0) {
     done(absl::OkStatus());
     return;
   }
@@ -221,16 +281,29 @@ absl::Status Replicator::Deliver(int task,
   }
 }
 
-void Replicator::Settle(Stream* stream, const absl::Status& error,
-                        uint64_t last, size_t updates) {
+void Replicator::Settle(Stream* stream, uint64_t generation,
+                        const absl::Status& error, uint64_t last,
+                        size_t updates) {
   std::vector<std::function<void(absl::Status)>> settled;
   absl::Status outcome;
   bool newly_replaced = false;
   {
     absl::MutexLock lock(&mu_);
+    // The stream was restarted (AddBackup) while this call was out: its
+    // outcome is about the old stream.
+    if (stream->generation != generation) return;
     if (error.ok()) {
       stream->state.established = true;
       stream->state.acknowledged = std::max(stream->state.acknowledged, last);
+      // A rejoined backup whose queue one call carries from here is held
+      // to from now on: the pushes after this wait for it.
+      if (stream->state.catching_up && stream->state.in_sync &&
+          stream->pending.size() <= kMaxBatchUpdates) {
+        stream->state.catching_up = false;
+        LOG(INFO) << peers_->Describe(stream->state.task)
+                  << " caught up at update " << stream->state.acknowledged
+                  << ": pushes wait for it again";
+      }
       if (updates > 0) {
         ++calls_;
         updates_sent_ += static_cast<int64_t>(updates);
@@ -259,55 +332,71 @@ void Replicator::Settle(Stream* stream, const absl::Status& error,
 
 void Replicator::Send(Stream* stream) {
   const int task = stream->state.task;
-  // First a hello (no updates): the backup takes this process's stream as
-  // the one its copy follows from sequence 1, or refuses (it restarted
-  // since, or took this PS's shards over while this PS was away).
-  {
-    ReplicationHeader hello;
-    hello.set_from_task(peers_->self());
-    hello.set_incarnation(incarnation_);
-    // The backup may start well after this PS (a loaded machine, a slow
-    // host): the hello is retried for kHelloPatience before a vote may
-    // drop it, or every copy would start out of sync.
-    Settle(stream,
-           Deliver(task, {FrameWriter(hello).Finish()}, 0,
-                   std::max(give_up_after_, kHelloPatience)),
-           0, 0);
-  }
+  bool first_hello = true;
   while (true) {
     std::vector<std::shared_ptr<const Update>> batch;
     uint64_t first = 0;
+    bool hello = false;
+    uint64_t generation = 0;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !stream->pending.empty();
+        return stopping_ || stream->needs_hello || !stream->pending.empty();
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      int64_t bytes = 0;
-      size_t n = 0;
-      while (n < stream->pending.size() && n < kMaxBatchUpdates &&
-             (n == 0 || bytes + stream->pending[n]->bytes <= kMaxBatchBytes)) {
-        bytes += stream->pending[n]->bytes;
-        ++n;
+      generation = stream->generation;
+      if (stream->needs_hello) {
+        hello = true;
+        stream->needs_hello = false;
+      } else {
+        int64_t bytes = 0;
+        size_t n = 0;
+        while (
+            n < stream->pending.size() && n < kMaxBatchUpdates &&
+            (n == 0 || bytes + stream->pending[n]->bytes <= kMaxBatchBytes)) {
+          bytes += stream->pending[n]->bytes;
+          ++n;
+        }
+        batch.assign(stream->pending.begin(), stream->pending.begin() + n);
+        stream->pending.erase(stream->pending.begin(),
+                              stream->pending.begin() + n);
+        first = stream->first_pending;
+        stream->first_pending += n;
       }
-      batch.assign(stream->pending.begin(), stream->pending.begin() + n);
-      stream->pending.erase(stream->pending.begin(),
-                            stream->pending.begin() + n);
-      first = stream->first_pending;
-      stream->first_pending += n;
+    }
+    if (hello) {
+      // A hello (no updates): the backup takes this process's stream as
+      // the one its copy follows (from sequence 1, or from where a rejoin
+      // snapshot left it), or refuses (it restarted since, or took this
+      // PS's shards over while this PS was away). At start the backup may
+      // come up well after this PS (a loaded machine, a slow host): the
+      // hello is retried for kHelloPatience before a vote may drop it, or
+      // every copy would start out of sync.
+      ReplicationHeader header;
+      header.set_from_task(peers_->self());
+      header.set_incarnation(incarnation_);
+      Settle(stream, generation,
+             Deliver(task, {FrameWriter(header).Finish()}, 0,
+                     first_hello ? std::max(give_up_after_, kHelloPatience)
+                                 : kHelloPatience),
+             0, 0);
+      first_hello = false;
+      continue;
     }
     const uint64_t last = first + batch.size() - 1;
-    Settle(stream, Deliver(task, Messages(first, batch), last, give_up_after_),
-           last, batch.size());
+    Settle(stream, generation,
+           Deliver(task, Messages(first, batch), last, give_up_after_), last,
+           batch.size());
   }
 }
 
 bool Replicator::ready() const {
   absl::MutexLock lock(&mu_);
   for (const auto& stream : streams_) {
+    // (A backup rejoining later does not hold this PS up.)
     if (stream->state.in_sync && !stream->state.established &&
-        replaced_by_.empty()) {
+        !stream->state.catching_up && replaced_by_.empty()) {
       return false;
     }
   }

@@ -23,6 +23,7 @@
 #ifndef PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_
 #define PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -46,7 +47,9 @@ class Replicator final : public ReplicationLog {
     uint64_t acknowledged = 0;  // highest sequence the backup applied
     bool in_sync = true;
     bool established = false;  // the backup accepted this stream (hello)
-    std::string error;         // why it was dropped
+    // Added by Rejoin: pushes are not held for it until it caught up.
+    bool catching_up = false;
+    std::string error;  // why it was dropped
   };
 
   // Whether a backup this PS cannot reach may be dropped: a majority of
@@ -65,7 +68,9 @@ class Replicator final : public ReplicationLog {
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
-  bool active() const override { return !streams_.empty(); }
+  bool active() const override {
+    return has_streams_.load(std::memory_order_acquire);
+  }
   // Queues `update` for every backup in sync; returns its sequence (0 when
   // there is none). Never blocks on the network.
   uint64_t Append(Update update) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -93,7 +98,19 @@ class Replicator final : public ReplicationLog {
   // PS must not serve (it may have been replaced while it was down).
   bool ready() const override ABSL_LOCKS_EXCLUDED(mu_);
 
-  uint64_t incarnation() const { return incarnation_; }
+  uint64_t incarnation() const override { return incarnation_; }
+
+  // Rejoin: `task` (re)starts as a backup from the next update on; what
+  // came before reaches it as a snapshot. Until it caught up (its queue
+  // fits one call), pushes are acknowledged without waiting for it.
+  // Returns the sequence its stream starts at.
+  uint64_t AddBackup(int task) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops replicating to `task` (a rejoin that failed): as if dropped.
+  void DropBackup(int task, const std::string& why) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The sequence the next appended update gets. Read under a shard's lock,
+  // it splits the updates of that shard: those below are applied to it.
+  uint64_t next_sequence() const override ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<BackupState> Backups() const ABSL_LOCKS_EXCLUDED(mu_);
   // Updates acknowledged to workers while some backup was out of sync.
   int64_t unreplicated_updates() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -109,6 +126,8 @@ class Replicator final : public ReplicationLog {
     BackupState state;
     std::vector<std::shared_ptr<const Update>> pending;  // queued, unsent
     uint64_t first_pending = 0;  // sequence of pending[0]
+    bool needs_hello = true;     // the stream (re)starts with a hello
+    uint64_t generation = 0;     // AddBackup restarts count
     std::thread sender;
   };
 
@@ -124,8 +143,8 @@ class Replicator final : public ReplicationLog {
   static constexpr absl::Duration kHelloPatience = absl::Seconds(60);
   // Records the outcome of a Deliver of `updates` updates through `last`
   // and runs the callbacks it settles.
-  void Settle(Stream* stream, const absl::Status& error, uint64_t last,
-              size_t updates) ABSL_LOCKS_EXCLUDED(mu_);
+  void Settle(Stream* stream, uint64_t generation, const absl::Status& error,
+              uint64_t last, size_t updates) ABSL_LOCKS_EXCLUDED(mu_);
   bool SettledLocked(uint64_t sequence) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Records that this PS was replaced (`why`); false if it knew already.
   bool SetReplacedLocked(std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -144,7 +163,10 @@ class Replicator final : public ReplicationLog {
   const absl::Duration give_up_after_;
   const uint64_t incarnation_;
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<Stream>> streams_;  // fixed after construction
+  // Streams are added (AddBackup), never removed: a sender keeps its
+  // Stream* for the replicator's life.
+  std::vector<std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> has_streams_{false};
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t unreplicated_ ABSL_GUARDED_BY(mu_) = 0;

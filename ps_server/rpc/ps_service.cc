@@ -13,7 +13,9 @@
 #include "ps_server/metrics/status_page.h"
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
+#include "ps_server/rpc/rejoin_source.h"
 #include "ps_server/rpc/request_item.h"
+#include "ps_server/rpc/snapshot_installer.h"
 #include "ps_server/shards/shard_digest.h"
 #include "security/security.h"
 #include "util/grpc_status.h"
@@ -292,6 +294,46 @@ class ParameterServerService::ReplicateReactor final
   ParameterServerService* const service_;
   grpc::ByteBuffer* const response_;
   ReplicaApplier::Call call_;
+  grpc::ByteBuffer message_;
+};
+
+class ParameterServerService::InstallSnapshotReactor final
+    : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  InstallSnapshotReactor(ParameterServerService* service,
+                         grpc::ByteBuffer* response)
+      : service_(service),
+        response_(response),
+        installer_(service->store_, &service->replica_applier_) {
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      absl::Status s = installer_.AddMessage(message_);
+      if (!s.ok()) {
+        Finish(service_->Fail("InstallSnapshot", s));
+        return;
+      }
+      StartRead(&message_);
+      return;
+    }
+    absl::StatusOr<InstallSnapshotResponse> result = installer_.Finish();
+    if (!result.ok()) {
+      Finish(service_->Fail("InstallSnapshot", result.status()));
+      return;
+    }
+    grpc::Slice slice(result->SerializeAsString());
+    *response_ = grpc::ByteBuffer(&slice, 1);
+    Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  ParameterServerService* const service_;
+  grpc::ByteBuffer* const response_;
+  SnapshotInstaller installer_;
   grpc::ByteBuffer message_;
 };
 
@@ -851,6 +893,33 @@ grpc::ServerUnaryReactor* ParameterServerService::Suspect(
         out.set_reachable(membership_->VoteReachable(r.task(), pinged));
         return out;
       });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Rejoin(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "Rejoin");
+  // Detached: the snapshot takes as long as its shards take to send.
+  return ServeUnary<RejoinRequest>(
+      context, "Rejoin", request, response, /*detached=*/caller.ok(),
+      [this, caller](const RejoinRequest& r) -> absl::StatusOr<RejoinResponse> {
+        if (!caller.ok()) return caller;
+        if (peers_ == nullptr) {
+          return absl::FailedPreconditionError(
+              "Rejoin: this PS runs without replicas");
+        }
+        if (absl::Status s = CheckNotReplaced(); !s.ok()) return s;
+        return ServeRejoin(store_, replicator_, peers_, r.from_task());
+      });
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>*
+ParameterServerService::InstallSnapshot(grpc::CallbackServerContext* context,
+                                        grpc::ByteBuffer* response) {
+  absl::Status s = CheckToken(context, auth_token_);
+  if (s.ok()) s = CheckCheckpointCaller(context, "InstallSnapshot");
+  if (!s.ok()) return new RejectReadReactor(Fail("InstallSnapshot", s));
+  return new InstallSnapshotReactor(this, response);
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::RenewLease(

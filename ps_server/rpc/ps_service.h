@@ -46,22 +46,22 @@ struct MethodMetrics {
 
 // Every method takes raw bytes: requests are parsed here, so that one that
 // does not parse is INVALID_ARGUMENT naming the method.
-using ParameterServerCallbackBase =
-    ParameterServer::WithRawCallbackMethod_CommitCheckpoint<
-        ParameterServer::WithRawCallbackMethod_Checkpoint<
-            ParameterServer::WithRawCallbackMethod_SaveShards<
-                ParameterServer::WithRawCallbackMethod_CreateVariables<
-                    ParameterServer::WithRawCallbackMethod_ListVariables<
-                        ParameterServer::WithRawCallbackMethod_GetStats<
-                            ParameterServer::WithRawCallbackMethod_Pull<
-                                ParameterServer::WithRawCallbackMethod_Push<
-                                    ParameterServer::WithRawCallbackMethod_Replicate<
-                                        ParameterServer::
-                                            WithRawCallbackMethod_Suspect<
+using ParameterServerCallbackBase = ParameterServer::WithRawCallbackMethod_CommitCheckpoint<
+    ParameterServer::WithRawCallbackMethod_Checkpoint<
+        ParameterServer::WithRawCallbackMethod_SaveShards<
+            ParameterServer::WithRawCallbackMethod_CreateVariables<
+                ParameterServer::WithRawCallbackMethod_ListVariables<
+                    ParameterServer::WithRawCallbackMethod_GetStats<
+                        ParameterServer::WithRawCallbackMethod_Pull<
+                            ParameterServer::WithRawCallbackMethod_Push<
+                                ParameterServer::WithRawCallbackMethod_Replicate<
+                                    ParameterServer::WithRawCallbackMethod_Suspect<
+                                        ParameterServer::WithRawCallbackMethod_RenewLease<
+                                            ParameterServer::WithRawCallbackMethod_Rejoin<
                                                 ParameterServer::
-                                                    WithRawCallbackMethod_RenewLease<
+                                                    WithRawCallbackMethod_InstallSnapshot<
                                                         ParameterServer::
-                                                            Service>>>>>>>>>>>;
+                                                            Service>>>>>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -112,6 +112,15 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerUnaryReactor* RenewLease(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
+  // PS to PS (--replicas > 1): a restarted PS's rejoin (rejoin_source.h)
+  // and the shard copies it is sent (snapshot_installer.h).
+  grpc::ServerUnaryReactor* Rejoin(grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* InstallSnapshot(
+      grpc::CallbackServerContext* context,
+      grpc::ByteBuffer* response) override;
+  ReplicaApplier* replica_applier() { return &replica_applier_; }
   // From this PS's primaries (--replicas > 1): their applied pushes.
   grpc::ServerReadReactor<grpc::ByteBuffer>* Replicate(
       grpc::CallbackServerContext* context,
@@ -161,6 +170,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   class PullReactor;
   class PushReactor;
   class ReplicateReactor;
+  class InstallSnapshotReactor;
   MethodMetrics MakeMethodMetrics(const char* method);
   // Checkpoint metrics (cluster ones on PS 0 only).
   void AddCheckpointMetrics(int ps_task);

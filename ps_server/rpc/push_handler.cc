@@ -65,6 +65,10 @@ absl::Status PushHandler::AddMessage(const grpc::ByteBuffer& message) {
           v->layout->shards[item.shard()].ps_task != store_->ps_task()) {
         continue;
       }
+      if (v != nullptr && v->Holds(item.shard()) && replica_filter_ &&
+          !replica_filter_(*v, item.shard())) {
+        continue;
+      }
     }
     ResolvedItem resolved;
     absl::Status s = ResolveItem(*store_, item, *frame, kind_, &resolved);
@@ -168,13 +172,16 @@ absl::Status PushHandler::AwaitReplicated() {
   return status;
 }
 
-absl::Status PushHandler::CheckPrimaryIs(int primary) const {
+absl::Status PushHandler::CheckPrimaryIs(
+    absl::Span<const int> primaries) const {
   for (const ResolvedItem& item : items_) {
     const int placed = item.variable->layout->shards[item.shard].ps_task;
-    if (placed != primary) {
+    if (std::find(primaries.begin(), primaries.end(), placed) ==
+        primaries.end()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "forwarded push from PS ", primary, " names shard ", item.shard,
-          " of '", item.variable->name(), "', whose primary is PS ", placed));
+          "forwarded push from PS ", primaries[0], " names shard ", item.shard,
+          " of '", item.variable->name(), "', whose primary is PS ", placed,
+          ", not one whose shards that PS serves"));
     }
   }
   return absl::OkStatus();

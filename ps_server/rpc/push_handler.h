@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/frame_reader.h"
 #include "proto/ps.pb.h"
@@ -58,9 +59,17 @@ class PushHandler {
   // `scale` (1 / workers: their mean), without request de-duplication.
   absl::Status ApplyCombined(float scale);
 
-  // FAILED_PRECONDITION unless every item's shard has PS `primary` as its
-  // primary (a forwarded push names only its sender's shards).
-  absl::Status CheckPrimaryIs(int primary) const;
+  // FAILED_PRECONDITION unless every item's shard was placed on one of
+  // `primaries` (primaries[0]: the sender; a forwarded push names only
+  // shards its sender serves: its own, and those it took over).
+  absl::Status CheckPrimaryIs(absl::Span<const int> primaries) const;
+  // kReplica: items of shards for which `apply` is false are skipped (a
+  // rejoin snapshot already holds this update's effect on them). Set
+  // before the first AddMessage.
+  void set_replica_filter(
+      std::function<bool(const LocalVariable&, int shard)> apply) {
+    replica_filter_ = std::move(apply);
+  }
 
   // De-duplicate under the scope of the primary the push's shards were
   // placed on (its first item's), instead of `dedup` (DedupScopes).
@@ -77,6 +86,7 @@ class PushHandler {
   const size_t max_push_bytes_;
   const RequestKind kind_;
   DedupScopes* scopes_ = nullptr;
+  std::function<bool(const LocalVariable&, int shard)> replica_filter_;
   ReplicationLog* const replicator_;  // null or inactive: no replicas
   // The messages as received, kept (sharing their slices) to forward them.
   std::vector<grpc::ByteBuffer> received_;

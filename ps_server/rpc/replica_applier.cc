@@ -26,7 +26,16 @@ absl::Status ReplicaApplier::CheckHeader(
         "Replicate from_task ", from, " is not another PS of this ",
         store_->num_ps(), "-PS cluster"));
   }
-  if (!store_->replicas().IsBackupOf(self, from)) {
+  bool adopted = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(from);
+    if (it != streams_.end()) {
+      absl::MutexLock apply(&it->second->apply_mu);
+      adopted = it->second->adopted || it->second->rejoining;
+    }
+  }
+  if (!store_->replicas().IsBackupOf(self, from) && !adopted) {
     return absl::FailedPreconditionError(
         absl::StrCat("Replicate from PS ", from, ": PS ", self,
                      " keeps no backup of its shards (--replicas=",
@@ -64,7 +73,9 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
     if (s = applier_->CheckHeader(header_); !s.ok()) return s;
     // A fenced primary's items name shards this PS now serves: say why
     // they are refused before resolving them.
-    if (s = applier_->CheckNotFenced(header_.from_task()); !s.ok()) return s;
+    auto view = applier_->ViewFor(header_.from_task());
+    if (!view.ok()) return view.status();
+    view_ = *std::move(view);
     have_header_ = true;
     return absl::OkStatus();
   }
@@ -75,9 +86,19 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
       return absl::InvalidArgumentError(
           "Replicate stream carries more frames than its header declares");
     }
-    updates_.push_back(std::make_unique<PushHandler>(
+    auto update = std::make_unique<PushHandler>(
         applier_->store_, applier_->dedup_->For(applier_->store_->ps_task()),
-        applier_->max_push_bytes_, RequestKind::kReplica));
+        applier_->max_push_bytes_, RequestKind::kReplica);
+    if (view_.snapshot != nullptr) {
+      const uint64_t sequence =
+          header_.updates(static_cast<int>(updates_.size())).sequence();
+      update->set_replica_filter([snapshot = view_.snapshot, sequence](
+                                     const LocalVariable& v, int shard) {
+        auto it = snapshot->find({v.name(), shard});
+        return it == snapshot->end() || sequence >= it->second;
+      });
+    }
+    updates_.push_back(std::move(update));
     frames_in_current_ = 0;
   }
   ++frames_in_current_;
@@ -101,7 +122,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
         "nothing was applied");
   }
   for (const auto& update : updates_) {
-    if (absl::Status s = update->CheckPrimaryIs(header_.from_task()); !s.ok()) {
+    if (absl::Status s = update->CheckPrimaryIs(view_.primaries); !s.ok()) {
       return s;
     }
   }
@@ -121,10 +142,82 @@ absl::Status ReplicaApplier::FencedError(int primary) const {
                    primary, " (failover): its stream is closed"));
 }
 
-absl::Status ReplicaApplier::CheckNotFenced(int primary) {
-  Stream* stream = StreamOf(primary);
+absl::StatusOr<ReplicaApplier::CallView> ReplicaApplier::ViewFor(int from) {
+  Stream* stream = StreamOf(from);
   absl::MutexLock lock(&stream->apply_mu);
-  return stream->fenced ? FencedError(primary) : absl::OkStatus();
+  if (stream->fenced) return FencedError(from);
+  if (stream->rejoining) {
+    return absl::UnavailableError(absl::StrCat(
+        "PS ", store_->ps_task(), " is still installing PS ", from,
+        "'s snapshot (rejoin); its stream starts once that is done"));
+  }
+  CallView view;
+  view.primaries = stream->adopted ? stream->primaries : std::vector<int>{from};
+  view.snapshot = stream->snapshot;
+  return view;
+}
+
+void ReplicaApplier::BeginRejoin(int serving) {
+  Stream* stream = StreamOf(serving);
+  absl::MutexLock lock(&stream->apply_mu);
+  stream->rejoining = true;
+  stream->adopted = false;
+  stream->fenced = false;
+  stream->incarnation = 0;
+  stream->applied_through = 0;
+  stream->building.clear();
+  stream->snapshot = nullptr;
+}
+
+bool ReplicaApplier::Rejoining(int serving) {
+  Stream* stream = StreamOf(serving);
+  absl::MutexLock lock(&stream->apply_mu);
+  return stream->rejoining;
+}
+
+absl::Status ReplicaApplier::RecordSnapshot(int serving,
+                                            const std::string& variable,
+                                            int shard, uint64_t sequence) {
+  Stream* stream = StreamOf(serving);
+  absl::MutexLock lock(&stream->apply_mu);
+  if (!stream->rejoining) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("PS ", store_->ps_task(), " is not rejoining from PS ",
+                     serving, ": no snapshot of it is expected"));
+  }
+  stream->building[{variable, shard}] = sequence;
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaApplier::FinishRejoin(int serving,
+                                          const RejoinResponse& answer) {
+  Stream* stream = StreamOf(serving);
+  absl::MutexLock lock(&stream->apply_mu);
+  if (!stream->rejoining || answer.incarnation() == 0 ||
+      answer.stream_from() == 0 || answer.serves_for().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rejoin from PS ", serving,
+                     ": not rejoining, or an answer without "
+                     "incarnation, stream start or served PS"));
+  }
+  for (int task : answer.serves_for()) {
+    if (task < 0 || task >= store_->num_ps()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rejoin from PS ", serving, ": serves_for names PS ", task));
+    }
+  }
+  stream->primaries = {serving};
+  for (int task : answer.serves_for()) {
+    if (task != serving) stream->primaries.push_back(task);
+  }
+  stream->incarnation = answer.incarnation();
+  stream->applied_through = answer.stream_from() - 1;
+  stream->snapshot =
+      std::make_shared<const SnapshotSequences>(std::move(stream->building));
+  stream->building.clear();
+  stream->rejoining = false;
+  stream->adopted = true;
+  return absl::OkStatus();
 }
 
 void ReplicaApplier::Fence(int primary) {

@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -31,6 +33,19 @@
 namespace psrt {
 
 class ReplicaApplier {
+ private:
+  // Per (variable, shard): the first sequence of the stream the shard's
+  // snapshot does not hold.
+  using SnapshotSequences =
+      absl::flat_hash_map<std::pair<std::string, int>, uint64_t>;
+  // What a call needs of its stream once the header arrived: the
+  // primaries its updates may name, the snapshot sequences (null: none),
+  // or why the call is refused.
+  struct CallView {
+    std::vector<int> primaries;
+    std::shared_ptr<const SnapshotSequences> snapshot;
+  };
+
  public:
   // All must outlive the applier.
   ReplicaApplier(ShardStore* store, DedupScopes* dedup, size_t max_push_bytes);
@@ -48,6 +63,7 @@ class ReplicaApplier {
     ReplicationHeader header_;
     std::vector<std::unique_ptr<PushHandler>> updates_;
     int frames_in_current_ = 0;
+    CallView view_;
   };
 
   // Failover: this PS took over `primary`'s shards; its stream is refused
@@ -62,16 +78,40 @@ class ReplicaApplier {
   // Highest sequence applied from `primary`'s current stream (0: none).
   uint64_t applied_through(int primary) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Rejoin (this PS restarted after it failed over): copies of the shards
+  // `serving` serves are installed here (InstallSnapshot) between
+  // BeginRejoin and FinishRejoin; meanwhile its Replicate calls are
+  // answered UNAVAILABLE (it retries). RecordSnapshot notes that a shard's
+  // copy holds `serving`'s updates below `sequence`, so later ones from
+  // its stream skip it. FinishRejoin makes `serving`'s stream (from
+  // `answer.stream_from`) the one this PS's copies follow; its updates may
+  // name the shards of `answer.serves_for`.
+  void BeginRejoin(int serving) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Rejoining(int serving) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status RecordSnapshot(int serving, const std::string& variable,
+                              int shard, uint64_t sequence)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status FinishRejoin(int serving, const RejoinResponse& answer)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   static constexpr uint64_t kDiverged = ~uint64_t{0};
+  // All guarded by apply_mu.
   struct Stream {
     uint64_t incarnation = 0;  // 0: nothing received yet
     uint64_t applied_through = 0;
     absl::Mutex apply_mu;  // one call of this primary applies at a time
-    bool fenced = false;   // guarded by apply_mu
+    bool fenced = false;
+    bool rejoining = false;  // a snapshot is being installed
+    // Set up by a rejoin, not by the placement.
+    bool adopted = false;
+    // Placed primaries whose shards this stream's updates may name.
+    std::vector<int> primaries;
+    SnapshotSequences building;                         // while rejoining
+    std::shared_ptr<const SnapshotSequences> snapshot;  // after
   };
+  absl::StatusOr<CallView> ViewFor(int from) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CheckHeader(const ReplicationHeader& header) const;
-  absl::Status CheckNotFenced(int primary) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status FencedError(int primary) const;
   absl::StatusOr<ReplicateResponse> Apply(
       const ReplicationHeader& header,

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "proto/frame_writer.h"
 #include "ps_server/replication/replication_log.h"
+#include "ps_server/rpc/snapshot_installer.h"
 #include "ps_server/rpc/test_variable_spec.h"
 #include "ps_server/shards/shard_digest.h"
 
@@ -184,6 +185,174 @@ TEST_F(ReplicaApplierTest, HostileStreamsAreRefusedNamingWhyAndApplyNothing) {
   auto good = call(Header(0, 42, 1, 1), {DensePush(1)});
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 1);
+}
+
+// Rows [0, n) of `source`'s shard 0 of `variable` as InstallSnapshot
+// messages from PS `from`, the last one carrying `sequence`.
+std::vector<grpc::ByteBuffer> Snapshot(const ShardStore& source,
+                                       const std::string& variable, int from,
+                                       uint64_t sequence) {
+  const Shard& shard = source.Find(variable)->shard(0);
+  const int64_t n = shard.num_rows();
+  std::vector<int64_t> ids(n);
+  std::vector<float> rows(n * shard.row_stride());
+  int64_t version = 0;
+  shard.ExportRows(0, n, ids.data(), rows.data(), &version);
+  std::vector<grpc::ByteBuffer> messages;
+  for (int64_t first = 0; first < n; first += 4) {  // 4 rows a chunk
+    const int64_t count = std::min<int64_t>(4, n - first);
+    SnapshotChunk chunk;
+    chunk.set_from_task(from);
+    chunk.set_variable(variable);
+    chunk.set_first_row(first);
+    chunk.set_num_rows(count);
+    chunk.set_last(first + count == n);
+    chunk.set_version(version);
+    chunk.set_sequence(sequence);
+    FrameWriter writer(chunk);
+    writer.AddPayload(grpc::Slice(ids.data() + first, count * 8));
+    writer.AddPayload(grpc::Slice(rows.data() + first * shard.row_stride(),
+                                  count * shard.row_stride() * 4));
+    messages.push_back(writer.Finish());
+  }
+  return messages;
+}
+
+absl::StatusOr<InstallSnapshotResponse> Install(
+    ShardStore* store, ReplicaApplier* applier,
+    const std::vector<grpc::ByteBuffer>& messages) {
+  SnapshotInstaller installer(store, applier);
+  for (const grpc::ByteBuffer& m : messages) {
+    if (absl::Status s = installer.AddMessage(m); !s.ok()) return s;
+  }
+  return installer.Finish();
+}
+
+// A rejoin: PS 1 gets PS 0's copy of "w" taken at sequence 5 while PS 0's
+// stream to it starts at 3. Updates 3 and 4 are in the copy (skipped when
+// the stream brings them again), 5 and 6 are not (applied): PS 1 ends with
+// PS 0's bits, which it would not if it applied 3 and 4 twice.
+TEST_F(ReplicaApplierTest, ARejoinSnapshotThenTheStreamGiveThePrimarysBits) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  Shard& primary = stores_[0]->Find("w")->shard(0);
+  auto apply = [&](float g) {
+    ShardUpdate u;
+    std::vector<float> grad(6, g);
+    u.ranges.push_back({0, 6, PayloadView::Contiguous(grad.data(), 24)});
+    u.learning_rate = 1.0f;
+    ASSERT_TRUE(primary.ApplyUpdate(u).ok());
+  };
+  apply(1);  // sequences 1..4 at the primary before the copy
+  apply(2);
+  apply(3);
+  apply(4);
+  applier.BeginRejoin(0);
+  // Replicate calls wait (UNAVAILABLE: the primary retries) until the copy
+  // is in.
+  auto early = Run(applier, Header(0, 9, 0, 0), {});
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kUnavailable)
+      << early.status();
+  auto installed = Install(stores_[1].get(), &applier,
+                           Snapshot(*stores_[0], "w", 0, /*sequence=*/5));
+  ASSERT_TRUE(installed.ok()) << installed.status();
+  EXPECT_EQ(installed->rows(), 6);
+  EXPECT_EQ(ShardDigest(stores_[1]->Find("w")->shard(0)), ShardDigest(primary));
+  RejoinResponse answer;
+  answer.set_incarnation(9);
+  answer.set_stream_from(3);
+  answer.add_serves_for(0);
+  ASSERT_EQ(applier.FinishRejoin(0, answer), absl::OkStatus());
+  EXPECT_TRUE(applier.InSyncWith(0));
+  ASSERT_TRUE(Run(applier, Header(0, 9, 0, 0), {}).ok());  // hello
+  auto applied =
+      Run(applier, Header(0, 9, 3, 4),
+          {DensePush(3), DensePush(4), DensePush(0.5f), DensePush(0.25f)});
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->applied_through(), 6u);
+  apply(0.5f);
+  apply(0.25f);
+  EXPECT_EQ(ShardDigest(stores_[1]->Find("w")->shard(0)), ShardDigest(primary));
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), primary.version());
+}
+
+TEST_F(ReplicaApplierTest, HostileSnapshotsAreRefusedNamingWhy) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  const std::vector<grpc::ByteBuffer> good = Snapshot(*stores_[0], "w", 0, 5);
+  // Not rejoining from PS 0: nothing is expected.
+  auto unasked = Install(stores_[1].get(), &applier, good);
+  EXPECT_TRUE(
+      absl::StrContains(unasked.status().message(), "is not rejoining from it"))
+      << unasked.status();
+  applier.BeginRejoin(0);
+  auto chunk = [&](auto edit) {
+    SnapshotChunk c;
+    c.set_from_task(0);
+    c.set_variable("w");
+    c.set_num_rows(1);
+    c.set_last(true);
+    c.set_sequence(5);
+    std::vector<int64_t> ids = {0};
+    std::vector<float> row(1, 9.0f);
+    edit(c, ids, row);
+    FrameWriter writer(c);
+    writer.AddPayload(grpc::Slice(ids.data(), ids.size() * 8));
+    writer.AddPayload(grpc::Slice(row.data(), row.size() * 4));
+    return std::vector<grpc::ByteBuffer>{writer.Finish()};
+  };
+  struct Case {
+    std::string what;
+    std::vector<grpc::ByteBuffer> messages;
+    std::string expected;
+  };
+  using Ids = std::vector<int64_t>;
+  using Row = std::vector<float>;
+  std::vector<Case> cases = {
+      {"from itself",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_from_task(1); }),
+       "is not another PS"},
+      {"from PS 7",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_from_task(7); }),
+       "is not another PS"},
+      {"its own primary copy",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_variable("v"); }),
+       "holds no backup copy"},
+      {"unknown variable",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_variable("nope"); }),
+       "holds no backup copy"},
+      {"rows out of order",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_first_row(3); }),
+       "does not continue"},
+      {"negative count",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_num_rows(-1); }),
+       "does not continue"},
+      {"short rows payload",
+       chunk([](SnapshotChunk& c, Ids&, Row& r) { r.clear(); }),
+       "1 rows need 8 bytes of ids and 4 of rows, got 8 and 0"},
+      {"id outside the variable",
+       chunk([](SnapshotChunk& c, Ids& ids, Row&) { ids[0] = 6; }),
+       "id 6 does not belong to it"},
+      {"last without sequence",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_sequence(0); }),
+       "without a sequence"},
+      {"ends before its last chunk",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_last(false); }),
+       "ended before the chunk marked last"},
+      {"garbage", {grpc::ByteBuffer()}, ""},
+  };
+  // A chunk after the last one.
+  std::vector<grpc::ByteBuffer> twice = good;
+  twice.push_back(good.back());
+  cases.push_back({"past the last chunk", twice, "continued after the chunk"});
+  for (const Case& c : cases) {
+    auto result = Install(stores_[1].get(), &applier, c.messages);
+    EXPECT_FALSE(result.ok()) << c.what;
+    EXPECT_TRUE(absl::StrContains(result.status().message(), c.expected))
+        << c.what << ": " << result.status();
+  }
+  // A copy is trusted only once its rejoin finished: after failed
+  // installs it is not in sync (it may not take over, and the rejoiner
+  // starts again).
+  EXPECT_FALSE(applier.InSyncWith(0));
 }
 
 }  // namespace

@@ -210,7 +210,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (options.replicas > 1) {
     Replicator* replicator = server->replicator_.get();
     ShardStore* store = server->store_.get();
-    replicator->set_on_replaced([store] { store->Retire(); });
+    // Replaced (it failed over while away): its copies stop serving, and
+    // it rejoins as a backup of the PS serving them (3 PS or more).
+    Rejoiner* rejoiner = nullptr;
+    if (server->membership_->Enabled()) {
+      server->rejoiner_ = std::make_unique<Rejoiner>(
+          store, server->service_->replica_applier(), server->peers_.get());
+      rejoiner = server->rejoiner_.get();
+    }
+    replicator->set_on_replaced([store, rejoiner] {
+      store->Retire();
+      if (rejoiner != nullptr) rejoiner->Start();
+    });
     if (server->membership_->Enabled()) {
       server->lease_ = std::make_unique<LeaseHolder>(
           server->peers_.get(), server->membership_.get(),
@@ -309,6 +320,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
 Server::~Server() {
   Shutdown(absl::Now());
   Wait();
+  // Threads that call into the service (failovers, leases, a rejoin) stop
+  // before it goes; a rejoin started late by the replicator does nothing.
+  failover_.reset();
+  lease_.reset();
+  if (rejoiner_) rejoiner_->Stop();
   // A restore still running in the background uses the restorer, which is
   // destroyed before the store.
   if (store_) store_->CancelFill();

@@ -23,6 +23,7 @@
 #include "ps_server/replication/membership.h"
 #include "ps_server/replication/replicator.h"
 #include "ps_server/rpc/ps_service.h"
+#include "ps_server/rpc/rejoiner.h"
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
 #include "security/security.h"
@@ -84,6 +85,7 @@ class Server {
   std::unique_ptr<CheckpointRestorer> restorer_;
   std::unique_ptr<PsPeers> peers_;
   std::unique_ptr<Membership> membership_;
+  std::unique_ptr<Rejoiner> rejoiner_;      // stopped before service_ goes
   std::unique_ptr<Replicator> replicator_;  // outlives service_
   std::unique_ptr<LeaseHolder> lease_;      // null: no failover
   std::unique_ptr<CheckpointCoordinator> checkpoints_;

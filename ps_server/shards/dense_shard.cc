@@ -69,13 +69,18 @@ int64_t DenseShard::Read(int64_t offset, int64_t count, float* out) const {
 
 int64_t DenseShard::ExportRows(int64_t first, int64_t count, int64_t* ids,
                                float* out, int64_t* version) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return ExportRowsLocked(first, count, ids, out, version);
+}
+
+int64_t DenseShard::ExportRowsLocked(int64_t first, int64_t count, int64_t* ids,
+                                     float* out, int64_t* version) const {
   count = std::clamp<int64_t>(num_rows() - first, 0, count);
   if (ids != nullptr) {
     for (int64_t r = 0; r < count; ++r) ids[r] = row_begin_ + first + r;
   }
   const int slots = optimizer_->num_slots();
   const int64_t stride = row_stride();
-  absl::ReaderMutexLock lock(&mu_);
   for (int64_t r = 0; out != nullptr && r < count; ++r) {
     const int64_t at = (first + r) * width_;
     float* row = out + r * stride;

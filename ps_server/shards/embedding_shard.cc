@@ -155,8 +155,14 @@ void EmbeddingShard::UndoRowsLocked(absl::Span<const int64_t> ids,
 
 int64_t EmbeddingShard::ExportRows(int64_t first, int64_t count, int64_t* ids,
                                    float* out, int64_t* version) const {
-  count = std::max<int64_t>(0, std::min(count, rows_ - first));
   absl::ReaderMutexLock lock(&mu_);
+  return ExportRowsLocked(first, count, ids, out, version);
+}
+
+int64_t EmbeddingShard::ExportRowsLocked(int64_t first, int64_t count,
+                                         int64_t* ids, float* out,
+                                         int64_t* version) const {
+  count = std::max<int64_t>(0, std::min(count, rows_ - first));
   std::memcpy(out, data_.get() + first * stride_,
               count * stride_ * sizeof(float));
   if (ids != nullptr) {

@@ -36,6 +36,9 @@ class EmbeddingShard final : public RowShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ExportRows(int64_t first, int64_t count, int64_t* ids, float* out,
                      int64_t* version) const override;
+  int64_t ExportRowsLocked(int64_t first, int64_t count, int64_t* ids,
+                           float* out, int64_t* version) const override
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status ImportRows(absl::Span<const int64_t> ids,
                           const float* rows) override;
   void RestoreVersion(int64_t version) override;

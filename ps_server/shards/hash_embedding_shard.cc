@@ -266,6 +266,12 @@ int64_t HashEmbeddingShard::ExportRows(int64_t first, int64_t count,
                                        int64_t* ids, float* out,
                                        int64_t* version) const {
   absl::ReaderMutexLock lock(&mu_);
+  return ExportRowsLocked(first, count, ids, out, version);
+}
+
+int64_t HashEmbeddingShard::ExportRowsLocked(int64_t first, int64_t count,
+                                             int64_t* ids, float* out,
+                                             int64_t* version) const {
   count = std::max<int64_t>(0, std::min(count, rows_ - first));
   for (int64_t i = 0; i < count; ++i) {
     const uint32_t row = static_cast<uint32_t>(first + i);

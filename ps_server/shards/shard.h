@@ -121,6 +121,11 @@ class Shard {
   // and sets *version.
   virtual int64_t ExportRows(int64_t first, int64_t count, int64_t* ids,
                              float* out, int64_t* version) const = 0;
+  // ExportRows for a caller holding *mutex() (shared at least), so that
+  // what it reads under the same hold (a replication sequence) matches the
+  // rows exactly.
+  virtual int64_t ExportRowsLocked(int64_t first, int64_t count, int64_t* ids,
+                                   float* out, int64_t* version) const = 0;
   // Overwrites (hash: creates where needed) the rows of global `ids` from
   // rows[i * row_stride()...]. Hash shards: RESOURCE_EXHAUSTED past the
   // capacity. REQUIRES: every id belongs to this shard.

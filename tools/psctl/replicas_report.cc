@@ -106,7 +106,11 @@ int ReplicasReport(const ClientOptions& options, std::ostream& out) {
       bool differ = false;
       for (const Copy& c : row.copies) {
         lag = std::max(lag, serving->version - c.version);
-        differ |= c.version == serving->version && c.digest != serving->digest;
+        // A copy at the primary's version must hold its bits; one past it
+        // applied something the primary did not (never right).
+        differ |=
+            (c.version == serving->version && c.digest != serving->digest) ||
+            c.version > serving->version;
       }
       if (differ) {
         verdict = "COPIES DIFFER";

@@ -1,0 +1,156 @@
+#include "ps_server/rpc/rejoin_source.h"
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "proto/frame_writer.h"
+
+namespace psrt {
+namespace {
+
+// One InstallSnapshot message carries at most this many bytes of rows.
+constexpr int64_t kChunkBytes = int64_t{4} << 20;
+
+// A consistent copy of one shard: its rows, their ids and version, and
+// the first sequence of `log` whose update they do not hold.
+struct ShardCopy {
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+  int64_t num_rows = 0;
+  int64_t version = 0;
+  uint64_t sequence = 0;
+};
+
+ShardCopy CopyShard(const Shard& shard, const ReplicationLog& log) {
+  ShardCopy copy;
+  const int64_t stride = shard.row_stride();
+  // Hash shards grow: ask for more rows than they had, until fewer come.
+  int64_t capacity = shard.num_rows() + (shard.exports_ids() ? 1024 : 0);
+  while (true) {
+    copy.ids.resize(capacity);
+    copy.rows.resize(capacity * stride);
+    {
+      // Appends happen under the locks of the shards an update touched:
+      // with this one held, the updates below `sequence` are in the rows
+      // and the others are not.
+      absl::ReaderMutexLock lock(shard.mutex());
+      copy.sequence = log.next_sequence();
+      copy.num_rows = shard.ExportRowsLocked(0, capacity, copy.ids.data(),
+                                             copy.rows.data(), &copy.version);
+    }
+    if (!shard.exports_ids() || copy.num_rows < capacity) break;
+    capacity *= 2;
+  }
+  return copy;
+}
+
+std::vector<grpc::ByteBuffer> Messages(int self, const LocalVariable& v,
+                                       int shard, const ShardCopy& copy) {
+  const int64_t stride = v.shard(shard).row_stride();
+  const int64_t per_chunk =
+      std::max<int64_t>(1, kChunkBytes / (stride * 4 + 8));
+  std::vector<grpc::ByteBuffer> messages;
+  int64_t first = 0;
+  do {
+    const int64_t n = std::min(per_chunk, copy.num_rows - first);
+    SnapshotChunk header;
+    header.set_from_task(self);
+    header.set_variable(v.name());
+    header.set_shard(shard);
+    header.set_first_row(first);
+    header.set_num_rows(n);
+    header.set_last(first + n == copy.num_rows);
+    if (header.last()) {
+      header.set_version(copy.version);
+      header.set_sequence(copy.sequence);
+    }
+    FrameWriter frame(header);
+    frame.AddPayload(grpc::Slice(copy.ids.data() + first, n * sizeof(int64_t)));
+    frame.AddPayload(grpc::Slice(copy.rows.data() + first * stride,
+                                 n * stride * sizeof(float)));
+    messages.push_back(frame.Finish());
+    first += n;
+  } while (first < copy.num_rows);
+  return messages;
+}
+
+}  // namespace
+
+absl::StatusOr<RejoinResponse> ServeRejoin(ShardStore* store,
+                                           ReplicationLog* log,
+                                           const PsPeers* peers, int rejoiner) {
+  const int self = store->ps_task();
+  if (rejoiner < 0 || rejoiner >= store->num_ps() || rejoiner == self) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Rejoin: from_task ", rejoiner,
+                     " is not another PS of "
+                     "this ",
+                     store->num_ps(), "-PS cluster"));
+  }
+  if (log == nullptr || !log->active()) {
+    return absl::FailedPreconditionError(
+        "Rejoin: this PS keeps no backups (--replicas=1)");
+  }
+  const ReplicaPlacement& placement = store->replicas();
+  auto should_hold = [&](int placed) {
+    if (placed == rejoiner) return true;
+    for (int b : placement.BackupsOf(placed)) {
+      if (b == rejoiner) return true;
+    }
+    return false;
+  };
+  std::set<int> serves_for = {self};
+  std::vector<std::pair<const LocalVariable*, int>> shards;
+  for (const LocalVariable* v : store->Variables()) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) {
+      if (!v->IsPrimary(s)) continue;
+      const int placed = v->layout->shards[s].ps_task;
+      serves_for.insert(placed);
+      if (should_hold(placed)) shards.push_back({v, s});
+    }
+  }
+  if (shards.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Rejoin: PS ", self, " serves no shard that PS ", rejoiner,
+                     " keeps a copy of"));
+  }
+  const absl::Time start = absl::Now();
+  RejoinResponse answer;
+  answer.set_incarnation(log->incarnation());
+  // From here on every applied push is queued for the rejoiner; the
+  // copies below hold what came before.
+  answer.set_stream_from(log->AddBackup(rejoiner));
+  for (int task : serves_for) answer.add_serves_for(task);
+  uint64_t last_copied_at = answer.stream_from();
+  for (const auto& [v, s] : shards) {
+    const ShardCopy copy = CopyShard(v->shard(s), *log);
+    auto sent = peers->InstallSnapshot(rejoiner, Messages(self, *v, s, copy),
+                                       absl::Minutes(10));
+    if (!sent.ok()) {
+      log->DropBackup(rejoiner, absl::StrCat("its rejoin failed: ",
+                                             sent.status().message()));
+      return absl::Status(
+          sent.status().code(),
+          absl::StrCat("Rejoin: sending '", v->name(), "' shard ", s, " to ",
+                       peers->Describe(rejoiner), ": ",
+                       sent.status().message()));
+    }
+    last_copied_at = copy.sequence;
+    answer.set_shards(answer.shards() + 1);
+    answer.set_bytes(answer.bytes() +
+                     static_cast<int64_t>(copy.rows.size() * sizeof(float)));
+  }
+  LOG(INFO) << "Rejoin: sent " << answer.shards() << " shard(s), "
+            << answer.bytes() << " bytes, to " << peers->Describe(rejoiner)
+            << " in " << absl::FormatDuration(absl::Now() - start)
+            << "; its stream starts at update " << answer.stream_from()
+            << ", the last shard was copied at update " << last_copied_at;
+  return answer;
+}
+
+}  // namespace psrt

@@ -1,0 +1,144 @@
+#include "ps_server/rpc/rejoiner.h"
+
+#include <set>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+
+namespace psrt {
+namespace {
+
+constexpr absl::Duration kAskTimeout = absl::Seconds(5);
+constexpr absl::Duration kRejoinTimeout = absl::Minutes(30);
+constexpr int kAttempts = 10;
+
+}  // namespace
+
+void Rejoiner::Start() {
+  absl::MutexLock lock(&mu_);
+  if (started_ || stopped_) return;
+  started_ = true;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Rejoiner::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    if (!stop_.HasBeenNotified()) stop_.Notify();
+    if (call_ != nullptr) call_->TryCancel();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Rejoiner::Run() {
+  absl::Duration backoff = absl::Seconds(1);
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    const absl::Status s = RejoinOnce();
+    if (s.ok()) return;
+    LOG(ERROR) << "PS " << peers_->self() << " rejoin attempt " << attempt
+               << " of " << kAttempts << " failed: " << s;
+    if (stop_.WaitForNotificationWithTimeout(backoff)) return;
+    backoff = std::min(backoff * 2, absl::Seconds(30));
+  }
+  LOG(ERROR) << "PS " << peers_->self() << " gave up rejoining: its copies "
+             << "are out of sync and it serves nothing; restart it";
+}
+
+absl::Status Rejoiner::RejoinOnce() {
+  const int self = peers_->self();
+  const int n = peers_->size();
+  // The failovers, as every PS that answers knows them (this one is among
+  // them: it was replaced).
+  absl::flat_hash_set<int> failed = {self};
+  int answered = -1;
+  for (int t = 0; t < n; ++t) {
+    if (t == self) continue;
+    auto stats = peers_->Stats(t, kAskTimeout);
+    if (!stats.ok()) continue;
+    if (answered < 0) answered = t;
+    for (int f : stats->failed_ps()) failed.insert(f);
+  }
+  if (answered < 0) {
+    return absl::UnavailableError("no other PS answers GetStats");
+  }
+  // The catalog: a restarted PS has none until a worker creates one.
+  auto catalog = peers_->ListVariables(answered, kAskTimeout);
+  if (!catalog.ok()) return catalog.status();
+  const int known = static_cast<int>(store_->Variables().size());
+  if (catalog->variables_size() > known) {
+    std::vector<VariableSpec> specs;
+    for (int i = known; i < catalog->variables_size(); ++i) {
+      specs.push_back(catalog->variables(i).spec());
+    }
+    auto created = store_->CreateVariables(known, specs, store_->num_ps());
+    if (!created.ok()) {
+      return absl::Status(
+          created.status().code(),
+          absl::StrCat("creating the catalog's ", specs.size(),
+                       " variable(s): ", created.status().message()));
+    }
+  }
+  // Who serves each PS's shards now, and which of them this PS keeps.
+  const ReplicaPlacement& placement = store_->replicas();
+  auto serving = [&](int placed) {
+    if (!failed.contains(placed)) return placed;
+    for (int b : placement.BackupsOf(placed)) {
+      if (!failed.contains(b)) return b;
+    }
+    return -1;
+  };
+  std::set<int> sources;
+  for (int placed = 0; placed < n; ++placed) {
+    bool kept = placed == self;
+    for (int b : placement.BackupsOf(placed)) kept |= b == self;
+    if (!kept) continue;
+    const int source = serving(placed);
+    if (source < 0) {
+      LOG(ERROR) << "no live copy of PS " << placed << "'s shards: they need "
+                 << "a restore from a checkpoint";
+      continue;
+    }
+    sources.insert(source);
+  }
+  const absl::Time start = absl::Now();
+  int64_t shards = 0, bytes = 0;
+  for (int source : sources) {
+    applier_->BeginRejoin(source);
+    grpc::ClientContext context;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) return absl::CancelledError("stopping");
+      call_ = &context;
+    }
+    auto answer = peers_->Rejoin(source, kRejoinTimeout, &context);
+    {
+      absl::MutexLock lock(&mu_);
+      call_ = nullptr;
+    }
+    if (!answer.ok()) {
+      return absl::Status(answer.status().code(),
+                          absl::StrCat(peers_->Describe(source), ": ",
+                                       answer.status().message()));
+    }
+    if (absl::Status s = applier_->FinishRejoin(source, *answer); !s.ok()) {
+      return s;
+    }
+    shards += answer->shards();
+    bytes += answer->bytes();
+    LOG(INFO) << "PS " << self << " holds " << answer->shards()
+              << " shard copies from " << peers_->Describe(source)
+              << " and follows its stream from update "
+              << answer->stream_from();
+  }
+  LOG(INFO) << "PS " << self << " rejoined as a backup: " << shards
+            << " shard(s), " << bytes << " bytes from PS "
+            << absl::StrJoin(sources, ", ") << " in "
+            << absl::FormatDuration(absl::Now() - start);
+  return absl::OkStatus();
+}
+
+}  // namespace psrt

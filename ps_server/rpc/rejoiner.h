@@ -1,0 +1,56 @@
+// A PS that restarted after its backup took its shards over (--replicas >
+// 1) rejoins as a backup: it learns the catalog and the cluster's
+// failovers from the other PS, creates its copies, and asks each PS that
+// serves shards it should hold (its own shards' new primary, and the
+// primaries it is a placed backup of) for a snapshot and the stream after
+// it (rejoin_source.h). It then follows those streams like any backup, so
+// every shard is on R copies again. It does not take its primary role back
+// (its shards stay served by the PS that took them over).
+#ifndef PSRT_PS_SERVER_RPC_REJOINER_H_
+#define PSRT_PS_SERVER_RPC_REJOINER_H_
+
+#include <memory>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/client_context.h"
+#include "ps_server/peers/ps_peers.h"
+#include "ps_server/rpc/replica_applier.h"
+#include "ps_server/shards/shard_store.h"
+
+namespace psrt {
+
+class Rejoiner {
+ public:
+  // All must outlive the rejoiner (or Stop it first).
+  Rejoiner(ShardStore* store, ReplicaApplier* applier, const PsPeers* peers)
+      : store_(store), applier_(applier), peers_(peers) {}
+  ~Rejoiner() { Stop(); }
+  Rejoiner(const Rejoiner&) = delete;
+  Rejoiner& operator=(const Rejoiner&) = delete;
+
+  // Starts rejoining on a thread of its own; later calls do nothing.
+  void Start() ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels a rejoin under way and waits for its thread.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Run();
+  // One attempt: OK once every source sent its copies.
+  absl::Status RejoinOnce() ABSL_LOCKS_EXCLUDED(mu_);
+
+  ShardStore* const store_;
+  ReplicaApplier* const applier_;
+  const PsPeers* const peers_;
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_RPC_REJOINER_H_

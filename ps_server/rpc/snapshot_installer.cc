@@ -1,0 +1,117 @@
+#include "ps_server/rpc/snapshot_installer.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "proto/frame_reader.h"
+
+namespace psrt {
+namespace {
+
+// One chunk of rows at most (the sender cuts 4 MiB chunks).
+constexpr int64_t kMaxChunkRows = int64_t{1} << 22;
+
+}  // namespace
+
+absl::Status SnapshotInstaller::AddMessage(const grpc::ByteBuffer& message) {
+  if (saw_last_) {
+    return absl::InvalidArgumentError(
+        "InstallSnapshot continued after the chunk marked last");
+  }
+  FrameReader frame;
+  absl::Status s = frame.Parse(message);
+  SnapshotChunk chunk;
+  if (s.ok()) s = frame.ParseHeader(&chunk);
+  if (!s.ok()) return s;
+  const int self = store_->ps_task();
+  if (from_ < 0) {
+    if (chunk.from_task() < 0 || chunk.from_task() >= store_->num_ps() ||
+        chunk.from_task() == self) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InstallSnapshot from_task ", chunk.from_task(),
+          " is not another PS of this ", store_->num_ps(), "-PS cluster"));
+    }
+    if (!applier_->Rejoining(chunk.from_task())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("InstallSnapshot from PS ", chunk.from_task(), ": PS ",
+                       self, " is not rejoining from it"));
+    }
+    const LocalVariable* v = store_->Find(chunk.variable());
+    if (v == nullptr || !v->IsBackup(chunk.shard())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "InstallSnapshot of '", chunk.variable(), "' shard ", chunk.shard(),
+          ": PS ", self, " holds no backup copy of it"));
+    }
+    from_ = chunk.from_task();
+    variable_ = v;
+    shard_ = chunk.shard();
+  }
+  if (chunk.from_task() != from_ || chunk.variable() != variable_->name() ||
+      chunk.shard() != shard_ || chunk.first_row() != next_row_ ||
+      chunk.num_rows() < 0 || chunk.num_rows() > kMaxChunkRows ||
+      frame.num_payloads() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InstallSnapshot chunk (PS ", chunk.from_task(), ", '",
+        chunk.variable(), "' shard ", chunk.shard(), ", rows ",
+        chunk.first_row(), " + ", chunk.num_rows(), ", ", frame.num_payloads(),
+        " payloads) does not continue PS ", from_, "'s '", variable_->name(),
+        "' shard ", shard_, " at row ", next_row_,
+        " with ids and rows (at most ", kMaxChunkRows, " rows)"));
+  }
+  const VariableLayout& layout = *variable_->layout;
+  Shard& target = variable_->shard(shard_);
+  const int64_t n = chunk.num_rows();
+  const int64_t stride = target.row_stride();
+  if (frame.payload(0).size() != static_cast<size_t>(n) * sizeof(int64_t) ||
+      frame.payload(1).size() !=
+          static_cast<size_t>(n * stride) * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InstallSnapshot of '", layout.spec.name(), "' shard ", shard_, ": ", n,
+        " rows need ", n * 8, " bytes of ids and ", n * stride * 4,
+        " of rows, got ", frame.payload(0).size(), " and ",
+        frame.payload(1).size()));
+  }
+  std::vector<int64_t> ids(n);
+  std::vector<float> rows(n * stride);
+  frame.payload(0).CopyTo(ids.data());
+  frame.payload(1).CopyTo(rows.data());
+  for (int64_t id : ids) {
+    const bool in_range =
+        layout.kind() == HASH_EMBEDDING || (id >= 0 && id < layout.rows);
+    if (!in_range || layout.ShardOf(id) != shard_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("InstallSnapshot of '", layout.spec.name(), "' shard ",
+                       shard_, ": id ", id, " does not belong to it"));
+    }
+  }
+  if (s = target.ImportRows(ids, rows.data()); !s.ok()) return s;
+  next_row_ += n;
+  if (chunk.last()) {
+    if (chunk.sequence() == 0 || chunk.version() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "InstallSnapshot of '", layout.spec.name(), "' shard ", shard_,
+          ": last chunk without a sequence or with version ", chunk.version()));
+    }
+    target.RestoreVersion(chunk.version());
+    if (s = applier_->RecordSnapshot(from_, layout.spec.name(), shard_,
+                                     chunk.sequence());
+        !s.ok()) {
+      return s;
+    }
+    saw_last_ = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<InstallSnapshotResponse> SnapshotInstaller::Finish() {
+  if (!saw_last_) {
+    return absl::AbortedError(absl::StrCat(
+        "InstallSnapshot ended before the chunk marked last (", next_row_,
+        " rows received); the copy is incomplete and the rejoin fails"));
+  }
+  InstallSnapshotResponse response;
+  response.set_rows(next_row_);
+  return response;
+}
+
+}  // namespace psrt
