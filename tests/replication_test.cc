@@ -569,7 +569,10 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
 // taken under the shard's lock while pushes go on, then follows their
 // streams. Afterwards every shard of all three kinds is on 2 copies with
 // the same bits (psctl replicas compares versions and digests).
-TEST(ReplicationTest, ARestartedPsRejoinsAsABackupWhilePushesContinue) {
+// `wait_for_failover`: PS 1 is restarted after PS 2 took its shards over;
+// else at once, before any failover (PS 2 then takes them over when the
+// new process says hello, since the old one is gone).
+void KillRestartAndRejoin(bool wait_for_failover) {
   auto cluster = StartReplicated(2);
   ASSERT_NE(cluster, nullptr);
   // First in the catalog, so first in each snapshot: while its 40 MiB
@@ -591,11 +594,14 @@ TEST(ReplicationTest, ARestartedPsRejoinsAsABackupWhilePushesContinue) {
   absl::SleepFor(absl::Seconds(2));
   cluster->Kill(1, SIGKILL);
   const absl::Time killed = absl::Now();
-  while (FailedAccordingTo(*cluster, 2) != std::vector<int>{1} &&
+  while (wait_for_failover &&
+         FailedAccordingTo(*cluster, 2) != std::vector<int>{1} &&
          absl::Now() - killed < absl::Seconds(30)) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  ASSERT_EQ(FailedAccordingTo(*cluster, 2), std::vector<int>{1});
+  if (wait_for_failover) {
+    ASSERT_EQ(FailedAccordingTo(*cluster, 2), std::vector<int>{1});
+  }
   ASSERT_EQ(cluster->Restart(1), absl::OkStatus());
   const absl::Time restarted = absl::Now();
   auto log = [&] {
@@ -614,6 +620,11 @@ TEST(ReplicationTest, ARestartedPsRejoinsAsABackupWhilePushesContinue) {
   std::printf("PS 1 restarted; rejoined after %lld ms\n",
               static_cast<long long>(
                   absl::ToInt64Milliseconds(absl::Now() - restarted)));
+  std::smatch line;
+  if (std::regex_search(rejoined, line,
+                        std::regex("rejoined as a backup: [^\n]*"))) {
+    std::printf("PS 1 %s\n", line.str().c_str());
+  }
   absl::SleepFor(absl::Seconds(2));  // pushes go on through the new copies
   stop = true;
   training.join();
@@ -626,6 +637,15 @@ TEST(ReplicationTest, ARestartedPsRejoinsAsABackupWhilePushesContinue) {
       report, std::regex(R"(dense/1 +1 +2 +.*1 backup .*in sync)")))
       << report;
   std::printf("%s", report.c_str());
+  EXPECT_EQ(FailedAccordingTo(*cluster, 0), std::vector<int>{1});
+}
+
+TEST(ReplicationTest, ARestartedPsRejoinsAsABackupWhilePushesContinue) {
+  KillRestartAndRejoin(/*wait_for_failover=*/true);
+}
+
+TEST(ReplicationTest, APsRestartedBeforeItsFailoverIsReplacedAndRejoins) {
+  KillRestartAndRejoin(/*wait_for_failover=*/false);
 }
 
 }  // namespace

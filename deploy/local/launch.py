@@ -13,7 +13,8 @@ The worker command runs once per worker with TF_CONFIG set ({"task":
 {"type": "worker", "index": i}}) and "{index}" in its arguments replaced by
 i. Logs go to --logs/<role>_<index>.log; worker output is also echoed with a
 prefix. With --ps_flag=--replicas=2 (3 hosts or more) a ps_server that dies
-is replaced by its backup and the job goes on without it. With
+is replaced by its backup and the job goes on without it (with
+--restart_ps=N it is started again and rejoins as a backup). With
 --restart_ps=N a ps_server that dies is started again (up to N
 times) with --restore=auto, so it reloads its shards from the latest
 checkpoint while the workers wait for it; --restart_workers=N does the same
@@ -238,6 +239,17 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
         for i, p in enumerate(servers):
             code = p.proc.poll()
             if code is None:
+                continue
+            if p.restarts < args.restart_ps and replicated:
+                # Its backup serves its shards already; started again, it
+                # rejoins as a backup with copies from the other PS.
+                print(
+                    f"launch: {p.name} exited (status {code}); with replicas its "
+                    f"backup took its shards over; restarting it "
+                    f"({p.restarts + 1} of {args.restart_ps}) to rejoin as a backup",
+                    flush=True,
+                )
+                servers[i] = p.restarted(p.argv, args.logs)
                 continue
             if p.restarts < args.restart_ps:
                 print(

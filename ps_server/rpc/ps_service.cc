@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "proto/byte_buffer_bytes.h"
@@ -279,6 +280,15 @@ class ParameterServerService::ReplicateReactor final
       return;
     }
     absl::StatusOr<ReplicateResponse> result = call_.Finish();
+    if (!result.ok() &&
+        absl::StrContains(result.status().message(), kRestartedMarker) &&
+        service_->TakeOverRestarted(call_.from())) {
+      result = absl::FailedPreconditionError(
+          absl::StrCat("PS ", service_->store_->ps_task(), " ", kReplacedMarker,
+                       " PS ", call_.from(),
+                       ": its previous process is gone (this one is new) "
+                       "and this PS held the copy that followed it"));
+    }
     if (!result.ok()) {
       Finish(service_->Fail("Replicate", result.status()));
       return;
@@ -863,6 +873,25 @@ bool ParameterServerService::TakeOver(int primary) {
   const int shards = store_->Promote(primary);
   LOG(ERROR) << "PS " << store_->ps_task() << " took over " << shards
              << " shard(s) of PS " << primary << " (failover)";
+  return true;
+}
+
+bool ParameterServerService::TakeOverRestarted(int primary) {
+  if (membership_ == nullptr || !membership_->Enabled() || primary < 0 ||
+      primary >= store_->num_ps() || membership_->IsFailed(primary)) {
+    return false;
+  }
+  // Only the first backup still serving takes over (as after a vote).
+  for (int b : store_->replicas().BackupsOf(primary)) {
+    if (membership_->IsFailed(b)) continue;
+    if (b != store_->ps_task()) return false;
+    break;
+  }
+  LOG(ERROR) << "PS " << primary << " restarted while this PS's copy of its "
+             << "shards followed its previous process: that process is gone, "
+             << "so this PS takes its shards over now";
+  if (!TakeOver(primary)) return false;
+  membership_->MarkFailed(primary);
   return true;
 }
 

@@ -139,6 +139,12 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // Failover: `primary`'s shards are served here from now on, if this
   // PS's copy of them is in sync (else false, nothing changes).
   bool TakeOver(int primary);
+  // A new process of `primary` said hello while this PS's copy follows its
+  // previous one (it restarted faster than a failover): if this PS is its
+  // first live backup and in sync, it takes the shards over at once (the
+  // old process is gone: the new one holds its address) and records the
+  // failover; the new process then rejoins as a backup.
+  bool TakeOverRestarted(int primary);
 
   // Counts a failed RPC under psrt_errors_total{method, code} and returns it
   // as a gRPC status.

@@ -256,8 +256,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     if (stream->incarnation == 0) stream->incarnation = header.incarnation();
     if (stream->incarnation != header.incarnation()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "PS ", from, " restarted (new incarnation) while PS ",
-          store_->ps_task(),
+          "PS ", from, " ", kRestartedMarker, " while PS ", store_->ps_task(),
           " holds its previous run's copy: this copy is not in sync"));
     }
     ReplicateResponse response;
@@ -276,8 +275,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     stream->incarnation = header.incarnation();
   } else if (stream->incarnation != header.incarnation()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "PS ", from, " restarted (new incarnation) while PS ",
-        store_->ps_task(),
+        "PS ", from, " ", kRestartedMarker, " while PS ", store_->ps_task(),
         " holds the updates of its previous run: this copy is not in sync"));
   }
   if (first > stream->applied_through + 1) {

@@ -32,6 +32,10 @@
 
 namespace psrt {
 
+// In the FAILED_PRECONDITION a backup answers a primary's new process
+// while its copy follows the previous one.
+inline constexpr char kRestartedMarker[] = "restarted (new incarnation)";
+
 class ReplicaApplier {
  private:
   // Per (variable, shard): the first sequence of the stream the shard's
@@ -56,6 +60,8 @@ class ReplicaApplier {
     explicit Call(ReplicaApplier* applier) : applier_(applier) {}
     absl::Status AddMessage(const grpc::ByteBuffer& message);
     absl::StatusOr<ReplicateResponse> Finish();
+    // The sender, once the header arrived (-1 before).
+    int from() const { return have_header_ ? header_.from_task() : -1; }
 
    private:
     ReplicaApplier* const applier_;
