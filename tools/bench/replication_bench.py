@@ -3,7 +3,7 @@
 
     bazel build //ps_server //tools/ps_bench //tests:replication_test
     /usr/bin/python3 tools/bench/replication_bench.py [--rounds=3] \\
-        [--seconds=3] [--inflight=4] [--kills=5]
+        [--seconds=3] [--inflight=4] [--kills=5] [--rejoins=3]
 
 Each round starts 3 ps_server on 127.0.0.1, 127.0.0.2 and 127.0.0.3 (a
 host each, as --replicas needs) twice, with --replicas=1 and with
@@ -18,6 +18,10 @@ Failover: runs tests/replication_test's kill -9 case --kills times and
 reports the median of "first push started after kill -9 acknowledged N ms
 after it" (4 clients pushing; the backup takes over after 3 s without an
 answer from the primary and a majority vote).
+
+Rejoin: runs its restart-after-failover case --rejoins times (3 clients
+pushing; a 128 MiB table, with its Adagrad slot, among the shards) and reports the time from the
+restart to "rejoined as a backup" and the copy's size and rate.
 """
 import argparse
 import json
@@ -82,26 +86,31 @@ def bench(spec, args, log):
     return {r["case"]: r for r in run(cmd, log)}
 
 
-def failover_times(kills, log):
+def test_runs(case, pattern, n, log):
+    """Runs tests/replication_test's `case` n times; the groups of `pattern`
+    in each run's output."""
     binary = os.path.join(BIN, "tests", "replication_test")
-    times = []
-    for i in range(kills):
+    found = []
+    for i in range(n):
         out = subprocess.run(
-            [binary, "--gtest_filter=*KilledPrimary*"],
+            [binary, f"--gtest_filter=*{case}*"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             cwd=os.path.join(BIN, "tests", "replication_test.runfiles", "psrt"),
         )
         log.write(out.stdout)
-        found = re.search(
-            r"failover: first push started after kill -9 acknowledged (\d+) ms", out.stdout
-        )
-        if out.returncode != 0 or not found:
-            sys.exit(f"kill {i + 1}: replication_test failed:\n{out.stdout[-3000:]}")
-        times.append(int(found.group(1)))
-        print(f"kill {i + 1}: first push after kill -9 acknowledged in {times[-1]} ms", flush=True)
-    return times
+        match = re.search(pattern, out.stdout)
+        if out.returncode != 0 or not match:
+            sys.exit(f"{case} run {i + 1}: replication_test failed:\n{out.stdout[-3000:]}")
+        found.append(match.groups())
+    return found
+
+
+def seconds(duration):
+    """absl::FormatDuration's "1.37s" / "253.8ms" in seconds."""
+    value = re.match(r"([\d.]+)(ms|s)$", duration)
+    return float(value.group(1)) / (1000 if value.group(2) == "ms" else 1)
 
 
 def main():
@@ -110,6 +119,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--inflight", type=int, default=4)
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--rejoins", type=int, default=3)
     parser.add_argument("--log", default="/tmp/replication_bench.log")
     args = parser.parse_args()
     results = {1: [], 2: []}
@@ -142,11 +152,37 @@ def main():
                 f"p99 {med(2, 'p99_ms') / med(1, 'p99_ms'):.2f}x (target <= 2)"
             )
         if args.kills > 0:
-            times = failover_times(args.kills, log)
+            times = [
+                int(g[0])
+                for g in test_runs(
+                    "KilledPrimary",
+                    r"failover: first push started after kill -9 acknowledged (\d+) ms",
+                    args.kills,
+                    log,
+                )
+            ]
             median = statistics.median(times)
             print(
                 f"failover (kill -9 to first acknowledged push): median {median} ms "
                 f"over {len(times)} kills, all {times}"
+            )
+        if args.rejoins > 0:
+            runs = test_runs(
+                "ARestartedPsRejoins",
+                r"rejoined after (\d+) ms\nPS 1 rejoined as a backup: (\d+) shard\(s\), "
+                r"(\d+) bytes from PS [\d, ]+ in (\S+)",
+                args.rejoins,
+                log,
+            )
+            for restart_ms, shards, size, took in runs:
+                print(
+                    f"rejoin: restart to rejoined {restart_ms} ms; {shards} shards, "
+                    f"{int(size) / 2**20:.1f} MiB copied in {seconds(took) * 1000:.0f} ms "
+                    f"({int(size) / 2**20 / seconds(took):.0f} MiB/s) while 3 clients push"
+                )
+            print(
+                "rejoin: median restart to rejoined "
+                f"{statistics.median(int(r[0]) for r in runs)} ms over {len(runs)} runs"
             )
 
 
