@@ -222,6 +222,16 @@ void ShardStore::Discard(std::vector<std::unique_ptr<LocalVariable>>* created) {
 }
 
 void ShardStore::Publish(std::vector<std::unique_ptr<LocalVariable>> created) {
+  // Created after a takeover: the copies of the failed PS's shards are
+  // served here, like those of the variables that existed then.
+  for (auto& v : created) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) {
+      if (v->shards[s] != nullptr && !retired_.load() &&
+          took_over_.contains(v->layout->shards[s].ps_task)) {
+        v->backup[s].store(false, std::memory_order_release);
+      }
+    }
+  }
   absl::MutexLock lock(&catalog_mu_);
   for (auto& v : created) {
     by_name_[v->name()] = v.get();
@@ -442,6 +452,8 @@ int64_t ShardStore::parameter_bytes() const {
 }
 
 int ShardStore::Promote(int primary) {
+  absl::MutexLock create_lock(&create_mu_);
+  took_over_.insert(primary);
   int promoted = 0;
   for (const LocalVariable* v : Variables()) {
     for (int s = 0; s < v->layout->num_shards(); ++s) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -152,8 +153,9 @@ class ShardStore {
   int ps_task() const { return ps_task_; }
   const ReplicaPlacement& replicas() const { return replicas_; }
   // Failover: serves this PS's backup copies of `primary`'s shards as
-  // primaries from now on. Returns how many shards changed role.
-  int Promote(int primary);
+  // primaries from now on, and those of variables created later. Returns
+  // how many shards changed role.
+  int Promote(int primary) ABSL_LOCKS_EXCLUDED(create_mu_);
   // This PS was replaced (its backup took its shards over): none of its
   // copies is served or saved any more.
   void Retire();
@@ -219,6 +221,9 @@ class ShardStore {
 
   // Serializes creations (held while shards are allocated).
   absl::Mutex create_mu_;
+  // PS whose shards this one took over (Promote): shards of variables
+  // created later that were placed on them are primary here too.
+  absl::flat_hash_set<int> took_over_ ABSL_GUARDED_BY(create_mu_);
   FillHook fill_hook_ ABSL_GUARDED_BY(create_mu_);
   FillsEveryRow fills_every_row_ ABSL_GUARDED_BY(create_mu_);
   ShardMap map_ ABSL_GUARDED_BY(create_mu_);

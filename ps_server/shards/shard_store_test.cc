@@ -37,6 +37,28 @@ TEST(ShardStoreTest, HoldsOnlyItsOwnShards) {
   EXPECT_EQ(ps0.parameter_bytes() + ps1.parameter_bytes(), 40);
 }
 
+// --replicas=2 over 3 PS: PS 2 keeps copies of PS 1's shards. After it
+// took them over, the shards PS 1 is placed for in variables created
+// later are served by PS 2 too (else nobody would serve them).
+TEST(ShardStoreTest, VariablesCreatedAfterATakeoverAreServedByTheNewPrimary) {
+  auto placement = ReplicaPlacement::Create({"a:1", "b:1", "c:1"}, 2);
+  ASSERT_TRUE(placement.ok());
+  ShardStore ps2(2, 3, 0, *placement), control(2, 3, 0, *placement);
+  for (ShardStore* s : {&ps2, &control}) {
+    ASSERT_TRUE(s->CreateVariables(0, {Spec("before", 9, 3)}, 3).ok());
+  }
+  // Round robin: shard 1 of each variable is placed on PS 1.
+  EXPECT_TRUE(ps2.Find("before")->IsBackup(1));
+  EXPECT_EQ(ps2.Promote(1), 1);
+  EXPECT_TRUE(ps2.Find("before")->IsPrimary(1));
+  for (ShardStore* s : {&ps2, &control}) {
+    ASSERT_TRUE(s->CreateVariables(1, {Spec("after", 9, 3)}, 3).ok());
+  }
+  EXPECT_TRUE(ps2.Find("after")->IsPrimary(1));
+  EXPECT_TRUE(control.Find("after")->IsBackup(1));
+  EXPECT_TRUE(ps2.Find("after")->IsPrimary(2));  // its own, as before
+}
+
 TEST(ShardStoreTest, CatalogPositionsAreCheckedAndIdempotent) {
   ShardStore store(0, 1);
   ASSERT_EQ(*store.CreateVariables(0, {Spec("a", 4), Spec("b", 4)}, 1), 2);
