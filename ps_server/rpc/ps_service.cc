@@ -258,14 +258,18 @@ class ParameterServerService::PushReactor final
   grpc::ByteBuffer message_;
 };
 
-// Collects a primary's Replicate stream and applies it in order.
-class ParameterServerService::ReplicateReactor final
+// A PS-to-PS client-streaming call: every message to `Call` (AddMessage),
+// then its Finish answers. Call: ReplicateCall or SnapshotInstaller.
+template <typename Call>
+class ParameterServerService::ReadAllReactor final
     : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  ReplicateReactor(ParameterServerService* service, grpc::ByteBuffer* response)
+  ReadAllReactor(ParameterServerService* service, const char* method,
+                 grpc::ByteBuffer* response, Call call)
       : service_(service),
+        method_(method),
         response_(response),
-        call_(&service->replica_applier_) {
+        call_(std::move(call)) {
     StartRead(&message_);
   }
 
@@ -273,78 +277,59 @@ class ParameterServerService::ReplicateReactor final
     if (ok) {
       absl::Status s = call_.AddMessage(message_);
       if (!s.ok()) {
-        Finish(service_->Fail("Replicate", s));
+        Finish(service_->Fail(method_, s));
         return;
       }
       StartRead(&message_);
       return;
     }
+    auto result = call_.Finish();
+    if (!result.ok()) {
+      Finish(service_->Fail(method_, result.status()));
+      return;
+    }
+    grpc::Slice slice(result->SerializeAsString());
+    *response_ = grpc::ByteBuffer(&slice, 1);
+    Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  ParameterServerService* const service_;
+  const char* const method_;
+  grpc::ByteBuffer* const response_;
+  Call call_;
+  grpc::ByteBuffer message_;
+};
+
+// A primary's Replicate stream, applied in order; a new process of a
+// primary whose previous one this PS followed is taken over at once
+// (TakeOverRestarted) and told so.
+class ParameterServerService::ReplicateCall {
+ public:
+  explicit ReplicateCall(ParameterServerService* service)
+      : service_(service), call_(&service->replica_applier_) {}
+  absl::Status AddMessage(const grpc::ByteBuffer& message) {
+    return call_.AddMessage(message);
+  }
+  absl::StatusOr<ReplicateResponse> Finish() {
     absl::StatusOr<ReplicateResponse> result = call_.Finish();
     if (!result.ok() &&
         absl::StrContains(result.status().message(), kRestartedMarker) &&
         service_->TakeOverRestarted(call_.from())) {
-      result = absl::FailedPreconditionError(
+      return absl::FailedPreconditionError(
           absl::StrCat("PS ", service_->store_->ps_task(), " ", kReplacedMarker,
                        " PS ", call_.from(),
                        ": its previous process is gone (this one is new) "
                        "and this PS held the copy that followed it"));
     }
-    if (!result.ok()) {
-      Finish(service_->Fail("Replicate", result.status()));
-      return;
-    }
-    grpc::Slice slice(result->SerializeAsString());
-    *response_ = grpc::ByteBuffer(&slice, 1);
-    Finish(grpc::Status::OK);
+    return result;
   }
-
-  void OnDone() override { delete this; }
 
  private:
   ParameterServerService* const service_;
-  grpc::ByteBuffer* const response_;
   ReplicaApplier::Call call_;
-  grpc::ByteBuffer message_;
-};
-
-class ParameterServerService::InstallSnapshotReactor final
-    : public grpc::ServerReadReactor<grpc::ByteBuffer> {
- public:
-  InstallSnapshotReactor(ParameterServerService* service,
-                         grpc::ByteBuffer* response)
-      : service_(service),
-        response_(response),
-        installer_(service->store_, &service->replica_applier_) {
-    StartRead(&message_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (ok) {
-      absl::Status s = installer_.AddMessage(message_);
-      if (!s.ok()) {
-        Finish(service_->Fail("InstallSnapshot", s));
-        return;
-      }
-      StartRead(&message_);
-      return;
-    }
-    absl::StatusOr<InstallSnapshotResponse> result = installer_.Finish();
-    if (!result.ok()) {
-      Finish(service_->Fail("InstallSnapshot", result.status()));
-      return;
-    }
-    grpc::Slice slice(result->SerializeAsString());
-    *response_ = grpc::ByteBuffer(&slice, 1);
-    Finish(grpc::Status::OK);
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  ParameterServerService* const service_;
-  grpc::ByteBuffer* const response_;
-  SnapshotInstaller installer_;
-  grpc::ByteBuffer message_;
 };
 
 ParameterServerService::ParameterServerService(
@@ -837,7 +822,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Replicate(
   absl::Status s = CheckToken(context, auth_token_);
   if (s.ok()) s = CheckCheckpointCaller(context, "Replicate");
   if (!s.ok()) return new RejectReadReactor(Fail("Replicate", s));
-  return new ReplicateReactor(this, response);
+  return new ReadAllReactor<ReplicateCall>(this, "Replicate", response,
+                                           ReplicateCall(this));
 }
 
 absl::Status ParameterServerService::CheckNotReplaced() const {
@@ -948,7 +934,9 @@ ParameterServerService::InstallSnapshot(grpc::CallbackServerContext* context,
   absl::Status s = CheckToken(context, auth_token_);
   if (s.ok()) s = CheckCheckpointCaller(context, "InstallSnapshot");
   if (!s.ok()) return new RejectReadReactor(Fail("InstallSnapshot", s));
-  return new InstallSnapshotReactor(this, response);
+  return new ReadAllReactor<SnapshotInstaller>(
+      this, "InstallSnapshot", response,
+      SnapshotInstaller(store_, &replica_applier_));
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::RenewLease(

@@ -175,8 +175,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
 
   class PullReactor;
   class PushReactor;
-  class ReplicateReactor;
-  class InstallSnapshotReactor;
+  template <typename Call>
+  class ReadAllReactor;
+  class ReplicateCall;
   MethodMetrics MakeMethodMetrics(const char* method);
   // Checkpoint metrics (cluster ones on PS 0 only).
   void AddCheckpointMetrics(int ps_task);
