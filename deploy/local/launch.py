@@ -242,14 +242,18 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
                 continue
             if p.restarts < args.restart_ps and replicated:
                 # Its backup serves its shards already; started again, it
-                # rejoins as a backup with copies from the other PS.
+                # rejoins as a backup with copies from the other PS. Still
+                # with --restore=auto: if no other PS holds a copy of its
+                # shards (its backup died too), the checkpoint is what is
+                # left of them.
                 print(
                     f"launch: {p.name} exited (status {code}); with replicas its "
-                    f"backup took its shards over; restarting it "
+                    f"backup takes its shards over; restarting it "
                     f"({p.restarts + 1} of {args.restart_ps}) to rejoin as a backup",
                     flush=True,
                 )
-                servers[i] = p.restarted(p.argv, args.logs)
+                argv = [a for a in p.argv if not a.startswith("--restore=")]
+                servers[i] = p.restarted(argv + ["--restore=auto"], args.logs)
                 continue
             if p.restarts < args.restart_ps:
                 print(
