@@ -315,7 +315,7 @@ std::string FreshTestDir(const std::string& name) {
   return dir;
 }
 
-absl::StatusOr<std::string> FetchMetrics(int port) {
+absl::StatusOr<std::string> FetchMetrics(int port, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -327,7 +327,7 @@ absl::StatusOr<std::string> FetchMetrics(int port) {
         absl::StrCat("connect to metrics port ", port));
   }
   const std::string request =
-      "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
   if (write(fd, request.data(), request.size()) !=
       static_cast<ssize_t>(request.size())) {
     close(fd);

@@ -108,8 +108,9 @@ std::vector<LocalCluster::WorkerRun> RunPrograms(
 // An empty directory `name` under the test's temporary directory.
 std::string FreshTestDir(const std::string& name);
 
-// Fetches http://127.0.0.1:port/metrics.
-absl::StatusOr<std::string> FetchMetrics(int port);
+// Fetches http://127.0.0.1:port/metrics (or another `path`: /statusz).
+absl::StatusOr<std::string> FetchMetrics(int port,
+                                         const std::string& path = "/metrics");
 
 // The value of one sample ("name{labels}") in Prometheus text, or -1.
 double MetricValue(const std::string& text, const std::string& sample);

@@ -513,6 +513,11 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
       static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - paused)));
   ASSERT_EQ(FailedAccordingTo(*cluster, 2), std::vector<int>{1});
   ASSERT_EQ(FailedAccordingTo(*cluster, 0), std::vector<int>{1});
+  // PS 2's status page shows the takeover.
+  auto status = FetchMetrics(cluster->metrics_port(2), "/statusz");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(absl::StrContains(*status, "id=\"failed-ps\">1<")) << *status;
+  EXPECT_TRUE(absl::StrContains(*status, "id=\"lease\">held<")) << *status;
   // Training goes on at the new primary: PS 1's shard moves on.
   const std::vector<float> grad(4, 1.0f);
   ASSERT_TRUE(
@@ -542,6 +547,11 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
   }
   std::printf("%d pulls and pushes to the resumed PS 1 refused\n",
               pulls_refused);
+  status = FetchMetrics(cluster->metrics_port(1), "/statusz");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(absl::StrContains(*status, "id=\"replaced\"")) << *status;
+  EXPECT_TRUE(absl::StrContains(*status, "id=\"primary-shards\">0<"))
+      << *status;
   // The client that routed to PS 1 before the pause is refused there,
   // learns the failover and reads the new primary's values: PS 1's shard
   // moved, the others did not.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace psrt {
 namespace {
@@ -92,6 +93,28 @@ std::string RenderStatusPage(const StatusPageData& d) {
                     HtmlEscape(d.restored_from), "</code>");
   }
   absl::StrAppend(&html, "</p>");
+  if (d.replicas > 1) {
+    absl::StrAppendFormat(
+        &html,
+        "<h2>Replicas</h2><p><span id=\"replicas\">%d</span> copies of each "
+        "shard: this PS serves <span id=\"primary-shards\">%d</span> and "
+        "keeps backup copies of <span id=\"backup-shards\">%d</span>; "
+        "failovers it knows of: <span id=\"failed-ps\">%s</span>",
+        d.replicas, d.primary_shards, d.backup_shards,
+        d.failed_ps.empty() ? "none" : absl::StrJoin(d.failed_ps, ", "));
+    if (!d.lease.empty()) {
+      absl::StrAppend(&html, "; lease <span id=\"lease\">", HtmlEscape(d.lease),
+                      "</span>");
+    }
+    if (d.replaced) {
+      absl::StrAppend(&html,
+                      "; <b id=\"replaced\">replaced by its backup: it serves "
+                      "nothing</b>");
+    }
+    absl::StrAppend(&html,
+                    " (per shard: <code>psctl replicas</code>; lag: "
+                    "<code>psrt_replication_lag_updates</code>)</p>");
+  }
 
   absl::StrAppend(&html,
                   "<h2>Variables</h2><table id=\"variables\"><tr><th>name</th>"

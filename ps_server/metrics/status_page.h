@@ -21,6 +21,17 @@ struct StatusPageData {
   int64_t global_step = 0;
   std::string restored_from;
 
+  // --replicas (0 or 1: none): copies of each shard, the shards this PS
+  // serves and the backup copies it keeps, the failovers it knows of,
+  // its lease ("held", "NOT HELD", empty: no leases with fewer than 3
+  // PS), and whether a backup took its shards over.
+  int replicas = 0;
+  int primary_shards = 0;
+  int backup_shards = 0;
+  std::vector<int> failed_ps;
+  std::string lease;
+  bool replaced = false;
+
   struct Variable {
     std::string name;
     std::string kind;  // DENSE, EMBEDDING, HASH_EMBEDDING

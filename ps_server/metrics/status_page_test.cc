@@ -38,5 +38,26 @@ TEST(StatusPageTest, EscapesWhatClientsNamedAndCarriesTheNumbers) {
   EXPECT_TRUE(absl::StrContains(html, "id=\"balance-ratio\">2.000<"));
 }
 
+TEST(StatusPageTest, ShowsReplicasOnlyWithThem) {
+  StatusPageData d;
+  d.ps_task = 2;
+  d.num_ps = 3;
+  EXPECT_FALSE(absl::StrContains(RenderStatusPage(d), "Replicas"));
+  d.replicas = 2;
+  d.primary_shards = 6;
+  d.backup_shards = 3;
+  d.failed_ps = {1};
+  d.lease = "held";
+  const std::string html = RenderStatusPage(d);
+  EXPECT_TRUE(absl::StrContains(html, "<span id=\"replicas\">2</span>"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"primary-shards\">6<"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"backup-shards\">3<"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"failed-ps\">1<"));
+  EXPECT_TRUE(absl::StrContains(html, "id=\"lease\">held<"));
+  EXPECT_FALSE(absl::StrContains(html, "id=\"replaced\""));
+  d.replaced = true;
+  EXPECT_TRUE(absl::StrContains(RenderStatusPage(d), "id=\"replaced\""));
+}
+
 }  // namespace
 }  // namespace psrt

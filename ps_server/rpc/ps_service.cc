@@ -740,6 +740,10 @@ std::string ParameterServerService::StatusPageHtml() const {
   d.uptime_seconds = SecondsSince(started_);
   d.global_step = store_->global_step();
   d.restored_from = restored_from_;
+  d.replicas = store_->replicas().replicas();
+  if (membership_ != nullptr) d.failed_ps = membership_->failed();
+  if (lease_ != nullptr) d.lease = lease_->Check().ok() ? "held" : "NOT HELD";
+  d.replaced = replicator_ != nullptr && replicator_->replaced();
   d.bytes_per_ps.assign(d.num_ps, 0);
   for (const LocalVariable* v : store_->Variables()) {
     const VariableLayout& layout = *v->layout;
@@ -753,6 +757,7 @@ std::string ParameterServerService::StatusPageHtml() const {
         d.bytes_per_ps[shard.ps_task] += shard.bytes;
       }
       if (!v->Holds(s)) continue;
+      ++(v->IsPrimary(s) ? d.primary_shards : d.backup_shards);
       ++row.local_shards;
       row.local_rows += v->shard(s).num_rows();
       if (layout.kind() == HASH_EMBEDDING) {
