@@ -240,25 +240,16 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
             code = p.proc.poll()
             if code is None:
                 continue
-            if p.restarts < args.restart_ps and replicated:
-                # Its backup serves its shards already; started again, it
-                # rejoins as a backup with copies from the other PS. Still
-                # with --restore=auto: if no other PS holds a copy of its
-                # shards (its backup died too), the checkpoint is what is
-                # left of them.
-                print(
-                    f"launch: {p.name} exited (status {code}); with replicas its "
-                    f"backup takes its shards over; restarting it "
-                    f"({p.restarts + 1} of {args.restart_ps}) to rejoin as a backup",
-                    flush=True,
-                )
-                argv = [a for a in p.argv if not a.startswith("--restore=")]
-                servers[i] = p.restarted(argv + ["--restore=auto"], args.logs)
-                continue
             if p.restarts < args.restart_ps:
+                # With replicas its backup serves its shards already and,
+                # started again, it rejoins as a backup with copies from the
+                # other PS; --restore=auto still, since if its backup died
+                # too the checkpoint is what is left of its shards.
+                why = "; with replicas its backup takes its shards over" if replicated else ""
                 print(
-                    f"launch: {p.name} exited (status {code}); restarting it "
-                    f"({p.restarts + 1} of {args.restart_ps}) with --restore=auto",
+                    f"launch: {p.name} exited (status {code}){why}; restarting it "
+                    f"({p.restarts + 1} of {args.restart_ps}) with --restore=auto"
+                    + (" to rejoin as a backup" if replicated else ""),
                     flush=True,
                 )
                 argv = [a for a in p.argv if not a.startswith("--restore=")]
