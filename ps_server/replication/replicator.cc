@@ -78,6 +78,17 @@ uint64_t Replicator::AddBackup(int task) {
   return next_sequence_;
 }
 
+void Replicator::StopLocked(Stream* stream, const std::string& why) {
+  stream->pending.clear();
+  stream->state.in_sync = false;
+  stream->state.catching_up = false;
+  stream->state.error = why;
+  LOG(ERROR) << "replication to " << peers_->Describe(stream->state.task)
+             << " stopped " << why
+             << "; pushes are acknowledged without this backup from now on "
+                "(its copy is out of sync)";
+}
+
 void Replicator::DropBackup(int task, const std::string& why) {
   std::vector<std::function<void(absl::Status)>> settled;
   absl::Status outcome;
@@ -85,13 +96,8 @@ void Replicator::DropBackup(int task, const std::string& why) {
     absl::MutexLock lock(&mu_);
     for (auto& stream : streams_) {
       if (stream->state.task != task || !stream->state.in_sync) continue;
-      ++stream->generation;
-      stream->pending.clear();
-      stream->state.in_sync = false;
-      stream->state.catching_up = false;
-      stream->state.error = why;
-      LOG(ERROR) << "replication to " << peers_->Describe(task)
-                 << " stopped: " << why;
+      ++stream->generation;  // its call in flight, if any, is void
+      StopLocked(stream.get(), why);
     }
     settled = TakeSettledLocked();
     if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);
@@ -314,14 +320,9 @@ void Replicator::Settle(Stream* stream, uint64_t generation,
           peers_->Describe(stream->state.task), " (", error.message(),
           "); nothing it applies is acknowledged any more"));
     } else {
-      stream->state.in_sync = false;
-      stream->state.error = std::string(error.message());
-      stream->pending.clear();
-      LOG(ERROR) << "replication to " << peers_->Describe(stream->state.task)
-                 << " stopped after sequence " << stream->state.acknowledged
-                 << ": " << error
-                 << "; pushes are acknowledged without this backup from now "
-                    "on (its copy is out of sync)";
+      StopLocked(stream,
+                 absl::StrCat("after sequence ", stream->state.acknowledged,
+                              ": ", error.ToString()));
     }
     settled = TakeSettledLocked();
     if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);

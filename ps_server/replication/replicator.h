@@ -146,6 +146,10 @@ class Replicator final : public ReplicationLog {
   void Settle(Stream* stream, uint64_t generation, const absl::Status& error,
               uint64_t last, size_t updates) ABSL_LOCKS_EXCLUDED(mu_);
   bool SettledLocked(uint64_t sequence) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Stops replicating to `stream`'s backup (out of sync from now on); `why`
+  // goes into its state and the log.
+  void StopLocked(Stream* stream, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that this PS was replaced (`why`); false if it knew already.
   bool SetReplacedLocked(std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The callbacks whose sequences are settled, taken out of waiting_.

@@ -132,8 +132,9 @@ absl::StatusOr<RejoinResponse> ServeRejoin(ShardStore* store,
     auto sent = peers->InstallSnapshot(rejoiner, Messages(self, *v, s, copy),
                                        absl::Minutes(10));
     if (!sent.ok()) {
-      log->DropBackup(rejoiner, absl::StrCat("its rejoin failed: ",
-                                             sent.status().message()));
+      log->DropBackup(
+          rejoiner,
+          absl::StrCat("(its rejoin failed: ", sent.status().message(), ")"));
       return absl::Status(
           sent.status().code(),
           absl::StrCat("Rejoin: sending '", v->name(), "' shard ", s, " to ",
