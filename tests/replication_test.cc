@@ -46,7 +46,9 @@ std::vector<VariableSpec> Model() {
           Spec("hash", HASH_EMBEDDING, {0, 8}, 3, OptimizerSpec::ADAM)};
 }
 
-std::unique_ptr<LocalCluster> StartReplicated(int replicas) {
+// `more_flags` go after the others (a later flag wins).
+std::unique_ptr<LocalCluster> StartReplicated(
+    int replicas, std::vector<std::string> more_flags = {}) {
   LocalCluster::Options o;
   o.num_ps = 3;
   o.num_workers = 4;
@@ -56,6 +58,7 @@ std::unique_ptr<LocalCluster> StartReplicated(int replicas) {
                    absl::StrCat("--checkpoint_uri=", tmp ? tmp : "/tmp",
                                 "/replicated_ckpt_", replicas),
                    "--checkpoint_on_shutdown=false"};
+  for (std::string& flag : more_flags) o.extra_flags.push_back(std::move(flag));
   auto cluster = LocalCluster::Start(o);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   return cluster.ok() ? std::move(*cluster) : nullptr;
@@ -110,6 +113,17 @@ int CountOf(const std::string& text, const std::string& what) {
     ++n;
   }
   return n;
+}
+
+std::string LogOf(const LocalCluster& cluster, int ps) {
+  std::ifstream in(cluster.log_path(ps));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string Tail(const std::string& text) {
+  return text.substr(text.size() > 4000 ? text.size() - 4000 : 0);
 }
 
 // `psctl replicas` against the cluster; its exit code must be
@@ -561,16 +575,9 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
   int moved = 0;
   for (int i = 0; i < 4000; ++i) moved += after[i] != before[i];
   EXPECT_EQ(moved, 4) << "only the 4 floats pushed to PS 2 should differ";
-  const std::string log = [&] {
-    std::ifstream in(cluster->log_path(1));
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }();
-  EXPECT_TRUE(absl::StrContains(log, "lost its lease"))
-      << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
-  EXPECT_TRUE(absl::StrContains(log, "learned it was replaced"))
-      << log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+  const std::string log = LogOf(*cluster, 1);
+  EXPECT_TRUE(absl::StrContains(log, "lost its lease")) << Tail(log);
+  EXPECT_TRUE(absl::StrContains(log, "learned it was replaced")) << Tail(log);
 }
 
 // A PS killed with -9 fails over; restarted, it rejoins as a backup while
@@ -614,19 +621,13 @@ void KillRestartAndRejoin(bool wait_for_failover) {
   }
   ASSERT_EQ(cluster->Restart(1), absl::OkStatus());
   const absl::Time restarted = absl::Now();
-  auto log = [&] {
-    std::ifstream in(cluster->log_path(1));
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  };
-  while (!absl::StrContains(log(), "rejoined as a backup") &&
+  while (!absl::StrContains(LogOf(*cluster, 1), "rejoined as a backup") &&
          absl::Now() - restarted < absl::Seconds(60)) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  const std::string rejoined = log();
+  const std::string rejoined = LogOf(*cluster, 1);
   ASSERT_TRUE(absl::StrContains(rejoined, "rejoined as a backup"))
-      << rejoined.substr(rejoined.size() > 4000 ? rejoined.size() - 4000 : 0);
+      << Tail(rejoined);
   std::printf("PS 1 restarted; rejoined after %lld ms\n",
               static_cast<long long>(
                   absl::ToInt64Milliseconds(absl::Now() - restarted)));
@@ -656,6 +657,129 @@ TEST(ReplicationTest, ARestartedPsRejoinsAsABackupWhilePushesContinue) {
 
 TEST(ReplicationTest, APsRestartedBeforeItsFailoverIsReplacedAndRejoins) {
   KillRestartAndRejoin(/*wait_for_failover=*/false);
+}
+
+// Two PS of three killed at once with R=2 (PS 0 and PS 1). PS 0's shards
+// had their copies on PS 0 and PS 1: both gone, so they come back from the
+// checkpoint, and PS 0's log says so. PS 1's shards had a live copy on PS
+// 2, which takes them over with every acknowledged push (bit for bit the
+// values before the kill). PS 2's own shards never stopped. Both restarted
+// PS then rejoin as backups -- PS 0 of PS 2's shards, whose stream it
+// missed -- and every shard is on 2 copies again.
+TEST(ReplicationTest, TwoOfThreeKilledLoseOnlyTheShardsWithNoLiveCopy) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto cluster =
+      StartReplicated(2, {absl::StrCat("--checkpoint_uri=", tmp ? tmp : "/tmp",
+                                       "/two_of_three_ckpt_", getpid())});
+  ASSERT_NE(cluster, nullptr);
+  auto client = Client::Connect(cluster->MakeClientOptions());
+  ASSERT_TRUE(client.ok());
+  ASSERT_EQ((*client)->CreateVariables(Model()), absl::OkStatus());
+  std::atomic<int> failures{0};
+  Train(*cluster, 3, 20, &failures, 11);
+  ASSERT_TRUE((*client)->Checkpoint().ok());
+  const auto at_checkpoint = Copies(client->get());
+  Train(*cluster, 3, 20, &failures, 12);
+  ASSERT_EQ(failures.load(), 0);
+  const auto at_kill = Copies(client->get());
+  // Where each shard was served, and its primary's digest then.
+  absl::flat_hash_map<std::string, int> placed;
+  auto primary_digest = [](const std::vector<Copy>& copies) {
+    for (const Copy& c : copies) {
+      if (!c.backup) return c.digest;
+    }
+    return uint64_t{0};
+  };
+  for (const auto& [name, copies] : at_kill) {
+    ASSERT_EQ(copies.size(), 2u) << name;
+    for (const Copy& c : copies) {
+      if (!c.backup) placed[name] = c.ps;
+    }
+    // Every shard moved since the checkpoint.
+    ASSERT_NE(primary_digest(copies), primary_digest(at_checkpoint.at(name)))
+        << name;
+  }
+  client->reset();
+  cluster->Kill(0, SIGKILL);
+  cluster->Kill(1, SIGKILL);
+  ASSERT_EQ(cluster->Restart(0, {"--restore=auto"}), absl::OkStatus());
+  ASSERT_EQ(cluster->Restart(1, {"--restore=auto"}), absl::OkStatus());
+  const absl::Time restarted = absl::Now();
+  // A worker's client creates the catalog again (PS 0 held it); each
+  // variable is filled from the checkpoint as it is created.
+  client = Client::Connect(cluster->MakeClientOptions());
+  ASSERT_TRUE(client.ok());
+  absl::Status created;
+  do {
+    created = (*client)->CreateVariables(Model());
+  } while (!created.ok() && absl::Now() - restarted < absl::Seconds(60) &&
+           (absl::SleepFor(absl::Milliseconds(200)), true));
+  ASSERT_EQ(created, absl::OkStatus());
+  std::vector<int> failed;
+  while ((failed = FailedAccordingTo(*cluster, 2)) != std::vector<int>{1} &&
+         absl::Now() - restarted < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(failed, std::vector<int>{1});
+  // Before any push: each shard served as the kill or the checkpoint left
+  // it, by the PS that serves it now.
+  const auto after = Copies(client->get());
+  int from_checkpoint = 0, kept = 0;
+  for (const auto& [name, copies] : after) {
+    const int was = placed.at(name);
+    bool served = false;
+    for (const Copy& c : copies) {
+      if (c.backup) continue;
+      served = true;
+      if (was == 0) {
+        EXPECT_EQ(c.ps, 0) << name;
+        EXPECT_EQ(c.digest, primary_digest(at_checkpoint.at(name))) << name;
+        from_checkpoint += c.digest == primary_digest(at_checkpoint.at(name));
+      } else {
+        EXPECT_EQ(c.ps, 2) << name << " (PS 1's shards move to PS 2)";
+        EXPECT_EQ(c.digest, primary_digest(at_kill.at(name))) << name;
+        kept += c.digest == primary_digest(at_kill.at(name));
+      }
+    }
+    EXPECT_TRUE(served) << name << " is served by no PS";
+  }
+  EXPECT_EQ(from_checkpoint, 3);  // dense/0, emb/0, hash/0
+  EXPECT_EQ(kept, 6);
+  // Training goes on; PS 2's next update tells PS 0 it missed PS 2's
+  // stream, and it rejoins; PS 1 rejoins as the backup of PS 0's shards
+  // and of its own (now PS 2's).
+  std::atomic<bool> stop{false};
+  std::thread training([&] { Train(*cluster, 3, 0, &failures, 13, &stop); });
+  absl::Cleanup join_training = [&] {
+    stop = true;
+    if (training.joinable()) training.join();
+  };
+  auto rejoined = [&](int ps) {
+    return absl::StrContains(LogOf(*cluster, ps), "rejoined as a backup");
+  };
+  while (!(rejoined(0) && rejoined(1)) &&
+         absl::Now() - restarted < absl::Seconds(90)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(rejoined(0)) << Tail(LogOf(*cluster, 0));
+  EXPECT_TRUE(rejoined(1)) << Tail(LogOf(*cluster, 1));
+  absl::SleepFor(absl::Seconds(2));
+  stop = true;
+  training.join();
+  EXPECT_EQ(failures.load(), 0);
+  // The log says which shards came from the checkpoint.
+  const std::string log0 = LogOf(*cluster, 0);
+  EXPECT_TRUE(absl::StrContains(log0, "PS 0 serves its shards as restored"))
+      << Tail(log0);
+  EXPECT_FALSE(absl::StrContains(LogOf(*cluster, 1), "serves its shards as"));
+  EXPECT_TRUE(
+      absl::StrContains(LogOf(*cluster, 2), "took over 3 shard(s) of PS 1"));
+  std::printf("both rejoined %lld ms after the restarts\n",
+              static_cast<long long>(
+                  absl::ToInt64Milliseconds(absl::Now() - restarted)));
+  const std::string report = Psctl(*cluster, 0);
+  EXPECT_EQ(CountOf(report, "in sync"), 9) << report;
+  std::printf("%s", report.c_str());
 }
 
 }  // namespace

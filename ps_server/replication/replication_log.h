@@ -19,6 +19,10 @@ namespace psrt {
 // In the FAILED_PRECONDITION a backup answers a primary it has replaced
 // (failover): the primary then acknowledges nothing more.
 inline constexpr char kReplacedMarker[] = "has taken over the shards of";
+// In the UNAVAILABLE a backup answers while it installs a snapshot of a
+// primary's shards (rejoin). A primary that did not add it by that rejoin
+// (its stream is not catching up) drops it: the rejoin will add it again.
+inline constexpr char kRejoiningMarker[] = "is rejoining from";
 
 class ReplicationLog {
  public:

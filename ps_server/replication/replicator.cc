@@ -251,7 +251,8 @@ std::vector<grpc::ByteBuffer> Replicator::Messages(
 
 absl::Status Replicator::Deliver(int task,
                                  const std::vector<grpc::ByteBuffer>& messages,
-                                 uint64_t last, absl::Duration patience) {
+                                 uint64_t last, absl::Duration patience,
+                                 bool rejoin_adds_it) {
   const absl::Time give_up = absl::Now() + patience;
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
@@ -268,8 +269,15 @@ absl::Status Replicator::Deliver(int task,
     // transport error is retried (a retry of updates the backup already
     // applied is acknowledged without applying them) until give_up, and
     // then until a majority of the cluster agrees the backup is gone.
-    const bool transient = error.code() == absl::StatusCode::kUnavailable ||
-                           error.code() == absl::StatusCode::kDeadlineExceeded;
+    // A backup that restarted and is rejoining from this PS answers
+    // UNAVAILABLE until its snapshot is in; unless this stream is the one
+    // that rejoin added, waiting for it would wait for ever (its rejoin
+    // needs this PS serving).
+    const bool transient =
+        (error.code() == absl::StatusCode::kUnavailable ||
+         error.code() == absl::StatusCode::kDeadlineExceeded) &&
+        !(rejoin_adds_it &&
+          absl::StrContains(error.message(), kRejoiningMarker));
     bool stopping;
     {
       absl::MutexLock lock(&mu_);
@@ -339,6 +347,7 @@ void Replicator::Send(Stream* stream) {
     uint64_t first = 0;
     bool hello = false;
     uint64_t generation = 0;
+    bool rejoin_adds_it = false;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
@@ -347,6 +356,7 @@ void Replicator::Send(Stream* stream) {
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
       generation = stream->generation;
+      rejoin_adds_it = !stream->state.catching_up;
       if (stream->needs_hello) {
         hello = true;
         stream->needs_hello = false;
@@ -380,15 +390,17 @@ void Replicator::Send(Stream* stream) {
       Settle(stream, generation,
              Deliver(task, {FrameWriter(header).Finish()}, 0,
                      first_hello ? std::max(give_up_after_, kHelloPatience)
-                                 : kHelloPatience),
+                                 : kHelloPatience,
+                     rejoin_adds_it),
              0, 0);
       first_hello = false;
       continue;
     }
     const uint64_t last = first + batch.size() - 1;
     Settle(stream, generation,
-           Deliver(task, Messages(first, batch), last, give_up_after_), last,
-           batch.size());
+           Deliver(task, Messages(first, batch), last, give_up_after_,
+                   rejoin_adds_it),
+           last, batch.size());
   }
 }
 

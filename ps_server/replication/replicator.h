@@ -135,10 +135,12 @@ class Replicator final : public ReplicationLog {
   // One Replicate call's messages to `task`, retried as described above;
   // OK once the backup applied through `last`.
   // `patience`: how long transport errors are retried before the backup
-  // may be dropped.
+  // may be dropped. `rejoin_adds_it`: the backup was not added by its
+  // rejoin (the stream is not catching up), so its answer that it is
+  // rejoining from this PS is final: that rejoin adds it again.
   absl::Status Deliver(int task, const std::vector<grpc::ByteBuffer>& messages,
-                       uint64_t last, absl::Duration patience)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                       uint64_t last, absl::Duration patience,
+                       bool rejoin_adds_it) ABSL_LOCKS_EXCLUDED(mu_);
   // How long a backup may take to come up after this PS started.
   static constexpr absl::Duration kHelloPatience = absl::Seconds(60);
   // Records the outcome of a Deliver of `updates` updates through `last`

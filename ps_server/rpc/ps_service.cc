@@ -846,6 +846,15 @@ absl::Status ParameterServerService::CheckNotReplaced() const {
         " was replaced by its backup (failover) and serves nothing; ask any "
         "PS for the cluster's failovers (GetStats) and use the backup"));
   }
+  if (replicator_ != nullptr && replicator_->active() &&
+      !restored_from_.empty() && !told_serving_restored_.exchange(true)) {
+    // A backup that had followed this PS's previous process would have
+    // taken its shards over (it would be replaced now): none did.
+    LOG(WARNING) << "PS " << store_->ps_task() << " serves its shards as "
+                 << "restored from " << restored_from_ << " (step "
+                 << store_->global_step() << "): no backup held a live copy "
+                 << "of them, so their updates after that checkpoint are lost";
+  }
   return absl::OkStatus();
 }
 

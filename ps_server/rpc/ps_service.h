@@ -186,6 +186,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   MetricsRegistry* const metrics_;
   CheckpointCoordinator* const checkpoints_;
   const std::string restored_from_;
+  // The shards served are the checkpoint's: said once in the log.
+  mutable std::atomic<bool> told_serving_restored_{false};
   const std::string auth_token_;              // empty: no check
   ClusterMembers* const checkpoint_callers_;  // null: anyone with the token
   std::atomic<bool> final_saved_{false};

@@ -19,8 +19,14 @@ constexpr int kAttempts = 10;
 
 void Rejoiner::Start() {
   absl::MutexLock lock(&mu_);
-  if (started_ || stopped_) return;
-  started_ = true;
+  if (stopped_) return;
+  if (running_) {
+    again_ = true;
+    return;
+  }
+  // A finished run's thread exits right after it cleared running_.
+  if (thread_.joinable()) thread_.join();
+  running_ = true;
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -35,6 +41,18 @@ void Rejoiner::Stop() {
 }
 
 void Rejoiner::Run() {
+  while (true) {
+    RunAttempts();
+    absl::MutexLock lock(&mu_);
+    if (!again_ || stopped_) {
+      running_ = false;
+      return;
+    }
+    again_ = false;
+  }
+}
+
+void Rejoiner::RunAttempts() {
   absl::Duration backoff = absl::Seconds(1);
   for (int attempt = 1; attempt <= kAttempts; ++attempt) {
     const absl::Status s = RejoinOnce();
@@ -52,21 +70,31 @@ absl::Status Rejoiner::RejoinOnce() {
   const int self = peers_->self();
   const int n = peers_->size();
   // The failovers, as every PS that answers knows them (this one is among
-  // them: it was replaced).
-  absl::flat_hash_set<int> failed = {self};
-  int answered = -1;
+  // them if it was replaced).
+  absl::flat_hash_set<int> failed;
+  std::vector<int> answered;
   for (int t = 0; t < n; ++t) {
     if (t == self) continue;
     auto stats = peers_->Stats(t, kAskTimeout);
     if (!stats.ok()) continue;
-    if (answered < 0) answered = t;
+    answered.push_back(t);
     for (int f : stats->failed_ps()) failed.insert(f);
   }
-  if (answered < 0) {
+  if (answered.empty()) {
     return absl::UnavailableError("no other PS answers GetStats");
   }
-  // The catalog: a restarted PS has none until a worker creates one.
-  auto catalog = peers_->ListVariables(answered, kAskTimeout);
+  // The catalog: a restarted PS has none until a worker creates one, so
+  // the longest one any PS has (a prefix of the others').
+  absl::StatusOr<ListVariablesResponse> catalog;
+  for (int t : answered) {
+    auto listed = peers_->ListVariables(t, kAskTimeout);
+    if (listed.ok() && (!catalog.ok() ||
+                        listed->variables_size() > catalog->variables_size())) {
+      catalog = std::move(listed);
+    } else if (!catalog.ok()) {
+      catalog = listed.status();
+    }
+  }
   if (!catalog.ok()) return catalog.status();
   const int known = static_cast<int>(store_->Variables().size());
   if (catalog->variables_size() > known) {
@@ -102,8 +130,10 @@ absl::Status Rejoiner::RejoinOnce() {
                  << "a restore from a checkpoint";
       continue;
     }
-    sources.insert(source);
+    // Still its own primary (nobody took its shards over): nothing to copy.
+    if (source != self) sources.insert(source);
   }
+  if (sources.empty()) return absl::OkStatus();
   const absl::Time start = absl::Now();
   int64_t shards = 0, bytes = 0;
   for (int source : sources) {

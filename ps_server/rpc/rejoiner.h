@@ -1,11 +1,14 @@
-// A PS that restarted after its backup took its shards over (--replicas >
-// 1) rejoins as a backup: it learns the catalog and the cluster's
-// failovers from the other PS, creates its copies, and asks each PS that
+// A PS whose copies are out of sync (--replicas > 1) rejoins as a backup:
+// it restarted after its backup took its shards over, or it restarted and
+// a primary it keeps copies of ran on meanwhile (its stream was refused:
+// replica_applier.h). It learns the catalog and the cluster's failovers
+// from the other PS, creates its copies, and asks each other PS that
 // serves shards it should hold (its own shards' new primary, and the
 // primaries it is a placed backup of) for a snapshot and the stream after
 // it (rejoin_source.h). It then follows those streams like any backup, so
 // every shard is on R copies again. It does not take its primary role back
-// (its shards stay served by the PS that took them over).
+// (its shards stay served by the PS that took them over); shards it still
+// serves itself (nobody took them over) need no copy.
 #ifndef PSRT_PS_SERVER_RPC_REJOINER_H_
 #define PSRT_PS_SERVER_RPC_REJOINER_H_
 
@@ -30,13 +33,16 @@ class Rejoiner {
   Rejoiner(const Rejoiner&) = delete;
   Rejoiner& operator=(const Rejoiner&) = delete;
 
-  // Starts rejoining on a thread of its own; later calls do nothing.
+  // Starts rejoining on a thread of its own; a call while a rejoin runs
+  // makes it run once more when done (what it saw may predate the call).
   void Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels a rejoin under way and waits for its thread.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Run();
+  // Rejoins (up to kAttempts tries), as often as Start asked meanwhile.
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void RunAttempts() ABSL_LOCKS_EXCLUDED(mu_);
   // One attempt: OK once every source sent its copies.
   absl::Status RejoinOnce() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -44,7 +50,8 @@ class Rejoiner {
   ReplicaApplier* const applier_;
   const PsPeers* const peers_;
   absl::Mutex mu_;
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool again_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* call_ ABSL_GUARDED_BY(mu_) = nullptr;  // in flight
   absl::Notification stop_;

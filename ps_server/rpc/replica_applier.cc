@@ -73,7 +73,7 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
     if (s = applier_->CheckHeader(header_); !s.ok()) return s;
     // A fenced primary's items name shards this PS now serves: say why
     // they are refused before resolving them.
-    auto view = applier_->ViewFor(header_.from_task());
+    auto view = applier_->ViewFor(header_);
     if (!view.ok()) return view.status();
     view_ = *std::move(view);
     have_header_ = true;
@@ -142,19 +142,42 @@ absl::Status ReplicaApplier::FencedError(int primary) const {
                    primary, " (failover): its stream is closed"));
 }
 
-absl::StatusOr<ReplicaApplier::CallView> ReplicaApplier::ViewFor(int from) {
+absl::Status ReplicaApplier::NotFollowing(int from, uint64_t first) const {
+  if (on_out_of_sync_) on_out_of_sync_(from);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "PS ", store_->ps_task(), " holds no update of PS ", from,
+      "'s stream, which is at sequence ", first,
+      ": this backup started after its primary had applied pushes, so its "
+      "copy is not in sync (it rejoins to get one)"));
+}
+
+absl::StatusOr<ReplicaApplier::CallView> ReplicaApplier::ViewFor(
+    const ReplicationHeader& header) {
+  const int from = header.from_task();
   Stream* stream = StreamOf(from);
-  absl::MutexLock lock(&stream->apply_mu);
-  if (stream->fenced) return FencedError(from);
-  if (stream->rejoining) {
-    return absl::UnavailableError(absl::StrCat(
-        "PS ", store_->ps_task(), " is still installing PS ", from,
-        "'s snapshot (rejoin); its stream starts once that is done"));
+  bool not_following = false;
+  {
+    absl::MutexLock lock(&stream->apply_mu);
+    if (stream->fenced) return FencedError(from);
+    if (stream->rejoining) {
+      return absl::UnavailableError(absl::StrCat(
+          "PS ", store_->ps_task(), " ", kRejoiningMarker, " PS ", from,
+          " (installing a snapshot of its shards); its "
+          "stream starts once that is done"));
+    }
+    // Checked before the updates' items are resolved: a restarted PS may
+    // not even have created the variables they name.
+    not_following = stream->incarnation == 0 && header.updates_size() > 0 &&
+                    header.updates(0).sequence() != 1;
+    if (!not_following) {
+      CallView view;
+      view.primaries =
+          stream->adopted ? stream->primaries : std::vector<int>{from};
+      view.snapshot = stream->snapshot;
+      return view;
+    }
   }
-  CallView view;
-  view.primaries = stream->adopted ? stream->primaries : std::vector<int>{from};
-  view.snapshot = stream->snapshot;
-  return view;
+  return NotFollowing(from, header.updates(0).sequence());
 }
 
 void ReplicaApplier::BeginRejoin(int serving) {
@@ -265,13 +288,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
   }
   const uint64_t first = header.updates(0).sequence();
   if (stream->incarnation == 0) {
-    if (first != 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "PS ", store_->ps_task(), " holds no update of PS ", from,
-          "'s stream, which is at sequence ", first,
-          ": this backup started after its primary had applied pushes, so "
-          "its copy is not in sync"));
-    }
+    if (first != 1) return NotFollowing(from, first);
     stream->incarnation = header.incarnation();
   } else if (stream->incarnation != header.incarnation()) {
     return absl::FailedPreconditionError(absl::StrCat(

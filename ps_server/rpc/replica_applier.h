@@ -10,12 +10,15 @@
 // the primary ran on), or a new incarnation of the primary (it restarted
 // while this copy holds its previous run's updates), is refused with
 // FAILED_PRECONDITION; the primary then drops this backup and carries on
-// alone. Updates already applied (a retried call) are acknowledged again
-// and not re-applied.
+// alone. A stream that starts later also calls the out-of-sync callback:
+// this PS then rejoins (rejoiner.h) to get a copy of those shards. Updates
+// already applied (a retried call) are acknowledged again and not
+// re-applied.
 #ifndef PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
 #define PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -72,6 +75,13 @@ class ReplicaApplier {
     CallView view_;
   };
 
+  // Called (on a gRPC thread, without locks held) with the primary whose
+  // stream this PS was sent but holds nothing of: it restarted while that
+  // primary ran on. Set before the service serves.
+  void set_on_out_of_sync(std::function<void(int primary)> on_out_of_sync) {
+    on_out_of_sync_ = std::move(on_out_of_sync);
+  }
+
   // Failover: this PS took over `primary`'s shards; its stream is refused
   // from now on (with kReplacedMarker), so it acknowledges nothing more.
   void Fence(int primary) ABSL_LOCKS_EXCLUDED(mu_);
@@ -116,7 +126,11 @@ class ReplicaApplier {
     SnapshotSequences building;                         // while rejoining
     std::shared_ptr<const SnapshotSequences> snapshot;  // after
   };
-  absl::StatusOr<CallView> ViewFor(int from) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<CallView> ViewFor(const ReplicationHeader& header)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The refusal of a stream from `from` that starts at `first` > 1 while
+  // this PS holds nothing of it; calls on_out_of_sync_.
+  absl::Status NotFollowing(int from, uint64_t first) const;
   absl::Status CheckHeader(const ReplicationHeader& header) const;
   absl::Status FencedError(int primary) const;
   absl::StatusOr<ReplicateResponse> Apply(
@@ -127,6 +141,7 @@ class ReplicaApplier {
   ShardStore* const store_;
   DedupScopes* const dedup_;
   const size_t max_push_bytes_;
+  std::function<void(int)> on_out_of_sync_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, std::unique_ptr<Stream>> streams_
       ABSL_GUARDED_BY(mu_);

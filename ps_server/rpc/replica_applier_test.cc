@@ -129,6 +129,38 @@ TEST_F(ReplicaApplierTest, AppliesInOrderOnceToTheSameBitsAsThePrimary) {
   EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 2);
 }
 
+// A restarted backup sent the middle of a primary's stream refuses it
+// before resolving its items (it may not have created their variables) and
+// asks for a rejoin; the primary's fresh hello (sequence 1 next) asks for
+// nothing. While it installs a snapshot, it answers with kRejoiningMarker.
+TEST_F(ReplicaApplierTest,
+       AStreamItMissedTheStartOfIsRefusedAndAsksForARejoin) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  std::vector<int> asked;
+  applier.set_on_out_of_sync([&](int primary) { asked.push_back(primary); });
+  auto mid = Run(applier, Header(0, 42, 201, 1), {DensePush(1)});
+  EXPECT_EQ(mid.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(mid.status().message(),
+                                "holds no update of PS 0's stream, which is at "
+                                "sequence 201"))
+      << mid.status();
+  EXPECT_EQ(asked, std::vector<int>{0});
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 0);
+  EXPECT_FALSE(applier.InSyncWith(0));
+  // A hello of a new primary process: followed from sequence 1, no rejoin.
+  ReplicaApplier fresh(stores_[1].get(), &dedup_, 1 << 20);
+  fresh.set_on_out_of_sync([&](int primary) { asked.push_back(primary); });
+  ASSERT_TRUE(Run(fresh, Header(0, 42, 0, 0), {}).ok());
+  ASSERT_TRUE(Run(fresh, Header(0, 42, 1, 1), {DensePush(1)}).ok());
+  EXPECT_EQ(asked, std::vector<int>{0});
+  fresh.BeginRejoin(0);
+  auto installing = Run(fresh, Header(0, 42, 0, 0), {});
+  EXPECT_EQ(installing.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(
+      absl::StrContains(installing.status().message(), kRejoiningMarker))
+      << installing.status();
+}
+
 TEST_F(ReplicaApplierTest, HostileStreamsAreRefusedNamingWhyAndApplyNothing) {
   ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
   auto call = [&](const ReplicationHeader& h,

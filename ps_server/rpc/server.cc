@@ -218,6 +218,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
           store, server->service_->replica_applier(), server->peers_.get());
       rejoiner = server->rejoiner_.get();
     }
+    if (rejoiner != nullptr) {
+      // Restarted while a primary it keeps copies of ran on (its stream
+      // holds updates this process never got): rejoin to get copies.
+      server->service_->replica_applier()->set_on_out_of_sync(
+          [rejoiner](int primary) {
+            LOG(WARNING) << "this PS holds none of PS " << primary
+                         << "'s updates (it restarted since): it rejoins as "
+                            "a backup to get a copy of that PS's shards";
+            rejoiner->Start();
+          });
+    }
     replicator->set_on_replaced([store, rejoiner] {
       store->Retire();
       if (rejoiner != nullptr) rejoiner->Start();

@@ -353,3 +353,70 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
     auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
     print(f"eval AUC after the partition {auc:.4f}")
     assert auc > 0.72  # 0.767-0.812 in 5 runs; worker 1 stood still 20 s
+
+
+@needs_netns
+def test_replicated_two_of_three_ps_killed(data, tmp_path):
+    """--replicas=2 on 3 hosts: PS 0 and PS 1 killed with SIGKILL at once.
+    PS 0's shards had their copies on PS 0 and PS 1 -- both gone -- so they
+    are restored from the latest checkpoint (the updates since are lost, and
+    PS 0's log says so); PS 1's shards have a live copy on PS 2, which takes
+    them over losing nothing. The launcher restarts both; training ends with
+    every shard at 2 copies."""
+    ckpt = os.path.join(tmp_path, "ckpt")
+    port = 26900
+    proc = launch(
+        tmp_path,
+        data,
+        3,
+        [
+            "--netns=psrtt8",
+            "--netns_subnet=10.87.0",
+            f"--base_port={port}",
+            "--restart_ps=1",
+            "--ps_flag=--replicas=2",
+            f"--ps_flag=--checkpoint_uri={ckpt}",
+            "--ps_flag=--checkpoint_every_steps=20",
+        ],
+        ["--epochs=0", "--max_steps=300"],
+    )
+    try:
+        wait_for(os.path.join(tmp_path, "ps_0.log"), r"checkpoint \S+: \d+ files")
+        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=60 ")
+        pids = [ps_pid(0, port), ps_pid(1, port)]
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    except Exception:
+        proc.kill()
+        raise
+    out = finish(proc)
+    for ps in (0, 1):
+        assert f"ps{ps} exited (status -9); with replicas" in out, out[-4000:]
+    logs = [read(os.path.join(tmp_path, f"ps_{ps}.log")) for ps in range(3)]
+    # PS 1's shards: PS 2 held a live copy and serves them, losing nothing.
+    assert "took over 3 shard(s) of PS 1" in logs[2], logs[2][-3000:]
+    # PS 0's shards: both copies died; the log says they come from the
+    # checkpoint.
+    m = re.search(r"PS 0 serves its shards as restored from \S+ \(step (\d+)\)", logs[0])
+    assert m, logs[0][-3000:]
+    print(m.group(0))
+    assert "PS 1 serves its shards as restored" not in logs[1], logs[1][-3000:]
+    # Both restarted PS rejoin as backups: PS 1 of PS 0's shards and of its
+    # own (now PS 2's), PS 0 of PS 2's shards, whose stream it missed.
+    for ps in (0, 1):
+        assert "rejoined as a backup" in logs[ps], logs[ps][-3000:]
+        print([line for line in logs[ps].splitlines() if "rejoined as a backup" in line][-1])
+
+    # Every shard on 2 copies again: each restarted backup caught up with
+    # each stream it follows.
+    def caught_up(log, backup):
+        return re.search(rf"PS {backup} \(algo-{backup + 1}:\d+\) caught up", log)
+
+    assert caught_up(logs[0], 1), logs[0][-3000:]
+    assert caught_up(logs[2], 1) and caught_up(logs[2], 0), logs[2][-3000:]
+    rows = done_lines(tmp_path, 3)
+    for row in rows:
+        assert int(row[0]) == 300, rows
+    auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
+    print(f"eval AUC after losing two PS {auc:.4f}")
+    assert auc > 0.72
