@@ -14,6 +14,7 @@ import numpy as np
 from . import frame
 from . import wire_dtype as wire
 from ._proto import ps_pb2, ps_pb2_grpc
+from .routing import Routing
 from .shard_map import DENSE, ShardMap, normalize
 
 # What the client accepts for ids and gradients.
@@ -192,6 +193,7 @@ class Client:
         tls_key_file: Optional[str] = None,
         auth_token: Optional[str] = None,
         wire_dtype: str = "fp32",
+        failover_wait: float = 30.0,
     ) -> None:
         """TLS: tls_ca_file (PEM CA of the servers' certificates), plus
         tls_cert_file/tls_key_file for mutual TLS. auth_token (default
@@ -199,11 +201,17 @@ class Client:
         values and pushed gradients travel, "fp32", "bf16" (float32's
         range, 8 significant bits) or "fp16" (11 bits, magnitudes beyond
         65504 clamped); arrays in and out stay float32, and so do the
-        servers' parameters (psrt/wire_dtype.py)."""
+        servers' parameters (psrt/wire_dtype.py). failover_wait: with
+        servers run with --replicas > 1, how long (seconds from a pull's or
+        push's first failure) it keeps retrying while a backup takes the
+        failed PS's shards over; its calls then go to that backup, and a
+        retried push is applied once (psrt/routing.py)."""
         self._wire_dtype = wire.parse(wire_dtype)
         self.addresses = load_cluster(cluster)
         self.timeout = timeout
         self.max_attempts = max_attempts
+        self.failover_wait = failover_wait
+        self._routing = Routing(self.addresses)
         options = [
             ("grpc.max_receive_message_length", 64 << 20),
             ("grpc.max_send_message_length", 64 << 20),
@@ -296,6 +304,45 @@ class Client:
                     delay = min(delay * 2, 5.0)
                     continue
                 raise PsError(code, f"{what} to {self.addresses[ps]}: {e.details()}", ps) from None
+
+    def _routed_call(self, ps, fn, what):
+        """fn(target) against the PS serving task `ps`'s shards now: `ps`
+        itself, or after a failover the backup that took them over. Retried
+        as _call does, and past max_attempts while the servers keep
+        replicas and failover_wait has not passed since the first failure,
+        learning failovers between tries (as the C++ client does)."""
+        delay = 0.1
+        first_failure = None
+        attempt = 0
+        while True:
+            attempt += 1
+            target = self._routing.serving(ps)
+            try:
+                return fn(target)
+            except grpc.RpcError as e:
+                code = e.code()
+                now = time.monotonic()
+                if first_failure is None:
+                    first_failure = now
+                if code in _RETRYABLE:
+                    self._routing.refresh(self._ask_stats)
+                within_failover = (
+                    self._routing.replicas > 1 and now - first_failure < self.failover_wait
+                )
+                if code not in _RETRYABLE or (attempt >= self.max_attempts and not within_failover):
+                    raise PsError(
+                        code, f"{what} to {self.addresses[target]}: {e.details()}", ps
+                    ) from None
+                time.sleep(delay * (0.5 + random.random() / 2))
+                delay = min(delay * 2, 2.0)
+
+    def _ask_stats(self, ps):
+        try:
+            return self._stubs[ps].GetStats(
+                ps_pb2.StatsRequest(), timeout=2.0, metadata=self._metadata
+            )
+        except grpc.RpcError:
+            return None
 
     def wait_for_servers(self, timeout: float = 30.0) -> None:
         for i, c in enumerate(self._channels):
@@ -469,7 +516,9 @@ class Client:
             self._call(
                 ps,
                 lambda ps=ps: self._stubs[ps].ListVariables(
-                    ps_pb2.ListVariablesRequest(), timeout=self.timeout, metadata=self._metadata
+                    ps_pb2.ListVariablesRequest(),
+                    timeout=self.timeout,
+                    metadata=self._metadata,
                 ),
                 "ListVariables",
             )
@@ -584,7 +633,9 @@ class Client:
             return
         if outcome is not None and isinstance(error, PsError):
             raise PsError(
-                error.code, f"{error.server_message} [{outcome(jobs, errors)}]", error.ps
+                error.code,
+                f"{error.server_message} [{outcome(jobs, errors)}]",
+                error.ps,
             ) from None
         raise error
 
@@ -680,7 +731,10 @@ class Client:
                 else:
                     head = _PullPiece(
                         ps_pb2.TensorItem(
-                            variable=item.variable, shard=item.shard, offset=item.offset, count=room
+                            variable=item.variable,
+                            shard=item.shard,
+                            offset=item.offset,
+                            count=room,
                         ),
                         None,
                         out,
@@ -726,10 +780,10 @@ class Client:
         request = frame.encode(header.SerializeToString(), payloads)
         received = [0] * len(items)
 
-        def run():
+        def run(serving):
             for i in range(len(received)):
                 received[i] = 0
-            for message in self._pull[ps][channel](
+            for message in self._pull[serving][channel](
                 request, timeout=self.timeout, metadata=self._metadata
             ):
                 head, pays = frame.decode(message)
@@ -739,12 +793,12 @@ class Client:
                     try:
                         values = wire.decode(piece.dtype, pays[piece.values_payload])
                     except ValueError as e:
-                        raise PsError(grpc.StatusCode.DATA_LOSS, f"PS {ps}: {e}") from e
+                        raise PsError(grpc.StatusCode.DATA_LOSS, f"PS {serving}: {e}") from e
                     start = target.offset + piece.first_float
                     if piece.first_float + values.size > target.count:
                         raise PsError(
                             grpc.StatusCode.DATA_LOSS,
-                            f"PS {ps} sent too many values for item {piece.item}",
+                            f"PS {serving} sent too many values for item {piece.item}",
                         )
                     target.out[start : start + values.size] = values
                     received[piece.item] += values.size
@@ -752,11 +806,11 @@ class Client:
                 if received[i] != p.count:
                     raise PsError(
                         grpc.StatusCode.DATA_LOSS,
-                        f"PS {ps} sent {received[i]} of {p.count} values of "
+                        f"PS {serving} sent {received[i]} of {p.count} values of "
                         f"'{p.item.variable}' shard {p.item.shard}",
                     )
 
-        self._call(ps, run, "Pull")
+        self._routed_call(ps, run, "Pull")
 
     def pull_dense(self, name: str) -> np.ndarray:
         return self.pull({name: None})[name]
@@ -802,7 +856,11 @@ class Client:
                     for off in range(0, size, limit):
                         count = min(limit, size - off)
                         item = ps_pb2.TensorItem(
-                            variable=name, shard=sh.shard, offset=off, count=count, learning_rate=lr
+                            variable=name,
+                            shard=sh.shard,
+                            offset=off,
+                            count=count,
+                            learning_rate=lr,
                         )
                         per_ps[sh.ps_task].append(
                             _PushPiece(item, None, grad[base + off : base + off + count])
@@ -862,12 +920,18 @@ class Client:
             size += nbytes
         flush()
         first = messages[0][0]
-        first.client_id, first.request_id, first.step = self._client_id, request_id, step
+        first.client_id, first.request_id, first.step = (
+            self._client_id,
+            request_id,
+            step,
+        )
         messages[-1][0].last = True
         encoded = [frame.encode(h.SerializeToString(), p) for h, p in messages]
-        return self._call(
+        return self._routed_call(
             ps,
-            lambda: self._push[ps](iter(encoded), timeout=self.timeout, metadata=self._metadata),
+            lambda target: self._push[target](
+                iter(encoded), timeout=self.timeout, metadata=self._metadata
+            ),
             "Push",
         )
 

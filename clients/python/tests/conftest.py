@@ -24,7 +24,10 @@ def _binary(env_name, relative):
         os.getcwd(),
         os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "bazel-bin"),
     ):
-        for candidate in (os.path.join(base, "psrt", relative), os.path.join(base, relative)):
+        for candidate in (
+            os.path.join(base, "psrt", relative),
+            os.path.join(base, relative),
+        ):
             if os.path.exists(candidate):
                 return candidate
     raise RuntimeError(f"{relative} not found: build it with bazel or set {env_name}")
@@ -37,11 +40,15 @@ def free_port():
 
 
 class Cluster:
-    def __init__(self, num_ps, flags=(), client_kwargs=None):
+    def __init__(self, num_ps, flags=(), client_kwargs=None, distinct_hosts=False):
         self.client_kwargs = client_kwargs or {}
         # IP literals: no DNS resolver (c-ares leaks a few bytes at exit, which
         # LeakSanitizer reports for the C++ helper under --config=asan).
-        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(num_ps)]
+        # distinct_hosts: PS i on 127.0.0.<i+1>, a host of its own as far as
+        # --replicas placement goes (a backup is never on its primary's host).
+        self.addresses = [
+            f"127.0.0.{i + 1 if distinct_hosts else 1}:{free_port()}" for i in range(num_ps)
+        ]
         self.spec = {"cluster": {"ps": self.addresses}}
         self.logs = tempfile.mkdtemp(prefix="psrt_py_")
         self.procs = []
@@ -64,6 +71,11 @@ class Cluster:
         client = self.client()
         client.wait_for_servers(30)
         client.close()
+
+    def kill(self, i):
+        """SIGKILL to PS i; waits for it to exit."""
+        self.procs[i].kill()
+        self.procs[i].wait()
 
     def restart(self, i, flags=()):
         """Kills PS i (SIGKILL) and starts it again on its port."""
@@ -101,8 +113,8 @@ def cluster2():
 def make_cluster():
     made = []
 
-    def make(num_ps, flags=(), client_kwargs=None):
-        c = Cluster(num_ps, flags, client_kwargs)
+    def make(num_ps, flags=(), client_kwargs=None, distinct_hosts=False):
+        c = Cluster(num_ps, flags, client_kwargs, distinct_hosts)
         made.append(c)
         return c
 

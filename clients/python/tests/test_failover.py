@@ -1,0 +1,78 @@
+"""Servers with --replicas=2: the Python client follows a failover. PS 1
+is killed with SIGKILL and never comes back; the next push waits while its
+backup (PS 2) takes its shards over, is sent there, and is applied once;
+pulls of PS 1's shards then read PS 2's copy, which holds every push
+acknowledged before the kill."""
+import time
+
+import numpy as np
+import pytest
+
+import psrt
+
+
+def _model():
+    return [
+        psrt.dense("w", (3000, 4), num_shards=3, optimizer="sgd", learning_rate=0.5),
+        psrt.embedding(
+            "emb",
+            9000,
+            8,
+            num_shards=3,
+            routing="mod",
+            optimizer="sgd",
+            learning_rate=0.5,
+        ),
+    ]
+
+
+def test_pushes_and_pulls_follow_a_failover_and_apply_once(make_cluster):
+    cluster = make_cluster(3, flags=["--replicas=2"], distinct_hosts=True)
+    client = cluster.client()
+    client.create_variables(_model())
+    rng = np.random.default_rng(3)
+    ids = np.arange(0, 9000, 7, dtype=np.int64)  # rows on every shard
+    dense = [rng.integers(-8, 8, size=(3000, 4)).astype(np.float32) for _ in range(2)]
+    rows = [rng.integers(-8, 8, size=(ids.size, 8)).astype(np.float32) for _ in range(2)]
+    client.push({"w": dense[0], "emb": (ids, rows[0])})
+    cluster.kill(1)
+    killed = time.monotonic()
+    # Its first tries fail (PS 1 is gone; PS 2 has not taken over yet);
+    # it keeps trying for failover_wait, then goes to PS 2.
+    client.push({"w": dense[1], "emb": (ids, rows[1])})
+    took = time.monotonic() - killed
+    print(f"push acknowledged {took:.2f} s after the kill")
+    # SGD with small integers: exact in float32. Each push applied once
+    # (the retried one too), every shard's values there.
+    assert np.array_equal(client.pull_dense("w"), -0.5 * (dense[0] + dense[1]))
+    assert np.array_equal(client.pull_rows("emb", ids), -0.5 * (rows[0] + rows[1]))
+    assert took < 20
+    # A new client learns the routing on its first failure as well.
+    fresh = cluster.client()
+    assert np.array_equal(fresh.pull_dense("w"), -0.5 * (dense[0] + dense[1]))
+    fresh.close()
+    client.close()
+
+
+def test_without_failover_wait_a_dead_ps_is_an_error_naming_it(make_cluster):
+    cluster = make_cluster(3, flags=["--replicas=2"], distinct_hosts=True)
+    client = cluster.client(failover_wait=0.0, max_attempts=1)
+    client.create_variables(_model())
+    cluster.kill(1)
+    with pytest.raises(psrt.PsError) as e:
+        client.pull_dense("w")
+    assert e.value.ps == 1
+    assert cluster.addresses[1] in str(e.value)
+    client.close()
+
+
+def test_backups_are_placed_as_the_servers_place_them():
+    """The next R-1 PS in the ring, skipping hosts already used
+    (partitioner/replica_placement_test.cc pins the servers' side)."""
+    from psrt.routing import backups_of
+
+    addresses = ["a:1", "b:1", "a:2", "c:1"]
+    assert backups_of(addresses, 1) == [[], [], [], []]
+    assert backups_of(addresses, 2) == [[1], [2], [3], [0]]
+    assert backups_of(addresses, 3) == [[1, 3], [2, 3], [3, 1], [0, 1]]
+    assert backups_of(["[::1]:1", "[::2]:1"], 2) == [[1], [0]]
