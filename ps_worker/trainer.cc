@@ -564,6 +564,12 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   while (true) {
     Step* const cur = pulling.front().get();
     absl::Time t = absl::Now();
+    // SYNC: this step's pull waits for the previous step's barrier, which
+    // needs this worker's push of it: finish (and so retry, after a PS
+    // failover) that push before waiting for the pull.
+    while (sync && !pushing.empty()) {
+      if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
+    }
     if (absl::Status s = FinishPull(cur); !s.ok()) {
       if (!Recoverable(s)) return s;
       for (const auto& step : pushing) {

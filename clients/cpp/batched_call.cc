@@ -106,6 +106,8 @@ void BatchedCall::BuildPullCalls() {
         *header->mutable_consistency() = context_.step.consistency;
         header->set_worker_index(context_.options->worker_index);
         header->set_step(context_.step.step);
+        // The barrier of this PS's shards, wherever they are served.
+        header->set_for_ps(static_cast<int>(ps));
       });
       Call call;
       call.ps = static_cast<int>(ps);
@@ -183,6 +185,7 @@ void BatchedCall::BuildPushCalls() {
       header->set_worker_index(context_.options->worker_index);
       header->set_step(context_.step.step);
       *header->mutable_consistency() = context_.step.consistency;
+      header->set_for_ps(static_cast<int>(ps));
     };
     const WireDtype dtype = context_.options->wire_dtype;
     const size_t value_bytes = WireValueBytes(dtype);

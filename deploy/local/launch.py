@@ -126,7 +126,8 @@ def main():
         type=int,
         default=0,
         help="restart a ps_server that dies, up to N times each, "
-        "with --restore=auto (give it --ps_flag=--checkpoint_uri=...)",
+        "with --restore=auto if it has a --ps_flag=--checkpoint_uri=... "
+        "(else empty: with --replicas it rejoins as a backup)",
     )
     parser.add_argument(
         "--restart_workers",
@@ -245,15 +246,19 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
                 # started again, it rejoins as a backup with copies from the
                 # other PS; --restore=auto still, since if its backup died
                 # too the checkpoint is what is left of its shards.
+                # (Without a --checkpoint_uri there is nothing to restore:
+                # it starts empty, and only its replicas hold its shards.)
+                argv = [a for a in p.argv if not a.startswith("--restore=")]
+                restore = any(a.startswith("--checkpoint_uri=") for a in argv)
                 why = "; with replicas its backup takes its shards over" if replicated else ""
+                how = "with --restore=auto" if restore else "empty (no --checkpoint_uri)"
                 print(
                     f"launch: {p.name} exited (status {code}){why}; restarting it "
-                    f"({p.restarts + 1} of {args.restart_ps}) with --restore=auto"
+                    f"({p.restarts + 1} of {args.restart_ps}) {how}"
                     + (" to rejoin as a backup" if replicated else ""),
                     flush=True,
                 )
-                argv = [a for a in p.argv if not a.startswith("--restore=")]
-                servers[i] = p.restarted(argv + ["--restore=auto"], args.logs)
+                servers[i] = p.restarted(argv + (["--restore=auto"] if restore else []), args.logs)
                 continue
             if replicated:
                 if p not in failed:

@@ -35,6 +35,14 @@ class ReplicationLog {
     uint64_t client_id = 0;
     uint64_t request_id = 0;
     int64_t bytes = 0;  // of the frames
+    // SYNC (ReplicatedUpdate): a push held for the barrier of the shards
+    // placed on `for_ps`, or that barrier's combined update.
+    bool held = false;
+    int worker_index = 0;
+    int for_ps = 0;
+    bool sync_step = false;
+    // Frames of each push of a combined update (empty: one push).
+    std::vector<int> push_frames;
   };
 
   virtual ~ReplicationLog() = default;

@@ -236,6 +236,11 @@ std::vector<grpc::ByteBuffer> Replicator::Messages(
     u->set_step(batch[i]->step);
     u->set_client_id(batch[i]->client_id);
     u->set_request_id(batch[i]->request_id);
+    u->set_held(batch[i]->held);
+    u->set_worker_index(batch[i]->worker_index);
+    u->set_for_ps(batch[i]->for_ps);
+    u->set_sync_step(batch[i]->sync_step);
+    for (int f : batch[i]->push_frames) u->add_push_frames(f);
     frames += batch[i]->frames.size();
   }
   std::vector<grpc::ByteBuffer> messages;

@@ -56,6 +56,11 @@ class ParameterServerService::PullReactor final
       s = service_->coordinator_.CheckStepFields(
           header.consistency(), header.worker_index(), header.step());
     }
+    if (s.ok() && header.consistency().mode() != Consistency::ASYNC) {
+      auto coordinator = service_->CoordinatorFor(header);
+      if (coordinator.ok()) coordinator_ = *coordinator;
+      s = coordinator.status();
+    }
     if (!s.ok()) {
       Finish(service_->Fail("Pull", s));
       return;
@@ -64,7 +69,7 @@ class ParameterServerService::PullReactor final
     uint64_t token;
     {
       absl::MutexLock lock(&mu_);
-      token = token_ = service_->coordinator_.WaitForPull(
+      token = token_ = coordinator_->WaitForPull(
           header, [this](absl::Status ready) { Proceed(ready, true); });
     }
     if (token == 0) Proceed(absl::OkStatus(), false);
@@ -89,7 +94,7 @@ class ParameterServerService::PullReactor final
   void OnCancel() override {
     {
       absl::MutexLock lock(&mu_);
-      if (token_ == 0 || !service_->coordinator_.Cancel(token_)) return;
+      if (token_ == 0 || !coordinator_->Cancel(token_)) return;
       token_ = 0;
     }
     Finish(grpc::Status(grpc::StatusCode::CANCELLED,
@@ -116,7 +121,7 @@ class ParameterServerService::PullReactor final
       return;
     }
     responder_ = std::move(*responder);
-    responder_->set_sync_step(service_->coordinator_.sync_step());
+    responder_->set_sync_step(coordinator_->sync_step());
     service_->pull_.rows->Increment(static_cast<double>(responder_->rows()));
     service_->pull_.bytes_out->Increment(
         static_cast<double>(responder_->value_bytes()));
@@ -161,6 +166,8 @@ class ParameterServerService::PullReactor final
   }
 
   ParameterServerService* const service_;
+  // The barrier waited on (SYNC, SSP).
+  StepCoordinator* coordinator_ = &service_->coordinator_;
   const absl::Time start_ = absl::Now();
   FrameReader frame_;
   std::unique_ptr<PullResponder> responder_;
@@ -211,24 +218,40 @@ class ParameterServerService::PushReactor final
       Finish(service_->Fail("Push", s));
       return;
     }
+    StepCoordinator* coordinator = &service_->coordinator_;
+    if (consistency.mode() != Consistency::ASYNC && handler_->complete()) {
+      absl::StatusOr<StepCoordinator*> found = service_->CoordinatorFor(first);
+      absl::Status s = found.status();
+      if (s.ok() && first.has_for_ps())
+        s = handler_->CheckPlacedOn(first.for_ps());
+      if (!s.ok()) {
+        Finish(service_->Fail("Push", s));
+        return;
+      }
+      coordinator = *found;
+    }
     if (consistency.mode() == Consistency::SYNC && handler_->complete()) {
       // Held for the step's barrier; applied with the other workers'.
       const int worker_index = first.worker_index();
       const int64_t step = first.step();
-      Complete(service_->coordinator_.SyncPush(std::move(handler_)),
-               worker_index, step);
+      coordinator->SyncPush(
+          std::move(handler_),
+          [this, worker_index, step](absl::StatusOr<PushResponse> result) {
+            Complete(std::move(result), worker_index, step);
+          });
       return;
     }
     // Answered when the backups (--replicas) have it too, without holding
     // this gRPC thread meanwhile.
-    handler_->FinishAsync([this](absl::StatusOr<PushResponse> result) {
-      service_->push_apply_seconds_->Observe(handler_->apply_seconds());
-      const PushRequestHeader& header = handler_->first_header();
-      if (result.ok() && header.consistency().mode() == Consistency::SSP) {
-        service_->coordinator_.AdvanceClock(header);
-      }
-      Complete(std::move(result), header.worker_index(), header.step());
-    });
+    handler_->FinishAsync(
+        [this, coordinator](absl::StatusOr<PushResponse> result) {
+          service_->push_apply_seconds_->Observe(handler_->apply_seconds());
+          const PushRequestHeader& header = handler_->first_header();
+          if (result.ok() && header.consistency().mode() == Consistency::SSP) {
+            coordinator->AdvanceClock(header);
+          }
+          Complete(std::move(result), header.worker_index(), header.step());
+        });
   }
 
   void Complete(absl::StatusOr<PushResponse> result, int worker_index,
@@ -871,9 +894,72 @@ bool ParameterServerService::TakeOver(int primary) {
   // push it applies after this point can be lost by the takeover.
   replica_applier_.Fence(primary);
   const int shards = store_->Promote(primary);
+  // Its step barriers move here (their held pushes name shards served here
+  // from now on); until then SYNC and SSP calls for them are answered
+  // UNAVAILABLE and retried.
+  ResumeBarriersOf(primary);
   LOG(ERROR) << "PS " << store_->ps_task() << " took over " << shards
              << " shard(s) of PS " << primary << " (failover)";
   return true;
+}
+
+template <typename Header>
+absl::StatusOr<StepCoordinator*> ParameterServerService::CoordinatorFor(
+    const Header& header) {
+  const int self = store_->ps_task();
+  if (!header.has_for_ps() || header.for_ps() == self) return &coordinator_;
+  const int for_ps = header.for_ps();
+  if (for_ps < 0 || for_ps >= store_->num_ps()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("for_ps ", for_ps, " is not a PS of this ",
+                     store_->num_ps(), "-PS cluster"));
+  }
+  absl::MutexLock lock(&coordinators_mu_);
+  auto it = taken_over_.find(for_ps);
+  if (it == taken_over_.end()) {
+    // (Retryable: the client learns the routing again.)
+    return absl::UnavailableError(
+        absl::StrCat("PS ", self, " does not serve PS ", for_ps,
+                     "'s shards (no failover of PS ", for_ps,
+                     " to this PS): ask any PS for the cluster's failovers"));
+  }
+  return it->second.get();
+}
+
+void ParameterServerService::ResumeBarriersOf(int primary) {
+  auto barriers = replica_applier_.SyncBarriersOf(primary);
+  barriers.try_emplace(primary);  // its own, even if no step was seen
+  const int self = store_->ps_task();
+  for (auto& [for_ps, barrier] : barriers) {
+    std::vector<std::unique_ptr<PushHandler>> held;
+    for (const auto& frames : barrier.held) {
+      auto push = std::make_unique<PushHandler>(
+          store_, dedup_scopes_.For(self), limits_.max_push_bytes,
+          RequestKind::kPush, replicator_);
+      push->set_dedup_scopes(&dedup_scopes_);
+      absl::Status s;
+      for (const grpc::ByteBuffer& frame : frames) {
+        if (s.ok()) s = push->AddMessage(frame);
+      }
+      if (!s.ok() || !push->complete()) {
+        LOG(ERROR) << "a push PS " << primary << " held for step "
+                   << barrier.next_step << " is dropped: " << s;
+        continue;
+      }
+      held.push_back(std::move(push));
+    }
+    if (for_ps == self) {
+      coordinator_.Resume(barrier.next_step, std::move(held));
+      continue;
+    }
+    // Resumed before calls can reach it.
+    auto resumed = std::make_unique<StepCoordinator>(
+        for_ps, limits_.max_workers, dedup_scopes_.For(self));
+    resumed->Resume(barrier.next_step, std::move(held));
+    absl::MutexLock lock(&coordinators_mu_);
+    auto& slot = taken_over_[for_ps];
+    if (slot == nullptr) slot = std::move(resumed);
+  }
 }
 
 bool ParameterServerService::TakeOverRestarted(int primary) {

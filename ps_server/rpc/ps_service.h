@@ -7,8 +7,12 @@
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/checkpoint/checkpoint_coordinator.h"
@@ -201,7 +205,21 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // UNAVAILABLE once this PS was replaced by a backup (failover), while
   // it holds no lease, or while its backups have not accepted its stream.
   absl::Status CheckNotReplaced() const;
+  // This PS's own shards' step barrier (SYNC, SSP).
   StepCoordinator coordinator_;
+  // The barrier a pull or push with `header`'s for_ps waits on: this PS's
+  // own (unset, or this PS), or that of a PS whose shards it took over;
+  // UNAVAILABLE naming why if it serves no such shards.
+  template <typename Header>
+  absl::StatusOr<StepCoordinator*> CoordinatorFor(const Header& header)
+      ABSL_LOCKS_EXCLUDED(coordinators_mu_);
+  // Failover: the barrier of `primary`'s shards, and of those it had taken
+  // over, resumed where its stream left this PS's copy.
+  void ResumeBarriersOf(int primary) ABSL_LOCKS_EXCLUDED(coordinators_mu_);
+  absl::Mutex coordinators_mu_;
+  // Never removed while the service lives (requests hold pointers).
+  absl::flat_hash_map<int, std::unique_ptr<StepCoordinator>> taken_over_
+      ABSL_GUARDED_BY(coordinators_mu_);
   WorkersSeen workers_seen_;
   MethodMetrics pull_, push_, create_;
   prometheus::Counter* rejected_nonfinite_;

@@ -161,10 +161,15 @@ absl::Status PushHandler::ApplyCombined(float scale) {
 }
 
 absl::Status PushHandler::AwaitReplicated() {
-  if (replicator_ == nullptr) return absl::OkStatus();
+  return AwaitReplicated(replicator_, replicated_sequence_);
+}
+
+absl::Status PushHandler::AwaitReplicated(ReplicationLog* log,
+                                          uint64_t sequence) {
+  if (log == nullptr) return absl::OkStatus();
   absl::Notification replicated;
   absl::Status status;
-  replicator_->WhenReplicated(replicated_sequence_, [&](absl::Status s) {
+  log->WhenReplicated(sequence, [&](absl::Status s) {
     status = std::move(s);
     replicated.Notify();
   });
@@ -187,7 +192,37 @@ absl::Status PushHandler::CheckPrimaryIs(
   return absl::OkStatus();
 }
 
+void PushHandler::ForwardHeld(int for_ps) {
+  if (replicator_ == nullptr || !replicator_->active()) return;
+  ReplicationLog::Update held;
+  held.frames = received_;  // shares the slices
+  held.scale = 1.0f;
+  held.step = first_header_.step();
+  held.client_id = first_header_.client_id();
+  held.request_id = first_header_.request_id();
+  held.bytes = static_cast<int64_t>(bytes_);
+  held.held = true;
+  held.worker_index = first_header_.worker_index();
+  held.for_ps = for_ps;
+  replicated_sequence_ = replicator_->Append(std::move(held));
+}
+
+absl::Status PushHandler::CheckPlacedOn(int ps) const {
+  for (const ResolvedItem& item : items_) {
+    const int placed = item.variable->layout->shards[item.shard].ps_task;
+    if (placed != ps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push for PS ", ps, "'s step barrier names shard ", item.shard,
+          " of '", item.variable->name(), "', which is placed on PS ", placed,
+          ": send each PS's shards in a call of their own"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void PushHandler::TakeItemsOf(PushHandler* other) {
+  if (!combined_) push_frames_.push_back(static_cast<int>(received_.size()));
+  push_frames_.push_back(static_cast<int>(other->received_.size()));
   combined_ = true;
   for (auto& m : other->received_) received_.push_back(std::move(m));
   other->received_.clear();
@@ -328,6 +363,11 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       forwarded.request_id = first_header_.request_id();
     }
     forwarded.bytes = static_cast<int64_t>(bytes_);
+    if (combined_) forwarded.push_frames = push_frames_;
+    if (sync_step_for_ >= 0) {
+      forwarded.sync_step = true;
+      forwarded.for_ps = sync_step_for_;
+    }
     replicated_sequence_ = replicator_->Append(std::move(forwarded));
   }
   for (auto it = updates.rbegin(); it != updates.rend(); ++it) {

@@ -58,6 +58,31 @@ class PushHandler {
   // Applies everything held as one update with gradients multiplied by
   // `scale` (1 / workers: their mean), without request de-duplication.
   absl::Status ApplyCombined(float scale);
+  // The same without waiting for the backups (then AwaitReplicated, or
+  // replication_log()->WhenReplicated(replicated_sequence())).
+  absl::Status ApplyCombinedUnreplicated(float scale) { return Apply(scale); }
+
+  // SYNC with --replicas: logs this validated push, held for the barrier
+  // of the shards placed on `for_ps`, for the backups (not applied there),
+  // so a backup that takes those shards over has it. Call under the
+  // barrier's lock (it is ordered before the step's combined update), then
+  // AwaitReplicated before acknowledging it.
+  void ForwardHeld(int for_ps);
+  // The next ApplyCombined is the barrier of `for_ps`'s shards: backups
+  // learn the step applied (and drop its held pushes).
+  void MarkSyncStep(int for_ps) { sync_step_for_ = for_ps; }
+  // Waits until the backups have what was forwarded last (nothing to wait
+  // for without replicas): OK, or UNAVAILABLE if this PS was replaced.
+  absl::Status AwaitReplicated();
+  // The same for `sequence` of `log` (null: nothing to wait for), for a
+  // caller that may not outlive the handler while it waits.
+  static absl::Status AwaitReplicated(ReplicationLog* log, uint64_t sequence);
+  ReplicationLog* replication_log() const { return replicator_; }
+  uint64_t replicated_sequence() const { return replicated_sequence_; }
+
+  // INVALID_ARGUMENT unless every item's shard was placed on PS `ps` (a
+  // call for one PS's step barrier names only that PS's shards).
+  absl::Status CheckPlacedOn(int ps) const;
 
   // FAILED_PRECONDITION unless every item's shard was placed on one of
   // `primaries` (primaries[0]: the sender; a forwarded push names only
@@ -77,9 +102,6 @@ class PushHandler {
 
  private:
   absl::Status Apply(float scale);
-  // Waits until the backups have what Apply forwarded (nothing to wait for
-  // without replicas).
-  absl::Status AwaitReplicated();
 
   ShardStore* const store_;
   PushDedup* const dedup_;
@@ -88,9 +110,11 @@ class PushHandler {
   DedupScopes* scopes_ = nullptr;
   std::function<bool(const LocalVariable&, int shard)> replica_filter_;
   ReplicationLog* const replicator_;  // null or inactive: no replicas
+  int sync_step_for_ = -1;            // MarkSyncStep
   // The messages as received, kept (sharing their slices) to forward them.
   std::vector<grpc::ByteBuffer> received_;
-  bool combined_ = false;  // holds other pushes' items (SYNC)
+  bool combined_ = false;         // holds other pushes' items (SYNC)
+  std::vector<int> push_frames_;  // combined: frames of each push
   uint64_t replicated_sequence_ = 0;
   std::vector<std::unique_ptr<FrameReader>> frames_;
   std::vector<ResolvedItem> items_;

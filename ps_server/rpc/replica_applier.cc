@@ -50,15 +50,34 @@ absl::Status ReplicaApplier::CheckHeader(
   }
   for (int i = 0; i < header.updates_size(); ++i) {
     const ReplicatedUpdate& u = header.updates(i);
+    int64_t parts_total = 0;
+    bool parts_ok = u.push_frames_size() <= u.num_frames();
+    for (int32_t f : u.push_frames()) {
+      parts_ok &= f >= 1;
+      parts_total += f;
+    }
+    if (!parts_ok ||
+        (u.push_frames_size() > 0 && parts_total != u.num_frames())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Replicate from PS ", from, ": update ", i, " (sequence ",
+          u.sequence(), ") splits its ", u.num_frames(), " frames into ",
+          u.push_frames_size(), " pushes of ", parts_total,
+          " frames in all (each at least 1, adding up)"));
+    }
     if (u.sequence() != header.updates(0).sequence() + i || u.sequence() == 0 ||
         u.num_frames() < 1 || u.num_frames() > kMaxFramesPerUpdate ||
-        !(u.scale() > 0) || !(u.scale() <= 1) || u.step() < 0) {
+        !(u.scale() > 0) || !(u.scale() <= 1) || u.step() < 0 ||
+        u.for_ps() < 0 || u.for_ps() >= store_->num_ps() ||
+        u.worker_index() < 0 || u.worker_index() >= (1 << 16) ||
+        (u.held() && u.sync_step())) {
       return absl::InvalidArgumentError(
           absl::StrCat("Replicate from PS ", from, ": update ", i,
                        " (sequence ", u.sequence(), ", ", u.num_frames(),
                        " frames, scale ", u.scale(), ", step ", u.step(),
+                       ", PS ", u.for_ps(), ", worker ", u.worker_index(),
                        ") is malformed: sequences must be consecutive from 1, "
-                       "frames at least 1, scale in (0, 1]"));
+                       "frames at least 1, scale in (0, 1], a PS of this "
+                       "cluster, held or a step, not both"));
     }
   }
   return absl::OkStatus();
@@ -79,6 +98,19 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
     have_header_ = true;
     return absl::OkStatus();
   }
+  auto new_handler = [&](uint64_t sequence) {
+    auto update = std::make_unique<PushHandler>(
+        applier_->store_, applier_->dedup_->For(applier_->store_->ps_task()),
+        applier_->max_push_bytes_, RequestKind::kReplica);
+    if (view_.snapshot != nullptr) {
+      update->set_replica_filter([snapshot = view_.snapshot, sequence](
+                                     const LocalVariable& v, int shard) {
+        auto it = snapshot->find({v.name(), shard});
+        return it == snapshot->end() || sequence >= it->second;
+      });
+    }
+    return update;
+  };
   if (updates_.empty() ||
       frames_in_current_ ==
           header_.updates(static_cast<int>(updates_.size()) - 1).num_frames()) {
@@ -86,23 +118,29 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
       return absl::InvalidArgumentError(
           "Replicate stream carries more frames than its header declares");
     }
-    auto update = std::make_unique<PushHandler>(
-        applier_->store_, applier_->dedup_->For(applier_->store_->ps_task()),
-        applier_->max_push_bytes_, RequestKind::kReplica);
-    if (view_.snapshot != nullptr) {
-      const uint64_t sequence =
-          header_.updates(static_cast<int>(updates_.size())).sequence();
-      update->set_replica_filter([snapshot = view_.snapshot, sequence](
-                                     const LocalVariable& v, int shard) {
-        auto it = snapshot->find({v.name(), shard});
-        return it == snapshot->end() || sequence >= it->second;
-      });
-    }
-    updates_.push_back(std::move(update));
+    updates_.push_back(new_handler(
+        header_.updates(static_cast<int>(updates_.size())).sequence()));
+    more_parts_.emplace_back();
+    held_frames_.emplace_back();
     frames_in_current_ = 0;
+    frames_in_part_ = 0;
+    part_ = 0;
+  }
+  const ReplicatedUpdate& u =
+      header_.updates(static_cast<int>(updates_.size()) - 1);
+  // A SYNC step's combined update: each worker's push is a stream of its
+  // own (its own last message), combined once all are read.
+  if (part_ < u.push_frames_size() && frames_in_part_ == u.push_frames(part_)) {
+    ++part_;
+    frames_in_part_ = 0;
+    more_parts_.back().push_back(new_handler(u.sequence()));
   }
   ++frames_in_current_;
-  return updates_.back()->AddMessage(message);
+  ++frames_in_part_;
+  if (u.held()) held_frames_.back().push_back(message);  // shares the slices
+  PushHandler* part =
+      part_ == 0 ? updates_.back().get() : more_parts_.back().back().get();
+  return part->AddMessage(message);
 }
 
 absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
@@ -111,7 +149,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
       return absl::InvalidArgumentError(
           "Replicate hello (no updates) carries frames");
     }
-    return applier_->Apply(header_, updates_);
+    return applier_->Apply(header_, updates_, held_frames_);
   }
   if (!have_header_ ||
       static_cast<int>(updates_.size()) != header_.updates_size() ||
@@ -121,12 +159,14 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
         "Replicate stream ended before every frame its header declares; "
         "nothing was applied");
   }
-  for (const auto& update : updates_) {
-    if (absl::Status s = update->CheckPrimaryIs(view_.primaries); !s.ok()) {
+  for (size_t i = 0; i < updates_.size(); ++i) {
+    for (auto& part : more_parts_[i]) updates_[i]->TakeItemsOf(part.get());
+    if (absl::Status s = updates_[i]->CheckPrimaryIs(view_.primaries);
+        !s.ok()) {
       return s;
     }
   }
-  return applier_->Apply(header_, updates_);
+  return applier_->Apply(header_, updates_, held_frames_);
 }
 
 ReplicaApplier::Stream* ReplicaApplier::StreamOf(int primary) {
@@ -266,9 +306,27 @@ uint64_t ReplicaApplier::applied_through(int primary) const {
   return it->second->applied_through;
 }
 
+absl::flat_hash_map<int, ReplicaApplier::SyncBarrier>
+ReplicaApplier::SyncBarriersOf(int primary) const {
+  absl::flat_hash_map<int, SyncBarrier> out;
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(primary);
+  if (it == streams_.end()) return out;
+  absl::MutexLock apply(&it->second->apply_mu);
+  for (const auto& [for_ps, barrier] : it->second->barriers) {
+    SyncBarrier& b = out[for_ps];
+    b.next_step = barrier.next_step;
+    for (const auto& [key, frames] : barrier.held) {
+      if (key.first == barrier.next_step) b.held.push_back(frames);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     const ReplicationHeader& header,
-    std::vector<std::unique_ptr<PushHandler>>& updates) {
+    std::vector<std::unique_ptr<PushHandler>>& updates,
+    std::vector<std::vector<grpc::ByteBuffer>>& held_frames) {
   const int from = header.from_task();
   Stream* stream = StreamOf(from);
   absl::MutexLock lock(&stream->apply_mu);
@@ -303,6 +361,18 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
   for (size_t i = 0; i < updates.size(); ++i) {
     const ReplicatedUpdate& u = header.updates(static_cast<int>(i));
     if (u.sequence() <= stream->applied_through) continue;  // a retry
+    if (u.held()) {
+      // Kept for a takeover, not applied (nor recorded as applied: its
+      // worker's retry must still count in the barrier). The primary
+      // holds pushes of its current step only: older ones were applied.
+      Stream::Barrier& barrier = stream->barriers[u.for_ps()];
+      barrier.next_step = std::max(barrier.next_step, u.step());
+      barrier.held.erase(barrier.held.begin(),
+                         barrier.held.lower_bound({u.step(), 0}));
+      barrier.held[{u.step(), u.worker_index()}] = std::move(held_frames[i]);
+      stream->applied_through = u.sequence();
+      continue;
+    }
     absl::Status s = updates[i]->ApplyCombined(u.scale());
     if (!s.ok()) {
       // The primary applied this update to the same state; refusing it
@@ -311,6 +381,12 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
       return absl::FailedPreconditionError(
           absl::StrCat("backup copy diverged: update ", u.sequence(), " of PS ",
                        from, " failed here: ", s.message()));
+    }
+    if (u.sync_step()) {
+      Stream::Barrier& barrier = stream->barriers[u.for_ps()];
+      barrier.next_step = std::max(barrier.next_step, u.step() + 1);
+      barrier.held.erase(barrier.held.begin(),
+                         barrier.held.lower_bound({barrier.next_step, 0}));
     }
     PushDedup* dedup = dedup_->For(from);
     if (u.request_id() != 0 && dedup->Begin(u.client_id(), u.request_id()) ==

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -71,7 +72,14 @@ class ReplicaApplier {
     bool have_header_ = false;
     ReplicationHeader header_;
     std::vector<std::unique_ptr<PushHandler>> updates_;
+    // The frames of each update that is a held SYNC push (kept, not
+    // applied); empty for the others.
+    std::vector<std::vector<grpc::ByteBuffer>> held_frames_;
     int frames_in_current_ = 0;
+    // A combined SYNC update's pushes after its first, per update.
+    std::vector<std::vector<std::unique_ptr<PushHandler>>> more_parts_;
+    int part_ = 0;
+    int frames_in_part_ = 0;
     CallView view_;
   };
 
@@ -81,6 +89,17 @@ class ReplicaApplier {
   void set_on_out_of_sync(std::function<void(int primary)> on_out_of_sync) {
     on_out_of_sync_ = std::move(on_out_of_sync);
   }
+
+  // SYNC (step_coordinator.h): for each PS whose step barrier `primary`'s
+  // stream carried (its own shards', and those it had taken over), the
+  // first step not applied and the pushes held for it, as the stream left
+  // this copy. A barrier none of whose steps was seen is left out.
+  struct SyncBarrier {
+    int64_t next_step = 0;
+    std::vector<std::vector<grpc::ByteBuffer>> held;  // each push's frames
+  };
+  absl::flat_hash_map<int, SyncBarrier> SyncBarriersOf(int primary) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Failover: this PS took over `primary`'s shards; its stream is refused
   // from now on (with kReplacedMarker), so it acknowledges nothing more.
@@ -125,6 +144,13 @@ class ReplicaApplier {
     std::vector<int> primaries;
     SnapshotSequences building;                         // while rejoining
     std::shared_ptr<const SnapshotSequences> snapshot;  // after
+    // SYNC barriers the stream carried, by the PS whose shards they are
+    // for: held pushes per (step, worker) of the current step.
+    struct Barrier {
+      int64_t next_step = 0;
+      std::map<std::pair<int64_t, int>, std::vector<grpc::ByteBuffer>> held;
+    };
+    absl::flat_hash_map<int, Barrier> barriers;
   };
   absl::StatusOr<CallView> ViewFor(const ReplicationHeader& header)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -135,7 +161,8 @@ class ReplicaApplier {
   absl::Status FencedError(int primary) const;
   absl::StatusOr<ReplicateResponse> Apply(
       const ReplicationHeader& header,
-      std::vector<std::unique_ptr<PushHandler>>& updates);
+      std::vector<std::unique_ptr<PushHandler>>& updates,
+      std::vector<std::vector<grpc::ByteBuffer>>& held_frames);
   Stream* StreamOf(int primary) ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardStore* const store_;

@@ -161,6 +161,56 @@ TEST_F(ReplicaApplierTest,
       << installing.status();
 }
 
+// SYNC: a push the primary holds for its barrier is kept here, not
+// applied, and handed over on a takeover (SyncBarriersOf) with the first
+// step not applied; the step's combined update -- each worker's push a
+// stream of its own -- applies all of them and drops what was held.
+TEST_F(ReplicaApplierTest, HeldSyncPushesAreKeptUntilTheirStepIsApplied) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  ASSERT_TRUE(Run(applier, Header(0, 42, 0, 0), {}).ok());
+  ReplicationHeader held = Header(0, 42, 1, 1);
+  held.mutable_updates(0)->set_held(true);
+  held.mutable_updates(0)->set_step(7);
+  held.mutable_updates(0)->set_worker_index(1);
+  ASSERT_TRUE(Run(applier, held, {DensePush(0.5f)}).ok());
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 0);  // not applied
+  auto barriers = applier.SyncBarriersOf(0);
+  ASSERT_EQ(barriers.size(), 1u);
+  EXPECT_EQ(barriers[0].next_step, 7);
+  ASSERT_EQ(barriers[0].held.size(), 1u);
+  EXPECT_EQ(barriers[0].held[0].size(), 1u);
+  // Its request id is not recorded as applied: the worker's retry must
+  // still count in the barrier.
+  EXPECT_EQ(dedup_.For(0)->Begin(5, 77), PushDedup::Outcome::kNew);
+  // The combined update of step 7: two pushes of one frame each.
+  ReplicationHeader step = Header(0, 42, 2, 1, 2);
+  step.mutable_updates(0)->set_sync_step(true);
+  step.mutable_updates(0)->set_step(7);
+  step.mutable_updates(0)->set_scale(0.5f);
+  step.mutable_updates(0)->add_push_frames(1);
+  step.mutable_updates(0)->add_push_frames(1);
+  auto applied = Run(applier, step, {DensePush(0.5f), DensePush(0.25f)});
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 1);  // one update
+  barriers = applier.SyncBarriersOf(0);
+  EXPECT_EQ(barriers[0].next_step, 8);
+  EXPECT_TRUE(barriers[0].held.empty());
+  // Without push_frames two pushes cannot be told apart: refused.
+  ReplicationHeader merged = Header(0, 42, 3, 1, 2);
+  auto refused = Run(applier, merged, {DensePush(1), DensePush(1)});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+      << refused.status();
+  // push_frames that do not add up: refused before anything is read.
+  ReplicationHeader bad = Header(0, 42, 3, 1, 2);
+  bad.mutable_updates(0)->add_push_frames(1);
+  bad.mutable_updates(0)->add_push_frames(2);
+  auto mismatch = Run(applier, bad, {DensePush(1), DensePush(1)});
+  EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(mismatch.status().message(), "splits its 2"))
+      << mismatch.status();
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 1);
+}
+
 TEST_F(ReplicaApplierTest, HostileStreamsAreRefusedNamingWhyAndApplyNothing) {
   ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
   auto call = [&](const ReplicationHeader& h,

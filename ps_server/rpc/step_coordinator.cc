@@ -79,75 +79,168 @@ int64_t StepCoordinator::sync_step() const {
   return applied_step_;
 }
 
-absl::StatusOr<PushResponse> StepCoordinator::SyncPush(
-    std::unique_ptr<PushHandler> push) {
+void StepCoordinator::SyncPush(std::unique_ptr<PushHandler> push,
+                               PushDone done) {
   const PushRequestHeader& h = push->first_header();
   const int workers = h.consistency().workers();
   const int worker = h.worker_index();
   const int64_t step = h.step();
   PushResponse response;
   std::vector<std::unique_ptr<PushHandler>> barrier;
+  bool holds = false;
+  ReplicationLog* held_log = nullptr;
+  uint64_t held_sequence = 0;
   {
     absl::MutexLock lock(&mu_);
     if (workers < 1 || worker < 0 || worker >= workers) {
-      return absl::InvalidArgumentError(
+      done(absl::InvalidArgumentError(
           absl::StrCat("sync push from worker ", worker, " of ", workers,
-                       ": the worker index must be in [0, workers)"));
+                       ": the worker index must be in [0, workers)")));
+      return;
     }
     if (sync_workers_ == 0) sync_workers_ = workers;
     if (workers != sync_workers_) {
-      return absl::FailedPreconditionError(absl::StrCat(
+      done(absl::FailedPreconditionError(absl::StrCat(
           "sync push from worker ", worker, " says there are ", workers,
           " workers, but earlier pushes said ", sync_workers_,
-          "; every worker must use the same cluster spec"));
+          "; every worker must use the same cluster spec")));
+      return;
     }
     if (step < applied_step_) {
       response.set_stale_items(push->items());
-      return response;  // the step is done without it (TF drops stale too)
+      done(response);  // the step is done without it (TF drops stale too)
+      return;
+    }
+    if (step == applied_step_ && applying_) {
+      // (A retry of a push this step's barrier took: the step is being
+      // applied and replicated right now.)
+      done(absl::UnavailableError(
+          absl::StrCat("sync step ", step, " of PS ", ps_task_,
+                       "'s shards is being applied; retry")));
+      return;
     }
     if (step > applied_step_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("worker ", worker, " pushed step ", step, " but PS ",
-                       ps_task_, " is still at step ", applied_step_,
-                       ": sync workers must pull each step before pushing it"));
+      done(absl::FailedPreconditionError(absl::StrCat(
+          "worker ", worker, " pushed step ", step, " but PS ", ps_task_,
+          " is still at step ", applied_step_,
+          ": sync workers must pull each step before pushing it")));
+      return;
     }
     auto [it, inserted] = contributions_.emplace(worker, nullptr);
     if (!inserted) {
       if (h.request_id() != 0 &&
           it->second->first_header().request_id() == h.request_id()) {
         response.set_duplicate(true);
-        return response;
+        done(response);
+        return;
       }
-      return absl::FailedPreconditionError(
+      done(absl::FailedPreconditionError(
           absl::StrCat("worker ", worker, " pushed step ", step,
-                       " twice (two workers with the same index?)"));
+                       " twice (two workers with the same index?)")));
+      return;
     }
     it->second = std::move(push);
-    if (static_cast<int>(contributions_.size()) < sync_workers_) {
-      return response;  // held until the other workers' pushes arrive
+    holds = static_cast<int>(contributions_.size()) < sync_workers_;
+    if (holds) {
+      // Held until the other workers' pushes arrive. With replicas the
+      // backups keep it too, logged before the step's combined update (the
+      // barrier's lock orders them), so a backup that takes these shards
+      // over still has it.
+      it->second->ForwardHeld(ps_task_);
+      held_log = it->second->replication_log();
+      held_sequence = it->second->replicated_sequence();
+    } else {
+      for (auto& [w, p] : contributions_) barrier.push_back(std::move(p));
+      contributions_.clear();
+      applying_ = true;
     }
-    for (auto& [w, p] : contributions_) barrier.push_back(std::move(p));
-    contributions_.clear();
+  }
+  if (holds) {
+    // Acknowledged once the backups have it (the handler may be applied
+    // and gone by then: only the log and sequence are used), without
+    // holding this thread meanwhile.
+    if (held_log == nullptr || held_sequence == 0) {
+      done(response);
+      return;
+    }
+    held_log->WhenReplicated(held_sequence, [done = std::move(done), response](
+                                                absl::Status replicated) {
+      if (replicated.ok()) {
+        done(response);
+      } else {
+        done(replicated);
+      }
+    });
+    return;
   }
   // The last push of the step: apply the mean of all workers' gradients.
-  PushHandler* merged = barrier[0].get();
-  for (size_t i = 1; i < barrier.size(); ++i)
-    merged->TakeItemsOf(barrier[i].get());
-  absl::Status applied = merged->ApplyCombined(1.0f / barrier.size());
+  auto pushes = std::make_shared<std::vector<std::unique_ptr<PushHandler>>>(
+      std::move(barrier));
+  PushHandler* merged = (*pushes)[0].get();
+  merged->MarkSyncStep(ps_task_);
+  for (size_t i = 1; i < pushes->size(); ++i) {
+    merged->TakeItemsOf((*pushes)[i].get());
+  }
+  const absl::Status applied =
+      merged->ApplyCombinedUnreplicated(1.0f / pushes->size());
   if (!applied.ok()) {
     LOG(ERROR) << "PS " << ps_task_ << ": applying sync step " << step
                << " failed; the step is skipped: " << applied;
   }
+  // The step counts as applied (and the pulls waiting for it go on) once
+  // the backups have it: a worker that pulled the next step's values must
+  // find this step applied wherever these shards are served next.
+  auto finish = [this, pushes, applied,
+                 done = std::move(done)](absl::Status replicated) {
+    std::vector<Ready> ready;
+    {
+      absl::MutexLock lock(&mu_);
+      ++applied_step_;
+      applying_ = false;
+      ready = TakeSatisfied();
+    }
+    for (Ready& r : ready) r(absl::OkStatus());
+    if (!applied.ok()) {
+      done(applied);
+      return;
+    }
+    if (!replicated.ok()) {
+      done(replicated);
+      return;
+    }
+    PushResponse answer;
+    answer.set_rows_applied((*pushes)[0]->items());
+    done(answer);
+  };
+  ReplicationLog* log = merged->replication_log();
+  if (!applied.ok() || log == nullptr) {
+    finish(absl::OkStatus());
+    return;
+  }
+  log->WhenReplicated(merged->replicated_sequence(), std::move(finish));
+}
+
+void StepCoordinator::Resume(int64_t next_step,
+                             std::vector<std::unique_ptr<PushHandler>> held) {
   std::vector<Ready> ready;
   {
     absl::MutexLock lock(&mu_);
-    ++applied_step_;
-    ready = TakeSatisfied();
+    applied_step_ = std::max(applied_step_, next_step);
+    for (auto& push : held) {
+      const PushRequestHeader& h = push->first_header();
+      if (h.step() != applied_step_) continue;
+      if (sync_workers_ == 0) sync_workers_ = h.consistency().workers();
+      contributions_[h.worker_index()] = std::move(push);
+    }
+    if (applied_step_ > 0 || !contributions_.empty()) {
+      LOG(WARNING) << "sync barrier of PS " << ps_task_
+                   << "'s shards resumed here at step " << applied_step_
+                   << " with " << contributions_.size()
+                   << " push(es) its previous primary held for it";
+    }
+    ready = TakeSatisfied();  // pulls already waiting may go on now
   }
   for (Ready& r : ready) r(absl::OkStatus());
-  if (!applied.ok()) return applied;
-  response.set_rows_applied(merged->items());
-  return response;
 }
 
 void StepCoordinator::AdvanceClock(const PushRequestHeader& h) {

@@ -37,6 +37,8 @@ class StepCoordinator {
  public:
   using Ready = std::function<void(absl::Status)>;
 
+  // `ps_task`: the PS whose shards (in the placement) this barrier is for:
+  // this PS's own, or after a failover those of the PS it took over.
   // `max_workers`: the cluster's worker count; requests declaring more are
   // refused (each declared worker costs memory and time here).
   StepCoordinator(int ps_task, int max_workers, PushDedup* dedup);
@@ -61,8 +63,19 @@ class StepCoordinator {
 
   // SYNC: takes a validated, complete push. Holds it for its step's barrier
   // (and applies the step when it is the last one), drops it if stale, or
-  // rejects it (wrong worker or step).
-  absl::StatusOr<PushResponse> SyncPush(std::unique_ptr<PushHandler> push);
+  // rejects it (wrong worker or step); `done` gets the answer once the
+  // backups (--replicas) have the held push or the applied step: on this
+  // thread, or on a replication thread (no thread waits for them).
+  using PushDone = std::function<void(absl::StatusOr<PushResponse>)>;
+  void SyncPush(std::unique_ptr<PushHandler> push, PushDone done);
+
+  // A failover: this PS took over the shards placed on the PS this barrier
+  // is for, and resumes the barrier where the failed primary's stream left
+  // its backup: `next_step` is the first step not applied, `held` the
+  // pushes the failed primary held for it (each acknowledged to its
+  // worker, who will not send it again). Call before serving the shards.
+  void Resume(int64_t next_step,
+              std::vector<std::unique_ptr<PushHandler>> held);
 
   // SSP: records that `header`'s worker has pushed its step.
   void AdvanceClock(const PushRequestHeader& header);
@@ -99,6 +112,8 @@ class StepCoordinator {
   // SYNC
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
   int sync_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  // The step's barrier was taken; it is being applied and replicated.
+  bool applying_ ABSL_GUARDED_BY(mu_) = false;
   std::map<int, std::unique_ptr<PushHandler>> contributions_
       ABSL_GUARDED_BY(mu_);
   // SSP: steps pushed per worker.

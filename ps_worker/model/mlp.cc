@@ -65,7 +65,11 @@ void Mlp::Backward(const Cache& cache, const float* dout, int n,
     MatrixMap dW(grads->dense[weight_index_[i]].data(), fan_in, sizes_[i]);
     VectorMap db(grads->dense[bias_index_[i]].data(), sizes_[i]);
     dW.noalias() += X.transpose() * D;
-    db += D.colwise().sum();
+    // Row by row, not D.colwise().sum(): Eigen's reduction starts its
+    // vector lanes where the data is aligned, so its sum would change with
+    // the buffer's address -- runs on the same data would differ in the
+    // last bits. Here each bias's sum runs over the rows in order.
+    for (int r = 0; r < n; ++r) db += D.row(r);
     if (i == 0 && dx == nullptr) break;
     ConstMatrixMap W(params.dense[weight_index_[i]].data(), fan_in, sizes_[i]);
     d_in.resize(static_cast<size_t>(n) * fan_in);

@@ -769,7 +769,9 @@ class Client:
         return parts
 
     def _pull_one(self, ps, items, step, channel=0):
-        header = ps_pb2.PullRequestHeader(step=step, max_response_message_bytes=PULL_MESSAGE_BYTES)
+        header = ps_pb2.PullRequestHeader(
+            step=step, max_response_message_bytes=PULL_MESSAGE_BYTES, for_ps=ps
+        )
         payloads = []
         for p in items:
             if p.ids is not None:
@@ -925,6 +927,7 @@ class Client:
             request_id,
             step,
         )
+        first.for_ps = ps  # the step barrier of PS ps's shards, wherever served
         messages[-1][0].last = True
         encoded = [frame.encode(h.SerializeToString(), p) for h, p in messages]
         return self._routed_call(
