@@ -782,5 +782,64 @@ TEST(ReplicationTest, TwoOfThreeKilledLoseOnlyTheShardsWithNoLiveCopy) {
   std::printf("%s", report.c_str());
 }
 
+// SYNC through a failover, deterministically: worker 0's push of step 0 is
+// held by every PS (worker 1 has not pushed yet) and acknowledged; PS 1 is
+// killed; worker 1's push of step 0 for PS 1's shard goes to PS 2, which
+// took that shard and its step barrier over. The barrier there must still
+// hold worker 0's push -- PS 1 acknowledged it only once PS 2 had it -- so
+// step 0 applies the mean of both on every shard and worker 0's pull of
+// step 1 returns it exactly.
+TEST(ReplicationTest, ASyncStepHeldByAKilledPrimaryCompletesOnItsBackup) {
+  auto cluster = StartReplicated(2);
+  ASSERT_NE(cluster, nullptr);
+  VariableSpec spec = Spec("w", DENSE, {999, 4}, 3, OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  std::vector<std::unique_ptr<Client>> workers;
+  for (int w = 0; w < 2; ++w) {
+    ClientOptions options = cluster->MakeClientOptions();
+    options.worker_index = w;
+    auto client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+    workers.push_back(std::move(*client));
+  }
+  StepOptions step;
+  step.consistency.set_mode(Consistency::SYNC);
+  step.consistency.set_workers(2);
+  step.consistency.set_timeout_seconds(20);
+  std::vector<float> values(999 * 4);
+  ASSERT_EQ(workers[0]->Pull({PullOp::Dense("w", values.data())}, step),
+            absl::OkStatus());
+  // Small integers: their mean is exact in float.
+  std::vector<float> grad0(values.size()), grad1(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    grad0[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+    grad1[i] = static_cast<float>(static_cast<int>(i % 5) * 2 - 4);
+  }
+  ASSERT_EQ(workers[0]->Push({PushOp::Dense("w", grad0.data())}, step),
+            absl::OkStatus());
+  cluster->Kill(1, SIGKILL);
+  const absl::Time killed = absl::Now();
+  while (FailedAccordingTo(*cluster, 2) != std::vector<int>{1} &&
+         absl::Now() - killed < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(FailedAccordingTo(*cluster, 2), std::vector<int>{1});
+  ASSERT_EQ(workers[1]->Push({PushOp::Dense("w", grad1.data())}, step),
+            absl::OkStatus());
+  step.step = 1;
+  ASSERT_EQ(workers[0]->Pull({PullOp::Dense("w", values.data())}, step),
+            absl::OkStatus());
+  int wrong = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    wrong += values[i] != -(grad0[i] + grad1[i]) / 2;
+  }
+  EXPECT_EQ(wrong, 0) << "of " << values.size() << " floats";
+  const std::string log2 = LogOf(*cluster, 2);
+  EXPECT_TRUE(absl::StrContains(
+      log2, "sync barrier of PS 1's shards resumed here at step 0 with 1"))
+      << Tail(log2);
+}
+
 }  // namespace
 }  // namespace psrt
