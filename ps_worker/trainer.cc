@@ -510,6 +510,11 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   if (!towers.ok()) return towers.status();
 
   const bool sync = options_.consistency.mode() == Consistency::SYNC;
+  const bool waits_for_own_pushes =
+      options_.consistency.mode() != Consistency::ASYNC;
+  const int64_t staleness = options_.consistency.mode() == Consistency::SSP
+                                ? options_.consistency.staleness()
+                                : 0;
   TrainingResult result;
   const absl::Time start = absl::Now();
   ProgressInterval interval;
@@ -565,9 +570,11 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     Step* const cur = pulling.front().get();
     absl::Time t = absl::Now();
     // SYNC: this step's pull waits for the previous step's barrier, which
-    // needs this worker's push of it: finish (and so retry, after a PS
-    // failover) that push before waiting for the pull.
-    while (sync && !pushing.empty()) {
+    // needs this worker's push of it; SSP: for every worker's pushes up to
+    // `staleness` steps back, this one's included. Finish (and so retry,
+    // after a PS failover) those pushes before waiting for the pull.
+    while (waits_for_own_pushes && !pushing.empty() &&
+           pushing.front()->index < cur->index - staleness) {
       if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
     }
     if (absl::Status s = FinishPull(cur); !s.ok()) {

@@ -43,6 +43,8 @@ class ReplicationLog {
     bool sync_step = false;
     // Frames of each push of a combined update (empty: one push).
     std::vector<int> push_frames;
+    // SSP: `worker_index`'s clock on `for_ps`'s barrier passes `step`.
+    bool ssp = false;
   };
 
   virtual ~ReplicationLog() = default;

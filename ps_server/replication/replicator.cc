@@ -241,6 +241,7 @@ std::vector<grpc::ByteBuffer> Replicator::Messages(
     u->set_for_ps(batch[i]->for_ps);
     u->set_sync_step(batch[i]->sync_step);
     for (int f : batch[i]->push_frames) u->add_push_frames(f);
+    u->set_ssp(batch[i]->ssp);
     frames += batch[i]->frames.size();
   }
   std::vector<grpc::ByteBuffer> messages;

@@ -949,13 +949,13 @@ void ParameterServerService::ResumeBarriersOf(int primary) {
       held.push_back(std::move(push));
     }
     if (for_ps == self) {
-      coordinator_.Resume(barrier.next_step, std::move(held));
+      coordinator_.Resume(barrier.next_step, std::move(held), barrier.clocks);
       continue;
     }
     // Resumed before calls can reach it.
     auto resumed = std::make_unique<StepCoordinator>(
         for_ps, limits_.max_workers, dedup_scopes_.For(self));
-    resumed->Resume(barrier.next_step, std::move(held));
+    resumed->Resume(barrier.next_step, std::move(held), barrier.clocks);
     absl::MutexLock lock(&coordinators_mu_);
     auto& slot = taken_over_[for_ps];
     if (slot == nullptr) slot = std::move(resumed);

@@ -364,6 +364,13 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     }
     forwarded.bytes = static_cast<int64_t>(bytes_);
     if (combined_) forwarded.push_frames = push_frames_;
+    if (!combined_ && first_header_.consistency().mode() == Consistency::SSP &&
+        first_header_.worker_index() >= 0) {
+      forwarded.ssp = true;
+      forwarded.worker_index = first_header_.worker_index();
+      forwarded.for_ps = first_header_.has_for_ps() ? first_header_.for_ps()
+                                                    : store_->ps_task();
+    }
     if (sync_step_for_ >= 0) {
       forwarded.sync_step = true;
       forwarded.for_ps = sync_step_for_;

@@ -316,6 +316,7 @@ ReplicaApplier::SyncBarriersOf(int primary) const {
   for (const auto& [for_ps, barrier] : it->second->barriers) {
     SyncBarrier& b = out[for_ps];
     b.next_step = barrier.next_step;
+    b.clocks = barrier.clocks;
     for (const auto& [key, frames] : barrier.held) {
       if (key.first == barrier.next_step) b.held.push_back(frames);
     }
@@ -381,6 +382,12 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
       return absl::FailedPreconditionError(
           absl::StrCat("backup copy diverged: update ", u.sequence(), " of PS ",
                        from, " failed here: ", s.message()));
+    }
+    if (u.ssp()) {
+      std::vector<int64_t>& clocks = stream->barriers[u.for_ps()].clocks;
+      const size_t worker = static_cast<size_t>(u.worker_index());
+      if (clocks.size() <= worker) clocks.resize(worker + 1, 0);
+      clocks[worker] = std::max(clocks[worker], u.step() + 1);
     }
     if (u.sync_step()) {
       Stream::Barrier& barrier = stream->barriers[u.for_ps()];

@@ -97,6 +97,7 @@ class ReplicaApplier {
   struct SyncBarrier {
     int64_t next_step = 0;
     std::vector<std::vector<grpc::ByteBuffer>> held;  // each push's frames
+    std::vector<int64_t> clocks;  // SSP: steps pushed per worker
   };
   absl::flat_hash_map<int, SyncBarrier> SyncBarriersOf(int primary) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -149,6 +150,7 @@ class ReplicaApplier {
     struct Barrier {
       int64_t next_step = 0;
       std::map<std::pair<int64_t, int>, std::vector<grpc::ByteBuffer>> held;
+      std::vector<int64_t> clocks;  // SSP
     };
     absl::flat_hash_map<int, Barrier> barriers;
   };

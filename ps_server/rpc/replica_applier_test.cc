@@ -211,6 +211,26 @@ TEST_F(ReplicaApplierTest, HeldSyncPushesAreKeptUntilTheirStepIsApplied) {
   EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 1);
 }
 
+// SSP: each forwarded push carries its worker and step, and the backup
+// keeps every worker's clock per barrier for a takeover.
+TEST_F(ReplicaApplierTest, SspClocksFollowTheForwardedPushes) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  ASSERT_TRUE(Run(applier, Header(0, 42, 0, 0), {}).ok());
+  const std::pair<int, int64_t> pushes[] = {{2, 9}, {0, 4}, {2, 7}};
+  uint64_t sequence = 1;
+  for (const auto& [worker, step] : pushes) {
+    ReplicationHeader h = Header(0, 42, sequence++, 1);
+    h.mutable_updates(0)->set_ssp(true);
+    h.mutable_updates(0)->set_worker_index(worker);
+    h.mutable_updates(0)->set_step(step);
+    h.mutable_updates(0)->set_request_id(0);
+    ASSERT_TRUE(Run(applier, h, {DensePush(0.5f)}).ok());
+  }
+  auto barriers = applier.SyncBarriersOf(0);
+  ASSERT_EQ(barriers.size(), 1u);
+  EXPECT_EQ(barriers[0].clocks, (std::vector<int64_t>{5, 0, 10}));
+}
+
 TEST_F(ReplicaApplierTest, HostileStreamsAreRefusedNamingWhyAndApplyNothing) {
   ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
   auto call = [&](const ReplicationHeader& h,

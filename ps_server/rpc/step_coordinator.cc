@@ -221,10 +221,22 @@ void StepCoordinator::SyncPush(std::unique_ptr<PushHandler> push,
 }
 
 void StepCoordinator::Resume(int64_t next_step,
-                             std::vector<std::unique_ptr<PushHandler>> held) {
+                             std::vector<std::unique_ptr<PushHandler>> held,
+                             const std::vector<int64_t>& clocks) {
   std::vector<Ready> ready;
   {
     absl::MutexLock lock(&mu_);
+    const size_t workers =
+        std::min(clocks.size(), static_cast<size_t>(max_workers_));
+    if (clocks_.size() < workers) clocks_.resize(workers, 0);
+    for (size_t w = 0; w < workers; ++w) {
+      clocks_[w] = std::max(clocks_[w], clocks[w]);
+    }
+    if (workers > 0) {
+      LOG(WARNING) << "ssp clocks of PS " << ps_task_
+                   << "'s shards resumed here: steps pushed per worker "
+                   << absl::StrJoin(clocks_, ", ");
+    }
     applied_step_ = std::max(applied_step_, next_step);
     for (auto& push : held) {
       const PushRequestHeader& h = push->first_header();

@@ -74,8 +74,9 @@ class StepCoordinator {
   // its backup: `next_step` is the first step not applied, `held` the
   // pushes the failed primary held for it (each acknowledged to its
   // worker, who will not send it again). Call before serving the shards.
-  void Resume(int64_t next_step,
-              std::vector<std::unique_ptr<PushHandler>> held);
+  // `clocks`: SSP, the steps each worker had pushed there.
+  void Resume(int64_t next_step, std::vector<std::unique_ptr<PushHandler>> held,
+              const std::vector<int64_t>& clocks);
 
   // SSP: records that `header`'s worker has pushed its step.
   void AdvanceClock(const PushRequestHeader& header);

@@ -511,3 +511,48 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
     auc = float(AUC.search(read(os.path.join(tmp_path, "failover", "worker_0.log"))).group(1))
     print(f"eval AUC after the failover {auc:.4f}")
     assert auc > 0.72
+
+
+@needs_netns
+def test_replicated_ssp_training_survives_a_killed_ps(data, tmp_path):
+    """--replicas=2, --mode=ssp on 3 hosts: PS 1 killed with SIGKILL mid
+    training. The backup that takes its shards over also takes the
+    workers' clocks on them (each forwarded SSP push carries its worker and
+    step), so pulls of those shards go on waiting only for workers that are
+    really behind; every worker finishes with no recovery and no lost push."""
+    port = 27040
+    proc = launch(
+        tmp_path,
+        data,
+        3,
+        [
+            "--netns=psrtt11",
+            "--netns_subnet=10.90.0",
+            f"--base_port={port}",
+            "--restart_ps=1",
+            "--ps_flag=--replicas=2",
+        ],
+        ["--epochs=0", "--max_steps=200", "--mode=ssp", "--staleness=2"],
+    )
+    try:
+        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=60 ")
+        os.kill(ps_pid(1, port), signal.SIGKILL)
+    except Exception:
+        proc.kill()
+        raise
+    finish(proc)
+    ps2 = read(os.path.join(tmp_path, "ps_2.log"))
+    assert "took over" in ps2, ps2[-3000:]
+    m = re.search(r"ssp clocks of PS 1's shards resumed here: steps pushed per worker .*", ps2)
+    assert m, ps2[-3000:]
+    print(m.group(0))
+    clocks = [int(c) for c in m.group(0).rsplit("worker ", 1)[1].split(", ")]
+    assert len(clocks) == 3 and min(clocks) >= 55, clocks  # killed after step 60
+    rows = done_lines(tmp_path, 3)
+    print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
+    for row in rows:
+        assert int(row[0]) == 200
+        assert int(row[4]) == 0 and int(row[5]) == 0, rows
+    auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
+    print(f"eval AUC after the failover {auc:.4f}")
+    assert auc > 0.72
