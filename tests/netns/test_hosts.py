@@ -449,19 +449,23 @@ def export_checkpoint(ckpt, out):
 
 @needs_netns
 def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
-    """--replicas=2, --mode=sync on 3 hosts: PS 1 killed with SIGKILL mid
-    training. Its step barrier moves to PS 2 with its shards, starting at
-    the first step PS 1 had not applied and holding the pushes PS 1 held
-    for it (its backup kept them: a held push is acknowledged only once the
-    backup has it); every worker finishes its steps with no recovery and
-    no lost push, and the launcher's restart of PS 1 rejoins as a backup.
-    The final parameters equal, bit for bit, those of the same sync run
-    with no failure (same data, same order)."""
+    """--replicas=2, --mode=sync on 3 hosts: each PS in turn (PS 0 too,
+    which holds the catalog and coordinates checkpoints) killed with
+    SIGKILL mid training, in a run of its own. Its step barrier moves to
+    its backup with its shards, starting at the first step it had not
+    applied and holding the pushes it held for it (the backup kept them: a
+    held push is acknowledged only once the backup has it); every worker
+    finishes its steps with no recovery and no lost push, and the
+    launcher's restart of the killed PS rejoins as a backup. The final
+    parameters equal, bit for bit, those of the same sync run with no
+    failure (same data, same order)."""
     worker_flags = ["--epochs=0", "--max_steps=200", "--mode=sync", "--sync_timeout_secs=60"]
     runs = {}
-    for name, prefix, subnet, port in (
-        ("control", "psrtt10", "10.89.0", 27020),
-        ("failover", "psrtt9", "10.88.0", 27000),
+    for name, victim, prefix, subnet, port in (
+        ("control", None, "psrtt10", "10.89.0", 27020),
+        ("killed_ps0", 0, "psrtt12", "10.91.0", 27060),
+        ("killed_ps1", 1, "psrtt9", "10.88.0", 27000),
+        ("killed_ps2", 2, "psrtt13", "10.92.0", 27080),
     ):
         logs = os.path.join(tmp_path, name)
         os.makedirs(logs)
@@ -480,9 +484,9 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
             worker_flags,
         )
         try:
-            if name == "failover":
+            if victim is not None:
                 wait_for(os.path.join(logs, "worker_0.log"), r"step=60 ")
-                os.kill(ps_pid(1, port), signal.SIGKILL)
+                os.kill(ps_pid(victim, port), signal.SIGKILL)
         except Exception:
             proc.kill()
             raise
@@ -494,23 +498,29 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
             assert int(row[0]) == 200
             assert int(row[4]) == 0 and int(row[5]) == 0, rows
         runs[name] = export_checkpoint(f"{logs}/ckpt", os.path.join(tmp_path, f"{name}_export"))
-    logs = [read(os.path.join(tmp_path, "failover", f"ps_{ps}.log")) for ps in range(3)]
-    assert "took over" in logs[2], logs[2][-3000:]
-    m = re.search(r"sync barrier of PS 1's shards resumed here at step (\d+) with (\d+)", logs[2])
-    assert m, logs[2][-3000:]
-    print(m.group(0))
-    assert "rejoined as a backup" in logs[1], logs[1][-3000:]
-    # Bit for bit: every exported variable (and index.json: names, shapes,
-    # rows, step).
-    control, failover = runs["control"], runs["failover"]
-    assert sorted(control) == sorted(failover)
-    assert len(control) > 9, sorted(control)  # the 9 variables and the index
-    differ = [name for name in control if control[name] != failover[name]]
-    assert not differ, differ
-    print(f"{len(control)} exported files identical to the control run's")
-    auc = float(AUC.search(read(os.path.join(tmp_path, "failover", "worker_0.log"))).group(1))
-    print(f"eval AUC after the failover {auc:.4f}")
-    assert auc > 0.72
+        if victim is None:
+            continue
+        backup = (victim + 1) % 3
+        ps_logs = [read(os.path.join(logs, f"ps_{ps}.log")) for ps in range(3)]
+        assert "took over" in ps_logs[backup], ps_logs[backup][-3000:]
+        m = re.search(
+            rf"sync barrier of PS {victim}'s shards resumed here at step (\d+) with (\d+)",
+            ps_logs[backup],
+        )
+        assert m, ps_logs[backup][-3000:]
+        print(m.group(0))
+        assert "rejoined as a backup" in ps_logs[victim], ps_logs[victim][-3000:]
+        # Bit for bit: every exported variable (and index.json: names,
+        # shapes, rows, step).
+        control, failover = runs["control"], runs[name]
+        assert sorted(control) == sorted(failover)
+        assert len(control) > 9, sorted(control)  # the 9 variables and the index
+        differ = [f for f in control if control[f] != failover[f]]
+        assert not differ, (name, differ)
+        print(f"{name}: {len(control)} exported files identical to the control run's")
+        auc = float(AUC.search(read(os.path.join(logs, "worker_0.log"))).group(1))
+        print(f"{name}: eval AUC {auc:.4f}")
+        assert auc > 0.72
 
 
 @needs_netns
