@@ -367,9 +367,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
       // worker's retry must still count in the barrier). The primary
       // holds pushes of its current step only: older ones were applied.
       Stream::Barrier& barrier = stream->barriers[u.for_ps()];
-      barrier.next_step = std::max(barrier.next_step, u.step());
-      barrier.held.erase(barrier.held.begin(),
-                         barrier.held.lower_bound({u.step(), 0}));
+      barrier.AdvanceTo(u.step());
       barrier.held[{u.step(), u.worker_index()}] = std::move(held_frames[i]);
       stream->applied_through = u.sequence();
       continue;
@@ -390,10 +388,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
       clocks[worker] = std::max(clocks[worker], u.step() + 1);
     }
     if (u.sync_step()) {
-      Stream::Barrier& barrier = stream->barriers[u.for_ps()];
-      barrier.next_step = std::max(barrier.next_step, u.step() + 1);
-      barrier.held.erase(barrier.held.begin(),
-                         barrier.held.lower_bound({barrier.next_step, 0}));
+      stream->barriers[u.for_ps()].AdvanceTo(u.step() + 1);
     }
     PushDedup* dedup = dedup_->For(from);
     if (u.request_id() != 0 && dedup->Begin(u.client_id(), u.request_id()) ==

@@ -17,6 +17,7 @@
 #ifndef PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
 #define PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -151,6 +152,11 @@ class ReplicaApplier {
       int64_t next_step = 0;
       std::map<std::pair<int64_t, int>, std::vector<grpc::ByteBuffer>> held;
       std::vector<int64_t> clocks;  // SSP
+      // Steps below `step` are applied: their held pushes are dropped.
+      void AdvanceTo(int64_t step) {
+        next_step = std::max(next_step, step);
+        held.erase(held.begin(), held.lower_bound({next_step, 0}));
+      }
     };
     absl::flat_hash_map<int, Barrier> barriers;
   };

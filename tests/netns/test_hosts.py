@@ -42,6 +42,25 @@ def launch(logs, data, hosts, extra, worker_flags):
     )
 
 
+def launch_replicated(logs, data, prefix, subnet, port, ps_flags, worker_flags):
+    """3 hosts in namespaces `prefix` (addresses `subnet`.1-3), --replicas=2,
+    the launcher restarting a ps_server that dies once."""
+    return launch(
+        logs,
+        data,
+        3,
+        [
+            f"--netns={prefix}",
+            f"--netns_subnet={subnet}",
+            f"--base_port={port}",
+            "--restart_ps=1",
+            "--ps_flag=--replicas=2",
+            *ps_flags,
+        ],
+        worker_flags,
+    )
+
+
 def finish(proc, timeout=300):
     out, _ = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, out[-4000:]
@@ -242,18 +261,13 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     (PS 1's saved by PS 2, which serves them)."""
     ckpt = os.path.join(tmp_path, "ckpt")
     port = 26600
-    proc = launch(
+    proc = launch_replicated(
         tmp_path,
         data,
-        3,
-        [
-            "--netns=psrtt5",
-            "--netns_subnet=10.83.0",
-            f"--base_port={port}",
-            "--restart_ps=1",
-            "--ps_flag=--replicas=2",
-            f"--ps_flag=--checkpoint_uri={ckpt}",
-        ],
+        "psrtt5",
+        "10.83.0",
+        port,
+        [f"--ps_flag=--checkpoint_uri={ckpt}"],
         ["--epochs=0", "--max_steps=300"],
     )
     try:
@@ -366,19 +380,13 @@ def test_replicated_two_of_three_ps_killed(data, tmp_path):
     every shard at 2 copies."""
     ckpt = os.path.join(tmp_path, "ckpt")
     port = 26900
-    proc = launch(
+    proc = launch_replicated(
         tmp_path,
         data,
-        3,
-        [
-            "--netns=psrtt8",
-            "--netns_subnet=10.87.0",
-            f"--base_port={port}",
-            "--restart_ps=1",
-            "--ps_flag=--replicas=2",
-            f"--ps_flag=--checkpoint_uri={ckpt}",
-            "--ps_flag=--checkpoint_every_steps=20",
-        ],
+        "psrtt8",
+        "10.87.0",
+        port,
+        [f"--ps_flag=--checkpoint_uri={ckpt}", "--ps_flag=--checkpoint_every_steps=20"],
         ["--epochs=0", "--max_steps=300"],
     )
     try:
@@ -469,18 +477,13 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
     ):
         logs = os.path.join(tmp_path, name)
         os.makedirs(logs)
-        proc = launch(
+        proc = launch_replicated(
             logs,
             data,
-            3,
-            [
-                f"--netns={prefix}",
-                f"--netns_subnet={subnet}",
-                f"--base_port={port}",
-                "--restart_ps=1",
-                "--ps_flag=--replicas=2",
-                f"--ps_flag=--checkpoint_uri={logs}/ckpt",
-            ],
+            prefix,
+            subnet,
+            port,
+            [f"--ps_flag=--checkpoint_uri={logs}/ckpt"],
             worker_flags,
         )
         try:
@@ -531,17 +534,13 @@ def test_replicated_ssp_training_survives_a_killed_ps(data, tmp_path):
     step), so pulls of those shards go on waiting only for workers that are
     really behind; every worker finishes with no recovery and no lost push."""
     port = 27040
-    proc = launch(
+    proc = launch_replicated(
         tmp_path,
         data,
-        3,
-        [
-            "--netns=psrtt11",
-            "--netns_subnet=10.90.0",
-            f"--base_port={port}",
-            "--restart_ps=1",
-            "--ps_flag=--replicas=2",
-        ],
+        "psrtt11",
+        "10.90.0",
+        port,
+        [],
         ["--epochs=0", "--max_steps=200", "--mode=ssp", "--staleness=2"],
     )
     try:
