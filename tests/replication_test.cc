@@ -5,6 +5,7 @@
 // too few hosts refuses to start; a backup killed with -9 does not stop
 // training; a primary killed fails over losing nothing; one paused past its
 // lease serves nothing when it resumes.
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
@@ -67,9 +69,36 @@ std::unique_ptr<LocalCluster> StartReplicated(
 // `clients` threads push random gradients to every variable for `steps`
 // steps each (async, no coordination), every push acknowledged; with
 // `until`, as many steps as they can until it turns true.
+// When each push ended and how long it took.
+struct PushTimes {
+  absl::Mutex mu;
+  std::vector<std::pair<absl::Time, absl::Duration>> ended ABSL_GUARDED_BY(mu);
+  // The longest push that ended after `since`, and the median of those
+  // that ended before it.
+  std::pair<absl::Duration, absl::Duration> SlowestAfterAndMedianBefore(
+      absl::Time since) {
+    absl::MutexLock lock(&mu);
+    absl::Duration slowest;
+    std::vector<absl::Duration> before;
+    for (const auto& [end, took] : ended) {
+      if (end > since) {
+        slowest = std::max(slowest, took);
+      } else {
+        before.push_back(took);
+      }
+    }
+    if (before.empty()) return {slowest, absl::ZeroDuration()};
+    std::nth_element(before.begin(), before.begin() + before.size() / 2,
+                     before.end());
+    return {slowest, before[before.size() / 2]};
+  }
+};
+
+// With `times`, every push's end and duration.
 void Train(const LocalCluster& cluster, int clients, int steps,
            std::atomic<int>* failures, uint32_t seed,
-           const std::atomic<bool>* until = nullptr) {
+           const std::atomic<bool>* until = nullptr,
+           PushTimes* times = nullptr) {
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
@@ -91,10 +120,16 @@ void Train(const LocalCluster& cluster, int clients, int steps,
         for (int64_t& id : ids) id = row(random);
         for (int64_t& id : hash_ids) id = hashed(random) % 500;
         for (float& g : rows) g = grad(random);
+        const absl::Time sent = absl::Now();
         absl::Status s =
             (*client)->Push({PushOp::Dense("dense", dense.data()),
                              PushOp::Rows("emb", ids, rows.data()),
                              PushOp::Rows("hash", hash_ids, rows.data())});
+        if (times != nullptr) {
+          const absl::Time end = absl::Now();
+          absl::MutexLock lock(&times->mu);
+          times->ended.emplace_back(end, end - sent);
+        }
         if (!s.ok()) {
           ++*failures;
           ADD_FAILURE() << s;
@@ -482,12 +517,26 @@ std::vector<int> FailedAccordingTo(const LocalCluster& cluster, int ps) {
   return {(*stats)[0].failed_ps().begin(), (*stats)[0].failed_ps().end()};
 }
 
+// PS `task`'s membership term as PS `ps` knows it (-1: no answer).
+int64_t TermAccordingTo(const LocalCluster& cluster, int ps, int task) {
+  ClientOptions only = cluster.MakeClientOptions();
+  only.ps_addresses = {cluster.ps_addresses()[ps]};
+  only.call_timeout = absl::Seconds(2);
+  auto client = Client::Connect(only);
+  if (!client.ok()) return -1;
+  auto stats = (*client)->Stats();
+  if (!stats.ok() || stats->empty()) return -1;
+  auto it = (*stats)[0].ps_terms().find(task);
+  return it == (*stats)[0].ps_terms().end() ? 0 : it->second;
+}
+
 // A primary that stops (SIGSTOP: a long pause, a stalled VM) is replaced
 // by its backup while it cannot answer. When it resumes, its process still
 // holds its shards and, until it learns otherwise, believes it serves
 // them: without a lease it would answer pulls with values the cluster has
-// moved past. It must refuse every pull and push, and a client that still
-// routes to it must end up with the new primary's values.
+// moved past. It must refuse every pull and push until it has rejoined and
+// taken its shards back (handback), and a client that still routes to it
+// must end up with the new primary's values.
 TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
   auto cluster = StartReplicated(2);
   ASSERT_NE(cluster, nullptr);
@@ -540,31 +589,51 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
   ASSERT_EQ(::kill(cluster->pid(1), SIGCONT), 0);
   // From the first moment it runs again, PS 1 answers no pull and takes no
   // push: its lease ran out while it was stopped, and the PS it asks for a
-  // new one know it failed over.
+  // new one know it failed over. It serves again only once it has rejoined
+  // and PS 2 handed its shards back (with every update PS 2 applied).
   const absl::Time resumed = absl::Now();
-  int pulls_refused = 0;
-  while (absl::Now() - resumed < absl::Seconds(3)) {
+  int refused = 0;
+  bool served_again = false;
+  auto handed_back = [&] {
+    return absl::StrContains(LogOf(*cluster, 2), "shard(s) back to PS 1");
+  };
+  while (!served_again && absl::Now() - resumed < absl::Seconds(20)) {
     grpc::Status pulled =
         RawPull(channels[1].get(), DenseFrame("dense", shard, 4, nullptr));
-    ASSERT_EQ(pulled.error_code(), grpc::StatusCode::UNAVAILABLE)
-        << "pull " << pulls_refused
-        << " after the resume: " << pulled.error_message();
-    EXPECT_TRUE(
-        absl::StrContains(pulled.error_message(), "holds no lease") ||
-        absl::StrContains(pulled.error_message(), "replaced by its backup"))
-        << pulled.error_message();
-    ++pulls_refused;
-    grpc::Status pushed =
-        RawPush(channels[1].get(), {DenseFrame("dense", shard, 4, &grad)});
-    ASSERT_EQ(pushed.error_code(), grpc::StatusCode::UNAVAILABLE)
-        << pushed.error_message();
+    grpc::Status pushed;
+    if (!pulled.ok()) {
+      pushed =
+          RawPush(channels[1].get(), {DenseFrame("dense", shard, 4, &grad)});
+    }
+    if (pulled.ok() || pushed.ok()) {
+      EXPECT_TRUE(handed_back())
+          << "PS 1 served before PS 2 handed its shards back";
+      served_again = true;
+      break;
+    }
+    for (const grpc::Status& s : {pulled, pushed}) {
+      ASSERT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+          << "call " << refused << " after the resume: " << s.error_message();
+      EXPECT_TRUE(
+          absl::StrContains(s.error_message(), "holds no lease") ||
+          absl::StrContains(s.error_message(), "replaced by its backup") ||
+          absl::StrContains(s.error_message(), "waiting for its backups") ||
+          absl::StrContains(s.error_message(), "keeps only a backup copy"))
+          << s.error_message();
+    }
+    ++refused;
   }
-  std::printf("%d pulls and pushes to the resumed PS 1 refused\n",
-              pulls_refused);
+  std::printf(
+      "%d pulls and pushes to the resumed PS 1 refused, then it "
+      "served again after %lld ms (handback)\n",
+      refused,
+      static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - resumed)));
+  EXPECT_GT(refused, 0);
+  EXPECT_TRUE(served_again);
   status = FetchMetrics(cluster->metrics_port(1), "/statusz");
   ASSERT_TRUE(status.ok()) << status.status();
-  EXPECT_TRUE(absl::StrContains(*status, "id=\"replaced\"")) << *status;
-  EXPECT_TRUE(absl::StrContains(*status, "id=\"primary-shards\">0<"))
+  EXPECT_FALSE(absl::StrContains(*status, "id=\"replaced\"")) << *status;
+  EXPECT_FALSE(absl::StrContains(*status, "id=\"primary-shards\">0<"))
       << *status;
   // The client that routed to PS 1 before the pause is refused there,
   // learns the failover and reads the new primary's values: PS 1's shard
@@ -574,7 +643,7 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
             absl::OkStatus());
   int moved = 0;
   for (int i = 0; i < 4000; ++i) moved += after[i] != before[i];
-  EXPECT_EQ(moved, 4) << "only the 4 floats pushed to PS 2 should differ";
+  EXPECT_EQ(moved, 4) << "only the 4 floats pushed should differ";
   const std::string log = LogOf(*cluster, 1);
   EXPECT_TRUE(absl::StrContains(log, "lost its lease")) << Tail(log);
   EXPECT_TRUE(absl::StrContains(log, "learned it was replaced")) << Tail(log);
@@ -584,8 +653,13 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
 // clients keep pushing: it gets copies of its own shards from the PS that
 // took them over and of the shards it backs up from their primary, each
 // taken under the shard's lock while pushes go on, then follows their
-// streams. Afterwards every shard of all three kinds is on 2 copies with
-// the same bits (psctl replicas compares versions and digests).
+// streams. Then it takes its primary role back (handback): PS 2 stops
+// serving PS 1's shards once PS 1 applied their last updates, and PS 1
+// serves them again. Afterwards every shard of all three kinds is on 2
+// copies with the same bits (psctl replicas compares versions and
+// digests), each served by the PS it was placed on, and no PS knows of a
+// failover. The longest push during the handback is printed beside the
+// median one.
 // `wait_for_failover`: PS 1 is restarted after PS 2 took its shards over;
 // else at once, before any failover (PS 2 then takes them over when the
 // new process says hello, since the old one is gone).
@@ -603,7 +677,9 @@ void KillRestartAndRejoin(bool wait_for_failover) {
             absl::OkStatus());
   std::atomic<int> failures{0};
   std::atomic<bool> stop{false};
-  std::thread training([&] { Train(*cluster, 3, 0, &failures, 7, &stop); });
+  PushTimes push_times;
+  std::thread training(
+      [&] { Train(*cluster, 3, 0, &failures, 7, &stop, &push_times); });
   absl::Cleanup join_training = [&] {
     stop = true;
     if (training.joinable()) training.join();
@@ -623,8 +699,11 @@ void KillRestartAndRejoin(bool wait_for_failover) {
   const absl::Time restarted = absl::Now();
   while (!absl::StrContains(LogOf(*cluster, 1), "rejoined as a backup") &&
          absl::Now() - restarted < absl::Seconds(60)) {
-    absl::SleepFor(absl::Milliseconds(100));
+    absl::SleepFor(absl::Milliseconds(5));
   }
+  // (The handback starts right after; pushes slowed by the snapshot may
+  // still be counted in, never pushes slowed by the handback left out.)
+  const absl::Time rejoined_at = absl::Now() - absl::Milliseconds(5);
   const std::string rejoined = LogOf(*cluster, 1);
   ASSERT_TRUE(absl::StrContains(rejoined, "rejoined as a backup"))
       << Tail(rejoined);
@@ -636,19 +715,47 @@ void KillRestartAndRejoin(bool wait_for_failover) {
                         std::regex("rejoined as a backup: [^\n]*"))) {
     std::printf("PS 1 %s\n", line.str().c_str());
   }
-  absl::SleepFor(absl::Seconds(2));  // pushes go on through the new copies
+  // The handback: the slowest push that ended after the rejoin is its
+  // pause as clients see it, beside the median push before the kill.
+  while (!absl::StrContains(LogOf(*cluster, 1), "shard(s) again") &&
+         absl::Now() - restarted < absl::Seconds(90)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const std::string handed_back = LogOf(*cluster, 1);
+  ASSERT_TRUE(absl::StrContains(handed_back, "shard(s) again"))
+      << Tail(handed_back);
+  if (std::regex_search(handed_back, line,
+                        std::regex("serves its [^\n]*again[^\n]*"))) {
+    std::printf("PS 1 %s\n", line.str().c_str());
+  }
+  const std::string serving_log = LogOf(*cluster, 2);
+  if (std::regex_search(serving_log, line, std::regex("handed [^\n]*"))) {
+    std::printf("PS 2 %s\n", line.str().c_str());
+  }
+  absl::SleepFor(absl::Seconds(2));  // pushes go on to PS 1 again
+  const auto [slowest, median] =
+      push_times.SlowestAfterAndMedianBefore(rejoined_at);
+  std::printf(
+      "handback pause: slowest push after the rejoin %.1f ms; median push "
+      "before it %.1f ms\n",
+      absl::ToDoubleMilliseconds(slowest), absl::ToDoubleMilliseconds(median));
   stop = true;
   training.join();
   EXPECT_EQ(failures.load(), 0);
   // Every shard of the three variables: 2 copies, the same version and
-  // digest. PS 1's own shards are served by PS 2, backed up by PS 1.
+  // digest. PS 1's own shards are served by PS 1 again, backed up by PS 2.
   const std::string report = Psctl(*cluster, 0);
   EXPECT_EQ(CountOf(report, "in sync"), 12) << report;
   EXPECT_TRUE(std::regex_search(
-      report, std::regex(R"(dense/1 +1 +2 +.*1 backup .*in sync)")))
+      report, std::regex(R"(dense/1 +1 +1 +.*2 backup .*in sync)")))
       << report;
   std::printf("%s", report.c_str());
-  EXPECT_EQ(FailedAccordingTo(*cluster, 0), std::vector<int>{1});
+  // Failed over (term 1), then handed back (2), as every PS knows.
+  for (int ps = 0; ps < 3; ++ps) {
+    EXPECT_EQ(TermAccordingTo(*cluster, ps, 1), 2) << "PS " << ps;
+    EXPECT_EQ(FailedAccordingTo(*cluster, ps), std::vector<int>{})
+        << "PS " << ps;
+  }
 }
 
 TEST(ReplicationTest, ARestartedPsRejoinsAsABackupWhilePushesContinue) {
@@ -772,6 +879,9 @@ TEST(ReplicationTest, TwoOfThreeKilledLoseOnlyTheShardsWithNoLiveCopy) {
   EXPECT_TRUE(absl::StrContains(log0, "PS 0 serves its shards as restored"))
       << Tail(log0);
   EXPECT_FALSE(absl::StrContains(LogOf(*cluster, 1), "serves its shards as"));
+  // PS 1 took its shards back from PS 2 once it had rejoined.
+  EXPECT_TRUE(absl::StrContains(LogOf(*cluster, 1), "shard(s) again"))
+      << Tail(LogOf(*cluster, 1));
   EXPECT_TRUE(
       absl::StrContains(LogOf(*cluster, 2), "took over 3 shard(s) of PS 1"));
   std::printf("both rejoined %lld ms after the restarts\n",

@@ -388,13 +388,21 @@ absl::Status BatchedCall::Wait() {
                    << call->connection->Describe() << " failed ("
                    << call->rpc->status().error_message() << "); retry "
                    << call->attempts << " of " << options.max_attempts - 1
-                   << " in " << absl::FormatDuration(backoff);
+                   << " at once if the routing changed, else in "
+                   << absl::FormatDuration(backoff);
     }
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff));
-    // Learn failovers (rate-limited) and send each retry where its PS's
-    // shards are served now.
+    // Learn failovers and handbacks (rate-limited): if the routing changed,
+    // the retries go where their PS's shards are served now, at once.
+    bool rerouted =
+        context_.routing != nullptr &&
+        context_.routing->Refresh(*context_.connections, absl::Seconds(1));
+    if (!rerouted) {
+      std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff));
+      rerouted =
+          context_.routing != nullptr &&
+          context_.routing->Refresh(*context_.connections, absl::Seconds(1));
+    }
     if (context_.routing != nullptr) {
-      context_.routing->Refresh(*context_.connections, absl::Seconds(1));
       for (Call* call : retry) call->connection = ConnectionFor(call->ps);
     }
     for (Call* call : retry) Launch(call);

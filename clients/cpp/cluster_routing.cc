@@ -37,13 +37,19 @@ bool ClusterRouting::Refresh(
   for (std::thread& t : asks) t.join();
   last_refresh_ = absl::Now();
   int replicas = 0;
-  absl::flat_hash_set<int> failed;
+  // Each PS's newest term any answer knows (odd: failed over, even: it
+  // serves its shards, again after a handback).
+  std::vector<int64_t> terms(n, 0);
   for (int i = 0; i < n; ++i) {
     if (!answered[i]) continue;
     replicas = std::max(replicas, answers[i].replicas());
-    for (int t : answers[i].failed_ps()) {
-      if (t >= 0 && t < n) failed.insert(t);
+    for (const auto& [t, term] : answers[i].ps_terms()) {
+      if (t >= 0 && t < n) terms[t] = std::max(terms[t], term);
     }
+  }
+  absl::flat_hash_set<int> failed;
+  for (int t = 0; t < n; ++t) {
+    if (terms[t] % 2 == 1) failed.insert(t);
   }
   if (replicas == 0) return false;  // nobody answered
   replicas_.store(replicas, std::memory_order_release);
@@ -62,9 +68,14 @@ bool ClusterRouting::Refresh(
     }
     if (serving_[p].exchange(serving) != serving) {
       changed = true;
-      LOG(WARNING) << "PS " << p << " (" << addresses_[p]
-                   << ") failed over: its shards are served by PS " << serving
-                   << " (" << addresses_[serving] << ")";
+      if (serving == p) {
+        LOG(WARNING) << "PS " << p << " (" << addresses_[p]
+                     << ") serves its shards again (handback)";
+      } else {
+        LOG(WARNING) << "PS " << p << " (" << addresses_[p]
+                     << ") failed over: its shards are served by PS " << serving
+                     << " (" << addresses_[serving] << ")";
+      }
     }
   }
   return changed;

@@ -104,11 +104,12 @@ absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task, int suspect,
 }
 
 absl::StatusOr<LeaseResponse> PsPeers::RenewLease(
-    int task, absl::Duration timeout) const {
+    int task, int64_t own_term, absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   LeaseRequest request;
   request.set_from_task(self_);
+  request.set_from_term(own_term);
   LeaseResponse response;
   const grpc::Status s = stubs_[task]->RenewLease(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
@@ -180,6 +181,16 @@ absl::StatusOr<RejoinResponse> PsPeers::Rejoin(
   request.set_from_task(self_);
   RejoinResponse response;
   const grpc::Status s = stubs_[task]->Rejoin(context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
+absl::StatusOr<HandbackResponse> PsPeers::Handback(
+    int task, const HandbackRequest& request, absl::Duration timeout) const {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  HandbackResponse response;
+  const grpc::Status s = stubs_[task]->Handback(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }

@@ -49,9 +49,15 @@ class PsPeers {
   // Asks PS `task` whether it can reach PS `suspect`.
   absl::StatusOr<SuspectResponse> Suspect(int task, int suspect,
                                           absl::Duration timeout) const;
-  // Asks PS `task` for a lease (lease_holder.h).
-  absl::StatusOr<LeaseResponse> RenewLease(int task,
+  // Asks PS `task` for a lease (lease_holder.h); `own_term`: this PS's
+  // term as it knows it (membership.h).
+  absl::StatusOr<LeaseResponse> RenewLease(int task, int64_t own_term,
                                            absl::Duration timeout) const;
+  // Asks PS `task`, which serves this PS's shards since a failover, to
+  // hand them back (HandbackRequest).
+  absl::StatusOr<HandbackResponse> Handback(int task,
+                                            const HandbackRequest& request,
+                                            absl::Duration timeout) const;
   // Streams `messages` (raw Frames, sent as they are: no copy) as one
   // Replicate call.
   absl::StatusOr<ReplicateResponse> Replicate(

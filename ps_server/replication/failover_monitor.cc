@@ -29,9 +29,18 @@ FailoverMonitor::~FailoverMonitor() {
 void FailoverMonitor::Run() {
   absl::flat_hash_map<int, absl::Time> last_answer;
   absl::flat_hash_set<int> given_up;
+  // The term each primary had when last probed: a handback (a new even
+  // term) makes it a primary to watch afresh.
+  absl::flat_hash_map<int, int64_t> term_seen;
   for (int p : primaries_) last_answer[p] = absl::Now();
   while (!stop_.WaitForNotificationWithTimeout(options_.probe_every)) {
     for (int p : primaries_) {
+      const int64_t term = membership_->term(p);
+      if (term_seen[p] != term) {
+        term_seen[p] = term;
+        given_up.erase(p);
+        last_answer[p] = absl::Now();
+      }
       if (membership_->IsFailed(p) || given_up.contains(p)) continue;
       if (peers_->Ping(p, options_.ping_timeout).ok()) {
         last_answer[p] = absl::Now();

@@ -38,26 +38,45 @@ void LeaseHolder::Replaced(const std::string& why) {
   if (on_replaced_) on_replaced_(why);
 }
 
+void LeaseHolder::Reinstate(int granted_by, absl::Time asked) {
+  // The steady clock's reading at `asked`, from how long ago that was.
+  const Clock::time_point sent =
+      Clock::now() - absl::ToChronoNanoseconds(absl::Now() - asked);
+  absl::MutexLock lock(&mu_);
+  replaced_ = false;
+  if (granted_by >= 0 && granted_by < peers_->size() &&
+      granted_by != peers_->self()) {
+    granted_at_[granted_by] = std::max(granted_at_[granted_by], sent);
+  }
+}
+
 void LeaseHolder::Renew(int peer) {
   const auto every = absl::ToChronoNanoseconds(options_.renew_every);
   do {
     const Clock::time_point sent = Clock::now();
-    auto answer = peers_->RenewLease(peer, options_.call_timeout);
+    const int self = peers_->self();
+    auto answer = peers_->RenewLease(peer, membership_->term(self),
+                                     options_.call_timeout);
     if (answer.ok()) {
       {
         absl::MutexLock lock(&mu_);
         granted_at_[peer] = std::max(granted_at_[peer], sent);
       }
-      for (int failed : answer->failed_ps()) {
-        if (failed == peers_->self()) {
-          Replaced(absl::StrCat(peers_->Describe(peer),
-                                " knows this PS failed over"));
-        } else if (failed >= 0 && failed < peers_->size() &&
-                   !membership_->IsFailed(failed)) {
+      for (const auto& [task, term] : answer->ps_terms()) {
+        if (!membership_->Learn(task, term)) continue;
+        if (task == self) {
+          if (term % 2 == 1) {
+            Replaced(absl::StrCat(peers_->Describe(peer),
+                                  " knows this PS failed over"));
+          }
+        } else if (term % 2 == 1) {
           LOG(WARNING) << peers_->Describe(peer) << " reports that "
-                       << peers_->Describe(failed)
+                       << peers_->Describe(task)
                        << " failed over (its shards are served by its backup)";
-          membership_->MarkFailed(failed);
+        } else {
+          LOG(WARNING) << peers_->Describe(peer) << " reports that "
+                       << peers_->Describe(task)
+                       << " serves its shards again (handback)";
         }
       }
     } else if (answer.status().code() ==

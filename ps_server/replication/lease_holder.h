@@ -13,9 +13,11 @@
 // the lease it granted runs: the two majorities share a PS, so the takeover
 // comes after the old primary's lease ended.
 //
-// Answers carry the granter's failovers: a PS learns of a failover within
-// one renewal, and one that learns it was replaced (or is refused a lease
-// for that reason) calls `on_replaced`.
+// Answers carry the granter's terms (membership.h): a PS learns of a
+// failover or handback within one renewal, and one that learns it was
+// replaced (or is refused a lease for that reason) calls `on_replaced`.
+// Requests carry the holder's own term, so a PS that took its shards back
+// teaches every granter so with its next renewal.
 #ifndef PSRT_PS_SERVER_REPLICATION_LEASE_HOLDER_H_
 #define PSRT_PS_SERVER_REPLICATION_LEASE_HOLDER_H_
 
@@ -60,6 +62,10 @@ class LeaseHolder {
   absl::Status Check() const ABSL_LOCKS_EXCLUDED(mu_);
   // Times this PS found its lease ended (it had one before).
   int64_t lapses() const ABSL_LOCKS_EXCLUDED(mu_);
+  // This PS took its shards back (handback): it may hold a lease again,
+  // and a later failover of it calls `on_replaced` again. PS `granted_by`
+  // granted a lease with its answer to the request sent at `asked`.
+  void Reinstate(int granted_by, absl::Time asked) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   using Clock = std::chrono::steady_clock;

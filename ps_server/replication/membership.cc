@@ -11,7 +11,7 @@
 namespace psrt {
 
 Membership::Membership(const PsPeers* peers, int replicas)
-    : peers_(peers), replicas_(replicas) {}
+    : peers_(peers), replicas_(replicas), term_(peers->size(), 0) {}
 
 bool Membership::MajorityFindsUnreachable(int task,
                                           absl::Duration ping_timeout) {
@@ -34,9 +34,14 @@ bool Membership::MajorityFindsUnreachable(int task,
   return majority;
 }
 
-absl::Status Membership::Grant(int task) {
+absl::Status Membership::Grant(int task, int64_t task_term) {
+  Learn(task, task_term);
   absl::MutexLock lock(&mu_);
-  if (failed_.contains(task)) {
+  if (task < 0 || task >= static_cast<int>(term_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PS ", task, " is not a PS of this ", term_.size(), "-PS cluster"));
+  }
+  if (FailedLocked(task)) {
     return absl::FailedPreconditionError(
         absl::StrCat("PS ", task, " failed over: its backup ", kReplacedMarker,
                      " it; PS ", peers_->self(), " grants it no lease"));
@@ -70,13 +75,48 @@ bool Membership::VoteReachable(int task, bool pinged_ok) {
 
 int64_t Membership::MarkFailed(int task) {
   absl::MutexLock lock(&mu_);
-  if (failed_.insert(task).second) ++epoch_;
+  if (task < 0 || task >= static_cast<int>(term_.size())) return epoch_;
+  if (!FailedLocked(task)) {
+    ++term_[task];
+    ++epoch_;
+  }
   return epoch_;
+}
+
+int64_t Membership::MarkReturned(int task) {
+  absl::MutexLock lock(&mu_);
+  if (task < 0 || task >= static_cast<int>(term_.size())) return 0;
+  if (FailedLocked(task)) {
+    ++term_[task];
+    ++epoch_;
+    voted_out_.erase(task);  // that vote was for the failover just undone
+  }
+  return term_[task];
+}
+
+bool Membership::Learn(int task, int64_t term) {
+  absl::MutexLock lock(&mu_);
+  if (task < 0 || task >= static_cast<int>(term_.size()) ||
+      term <= term_[task]) {
+    return false;
+  }
+  term_[task] = term;
+  ++epoch_;
+  // A handback (even term) ends what a vote against `task` was for.
+  if (term % 2 == 0) voted_out_.erase(task);
+  return true;
 }
 
 bool Membership::IsFailed(int task) const {
   absl::MutexLock lock(&mu_);
-  return failed_.contains(task);
+  return task >= 0 && task < static_cast<int>(term_.size()) &&
+         FailedLocked(task);
+}
+
+int64_t Membership::term(int task) const {
+  absl::MutexLock lock(&mu_);
+  if (task < 0 || task >= static_cast<int>(term_.size())) return 0;
+  return term_[task];
 }
 
 int64_t Membership::epoch() const {
@@ -86,8 +126,19 @@ int64_t Membership::epoch() const {
 
 std::vector<int> Membership::failed() const {
   absl::MutexLock lock(&mu_);
-  std::vector<int> out(failed_.begin(), failed_.end());
-  std::sort(out.begin(), out.end());
+  std::vector<int> out;
+  for (int t = 0; t < static_cast<int>(term_.size()); ++t) {
+    if (FailedLocked(t)) out.push_back(t);
+  }
+  return out;
+}
+
+absl::flat_hash_map<int, int64_t> Membership::terms() const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<int, int64_t> out;
+  for (int t = 0; t < static_cast<int>(term_.size()); ++t) {
+    if (term_[t] != 0) out[t] = term_[t];
+  }
   return out;
 }
 

@@ -1,6 +1,12 @@
 // Which PS of a replicated cluster (--replicas > 1) have failed over, as
 // this PS knows it, and the vote that decides it.
 //
+// Each PS has a term, as every PS knows it: 0 at start, odd while its
+// shards are served by its first live backup (a failover made it odd),
+// even again once that backup handed them back to it (rejoiner.h). Every
+// change adds one, so of two views of a PS the higher term is the newer:
+// PS gossip terms (leases) and keep the highest (Learn).
+//
 // A PS is declared failed only when a majority of the cluster's PS cannot
 // reach it: the deciding PS asks every other PS (Suspect RPC, each pings
 // the suspect itself) and counts itself. One PS cut off from another can
@@ -23,7 +29,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -50,29 +55,44 @@ class Membership {
   // cannot are a majority of all PS. Blocks up to about 2 * ping_timeout.
   bool MajorityFindsUnreachable(int task, absl::Duration ping_timeout);
 
-  // RenewLease from `task`: OK (the grant is recorded) unless `task` failed
+  // RenewLease from `task`, which knows its own term as `task_term` (this
+  // PS learns it first): OK (the grant is recorded) unless `task` failed
   // over (FAILED_PRECONDITION with kReplacedMarker) or this PS voted it
   // unreachable within kVoteHold (UNAVAILABLE).
-  absl::Status Grant(int task) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Grant(int task, int64_t task_term = 0) ABSL_LOCKS_EXCLUDED(mu_);
   // This PS granted `task` a lease that has not ended.
   bool HoldsLeaseFromHere(int task) const ABSL_LOCKS_EXCLUDED(mu_);
   // Answers a Suspect about `task`: reachable if it holds a lease from
   // here or `pinged_ok`; an unreachable answer is a vote (see kVoteHold).
   bool VoteReachable(int task, bool pinged_ok) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Records that `task` failed over; returns the new epoch.
+  // Records that `task` failed over (its term becomes odd); returns the
+  // epoch, which grows with every change this PS makes or learns.
   int64_t MarkFailed(int task) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records that `task` serves its shards again (handback: its term
+  // becomes even); returns its term.
+  int64_t MarkReturned(int task) ABSL_LOCKS_EXCLUDED(mu_);
+  // Another PS's view: `task`'s term is `term`. True if that is newer than
+  // what this PS knew (it is then recorded); out-of-range tasks are
+  // ignored.
+  bool Learn(int task, int64_t term) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsFailed(int task) const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t term(int task) const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<int> failed() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every PS whose term is not 0.
+  absl::flat_hash_map<int, int64_t> terms() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const PsPeers* const peers_;
   const int replicas_;
   mutable absl::Mutex mu_;
+  bool FailedLocked(int task) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return term_[task] % 2 == 1;
+  }
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_set<int> failed_ ABSL_GUARDED_BY(mu_);
-  using Clock = std::chrono::steady_clock;  // leases: never set back
+  std::vector<int64_t> term_ ABSL_GUARDED_BY(mu_);  // by task
+  using Clock = std::chrono::steady_clock;          // leases: never set back
   absl::flat_hash_map<int, Clock::time_point> granted_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, Clock::time_point> voted_out_ ABSL_GUARDED_BY(mu_);
 };

@@ -57,6 +57,48 @@ TEST(MembershipTest, AFailedOverPsIsToldItWasReplaced) {
   EXPECT_EQ(membership.failed(), std::vector<int>{1});
 }
 
+TEST(MembershipTest, AHandbackEndsTheFailoverAndTheVoteForIt) {
+  auto peers = Peers();
+  Membership membership(peers.get(), 2);
+  EXPECT_FALSE(membership.VoteReachable(1, /*pinged_ok=*/false));
+  EXPECT_EQ(membership.MarkFailed(1), 1);
+  EXPECT_EQ(membership.term(1), 1);
+  EXPECT_EQ(membership.MarkReturned(1), 2);
+  EXPECT_EQ(membership.MarkReturned(1), 2);  // known already
+  EXPECT_FALSE(membership.IsFailed(1));
+  EXPECT_EQ(membership.failed(), std::vector<int>{});
+  EXPECT_EQ(membership.epoch(), 2);
+  // The vote was for the failover just undone: PS 1 gets its lease at once
+  // (not kVoteHold later), and a later failover is a new term.
+  EXPECT_EQ(membership.Grant(1, 2), absl::OkStatus());
+  EXPECT_EQ(membership.MarkFailed(1), 3);
+  EXPECT_EQ(membership.term(1), 3);
+}
+
+TEST(MembershipTest, TheHigherTermWinsWhateverOrderViewsArriveIn) {
+  auto peers = Peers();
+  Membership membership(peers.get(), 2);
+  EXPECT_TRUE(membership.Learn(2, 2));   // failed over and handed back
+  EXPECT_FALSE(membership.Learn(2, 1));  // a stale view: ignored
+  EXPECT_FALSE(membership.IsFailed(2));
+  EXPECT_TRUE(membership.Learn(2, 3));  // failed over again
+  EXPECT_TRUE(membership.IsFailed(2));
+  EXPECT_FALSE(membership.Learn(7, 9));  // no such PS
+  EXPECT_FALSE(membership.Learn(-1, 1));
+  EXPECT_EQ(membership.terms().size(), 1u);
+  EXPECT_EQ(membership.terms().at(2), 3);
+  // A PS asking for a lease with a newer term than this PS knows teaches
+  // it: a PS that took its shards back is granted one by a PS that had not
+  // heard of the handback yet.
+  EXPECT_EQ(membership.MarkFailed(1), 3);  // the epoch: 3 changes so far
+  EXPECT_EQ(membership.term(1), 1);
+  absl::Status stale = membership.Grant(1, 0);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
+  EXPECT_EQ(membership.Grant(1, 2), absl::OkStatus());
+  EXPECT_FALSE(membership.IsFailed(1));
+  EXPECT_EQ(membership.Grant(5, 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MembershipTest, NoLeaseWithoutAMajority) {
   auto peers = Peers();
   Membership membership(peers.get(), 2);

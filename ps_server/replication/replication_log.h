@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,15 @@ class ReplicationLog {
   virtual uint64_t AddBackup(int task) = 0;
   // A rejoin that failed: `task` is no longer replicated to.
   virtual void DropBackup(int task, const std::string& why) = 0;
+  // Handback (this PS takes its shards back from `task`, which held them
+  // since a failover): this PS serves again and acknowledges what its
+  // backups have; `task`, whose copy holds every update this PS's shards
+  // had, follows this PS's stream from the next update on, held to from
+  // the first (no catching up). Returns the sequence its stream starts at.
+  virtual uint64_t Reinstate(int task) = 0;
+  // The highest sequence `task` applied, if it is a backup in sync that
+  // has caught up (pushes wait for it); nullopt otherwise.
+  virtual std::optional<uint64_t> AcknowledgedBy(int task) const = 0;
 };
 
 }  // namespace psrt

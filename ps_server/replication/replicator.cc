@@ -50,8 +50,8 @@ Replicator::Replicator(const PsPeers* peers, std::vector<int> backups,
   has_streams_.store(!streams_.empty(), std::memory_order_release);
 }
 
-uint64_t Replicator::AddBackup(int task) {
-  absl::MutexLock lock(&mu_);
+Replicator::Stream* Replicator::RestartStreamLocked(int task,
+                                                    bool catching_up) {
   Stream* stream = nullptr;
   for (auto& s : streams_) {
     if (s->state.task == task) stream = s.get();
@@ -70,12 +70,40 @@ uint64_t Replicator::AddBackup(int task) {
   stream->needs_hello = true;
   stream->state.in_sync = true;
   stream->state.established = false;
-  stream->state.catching_up = true;
+  stream->state.catching_up = catching_up;
   stream->state.error.clear();
   stream->state.acknowledged = next_sequence_ - 1;
+  return stream;
+}
+
+uint64_t Replicator::AddBackup(int task) {
+  absl::MutexLock lock(&mu_);
+  RestartStreamLocked(task, /*catching_up=*/true);
   LOG(INFO) << peers_->Describe(task) << " rejoins as a backup of this PS "
             << "from update " << next_sequence_;
   return next_sequence_;
+}
+
+uint64_t Replicator::Reinstate(int task) {
+  absl::MutexLock lock(&mu_);
+  replaced_by_.clear();
+  RestartStreamLocked(task, /*catching_up=*/false);
+  LOG(INFO) << "this PS serves its shards again (handback); "
+            << peers_->Describe(task) << " is their backup from update "
+            << next_sequence_;
+  return next_sequence_;
+}
+
+std::optional<uint64_t> Replicator::AcknowledgedBy(int task) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& stream : streams_) {
+    const BackupState& state = stream->state;
+    if (state.task == task && state.in_sync && state.established &&
+        !state.catching_up) {
+      return state.acknowledged;
+    }
+  }
+  return std::nullopt;
 }
 
 void Replicator::StopLocked(Stream* stream, const std::string& why) {

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,6 +106,9 @@ class Replicator final : public ReplicationLog {
   // fits one call), pushes are acknowledged without waiting for it.
   // Returns the sequence its stream starts at.
   uint64_t AddBackup(int task) override ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t Reinstate(int task) override ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<uint64_t> AcknowledgedBy(int task) const override
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Stops replicating to `task` (a rejoin that failed): as if dropped.
   void DropBackup(int task, const std::string& why) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -132,6 +136,10 @@ class Replicator final : public ReplicationLog {
   };
 
   void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  // AddBackup and Reinstate: (re)starts `task`'s stream from the next
+  // update.
+  Stream* RestartStreamLocked(int task, bool catching_up)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One Replicate call's messages to `task`, retried as described above;
   // OK once the backup applied through `last`.
   // `patience`: how long transport errors are retried before the backup

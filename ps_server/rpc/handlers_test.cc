@@ -2,6 +2,7 @@
 // atomicity, duplicate handling and response packing.
 #include <numeric>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "proto/frame_writer.h"
 #include "proto/slice_lease.h"
@@ -304,6 +305,57 @@ TEST_F(HandlersTest, PullResponsesAreCutAtRowsWithinTheLimit) {
     }
   }
   EXPECT_EQ(floats, 100 * 16 + 4);
+}
+
+// Handback: PS 2 served PS 1's shard after a failover and gives it back.
+// A push whose items were resolved before the shard became a backup here
+// (ShardStore::Demote) finds that out under the shard's lock: refused,
+// retryable, nothing applied; later pushes are refused when resolved.
+TEST(HandbackTest, APushResolvedBeforeTheShardWasHandedBackAppliesNothing) {
+  ShardStore store(2, 3, 0,
+                   *ReplicaPlacement::Create({"a:1", "b:1", "c:1"}, 2));
+  // "w": 3 shards, shard 1 placed on PS 1 (backup: PS 2).
+  ASSERT_TRUE(
+      store.CreateVariables(0, {TestVariableSpec("w", DENSE, {6}, 3)}, 3).ok());
+  const LocalVariable* w = store.Find("w");
+  ASSERT_TRUE(w->IsBackup(1));
+  EXPECT_EQ(store.Promote(1), 1);  // the failover
+  ASSERT_TRUE(w->IsPrimary(1));
+  DedupScopes scopes(3);
+  PushHandler push(&store, scopes.For(2), 1 << 20);
+  push.set_dedup_scopes(&scopes);
+  ASSERT_TRUE(
+      push.AddMessage(PushMessage().Dense("w", 1, 0, {1, 1}).Id(3).Build())
+          .ok());
+  EXPECT_EQ(store.Demote(1), 1);  // the handback
+  EXPECT_TRUE(w->IsBackup(1));
+  auto refused = push.Finish();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "no longer serves it (handed back to PS 1)"))
+      << refused.status();
+  EXPECT_EQ(w->shard(1).version(), 0);
+  // Not remembered as applied: the retry at PS 1 applies it.
+  EXPECT_EQ(scopes.For(1)->Begin(9, 3), PushDedup::Outcome::kNew);
+  PushHandler later(&store, scopes.For(2), 1 << 20);
+  absl::Status resolved =
+      later.AddMessage(PushMessage().Dense("w", 1, 0, {1, 1}).Build());
+  EXPECT_EQ(resolved.code(), absl::StatusCode::kUnavailable) << resolved;
+  EXPECT_TRUE(
+      absl::StrContains(resolved.message(), "keeps only a backup copy of it"))
+      << resolved;
+  // PS 1's side: replaced (every copy a backup), then its own shards back.
+  ShardStore replaced(1, 3, 0,
+                      *ReplicaPlacement::Create({"a:1", "b:1", "c:1"}, 2));
+  ASSERT_TRUE(
+      replaced.CreateVariables(0, {TestVariableSpec("w", DENSE, {6}, 3)}, 3)
+          .ok());
+  replaced.Retire();
+  EXPECT_TRUE(replaced.Find("w")->IsBackup(1));
+  EXPECT_EQ(replaced.Reinstate(), 1);
+  EXPECT_TRUE(replaced.Find("w")->IsPrimary(1));
+  EXPECT_TRUE(replaced.Find("w")->IsBackup(0));  // PS 0's stays a backup
 }
 
 }  // namespace

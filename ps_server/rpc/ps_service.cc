@@ -1,6 +1,7 @@
 #include "ps_server/rpc/ps_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -482,6 +483,10 @@ grpc::Status ParameterServerService::Fail(const char* method,
     rejected_nonfinite_->Increment();
   }
   VLOG(1) << method << " failed: " << status;
+  if (status.code() == absl::StatusCode::kUnavailable &&
+      (std::strcmp(method, "Push") == 0 || std::strcmp(method, "Pull") == 0)) {
+    HoldWhileHandingBack();
+  }
   return ToGrpcStatus(status);
 }
 
@@ -726,6 +731,9 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStats(
         if (membership_ != nullptr) {
           out.set_membership_epoch(membership_->epoch());
           for (int t : membership_->failed()) out.add_failed_ps(t);
+          for (const auto& [task, term] : membership_->terms()) {
+            (*out.mutable_ps_terms())[task] = term;
+          }
         }
         out.set_parameter_bytes(store_->parameter_bytes());
         out.set_num_shards(store_->num_local_shards());
@@ -926,28 +934,36 @@ absl::StatusOr<StepCoordinator*> ParameterServerService::CoordinatorFor(
   return it->second.get();
 }
 
+std::vector<std::unique_ptr<PushHandler>> ParameterServerService::HeldPushes(
+    const ReplicaApplier::SyncBarrier& barrier, int primary) {
+  const int self = store_->ps_task();
+  std::vector<std::unique_ptr<PushHandler>> held;
+  for (const auto& frames : barrier.held) {
+    auto push = std::make_unique<PushHandler>(store_, dedup_scopes_.For(self),
+                                              limits_.max_push_bytes,
+                                              RequestKind::kPush, replicator_);
+    push->set_dedup_scopes(&dedup_scopes_);
+    absl::Status s;
+    for (const grpc::ByteBuffer& frame : frames) {
+      if (s.ok()) s = push->AddMessage(frame);
+    }
+    if (!s.ok() || !push->complete()) {
+      LOG(ERROR) << "a push PS " << primary << " held for step "
+                 << barrier.next_step << " is dropped: " << s;
+      continue;
+    }
+    held.push_back(std::move(push));
+  }
+  return held;
+}
+
 void ParameterServerService::ResumeBarriersOf(int primary) {
   auto barriers = replica_applier_.SyncBarriersOf(primary);
   barriers.try_emplace(primary);  // its own, even if no step was seen
   const int self = store_->ps_task();
   for (auto& [for_ps, barrier] : barriers) {
-    std::vector<std::unique_ptr<PushHandler>> held;
-    for (const auto& frames : barrier.held) {
-      auto push = std::make_unique<PushHandler>(
-          store_, dedup_scopes_.For(self), limits_.max_push_bytes,
-          RequestKind::kPush, replicator_);
-      push->set_dedup_scopes(&dedup_scopes_);
-      absl::Status s;
-      for (const grpc::ByteBuffer& frame : frames) {
-        if (s.ok()) s = push->AddMessage(frame);
-      }
-      if (!s.ok() || !push->complete()) {
-        LOG(ERROR) << "a push PS " << primary << " held for step "
-                   << barrier.next_step << " is dropped: " << s;
-        continue;
-      }
-      held.push_back(std::move(push));
-    }
+    std::vector<std::unique_ptr<PushHandler>> held =
+        HeldPushes(barrier, primary);
     if (for_ps == self) {
       coordinator_.Resume(barrier.next_step, std::move(held), barrier.clocks);
       continue;
@@ -1028,6 +1044,20 @@ grpc::ServerUnaryReactor* ParameterServerService::Rejoin(
       });
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::Handback(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::Status caller = CheckCheckpointCaller(context, "Handback");
+  // Detached: waits for the caller to apply the last updates of its shards.
+  return ServeUnary<HandbackRequest>(
+      context, "Handback", request, response, /*detached=*/caller.ok(),
+      [this,
+       caller](const HandbackRequest& r) -> absl::StatusOr<HandbackResponse> {
+        if (!caller.ok()) return caller;
+        return ServeHandback(r);
+      });
+}
+
 grpc::ServerReadReactor<grpc::ByteBuffer>*
 ParameterServerService::InstallSnapshot(grpc::CallbackServerContext* context,
                                         grpc::ByteBuffer* response) {
@@ -1057,11 +1087,15 @@ grpc::ServerUnaryReactor* ParameterServerService::RenewLease(
               "RenewLease: from_task ", r.from_task(),
               " is not another PS of this ", peers_->size(), "-PS cluster"));
         }
-        if (absl::Status s = membership_->Grant(r.from_task()); !s.ok()) {
+        if (absl::Status s = membership_->Grant(r.from_task(), r.from_term());
+            !s.ok()) {
           return s;
         }
         LeaseResponse out;
         for (int t : membership_->failed()) out.add_failed_ps(t);
+        for (const auto& [task, term] : membership_->terms()) {
+          (*out.mutable_ps_terms())[task] = term;
+        }
         return out;
       });
 }

@@ -51,21 +51,21 @@ struct MethodMetrics {
 // Every method takes raw bytes: requests are parsed here, so that one that
 // does not parse is INVALID_ARGUMENT naming the method.
 using ParameterServerCallbackBase = ParameterServer::WithRawCallbackMethod_CommitCheckpoint<
-    ParameterServer::WithRawCallbackMethod_Checkpoint<
-        ParameterServer::WithRawCallbackMethod_SaveShards<
-            ParameterServer::WithRawCallbackMethod_CreateVariables<
-                ParameterServer::WithRawCallbackMethod_ListVariables<
-                    ParameterServer::WithRawCallbackMethod_GetStats<
-                        ParameterServer::WithRawCallbackMethod_Pull<
-                            ParameterServer::WithRawCallbackMethod_Push<
-                                ParameterServer::WithRawCallbackMethod_Replicate<
-                                    ParameterServer::WithRawCallbackMethod_Suspect<
-                                        ParameterServer::WithRawCallbackMethod_RenewLease<
-                                            ParameterServer::WithRawCallbackMethod_Rejoin<
+    ParameterServer::WithRawCallbackMethod_Checkpoint<ParameterServer::WithRawCallbackMethod_SaveShards<
+        ParameterServer::WithRawCallbackMethod_CreateVariables<
+            ParameterServer::WithRawCallbackMethod_ListVariables<
+                ParameterServer::WithRawCallbackMethod_GetStats<
+                    ParameterServer::WithRawCallbackMethod_Pull<
+                        ParameterServer::WithRawCallbackMethod_Push<
+                            ParameterServer::WithRawCallbackMethod_Replicate<
+                                ParameterServer::WithRawCallbackMethod_Suspect<
+                                    ParameterServer::WithRawCallbackMethod_RenewLease<
+                                        ParameterServer::WithRawCallbackMethod_Rejoin<
+                                            ParameterServer::WithRawCallbackMethod_InstallSnapshot<
                                                 ParameterServer::
-                                                    WithRawCallbackMethod_InstallSnapshot<
+                                                    WithRawCallbackMethod_Handback<
                                                         ParameterServer::
-                                                            Service>>>>>>>>>>>>>;
+                                                            Service>>>>>>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -121,6 +121,11 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerUnaryReactor* Rejoin(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* response) override;
+  // PS to PS (--replicas > 1): gives the caller back the shards this PS
+  // took over from it (ps_service_handback.cc).
+  grpc::ServerUnaryReactor* Handback(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* InstallSnapshot(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
@@ -149,6 +154,15 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // old process is gone: the new one holds its address) and records the
   // failover; the new process then rejoins as a backup.
   bool TakeOverRestarted(int primary);
+  // Handback, on a PS that failed over, restarted and rejoined: asks
+  // `serving` (the PS that took its shards over) for them back and serves
+  // them once it answered (retrying for a while if `serving` says this PS
+  // has not caught up yet). `on_reinstated(asked)` runs before it serves
+  // again: the lease holder is told, and that `serving` granted a lease
+  // with its answer to the request sent at `asked`. OK once this PS
+  // serves its shards.
+  absl::Status ReclaimShards(
+      int serving, const std::function<void(absl::Time asked)>& on_reinstated);
 
   // Counts a failed RPC under psrt_errors_total{method, code} and returns it
   // as a gRPC status.
@@ -216,10 +230,32 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // Failover: the barrier of `primary`'s shards, and of those it had taken
   // over, resumed where its stream left this PS's copy.
   void ResumeBarriersOf(int primary) ABSL_LOCKS_EXCLUDED(coordinators_mu_);
+  // A barrier's held pushes (SYNC), as `primary`'s stream left them here,
+  // made pushes to this PS again (requires their shards served here).
+  std::vector<std::unique_ptr<PushHandler>> HeldPushes(
+      const ReplicaApplier::SyncBarrier& barrier, int primary);
   absl::Mutex coordinators_mu_;
-  // Never removed while the service lives (requests hold pointers).
+  // Never destroyed while the service lives (requests hold pointers): a
+  // handback closes its PS's barrier and moves it to handed_back_.
   absl::flat_hash_map<int, std::unique_ptr<StepCoordinator>> taken_over_
       ABSL_GUARDED_BY(coordinators_mu_);
+  std::vector<std::unique_ptr<StepCoordinator>> handed_back_
+      ABSL_GUARDED_BY(coordinators_mu_);
+  // The Handback RPC's work (ps_service_handback.cc); one at a time.
+  absl::StatusOr<HandbackResponse> ServeHandback(const HandbackRequest& r)
+      ABSL_LOCKS_EXCLUDED(handback_mu_);
+  absl::Mutex handback_mu_;
+  // A pull or push refused UNAVAILABLE while this PS hands shards back is
+  // answered once the handback settled (the new primary serves): the
+  // client, which learns the routing when refused, then finds it changed
+  // and retries there at once. Waits at most kMaxHandbackHold.
+  void HoldWhileHandingBack() ABSL_LOCKS_EXCLUDED(settle_mu_);
+  absl::Mutex settle_mu_;
+  // InfinitePast: no handback; InfiniteFuture: one under way; else when
+  // the last one settles (its answer plus the new primary's start).
+  absl::Time handback_settles_at_ ABSL_GUARDED_BY(settle_mu_) =
+      absl::InfinitePast();
+  absl::CondVar settle_changed_;
   WorkersSeen workers_seen_;
   MethodMetrics pull_, push_, create_;
   prometheus::Counter* rejected_nonfinite_;

@@ -107,8 +107,7 @@ void PushHandler::FinishAsync(
   const uint64_t request = first_header_.request_id();
   PushDedup* dedup = dedup_;
   if (scopes_ != nullptr && !items_.empty()) {
-    dedup = scopes_->For(
-        items_[0].variable->layout->shards[items_[0].shard].ps_task);
+    dedup = scopes_->For(placed_primary());
   }
   if (request != 0) {
     switch (dedup->Begin(client, request)) {
@@ -190,6 +189,11 @@ absl::Status PushHandler::CheckPrimaryIs(
     }
   }
   return absl::OkStatus();
+}
+
+int PushHandler::placed_primary() const {
+  if (items_.empty()) return -1;
+  return items_[0].variable->layout->shards[items_[0].shard].ps_task;
 }
 
 void PushHandler::ForwardHeld(int for_ps) {
@@ -309,6 +313,21 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   PooledBuffer undo =
       BufferPool::Default().Acquire(undo_floats * sizeof(float));
   for (const PendingShardUpdate& u : updates) u.target->mutex()->Lock();
+  if (kind_ != RequestKind::kReplica) {
+    // Checked again under the locks: a handback (ShardStore::Demote) may
+    // have made a shard a backup here since the items were resolved.
+    for (const PendingShardUpdate& u : updates) {
+      if (u.variable->IsPrimary(u.shard)) continue;
+      for (auto it = updates.rbegin(); it != updates.rend(); ++it) {
+        it->target->mutex()->Unlock();
+      }
+      return absl::UnavailableError(absl::StrCat(
+          "push to '", u.variable->name(), "' shard ", u.shard, ": PS ",
+          store_->ps_task(), " no longer serves it (handed back to PS ",
+          u.variable->layout->shards[u.shard].ps_task,
+          "); nothing was applied: learn the routing and retry"));
+    }
+  }
   const absl::Status* refused = each([&](size_t i) {
     return updates[i].target->CheckLocked(updates[i].update);
   });

@@ -50,6 +50,9 @@ class PushHandler {
   // The stream ended with its message marked last.
   bool complete() const { return saw_last_; }
   int64_t items() const { return static_cast<int64_t>(items_.size()); }
+  // The PS the first item's shard was placed on (-1: no items): the
+  // de-duplication scope of the push (set_dedup_scopes).
+  int placed_primary() const;
 
   // Takes over the items of another validated push (a synchronous step's
   // contribution of another worker), so that one ApplyCombined applies

@@ -71,14 +71,21 @@ absl::Status Rejoiner::RejoinOnce() {
   const int n = peers_->size();
   // The failovers, as every PS that answers knows them (this one is among
   // them if it was replaced).
-  absl::flat_hash_set<int> failed;
+  // (The newest term any PS knows of each: odd is failed over.)
+  std::vector<int64_t> terms(n, 0);
   std::vector<int> answered;
   for (int t = 0; t < n; ++t) {
     if (t == self) continue;
     auto stats = peers_->Stats(t, kAskTimeout);
     if (!stats.ok()) continue;
     answered.push_back(t);
-    for (int f : stats->failed_ps()) failed.insert(f);
+    for (const auto& [task, term] : stats->ps_terms()) {
+      if (task >= 0 && task < n) terms[task] = std::max(terms[task], term);
+    }
+  }
+  absl::flat_hash_set<int> failed;
+  for (int t = 0; t < n; ++t) {
+    if (terms[t] % 2 == 1) failed.insert(t);
   }
   if (answered.empty()) {
     return absl::UnavailableError("no other PS answers GetStats");
@@ -120,6 +127,7 @@ absl::Status Rejoiner::RejoinOnce() {
     return -1;
   };
   std::set<int> sources;
+  const int own_serving = serving(self);
   for (int placed = 0; placed < n; ++placed) {
     bool kept = placed == self;
     for (int b : placement.BackupsOf(placed)) kept |= b == self;
@@ -135,6 +143,12 @@ absl::Status Rejoiner::RejoinOnce() {
   }
   if (sources.empty()) return absl::OkStatus();
   const absl::Time start = absl::Now();
+  // Rejoined: take this PS's own shards back from the PS serving them.
+  auto reclaim = [&] {
+    if (on_rejoined_ && own_serving >= 0 && own_serving != self) {
+      on_rejoined_(own_serving);
+    }
+  };
   int64_t shards = 0, bytes = 0;
   for (int source : sources) {
     applier_->BeginRejoin(source);
@@ -168,6 +182,7 @@ absl::Status Rejoiner::RejoinOnce() {
             << " shard(s), " << bytes << " bytes from PS "
             << absl::StrJoin(sources, ", ") << " in "
             << absl::FormatDuration(absl::Now() - start);
+  reclaim();
   return absl::OkStatus();
 }
 

@@ -6,12 +6,14 @@
 // serves shards it should hold (its own shards' new primary, and the
 // primaries it is a placed backup of) for a snapshot and the stream after
 // it (rejoin_source.h). It then follows those streams like any backup, so
-// every shard is on R copies again. It does not take its primary role back
-// (its shards stay served by the PS that took them over); shards it still
-// serves itself (nobody took them over) need no copy.
+// every shard is on R copies again. Shards it still serves itself (nobody
+// took them over) need no copy. If its own shards were taken over, it then
+// takes its primary role back (`on_rejoined`: the Handback of
+// ps_service_handback.cc), so the load is as placed again.
 #ifndef PSRT_PS_SERVER_RPC_REJOINER_H_
 #define PSRT_PS_SERVER_RPC_REJOINER_H_
 
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -38,6 +40,11 @@ class Rejoiner {
   void Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels a rejoin under way and waits for its thread.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs on the rejoin's thread after a rejoin that found this PS's own
+  // shards served by PS `serving` (it took them over). Set before Start.
+  void set_on_rejoined(std::function<void(int serving)> on_rejoined) {
+    on_rejoined_ = std::move(on_rejoined);
+  }
 
  private:
   // Rejoins (up to kAttempts tries), as often as Start asked meanwhile.
@@ -49,6 +56,7 @@ class Rejoiner {
   ShardStore* const store_;
   ReplicaApplier* const applier_;
   const PsPeers* const peers_;
+  std::function<void(int)> on_rejoined_;
   absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool again_ ABSL_GUARDED_BY(mu_) = false;

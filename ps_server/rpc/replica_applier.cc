@@ -289,6 +289,29 @@ void ReplicaApplier::Fence(int primary) {
   stream->fenced = true;
 }
 
+void ReplicaApplier::FollowHandedBack(int primary, uint64_t incarnation,
+                                      uint64_t stream_from) {
+  Stream* stream = StreamOf(primary);
+  absl::MutexLock lock(&stream->apply_mu);
+  stream->fenced = false;
+  stream->rejoining = false;
+  stream->adopted = false;
+  stream->primaries.clear();
+  stream->building.clear();
+  stream->snapshot = nullptr;
+  stream->barriers.clear();
+  stream->incarnation = incarnation;
+  stream->applied_through = stream_from - 1;
+}
+
+bool ReplicaApplier::Follows(int primary, uint64_t incarnation) const {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(primary);
+  if (it == streams_.end()) return false;
+  absl::MutexLock apply(&it->second->apply_mu);
+  return !it->second->fenced && it->second->incarnation == incarnation;
+}
+
 bool ReplicaApplier::InSyncWith(int primary) const {
   absl::MutexLock lock(&mu_);
   auto it = streams_.find(primary);
@@ -304,6 +327,27 @@ uint64_t ReplicaApplier::applied_through(int primary) const {
   if (it == streams_.end()) return 0;
   absl::MutexLock apply(&it->second->apply_mu);
   return it->second->applied_through;
+}
+
+ReplicaApplier::SyncBarrier ReplicaApplier::TakeBarrier(
+    int primary, int for_ps, int64_t next_step,
+    const std::vector<int64_t>& clocks) {
+  Stream* stream = StreamOf(primary);
+  absl::MutexLock lock(&stream->apply_mu);
+  Stream::Barrier& kept = stream->barriers[for_ps];
+  kept.AdvanceTo(next_step);
+  SyncBarrier out;
+  out.next_step = kept.next_step;
+  out.clocks = kept.clocks;
+  if (out.clocks.size() < clocks.size()) out.clocks.resize(clocks.size(), 0);
+  for (size_t w = 0; w < clocks.size(); ++w) {
+    out.clocks[w] = std::max(out.clocks[w], clocks[w]);
+  }
+  for (auto& [key, frames] : kept.held) {
+    if (key.first == out.next_step) out.held.push_back(std::move(frames));
+  }
+  stream->barriers.erase(for_ps);
+  return out;
 }
 
 absl::flat_hash_map<int, ReplicaApplier::SyncBarrier>
@@ -390,7 +434,11 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     if (u.sync_step()) {
       stream->barriers[u.for_ps()].AdvanceTo(u.step() + 1);
     }
-    PushDedup* dedup = dedup_->For(from);
+    // Under the scope the primary used (the first item's placed PS: the
+    // sender's own, or the PS whose shards it took over), so that after a
+    // handback a retried push is found on the PS the shards went back to.
+    const int scope = updates[i]->placed_primary();
+    PushDedup* dedup = dedup_->For(scope >= 0 ? scope : from);
     if (u.request_id() != 0 && dedup->Begin(u.client_id(), u.request_id()) ==
                                    PushDedup::Outcome::kNew) {
       dedup->Finish(u.client_id(), u.request_id(), true);

@@ -102,10 +102,27 @@ class ReplicaApplier {
   };
   absl::flat_hash_map<int, SyncBarrier> SyncBarriersOf(int primary) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Handback: `primary` served `for_ps`'s barrier, which stands at
+  // `next_step` with SSP `clocks` (its answer): that barrier with the
+  // pushes `primary`'s stream held for that step, taken out of this copy
+  // (`for_ps` serves it from now on).
+  SyncBarrier TakeBarrier(int primary, int for_ps, int64_t next_step,
+                          const std::vector<int64_t>& clocks)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Failover: this PS took over `primary`'s shards; its stream is refused
   // from now on (with kReplacedMarker), so it acknowledges nothing more.
   void Fence(int primary) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Handback: this PS gave `primary` its shards back (it had taken them
+  // over); its copies of them, which hold every update they had, follow
+  // `primary`'s stream `incarnation` from `stream_from` on (unfenced).
+  void FollowHandedBack(int primary, uint64_t incarnation, uint64_t stream_from)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream of `primary` this PS follows is `incarnation` (a handback
+  // answered before was for it).
+  bool Follows(int primary, uint64_t incarnation) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // This PS's copy of `primary`'s shards has followed `primary`'s stream
   // from its start (so it may take them over): the stream was accepted,

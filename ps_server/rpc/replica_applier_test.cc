@@ -231,6 +231,65 @@ TEST_F(ReplicaApplierTest, SspClocksFollowTheForwardedPushes) {
   EXPECT_EQ(barriers[0].clocks, (std::vector<int64_t>{5, 0, 10}));
 }
 
+// Handback: PS 1 took PS 0's shards over (fenced PS 0's stream), then gave
+// them back; its copy follows PS 0's new stream from where PS 0 said, and
+// nothing of the old one.
+TEST_F(ReplicaApplierTest, AHandedBackPrimarysNewStreamIsFollowedFromItsStart) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  ASSERT_TRUE(Run(applier, Header(0, 42, 1, 1), {DensePush(0.5f)}).ok());
+  applier.Fence(0);
+  EXPECT_FALSE(applier.InSyncWith(0));
+  EXPECT_FALSE(Run(applier, Header(0, 42, 2, 1), {DensePush(1)}).ok());
+  applier.FollowHandedBack(0, 99, 5);
+  EXPECT_TRUE(applier.Follows(0, 99));
+  EXPECT_FALSE(applier.Follows(0, 42));
+  EXPECT_TRUE(applier.InSyncWith(0));
+  // The old incarnation is refused; the new one's hello and its first
+  // update (sequence 5, not 1) are taken.
+  auto old = Run(applier, Header(0, 42, 2, 1), {DensePush(1)});
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition)
+      << old.status();
+  ASSERT_TRUE(Run(applier, Header(0, 99, 0, 0), {}).ok());
+  auto applied = Run(applier, Header(0, 99, 5, 1), {DensePush(0.25f)});
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->applied_through(), 5u);
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 2);
+  // A gap after it is refused.
+  auto gap = Run(applier, Header(0, 99, 7, 1), {DensePush(1)});
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 2);
+}
+
+// Handback of a SYNC/SSP barrier: the PS taking its shards back takes the
+// barrier as the serving PS's answer says it stands, with the pushes that
+// stream held for that step, and no longer keeps it for that stream.
+TEST_F(ReplicaApplierTest, ATakenBarrierHasTheHeldPushesOfItsStep) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  ASSERT_TRUE(Run(applier, Header(0, 42, 0, 0), {}).ok());
+  const std::pair<int64_t, int> held[] = {{6, 0}, {7, 1}, {7, 2}};
+  uint64_t sequence = 1;
+  for (const auto& [step, worker] : held) {
+    ReplicationHeader h = Header(0, 42, sequence++, 1);
+    h.mutable_updates(0)->set_held(true);
+    h.mutable_updates(0)->set_step(step);
+    h.mutable_updates(0)->set_worker_index(worker);
+    h.mutable_updates(0)->set_for_ps(1);
+    ASSERT_TRUE(Run(applier, h, {DensePush(0.5f)}).ok());
+  }
+  ReplicaApplier::SyncBarrier barrier = applier.TakeBarrier(0, 1, 7, {3, 0, 5});
+  EXPECT_EQ(barrier.next_step, 7);
+  EXPECT_EQ(barrier.held.size(), 2u);  // step 7's, not step 6's
+  EXPECT_EQ(barrier.clocks, (std::vector<int64_t>{3, 0, 5}));
+  EXPECT_EQ(applier.SyncBarriersOf(0).count(1), 0u);
+  // Never behind what this copy saw: a held push of step 8 moves it on.
+  ReplicationHeader later = Header(0, 42, sequence++, 1);
+  later.mutable_updates(0)->set_held(true);
+  later.mutable_updates(0)->set_step(8);
+  later.mutable_updates(0)->set_for_ps(2);
+  ASSERT_TRUE(Run(applier, later, {DensePush(0.5f)}).ok());
+  EXPECT_EQ(applier.TakeBarrier(0, 2, 7, {}).next_step, 8);
+}
+
 TEST_F(ReplicaApplierTest, HostileStreamsAreRefusedNamingWhyAndApplyNothing) {
   ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
   auto call = [&](const ReplicationHeader& h,

@@ -96,6 +96,16 @@ absl::Status ResolveTarget(const ShardStore& store, const TensorItem& item,
                      " keeps no backup copy of it (its primary is PS ",
                      layout.shards[item.shard()].ps_task, ")"));
   }
+  if (kind != RequestKind::kReplica && v->IsBackup(item.shard())) {
+    // Retryable: the shard moved (a failover, or its primary took it back)
+    // and the client has not learned it yet.
+    return absl::UnavailableError(absl::StrCat(
+        Where(kind, item), "PS ", store.ps_task(),
+        " keeps only a backup copy of it (placed on PS ",
+        layout.shards[item.shard()].ps_task,
+        "; served by that PS or, after a failover, its first live backup): "
+        "learn the routing and retry"));
+  }
   if (kind != RequestKind::kReplica && !v->IsPrimary(item.shard())) {
     return absl::FailedPreconditionError(absl::StrCat(
         Where(kind, item), "the shard lives on PS ",

@@ -233,6 +233,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       store->Retire();
       if (rejoiner != nullptr) rejoiner->Start();
     });
+    if (rejoiner != nullptr) {
+      // Rejoined after its shards were taken over: it takes them back. (Set
+      // before the lease holder starts: a refused lease starts a rejoin,
+      // which ends seconds later, long after lease_ was set below.)
+      ParameterServerService* service = server->service_.get();
+      std::unique_ptr<LeaseHolder>* lease = &server->lease_;
+      rejoiner->set_on_rejoined([service, lease](int serving) {
+        absl::Status s =
+            service->ReclaimShards(serving, [lease, serving](absl::Time asked) {
+              if (*lease != nullptr) (*lease)->Reinstate(serving, asked);
+            });
+        if (!s.ok()) LOG(ERROR) << s;
+      });
+    }
     if (server->membership_->Enabled()) {
       server->lease_ = std::make_unique<LeaseHolder>(
           server->peers_.get(), server->membership_.get(),

@@ -92,6 +92,10 @@ void StepCoordinator::SyncPush(std::unique_ptr<PushHandler> push,
   uint64_t held_sequence = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (!closed_.empty()) {
+      done(absl::UnavailableError(closed_));
+      return;
+    }
     if (workers < 1 || worker < 0 || worker >= workers) {
       done(absl::InvalidArgumentError(
           absl::StrCat("sync push from worker ", worker, " of ", workers,
@@ -238,6 +242,15 @@ void StepCoordinator::Resume(int64_t next_step,
                    << absl::StrJoin(clocks_, ", ");
     }
     applied_step_ = std::max(applied_step_, next_step);
+    // (A PS that served these shards before, was replaced and took them
+    // back may still hold pushes of a step its successor applied.)
+    for (auto it = contributions_.begin(); it != contributions_.end();) {
+      if (it->second->first_header().step() != applied_step_) {
+        it = contributions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (auto& push : held) {
       const PushRequestHeader& h = push->first_header();
       if (h.step() != applied_step_) continue;
@@ -338,13 +351,45 @@ uint64_t StepCoordinator::WaitForPull(const PullRequestHeader& header,
   const float timeout = header.consistency().timeout_seconds();
   w.deadline = w.since + absl::Seconds(timeout > 0 ? timeout : 60);
   absl::MutexLock lock(&mu_);
-  if (Satisfied(w)) return 0;
   if (stopping_) return 0;
+  // Closed: answered UNAVAILABLE by the timeout thread, never let through.
+  if (!closed_.empty()) {
+    w.deadline = absl::InfinitePast();
+  } else if (Satisfied(w)) {
+    return 0;
+  }
   w.ready = std::move(ready);
   const uint64_t token = next_token_++;
   waiters_.emplace(token, std::move(w));
   changed_.SignalAll();
   return token;
+}
+
+StepCoordinator::Handover StepCoordinator::Close(const std::string& why) {
+  std::vector<Ready> pending;
+  Handover handover;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](bool* applying) { return !*applying; }, &applying_));
+    closed_ = why.empty() ? "closed" : why;
+    // Logged again: a backup that joined the stream after they were held
+    // (a rejoined PS taking these shards back) has them too.
+    for (auto& [worker, push] : contributions_) push->ForwardHeld(ps_task_);
+    handover.next_step = applied_step_;
+    handover.clocks = clocks_;
+    handover.held = static_cast<int>(contributions_.size());
+    for (auto& [token, w] : waiters_) pending.push_back(std::move(w.ready));
+    waiters_.clear();
+    changed_.SignalAll();
+  }
+  for (Ready& r : pending) r(absl::UnavailableError(why));
+  return handover;
+}
+
+void StepCoordinator::Reopen() {
+  absl::MutexLock lock(&mu_);
+  closed_.clear();
 }
 
 bool StepCoordinator::Cancel(uint64_t token) {
@@ -364,9 +409,11 @@ void StepCoordinator::TimeoutLoop() {
       if (it->second.deadline <= now) {
         expired.emplace_back(
             std::move(it->second.ready),
-            absl::DeadlineExceededError(absl::StrCat(
-                "waited ", absl::FormatDuration(now - it->second.since), ": ",
-                Blockers(it->second))));
+            !closed_.empty()
+                ? absl::UnavailableError(closed_)
+                : absl::DeadlineExceededError(absl::StrCat(
+                      "waited ", absl::FormatDuration(now - it->second.since),
+                      ": ", Blockers(it->second))));
         it = waiters_.erase(it);
       } else {
         ++it;

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -78,6 +79,22 @@ class StepCoordinator {
   void Resume(int64_t next_step, std::vector<std::unique_ptr<PushHandler>> held,
               const std::vector<int64_t>& clocks);
 
+  // Handback: these shards are served elsewhere from now on. Waits for a
+  // step being applied to finish, logs the held pushes again for the
+  // backups (ForwardHeld: one that joined the stream after they were held
+  // gets them too), then answers waiting and later pulls and pushes
+  // UNAVAILABLE with `why` (the client learns the routing and retries).
+  // Returns where the barrier stands, for the PS that serves it next
+  // (Resume with the held pushes its copy of the stream has).
+  struct Handover {
+    int64_t next_step = 0;        // SYNC: the first step not applied
+    std::vector<int64_t> clocks;  // SSP: steps pushed per worker
+    int held = 0;                 // SYNC: pushes held for next_step
+  };
+  Handover Close(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // A handback that failed: serves again as before Close.
+  void Reopen() ABSL_LOCKS_EXCLUDED(mu_);
+
   // SSP: records that `header`'s worker has pushed its step.
   void AdvanceClock(const PushRequestHeader& header);
 
@@ -123,6 +140,7 @@ class StepCoordinator {
   std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string closed_ ABSL_GUARDED_BY(mu_);  // Close's why (empty: open)
   std::thread timeouts_;
 };
 

@@ -466,6 +466,38 @@ int ShardStore::Promote(int primary) {
   return promoted;
 }
 
+int ShardStore::Demote(int primary) {
+  absl::MutexLock create_lock(&create_mu_);
+  took_over_.erase(primary);
+  int demoted = 0;
+  for (const LocalVariable* v : Variables()) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) {
+      if (v->layout->shards[s].ps_task != primary || !v->IsPrimary(s)) {
+        continue;
+      }
+      absl::MutexLock shard_lock(v->shard(s).mutex());
+      v->backup[s].store(true, std::memory_order_release);
+      ++demoted;
+    }
+  }
+  return demoted;
+}
+
+int ShardStore::Reinstate() {
+  absl::MutexLock create_lock(&create_mu_);
+  retired_.store(false);
+  int reinstated = 0;
+  for (const LocalVariable* v : Variables()) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) {
+      if (v->layout->shards[s].ps_task == ps_task_ && v->IsBackup(s)) {
+        v->backup[s].store(false, std::memory_order_release);
+        ++reinstated;
+      }
+    }
+  }
+  return reinstated;
+}
+
 void ShardStore::Retire() {
   retired_.store(true);
   for (const LocalVariable* v : Variables()) {

@@ -156,9 +156,18 @@ class ShardStore {
   // primaries from now on, and those of variables created later. Returns
   // how many shards changed role.
   int Promote(int primary) ABSL_LOCKS_EXCLUDED(create_mu_);
+  // Handback, on the PS that took `primary`'s shards over: its copies of
+  // them are backups again (undoes Promote). Each shard's role changes
+  // under its lock, and a push checks the role under the same lock
+  // (push_handler.cc), so no push applies to them here once this returns.
+  // Returns how many shards changed role.
+  int Demote(int primary) ABSL_LOCKS_EXCLUDED(create_mu_);
   // This PS was replaced (its backup took its shards over): none of its
   // copies is served or saved any more.
   void Retire();
+  // Handback, on the PS that was replaced: it serves its own shards again
+  // (undoes Retire for the shards placed on it). Returns how many.
+  int Reinstate() ABSL_LOCKS_EXCLUDED(create_mu_);
   int num_ps() const { return num_ps_; }
   int64_t parameter_bytes() const;
   int64_t num_local_shards() const;

@@ -257,8 +257,8 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     worker, the one on the dead PS's host included, finishes its steps with
     no PS recovery and no lost push; the launcher starts PS 1 again and it
     rejoins as a backup (copies from PS 0 and PS 2, whose pushes wait for
-    it again once it caught up); the final checkpoint holds every shard
-    (PS 1's saved by PS 2, which serves them)."""
+    it again once it caught up), then takes its shards back from PS 2
+    (handback); the final checkpoint holds every shard."""
     ckpt = os.path.join(tmp_path, "ckpt")
     port = 26600
     proc = launch_replicated(
@@ -285,6 +285,9 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     for ps in (0, 2):
         log = read(os.path.join(tmp_path, f"ps_{ps}.log"))
         assert "caught up" in log, log[-3000:]
+    again = re.search(r"serves its \d+ shard\(s\) again[^\n]*", ps1)
+    assert again, ps1[-3000:]
+    print(again.group(0))
     rows = done_lines(tmp_path, 3)
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
     for row in rows:
@@ -293,8 +296,8 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     took_over = read(os.path.join(tmp_path, "ps_2.log"))
     assert "took over" in took_over, took_over[-3000:]
     ps0 = read(os.path.join(tmp_path, "ps_0.log"))
-    # PS 1, rejoined, serves no shard: PS 2 saved them (the manifest must
-    # still name every shard).
+    # Every shard saved once, by whichever PS served it at the time (the
+    # manifest must name every shard).
     assert re.search(r"checkpoint \S+: \d+ files", ps0), ps0[-3000:]
     auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
     print(f"eval AUC after the failover {auc:.4f}")
@@ -464,7 +467,8 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
     applied and holding the pushes it held for it (the backup kept them: a
     held push is acknowledged only once the backup has it); every worker
     finishes its steps with no recovery and no lost push, and the
-    launcher's restart of the killed PS rejoins as a backup. The final
+    launcher's restart of the killed PS rejoins as a backup and takes its
+    shards and their barrier back mid-training (handback). The final
     parameters equal, bit for bit, those of the same sync run with no
     failure (same data, same order)."""
     worker_flags = ["--epochs=0", "--max_steps=200", "--mode=sync", "--sync_timeout_secs=60"]
@@ -513,6 +517,13 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
         assert m, ps_logs[backup][-3000:]
         print(m.group(0))
         assert "rejoined as a backup" in ps_logs[victim], ps_logs[victim][-3000:]
+        # ... and took its shards back mid-training, its barrier with them.
+        m = re.search(
+            rf"sync barrier of PS {victim}'s shards resumed here at step (\d+) with (\d+)",
+            ps_logs[victim],
+        )
+        assert m and "shard(s) again" in ps_logs[victim], ps_logs[victim][-3000:]
+        print(f"handback: {m.group(0)}")
         # Bit for bit: every exported variable (and index.json: names,
         # shapes, rows, step).
         control, failover = runs["control"], runs[name]

@@ -324,8 +324,7 @@ class Client:
                 now = time.monotonic()
                 if first_failure is None:
                     first_failure = now
-                if code in _RETRYABLE:
-                    self._routing.refresh(self._ask_stats)
+                rerouted = code in _RETRYABLE and self._routing.refresh(self._ask_stats)
                 within_failover = (
                     self._routing.replicas > 1 and now - first_failure < self.failover_wait
                 )
@@ -333,8 +332,9 @@ class Client:
                     raise PsError(
                         code, f"{what} to {self.addresses[target]}: {e.details()}", ps
                     ) from None
-                time.sleep(delay * (0.5 + random.random() / 2))
-                delay = min(delay * 2, 2.0)
+                if not rerouted:  # else retry where the shards are served now
+                    time.sleep(delay * (0.5 + random.random() / 2))
+                    delay = min(delay * 2, 2.0)
 
     def _ask_stats(self, ps):
         try:

@@ -64,7 +64,14 @@ class Routing:
             if not answered:
                 return False
             self.replicas = max(a.replicas for a in answered)
-            failed = {t for a in answered for t in a.failed_ps if 0 <= t < n}
+            # Each PS's newest term any answer knows: odd while failed over,
+            # even while it serves its own shards (again after a handback).
+            terms = [0] * n
+            for a in answered:
+                for t, term in a.ps_terms.items():
+                    if 0 <= t < n:
+                        terms[t] = max(terms[t], term)
+            failed = {t for t in range(n) if terms[t] % 2 == 1}
             backups = backups_of(self._addresses, max(1, self.replicas))
             changed = False
             for p in range(n):
@@ -74,11 +81,18 @@ class Routing:
                 if self._serving[p] != serving:
                     self._serving[p] = serving
                     changed = True
-                    _log.warning(
-                        "PS %d (%s) failed over: its shards are served by PS %d (%s)",
-                        p,
-                        self._addresses[p],
-                        serving,
-                        self._addresses[serving],
-                    )
+                    if serving == p:
+                        _log.warning(
+                            "PS %d (%s) serves its shards again (handback)",
+                            p,
+                            self._addresses[p],
+                        )
+                    else:
+                        _log.warning(
+                            "PS %d (%s) failed over: its shards are served by PS %d (%s)",
+                            p,
+                            self._addresses[p],
+                            serving,
+                            self._addresses[serving],
+                        )
             return changed

@@ -1,0 +1,251 @@
+// Handback (--replicas > 1): a PS that failed over, restarted and rejoined
+// as a backup takes its primary role back from the PS that took its shards
+// over, so that the cluster's load is as placed again.
+//
+// On the PS serving the shards (ServeHandback): once the caller follows
+// this PS's stream and has caught up, this PS closes the shards' step
+// barrier, makes its copies backups (under each shard's lock: no push
+// applies to them here afterwards), waits until the caller applied every
+// update logged so far (so its copy equals this one), follows the caller's
+// stream for its copies from then on, records the caller's return (an
+// even term, membership.h) and answers. If the caller does not catch up
+// within kHandbackWait, everything is undone and the shards stay here.
+//
+// On the caller (ReclaimShards), after the answer: its shards are primary
+// here again, the step barrier resumes where this PS's copy of the
+// serving PS's stream left it (held SYNC pushes, SSP clocks), and its
+// replication to that PS restarts; it serves once its lease holds.
+//
+// Between the two the shards are served by neither PS: the pulls and
+// pushes refused here meanwhile are answered (UNAVAILABLE) only once the
+// handback settled (HoldWhileHandingBack: the answer plus kCallerStart),
+// so that the client, which learns the routing when refused, finds the
+// caller serving and retries there at once. The answer is also a lease
+// grant, so the caller serves without waiting for its next renewal.
+#include <algorithm>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "ps_server/rpc/ps_service.h"
+
+namespace psrt {
+namespace {
+
+// How long the serving PS waits for the caller to apply the last updates.
+constexpr absl::Duration kHandbackWait = absl::Seconds(10);
+// The caller's tries (it may still be catching up after its rejoin).
+constexpr int kReclaimAttempts = 40;
+// After the answer: how long the caller takes to serve (it makes its
+// shards primary, resumes the barrier and restarts its stream: a few ms).
+constexpr absl::Duration kCallerStart = absl::Milliseconds(20);
+// The longest a refused pull or push is held while a handback settles.
+constexpr absl::Duration kMaxHandbackHold = absl::Milliseconds(500);
+constexpr absl::Duration kReclaimCallTimeout = absl::Seconds(30);
+
+}  // namespace
+
+absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
+    const HandbackRequest& r) {
+  const int self = store_->ps_task();
+  const int from = r.from_task();
+  if (peers_ == nullptr || membership_ == nullptr || replicator_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "Handback: this PS runs without replicas");
+  }
+  if (from < 0 || from >= store_->num_ps() || from == self) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Handback: from_task ", from, " is not another PS of this ",
+        store_->num_ps(), "-PS cluster"));
+  }
+  if (r.incarnation() == 0 || r.stream_from() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Handback from PS ", from, ": no incarnation or stream start"));
+  }
+  absl::MutexLock one_at_a_time(&handback_mu_);
+  HandbackResponse out;
+  if (!membership_->IsFailed(from)) {
+    // Answered before (the caller did not get the answer): the same again.
+    if (replica_applier_.Follows(from, r.incarnation())) {
+      out.set_term(membership_->term(from));
+      out.set_step(store_->global_step());
+      return out;
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("Handback: PS ", from, " has not failed over (term ",
+                     membership_->term(from),
+                     "): it serves its own shards, nothing to hand back"));
+  }
+  if (absl::Status s = CheckNotReplaced(); !s.ok()) return s;
+  int serving = -1;
+  for (int b : store_->replicas().BackupsOf(from)) {
+    if (!membership_->IsFailed(b)) {
+      serving = b;
+      break;
+    }
+  }
+  if (serving != self) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Handback: PS ", from, "'s shards are served by PS ",
+                     serving, ", not by PS ", self));
+  }
+  if (!replicator_->AcknowledgedBy(from).has_value()) {
+    return absl::UnavailableError(absl::StrCat(
+        "Handback: PS ", from, " is not (yet) a caught-up backup of PS ", self,
+        " (it rejoins first); retry"));
+  }
+  StepCoordinator* barrier = nullptr;
+  {
+    absl::MutexLock lock(&coordinators_mu_);
+    auto it = taken_over_.find(from);
+    if (it != taken_over_.end()) barrier = it->second.get();
+  }
+  const absl::Time paused = absl::Now();
+  {
+    absl::MutexLock lock(&settle_mu_);
+    handback_settles_at_ = absl::InfiniteFuture();
+  }
+  // However it ends, refusals are held no longer than the caller's start.
+  absl::Cleanup settle = [this] {
+    absl::MutexLock lock(&settle_mu_);
+    handback_settles_at_ = absl::Now() + kCallerStart;
+    settle_changed_.SignalAll();
+  };
+  StepCoordinator::Handover handover;
+  if (barrier != nullptr) {
+    handover = barrier->Close(absl::StrCat(
+        "PS ", self, " handed PS ", from, "'s shards back to it: ask any PS ",
+        "for the routing (GetStats) and retry there"));
+  }
+  const int shards = store_->Demote(from);
+  // Every update applied to them here was logged under their locks, so
+  // by now: the caller must have applied everything up to here.
+  const uint64_t last = replicator_->next_sequence() - 1;
+  const absl::Time deadline = absl::Now() + kHandbackWait;
+  std::optional<uint64_t> acknowledged;
+  while (true) {
+    acknowledged = replicator_->AcknowledgedBy(from);
+    if (acknowledged.has_value() && *acknowledged >= last) break;
+    if (!acknowledged.has_value() || absl::Now() > deadline) {
+      store_->Promote(from);
+      if (barrier != nullptr) barrier->Reopen();
+      return absl::UnavailableError(absl::StrCat(
+          "Handback: PS ", from, " did not apply PS ", self,
+          "'s updates through ", last, " within ",
+          absl::FormatDuration(kHandbackWait), " (applied ",
+          acknowledged.value_or(0),
+          acknowledged.has_value() ? "" : ", and it is no backup any more",
+          "): its shards stay on PS ", self, "; retry"));
+    }
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  replica_applier_.FollowHandedBack(from, r.incarnation(), r.stream_from());
+  const int64_t term = membership_->MarkReturned(from);
+  // The answer is a lease grant (the caller times it from its request).
+  if (absl::Status s = membership_->Grant(from, term); !s.ok()) {
+    LOG(WARNING) << "PS " << self << " grants PS " << from
+                 << " no lease with its shards: " << s;
+  }
+  {
+    absl::MutexLock lock(&coordinators_mu_);
+    auto it = taken_over_.find(from);
+    if (it != taken_over_.end()) {
+      handed_back_.push_back(std::move(it->second));
+      taken_over_.erase(it);
+    }
+  }
+  LOG(WARNING) << "PS " << self << " handed " << shards
+               << " shard(s) back to PS " << from << " (its term " << term
+               << "; step barrier at step " << handover.next_step << " with "
+               << handover.held << " held push(es)): they were unserved here "
+               << "for " << absl::FormatDuration(absl::Now() - paused)
+               << " while PS " << from << " applied the last updates through "
+               << last;
+  out.set_shards(shards);
+  out.set_term(term);
+  out.set_step(store_->global_step());
+  out.set_sync_next_step(handover.next_step);
+  for (int64_t clock : handover.clocks) out.add_ssp_clocks(clock);
+  return out;
+}
+
+void ParameterServerService::HoldWhileHandingBack() {
+  absl::MutexLock lock(&settle_mu_);
+  const absl::Time give_up = absl::Now() + kMaxHandbackHold;
+  while (absl::Now() < handback_settles_at_ && absl::Now() < give_up) {
+    settle_changed_.WaitWithDeadline(&settle_mu_,
+                                     std::min(handback_settles_at_, give_up));
+  }
+}
+
+absl::Status ParameterServerService::ReclaimShards(
+    int serving, const std::function<void(absl::Time asked)>& on_reinstated) {
+  const int self = store_->ps_task();
+  if (peers_ == nullptr || membership_ == nullptr || replicator_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "ReclaimShards: this PS runs without replicas");
+  }
+  // This PS serves nothing until the answer, so it logs nothing: its
+  // stream to `serving` starts at the next sequence.
+  HandbackRequest request;
+  request.set_from_task(self);
+  request.set_incarnation(replicator_->incarnation());
+  request.set_stream_from(replicator_->next_sequence());
+  absl::StatusOr<HandbackResponse> answer;
+  absl::Duration backoff = absl::Milliseconds(200);
+  absl::Time asked;
+  for (int attempt = 1; attempt <= kReclaimAttempts; ++attempt) {
+    asked = absl::Now();
+    answer = peers_->Handback(serving, request, kReclaimCallTimeout);
+    if (answer.ok()) break;
+    const absl::StatusCode code = answer.status().code();
+    if (code != absl::StatusCode::kUnavailable &&
+        code != absl::StatusCode::kDeadlineExceeded) {
+      break;
+    }
+    LOG(WARNING) << "PS " << self << " asks " << peers_->Describe(serving)
+                 << " for its shards back (try " << attempt << " of "
+                 << kReclaimAttempts << "): " << answer.status();
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+  if (!answer.ok()) {
+    return absl::Status(
+        answer.status().code(),
+        absl::StrCat("PS ", self, " could not take its shards back from ",
+                     peers_->Describe(serving), ": ", answer.status().message(),
+                     "; it stays a backup of them"));
+  }
+  const absl::Time start = absl::Now();
+  membership_->Learn(self, answer->term());
+  if (answer->step() > 0) store_->ObserveStep(answer->step() - 1);
+  // Primary again before the barrier's held pushes are made pushes here;
+  // nothing is served before the replicator and the lease are back.
+  const int shards = store_->Reinstate();
+  // The barrier where the serving PS left it, with the pushes it held
+  // for that step (they came through its stream).
+  const std::vector<int64_t> clocks(answer->ssp_clocks().begin(),
+                                    answer->ssp_clocks().end());
+  const ReplicaApplier::SyncBarrier barrier = replica_applier_.TakeBarrier(
+      serving, self, answer->sync_next_step(), clocks);
+  coordinator_.Resume(barrier.next_step, HeldPushes(barrier, serving),
+                      barrier.clocks);
+  const uint64_t stream_from = replicator_->Reinstate(serving);
+  if (stream_from != request.stream_from()) {
+    LOG(ERROR) << "PS " << self << "'s stream to PS " << serving
+               << " restarts at update " << stream_from << ", not "
+               << request.stream_from() << " as it told that PS";
+  }
+  // What it serves is the live copy, not what it restored at start.
+  told_serving_restored_ = true;
+  if (on_reinstated) on_reinstated(asked);
+  LOG(WARNING) << "PS " << self << " serves its " << shards
+               << " shard(s) again: " << peers_->Describe(serving) << " handed "
+               << answer->shards() << " back (term " << answer->term()
+               << ", step " << answer->step() << ") in "
+               << absl::FormatDuration(absl::Now() - start);
+  return absl::OkStatus();
+}
+
+}  // namespace psrt
