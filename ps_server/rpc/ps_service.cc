@@ -348,6 +348,7 @@ class ParameterServerService::ReplicateCall {
                        ": its previous process is gone (this one is new) "
                        "and this PS held the copy that followed it"));
     }
+    if (result.ok()) service_->HandbackSettledBy(call_.from());
     return result;
   }
 

@@ -250,7 +250,11 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // client, which learns the routing when refused, then finds it changed
   // and retries there at once. Waits at most kMaxHandbackHold.
   void HoldWhileHandingBack() ABSL_LOCKS_EXCLUDED(settle_mu_);
+  // A Replicate call from `from` succeeded: if this PS just handed it its
+  // shards, it serves them now.
+  void HandbackSettledBy(int from) ABSL_LOCKS_EXCLUDED(settle_mu_);
   absl::Mutex settle_mu_;
+  int settling_for_ ABSL_GUARDED_BY(settle_mu_) = -1;
   // InfinitePast: no handback; InfiniteFuture: one under way; else when
   // the last one settles (its answer plus the new primary's start).
   absl::Time handback_settles_at_ ABSL_GUARDED_BY(settle_mu_) =

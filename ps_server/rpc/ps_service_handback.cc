@@ -18,7 +18,8 @@
 //
 // Between the two the shards are served by neither PS: the pulls and
 // pushes refused here meanwhile are answered (UNAVAILABLE) only once the
-// handback settled (HoldWhileHandingBack: the answer plus kCallerStart),
+// handback settled (HoldWhileHandingBack: the caller's first Replicate
+// call after the answer, which it sends once it serves, or kCallerStart),
 // so that the client, which learns the routing when refused, finds the
 // caller serving and retries there at once. The answer is also a lease
 // grant, so the caller serves without waiting for its next renewal.
@@ -37,9 +38,10 @@ namespace {
 constexpr absl::Duration kHandbackWait = absl::Seconds(10);
 // The caller's tries (it may still be catching up after its rejoin).
 constexpr int kReclaimAttempts = 40;
-// After the answer: how long the caller takes to serve (it makes its
-// shards primary, resumes the barrier and restarts its stream: a few ms).
-constexpr absl::Duration kCallerStart = absl::Milliseconds(20);
+// After the answer, the longest wait for the caller's first Replicate
+// call (it sends it once it serves: shards primary, barrier resumed,
+// lease held, stream restarted; usually under a millisecond).
+constexpr absl::Duration kCallerStart = absl::Milliseconds(100);
 // The longest a refused pull or push is held while a handback settles.
 constexpr absl::Duration kMaxHandbackHold = absl::Milliseconds(500);
 constexpr absl::Duration kReclaimCallTimeout = absl::Seconds(30);
@@ -106,10 +108,10 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
     absl::MutexLock lock(&settle_mu_);
     handback_settles_at_ = absl::InfiniteFuture();
   }
-  // However it ends, refusals are held no longer than the caller's start.
+  // Undone: the refusals held meanwhile are answered at once.
   absl::Cleanup settle = [this] {
     absl::MutexLock lock(&settle_mu_);
-    handback_settles_at_ = absl::Now() + kCallerStart;
+    handback_settles_at_ = absl::Now();
     settle_changed_.SignalAll();
   };
   StepCoordinator::Handover handover;
@@ -155,6 +157,15 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
       taken_over_.erase(it);
     }
   }
+  // Done: refusals are held until the caller serves (its first Replicate
+  // call, HandbackSettledBy) or kCallerStart.
+  std::move(settle).Cancel();
+  {
+    absl::MutexLock lock(&settle_mu_);
+    handback_settles_at_ = absl::Now() + kCallerStart;
+    settling_for_ = from;
+    settle_changed_.SignalAll();
+  }
   LOG(WARNING) << "PS " << self << " handed " << shards
                << " shard(s) back to PS " << from << " (its term " << term
                << "; step barrier at step " << handover.next_step << " with "
@@ -168,6 +179,14 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
   out.set_sync_next_step(handover.next_step);
   for (int64_t clock : handover.clocks) out.add_ssp_clocks(clock);
   return out;
+}
+
+void ParameterServerService::HandbackSettledBy(int from) {
+  absl::MutexLock lock(&settle_mu_);
+  if (settling_for_ != from) return;
+  settling_for_ = -1;
+  handback_settles_at_ = absl::Now();
+  settle_changed_.SignalAll();
 }
 
 void ParameterServerService::HoldWhileHandingBack() {
@@ -231,15 +250,17 @@ absl::Status ParameterServerService::ReclaimShards(
       serving, self, answer->sync_next_step(), clocks);
   coordinator_.Resume(barrier.next_step, HeldPushes(barrier, serving),
                       barrier.clocks);
+  // What it serves is the live copy, not what it restored at start.
+  told_serving_restored_ = true;
+  if (on_reinstated) on_reinstated(asked);  // the lease
+  // Last: this PS serves once its stream is accepted (its first call,
+  // which also tells `serving` to let the refused calls go).
   const uint64_t stream_from = replicator_->Reinstate(serving);
   if (stream_from != request.stream_from()) {
     LOG(ERROR) << "PS " << self << "'s stream to PS " << serving
                << " restarts at update " << stream_from << ", not "
                << request.stream_from() << " as it told that PS";
   }
-  // What it serves is the live copy, not what it restored at start.
-  told_serving_restored_ = true;
-  if (on_reinstated) on_reinstated(asked);
   LOG(WARNING) << "PS " << self << " serves its " << shards
                << " shard(s) again: " << peers_->Describe(serving) << " handed "
                << answer->shards() << " back (term " << answer->term()
