@@ -749,7 +749,23 @@ void KillRestartAndRejoin(bool wait_for_failover) {
   EXPECT_TRUE(std::regex_search(
       report, std::regex(R"(dense/1 +1 +1 +.*2 backup .*in sync)")))
       << report;
+  EXPECT_EQ(CountOf(report,
+                    "failovers it knows of: none; handed back "
+                    "since: 1 (term 2)"),
+            3)
+      << report;
   std::printf("%s", report.c_str());
+  // Every PS counts the failover and the handback, and none failed over now.
+  for (int ps = 0; ps < 3; ++ps) {
+    auto metrics = FetchMetrics(cluster->metrics_port(ps));
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    EXPECT_TRUE(absl::StrContains(*metrics, "\npsrt_failovers_total 1\n"))
+        << *metrics;
+    EXPECT_TRUE(absl::StrContains(*metrics, "\npsrt_handbacks_total 1\n"))
+        << *metrics;
+    EXPECT_TRUE(absl::StrContains(*metrics, "\npsrt_failed_over_ps 0\n"))
+        << *metrics;
+  }
   // Failed over (term 1), then handed back (2), as every PS knows.
   for (int ps = 0; ps < 3; ++ps) {
     EXPECT_EQ(TermAccordingTo(*cluster, ps, 1), 2) << "PS " << ps;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/cpp/client.h"
@@ -55,10 +56,21 @@ int ReplicasReport(const ClientOptions& options, std::ostream& out) {
     answered[ps] = true;
     const StatsResponse& s = (*stats)[0];
     replicas = std::max(replicas, s.replicas());
+    // Terms (odd: failed over; even and > 0: handed back since).
+    std::vector<std::string> handed_back;
+    for (const auto& [task, term] : s.ps_terms()) {
+      if (term > 0 && term % 2 == 0) {
+        handed_back.push_back(absl::StrFormat("%d (term %d)", task, term));
+      }
+    }
+    std::sort(handed_back.begin(), handed_back.end());
     out << absl::StrFormat(
-        "PS %-3d %-22s replicas %d, failovers it knows of: %s\n", ps,
+        "PS %-3d %-22s replicas %d, failovers it knows of: %s%s\n", ps,
         options.ps_addresses[ps], s.replicas(),
-        s.failed_ps().empty() ? "none" : absl::StrJoin(s.failed_ps(), ", "));
+        s.failed_ps().empty() ? "none" : absl::StrJoin(s.failed_ps(), ", "),
+        handed_back.empty() ? ""
+                            : absl::StrCat("; handed back since: ",
+                                           absl::StrJoin(handed_back, ", ")));
     const auto& variables = (*lists)[0].variables();
     for (int index = 0; index < variables.size(); ++index) {
       const VariableInfo& v = variables[index];
