@@ -1,8 +1,10 @@
 """Servers with --replicas=2: the Python client follows a failover. PS 1
-is killed with SIGKILL and never comes back; the next push waits while its
-backup (PS 2) takes its shards over, is sent there, and is applied once;
-pulls of PS 1's shards then read PS 2's copy, which holds every push
-acknowledged before the kill."""
+is killed with SIGKILL; the next push waits while its backup (PS 2)
+takes its shards over, is sent there, and is applied once; pulls of PS
+1's shards then read PS 2's copy, which holds every push acknowledged
+before the kill. Restarted, PS 1 rejoins and takes its shards back
+(handback): the client's next push is refused by PS 2, learns the new
+routing and lands on PS 1, applied once."""
 import time
 
 import numpy as np
@@ -51,6 +53,40 @@ def test_pushes_and_pulls_follow_a_failover_and_apply_once(make_cluster):
     fresh = cluster.client()
     assert np.array_equal(fresh.pull_dense("w"), -0.5 * (dense[0] + dense[1]))
     fresh.close()
+    client.close()
+
+
+def _term(client, ps, of):
+    """PS `of`'s membership term as PS `ps` reports it."""
+    return client.stats()[ps].ps_terms.get(of, 0)
+
+
+def test_a_restarted_ps_takes_its_shards_back_and_the_client_follows(make_cluster):
+    cluster = make_cluster(3, flags=["--replicas=2"], distinct_hosts=True)
+    client = cluster.client()
+    client.create_variables(_model())
+    rng = np.random.default_rng(5)
+    ids = np.arange(0, 9000, 7, dtype=np.int64)
+    dense = [rng.integers(-8, 8, size=(3000, 4)).astype(np.float32) for _ in range(3)]
+    rows = [rng.integers(-8, 8, size=(ids.size, 8)).astype(np.float32) for _ in range(3)]
+    client.push({"w": dense[0], "emb": (ids, rows[0])})
+    cluster.kill(1)
+    client.push({"w": dense[1], "emb": (ids, rows[1])})  # lands on PS 2
+    assert client._routing.serving(1) == 2
+    cluster.restart(1)
+    restarted = time.monotonic()
+    observer = cluster.client()
+    while time.monotonic() - restarted < 60 and _term(observer, 1, 1) != 2:
+        time.sleep(0.1)
+    print(f"PS 1 serves its shards again {time.monotonic() - restarted:.2f} s after its restart")
+    assert [_term(observer, ps, 1) for ps in range(3)] == [2, 2, 2]
+    assert all(not s.failed_ps for s in observer.stats())
+    observer.close()
+    # Still routed to PS 2: refused there, sent to PS 1, applied once.
+    client.push({"w": dense[2], "emb": (ids, rows[2])})
+    assert client._routing.serving(1) == 1
+    assert np.array_equal(client.pull_dense("w"), -0.5 * (dense[0] + dense[1] + dense[2]))
+    assert np.array_equal(client.pull_rows("emb", ids), -0.5 * (rows[0] + rows[1] + rows[2]))
     client.close()
 
 
