@@ -55,8 +55,8 @@ void LeaseHolder::Renew(int peer) {
   do {
     const Clock::time_point sent = Clock::now();
     const int self = peers_->self();
-    auto answer = peers_->RenewLease(peer, membership_->term(self),
-                                     options_.call_timeout);
+    const int64_t own_term = membership_->term(self);
+    auto answer = peers_->RenewLease(peer, own_term, options_.call_timeout);
     if (answer.ok()) {
       {
         absl::MutexLock lock(&mu_);
@@ -81,7 +81,10 @@ void LeaseHolder::Renew(int peer) {
       }
     } else if (answer.status().code() ==
                    absl::StatusCode::kFailedPrecondition &&
-               absl::StrContains(answer.status().message(), kReplacedMarker)) {
+               absl::StrContains(answer.status().message(), kReplacedMarker) &&
+               membership_->term(self) == own_term) {
+      // (A refusal of a request that carried an older term of this PS --
+      // it took its shards back meanwhile -- says nothing about now.)
       Replaced(std::string(answer.status().message()));
     }
     const Clock::time_point now = Clock::now();

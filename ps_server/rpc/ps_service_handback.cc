@@ -205,6 +205,8 @@ absl::Status ParameterServerService::ReclaimShards(
     return absl::FailedPreconditionError(
         "ReclaimShards: this PS runs without replicas");
   }
+  // Serving already (a rejoin that ran again after the handback).
+  if (!replicator_->replaced()) return absl::OkStatus();
   // This PS serves nothing until the answer, so it logs nothing: its
   // stream to `serving` starts at the next sequence.
   HandbackRequest request;

@@ -21,7 +21,10 @@ answer from the primary and a majority vote).
 
 Rejoin: runs its restart-after-failover case --rejoins times (3 clients
 pushing; a 128 MiB table, with its Adagrad slot, among the shards) and reports the time from the
-restart to "rejoined as a backup" and the copy's size and rate.
+restart to "rejoined as a backup" and the copy's size and rate; then the
+handback that follows: how long the shards were served by neither PS (the
+serving PS's log) and the slowest push across it, beside the median push
+before it (what a client sees as the handback's pause).
 """
 import argparse
 import json
@@ -108,9 +111,9 @@ def test_runs(case, pattern, n, log):
 
 
 def seconds(duration):
-    """absl::FormatDuration's "1.37s" / "253.8ms" in seconds."""
-    value = re.match(r"([\d.]+)(ms|s)$", duration)
-    return float(value.group(1)) / (1000 if value.group(2) == "ms" else 1)
+    """absl::FormatDuration's "1.37s" / "253.8ms" / "613.2us" in seconds."""
+    value = re.match(r"([\d.]+)(us|ms|s)$", duration)
+    return float(value.group(1)) / {"us": 1e6, "ms": 1e3, "s": 1}[value.group(2)]
 
 
 def main():
@@ -138,19 +141,20 @@ def main():
                         f"p50 {m['p50_ms']:7.2f} ms p99 {m['p99_ms']:7.2f} ms",
                         flush=True,
                     )
-        print(f"\nmedians over {args.rounds} rounds, {args.inflight} pushes in flight:")
-        for case in sorted(results[1][0]):
+        if args.rounds > 0:
+            print(f"\nmedians over {args.rounds} rounds, {args.inflight} pushes in flight:")
+            for case in sorted(results[1][0]):
 
-            def med(replicas, key):
-                return statistics.median(m[case][key] for m in results[replicas])
+                def med(replicas, key):
+                    return statistics.median(m[case][key] for m in results[replicas])
 
-            r1, r2 = med(1, "ops_per_s"), med(2, "ops_per_s")
-            print(
-                f"{case:16s} R=1 {r1:8.1f} push/s p99 {med(1, 'p99_ms'):7.2f} ms | "
-                f"R=2 {r2:8.1f} push/s p99 {med(2, 'p99_ms'):7.2f} ms | "
-                f"throughput {r2 / r1:.2f}x (target >= 0.6), "
-                f"p99 {med(2, 'p99_ms') / med(1, 'p99_ms'):.2f}x (target <= 2)"
-            )
+                r1, r2 = med(1, "ops_per_s"), med(2, "ops_per_s")
+                print(
+                    f"{case:16s} R=1 {r1:8.1f} push/s p99 {med(1, 'p99_ms'):7.2f} ms | "
+                    f"R=2 {r2:8.1f} push/s p99 {med(2, 'p99_ms'):7.2f} ms | "
+                    f"throughput {r2 / r1:.2f}x (target >= 0.6), "
+                    f"p99 {med(2, 'p99_ms') / med(1, 'p99_ms'):.2f}x (target <= 2)"
+                )
         if args.kills > 0:
             times = [
                 int(g[0])
@@ -170,19 +174,31 @@ def main():
             runs = test_runs(
                 "ARestartedPsRejoins",
                 r"rejoined after (\d+) ms\nPS 1 rejoined as a backup: (\d+) shard\(s\), "
-                r"(\d+) bytes from PS [\d, ]+ in (\S+)",
+                r"(\d+) bytes from PS [\d, ]+ in (\S+)"
+                r"(?s:.*?)unserved here for (\S+) while"
+                r"(?s:.*?)handback pause: slowest push after the rejoin ([\d.]+) ms; "
+                r"median push before it ([\d.]+) ms",
                 args.rejoins,
                 log,
             )
-            for restart_ms, shards, size, took in runs:
+            for restart_ms, shards, size, took, unserved, slowest, median in runs:
                 print(
                     f"rejoin: restart to rejoined {restart_ms} ms; {shards} shards, "
                     f"{int(size) / 2**20:.1f} MiB copied in {seconds(took) * 1000:.0f} ms "
                     f"({int(size) / 2**20 / seconds(took):.0f} MiB/s) while 3 clients push"
                 )
+                print(
+                    f"handback: unserved {seconds(unserved) * 1000:.2f} ms on the serving PS; "
+                    f"slowest push across it {slowest} ms, median push before {median} ms"
+                )
             print(
                 "rejoin: median restart to rejoined "
                 f"{statistics.median(int(r[0]) for r in runs)} ms over {len(runs)} runs"
+            )
+            print(
+                "handback: median slowest push across it "
+                f"{statistics.median(float(r[5]) for r in runs):.1f} ms over {len(runs)} runs "
+                f"(median push {statistics.median(float(r[6]) for r in runs):.1f} ms)"
             )
 
 
