@@ -176,7 +176,7 @@ def main():
                 r"rejoined after (\d+) ms\nPS 1 rejoined as a backup: (\d+) shard\(s\), "
                 r"(\d+) bytes from PS [\d, ]+ in (\S+)"
                 r"(?s:.*?)unserved here for (\S+) while"
-                r"(?s:.*?)handback pause: slowest push after the rejoin ([\d.]+) ms; "
+                r"(?s:.*?)handback pause: slowest push ([\d.]+) ms [^;]*; "
                 r"median push before it ([\d.]+) ms",
                 args.rejoins,
                 log,
