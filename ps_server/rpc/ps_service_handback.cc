@@ -12,9 +12,10 @@
 // within kHandbackWait, everything is undone and the shards stay here.
 //
 // On the caller (ReclaimShards), after the answer: its shards are primary
-// here again, the step barrier resumes where this PS's copy of the
-// serving PS's stream left it (held SYNC pushes, SSP clocks), and its
-// replication to that PS restarts; it serves once its lease holds.
+// here again, the step barrier resumes where the answer says it stands
+// (SYNC step, SSP clocks) with the pushes held for that step (they came
+// through the serving PS's stream), its lease counts the answer as a
+// grant, and last its replication to that PS restarts: it serves.
 //
 // Between the two the shards are served by neither PS: the pulls and
 // pushes refused here meanwhile are answered (UNAVAILABLE) only once the
