@@ -321,8 +321,8 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
     PS 1's lease ends within 2 s, so it refuses its own worker's pulls and
     pushes (none is acknowledged by a PS that may have been replaced); PS 2
     takes its shards over; when the link returns PS 1 learns it was
-    replaced and rejoins as a backup, and worker 1 is redirected to PS 2. Every worker finishes with
-    no PS recovery and no lost push."""
+    replaced, rejoins as a backup and takes its shards back. Every worker
+    finishes with no PS recovery and no lost push."""
     net = netns.HostNetwork("psrtt7", 3, "10.86.0")
     proc = launch(
         tmp_path,
@@ -364,10 +364,10 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
     )
     assert lease_lost < taken_over
     # Worker 1's pushes to PS 1 in the partition were not acknowledged
-    # (lost_pushes=0 above: each was sent again); after it, worker 1 sends
-    # PS 1's share to PS 2.
-    worker1 = read(os.path.join(tmp_path, "worker_1.log"))
-    assert "its shards are served by PS 2" in worker1, worker1[-3000:]
+    # (lost_pushes=0 above: each was sent again, to PS 2 or, once PS 1 had
+    # rejoined and taken its shards back, to PS 1 again: worker 1, cut off
+    # with PS 1, may learn of the failover only after the handback).
+    assert re.search(r"serves its \d+ shard\(s\) again", ps1), ps1[-3000:]
     auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
     print(f"eval AUC after the partition {auc:.4f}")
     assert auc > 0.72  # 0.767-0.812 in 5 runs; worker 1 stood still 20 s
