@@ -133,6 +133,30 @@ std::vector<int> Membership::failed() const {
   return out;
 }
 
+int Membership::FirstLive(const std::vector<int>& tasks) const {
+  absl::MutexLock lock(&mu_);
+  for (int t : tasks) {
+    if (t >= 0 && t < static_cast<int>(term_.size()) && !FailedLocked(t)) {
+      return t;
+    }
+  }
+  return -1;
+}
+
+int64_t Membership::failovers() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (int64_t term : term_) n += (term + 1) / 2;
+  return n;
+}
+
+int64_t Membership::handbacks() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (int64_t term : term_) n += term / 2;
+  return n;
+}
+
 absl::flat_hash_map<int, int64_t> Membership::terms() const {
   absl::MutexLock lock(&mu_);
   absl::flat_hash_map<int, int64_t> out;

@@ -80,6 +80,13 @@ class Membership {
   int64_t term(int task) const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<int> failed() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The first of `tasks` not failed over (-1: none): who serves a PS's
+  // shards, given its backups in ring order.
+  int FirstLive(const std::vector<int>& tasks) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Failovers and handbacks this PS made or learned of, from the terms
+  // (a failover makes a term odd, a handback even again).
+  int64_t failovers() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t handbacks() const ABSL_LOCKS_EXCLUDED(mu_);
   // Every PS whose term is not 0.
   absl::flat_hash_map<int, int64_t> terms() const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -985,10 +985,9 @@ bool ParameterServerService::TakeOverRestarted(int primary) {
     return false;
   }
   // Only the first backup still serving takes over (as after a vote).
-  for (int b : store_->replicas().BackupsOf(primary)) {
-    if (membership_->IsFailed(b)) continue;
-    if (b != store_->ps_task()) return false;
-    break;
+  if (membership_->FirstLive(store_->replicas().BackupsOf(primary)) !=
+      store_->ps_task()) {
+    return false;
   }
   LOG(ERROR) << "PS " << primary << " restarted while this PS's copy of its "
              << "shards followed its previous process: that process is gone, "

@@ -254,7 +254,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // shards, it serves them now.
   void HandbackSettledBy(int from) ABSL_LOCKS_EXCLUDED(settle_mu_);
   absl::Mutex settle_mu_;
-  int settling_for_ ABSL_GUARDED_BY(settle_mu_) = -1;
+  // Written under settle_mu_; read first without it (every Replicate call
+  // asks, and almost never while a handback settles).
+  std::atomic<int> settling_for_{-1};
   // InfinitePast: no handback; InfiniteFuture: one under way; else when
   // the last one settles (its answer plus the new primary's start).
   absl::Time handback_settles_at_ ABSL_GUARDED_BY(settle_mu_) =

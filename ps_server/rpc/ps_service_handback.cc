@@ -83,13 +83,8 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
                      "): it serves its own shards, nothing to hand back"));
   }
   if (absl::Status s = CheckNotReplaced(); !s.ok()) return s;
-  int serving = -1;
-  for (int b : store_->replicas().BackupsOf(from)) {
-    if (!membership_->IsFailed(b)) {
-      serving = b;
-      break;
-    }
-  }
+  const int serving =
+      membership_->FirstLive(store_->replicas().BackupsOf(from));
   if (serving != self) {
     return absl::FailedPreconditionError(
         absl::StrCat("Handback: PS ", from, "'s shards are served by PS ",
@@ -166,7 +161,7 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
   {
     absl::MutexLock lock(&settle_mu_);
     handback_settles_at_ = absl::Now() + kCallerStart;
-    settling_for_ = from;
+    settling_for_.store(from, std::memory_order_release);
     settle_changed_.SignalAll();
   }
   LOG(WARNING) << "PS " << self << " handed " << shards
@@ -185,9 +180,10 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
 }
 
 void ParameterServerService::HandbackSettledBy(int from) {
+  if (settling_for_.load(std::memory_order_acquire) != from) return;
   absl::MutexLock lock(&settle_mu_);
-  if (settling_for_ != from) return;
-  settling_for_ = -1;
+  if (settling_for_.load() != from) return;
+  settling_for_.store(-1);
   const absl::Duration early = handback_settles_at_ - absl::Now();
   handback_settles_at_ = absl::Now();
   settle_changed_.SignalAll();

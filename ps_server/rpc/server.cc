@@ -90,30 +90,18 @@ void AddReplicationMetrics(MetricsRegistry* registry,
       [replicator] {
         return static_cast<double>(replicator->unreplicated_updates());
       });
-  // From the terms (membership.h): a failover makes a PS's term odd, a
-  // handback even again.
   registry->AddCounterFunction(
       "psrt_failovers_total",
       "Failovers this PS made or learned of (a PS's shards taken over by "
       "its backup)",
-      {}, [membership] {
-        double n = 0;
-        for (const auto& [task, term] : membership->terms()) {
-          n += static_cast<double>((term + 1) / 2);
-        }
-        return n;
-      });
+      {},
+      [membership] { return static_cast<double>(membership->failovers()); });
   registry->AddCounterFunction(
       "psrt_handbacks_total",
       "Handbacks this PS made or learned of (a rejoined PS serving its "
       "shards again)",
-      {}, [membership] {
-        double n = 0;
-        for (const auto& [task, term] : membership->terms()) {
-          n += static_cast<double>(term / 2);
-        }
-        return n;
-      });
+      {},
+      [membership] { return static_cast<double>(membership->handbacks()); });
   registry->AddGauge("psrt_failed_over_ps",
                      "PS whose shards are served by a backup now", {},
                      [membership] {
