@@ -205,7 +205,15 @@ TEST(RowPathOptionsTest, TrainingLearnsAsWellWithEachOptionOnHeldOutRecords) {
               << std::endl;
   }
   EXPECT_GT(auc[0], 0.68);
-  for (int s = 1; s < 5; ++s) EXPECT_NEAR(auc[s], auc[0], 0.01) << s;
+  // 16-bit wire types alone change the AUC by < 0.0005 (measured); the row
+  // cache's cost depends on how the machine schedules the async pushes:
+  // 0.0005-0.004 on an idle machine, 0.0128 once in a loaded CI run. A
+  // cache that dropped the gradients of cached rows costs 0.062 (mutation
+  // run), so 0.02 still fails it by 3x.
+  for (int s = 1; s < 5; ++s) {
+    EXPECT_NEAR(auc[s], auc[0], configs[s].staleness == 0 ? 0.003 : 0.02)
+        << "config " << s;
+  }
 }
 
 TEST(RowPathOptionsTest, APsKilledWhileRowsAreCachedLosesOnlyWhatIsCounted) {
