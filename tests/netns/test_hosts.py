@@ -329,7 +329,11 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
         data,
         3,
         ["--netns=psrtt7", "--netns_subnet=10.86.0", "--base_port=26800", "--ps_flag=--replicas=2"],
-        ["--epochs=0", "--max_steps=200"],
+        # Worker 1 stands still while cut off; its steps after the link
+        # returns must outlast PS 1's rejoin (a fresh-clone run with 200
+        # steps ended 1.3 s after the return, between the rejoin's first two
+        # attempts: the gRPC channels reconnect with backoff).
+        ["--epochs=0", "--max_steps=600"],
     )
     try:
         wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=40 ")
@@ -337,6 +341,7 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
         cut = time.time()
         time.sleep(20)
         net.set_link(1, up=True)
+        back = time.time()
     except Exception:
         proc.kill()
         raise
@@ -344,7 +349,7 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
     rows = done_lines(tmp_path, 3)
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
     for row in rows:
-        assert int(row[0]) == 200
+        assert int(row[0]) == 600
         assert int(row[4]) == 0 and int(row[5]) == 0, rows
     ps1 = read(os.path.join(tmp_path, "ps_1.log"))
     assert "lost its lease" in ps1, ps1[-3000:]
@@ -363,6 +368,9 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
         f"{lease_lost - cut:.2f} s later, PS 2 took over after {taken_over - cut:.2f} s"
     )
     assert lease_lost < taken_over
+    print(
+        f"PS 1 rejoined {log_time(ps1, 'rejoined as a backup') - back:.2f} s after the link returned"
+    )
     # Worker 1's pushes to PS 1 in the partition were not acknowledged
     # (lost_pushes=0 above: each was sent again, to PS 2 or, once PS 1 had
     # rejoined and taken its shards back, to PS 1 again: worker 1, cut off
