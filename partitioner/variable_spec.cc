@@ -44,6 +44,45 @@ int64_t RowWidth(const VariableSpec& spec) {
   return width;
 }
 
+namespace {
+
+// AdmissionSpec: HASH_EMBEDDING only; min_count in [0, 255]; the sketch
+// width 0 (default) or in [64, 1 << 28], rounded up to a power of two.
+absl::Status NormalizeAdmission(VariableSpec* spec) {
+  if (!spec->has_admission()) return absl::OkStatus();
+  AdmissionSpec* a = spec->mutable_admission();
+  if (spec->kind() != HASH_EMBEDDING) {
+    return Invalid(*spec,
+                   "admission applies to HASH_EMBEDDING variables only (a "
+                   "known vocabulary has every row already)");
+  }
+  if (a->min_count() < 0 || a->min_count() > 255) {
+    return Invalid(*spec, absl::StrCat("admission.min_count = ", a->min_count(),
+                                       " must be in [0, 255]"));
+  }
+  if (a->min_count() <= 1) {  // no admission: one spelling of it
+    spec->clear_admission();
+    return absl::OkStatus();
+  }
+  constexpr int64_t kMaxWidth = int64_t{1} << 28;
+  if (a->sketch_width() == 0) a->set_sketch_width(int64_t{1} << 20);
+  if (a->sketch_width() < 64 || a->sketch_width() > kMaxWidth) {
+    return Invalid(*spec,
+                   absl::StrCat("admission.sketch_width = ", a->sketch_width(),
+                                " must be in [64, 2^28] (0: 2^20)"));
+  }
+  int64_t width = 64;
+  while (width < a->sketch_width()) width <<= 1;
+  a->set_sketch_width(width);
+  if (!AdmissionSpec::Unadmitted_IsValid(a->unadmitted_value())) {
+    return Invalid(*spec, absl::StrCat("unknown admission.unadmitted_value ",
+                                       a->unadmitted_value()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status NormalizeVariableSpec(VariableSpec* spec) {
   const std::string& name = spec->name();
   if (name.empty()) {
@@ -104,6 +143,7 @@ absl::Status NormalizeVariableSpec(VariableSpec* spec) {
     default:
       return Invalid(*spec, "kind must be DENSE, EMBEDDING or HASH_EMBEDDING");
   }
+  if (absl::Status s = NormalizeAdmission(spec); !s.ok()) return s;
   const PartitionSpec& p = spec->partition();
   if (p.num_shards() < 0 || p.max_shard_bytes() < 0) {
     return Invalid(*spec,
@@ -201,6 +241,10 @@ std::string DescribeSpec(const VariableSpec& spec) {
                   "(seed=", spec.initializer().seed(), ") ",
                   OptimizerSpec::Kind_Name(spec.optimizer().kind()),
                   "(lr=", spec.optimizer().learning_rate(), ")");
+  if (spec.has_admission()) {
+    absl::StrAppend(&out, " admission(min_count=", spec.admission().min_count(),
+                    ")");
+  }
   return out;
 }
 

@@ -69,6 +69,26 @@ TEST(VariableSpecTest, RejectsBadSpecsNamingVariableAndField) {
          s->mutable_partition()->set_max_shard_bytes(1000);
        },
        "bounded capacity"},
+      {[](VariableSpec* s) { s->mutable_admission()->set_min_count(3); },
+       "admission applies to HASH_EMBEDDING variables only"},
+      {[](VariableSpec* s) {
+         s->set_kind(HASH_EMBEDDING);
+         s->mutable_admission()->set_min_count(256);
+       },
+       "admission.min_count = 256 must be in [0, 255]"},
+      {[](VariableSpec* s) {
+         s->set_kind(HASH_EMBEDDING);
+         s->mutable_admission()->set_min_count(2);
+         s->mutable_admission()->set_sketch_width(63);
+       },
+       "admission.sketch_width = 63 must be in [64, 2^28]"},
+      {[](VariableSpec* s) {
+         s->set_kind(HASH_EMBEDDING);
+         s->mutable_admission()->set_min_count(2);
+         s->mutable_admission()->set_unadmitted_value(
+             static_cast<AdmissionSpec::Unadmitted>(9));
+       },
+       "unknown admission.unadmitted_value 9"},
   };
   for (const auto& c : cases) {
     VariableSpec s = Valid();
@@ -90,6 +110,27 @@ TEST(VariableSpecTest, DescribesAndComparesSpecs) {
   EXPECT_NE(DescribeSpec(b).find("emb: EMBEDDING [100, 16]"), std::string::npos)
       << DescribeSpec(b);
   EXPECT_NE(DescribeSpec(b).find("ADAM(lr=0.01)"), std::string::npos);
+}
+
+TEST(VariableSpecTest, AdmissionDefaultsAreFilledAndOneSpellingOfNone) {
+  VariableSpec s = Valid();
+  s.set_kind(HASH_EMBEDDING);
+  s.mutable_admission()->set_min_count(3);
+  ASSERT_TRUE(NormalizeVariableSpec(&s).ok());
+  EXPECT_EQ(s.admission().sketch_width(), 1 << 20);
+  s.mutable_admission()->set_sketch_width(1000);
+  ASSERT_TRUE(NormalizeVariableSpec(&s).ok());
+  EXPECT_EQ(s.admission().sketch_width(), 1024);  // a power of two
+  EXPECT_NE(DescribeSpec(s).find("admission(min_count=3)"), std::string::npos);
+  // min_count 0 or 1 is no admission: the same spec as none (identical
+  // specs are what every PS compares).
+  VariableSpec none = Valid();
+  none.set_kind(HASH_EMBEDDING);
+  VariableSpec one = none;
+  one.mutable_admission()->set_min_count(1);
+  ASSERT_TRUE(NormalizeVariableSpec(&none).ok());
+  ASSERT_TRUE(NormalizeVariableSpec(&one).ok());
+  EXPECT_TRUE(SameSpec(none, one));
 }
 
 }  // namespace

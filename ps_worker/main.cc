@@ -39,6 +39,11 @@ DEFINE_int64(vocab, 0,
              "Embedding vocabulary: ids in [0, vocab). 0: any int64 id "
              "(hash embedding, rows created on first update).");
 DEFINE_int64(hash_capacity, 0, "Hash-embedding row capacity (0: unbounded).");
+DEFINE_int32(admission_min_count, 0,
+             "Hash embeddings: an id gets a trained row only once pushes "
+             "carried it this many times (counted per PS shard in a "
+             "count-min sketch; earlier gradients dropped and counted). 0 "
+             "or 1: every id at once. Needs --vocab=0; at most 255.");
 DEFINE_int32(embedding_shards, 0,
              "Shards per embedding table (0: one per PS).");
 DEFINE_string(optimizer, "adagrad",
@@ -205,6 +210,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromFlags() {
   }
   model.vocab = FLAGS_vocab;
   model.hash_capacity = FLAGS_hash_capacity;
+  if (FLAGS_admission_min_count > 1 && FLAGS_vocab > 0) {
+    return absl::InvalidArgumentError(
+        "--admission_min_count applies to hash embeddings (--vocab=0); a "
+        "known vocabulary has every row already");
+  }
+  model.admission_min_count = FLAGS_admission_min_count;
   model.embedding_shards = FLAGS_embedding_shards;
   model.seed = FLAGS_seed;
   auto emb = Optimizer(FLAGS_optimizer, FLAGS_learning_rate);

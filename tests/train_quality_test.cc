@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "tests/ci.h"
 #include "tests/local_cluster.h"
+#include "tests/planted_data.h"
 #include "tests/worker_output.h"
 
 namespace psrt {
@@ -27,25 +28,12 @@ std::vector<LocalCluster::WorkerRun> TrainOnTwoHosts(
   return runs;
 }
 
-// Reads a number from ctr_datagen's planted.json.
-double JsonNumber(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\": ");
-  return at == std::string::npos ? -1
-                                 : std::stod(json.substr(at + key.size() + 4));
-}
-
 TEST(TrainQualityTest, DeepFmReachesThePlantedModelsAucOnAMillionExamples) {
   const std::string dir = ::testing::TempDir() + "/ctr";
-  const std::string datagen = absl::StrCat(
-      "tools/ctr_datagen/ctr_datagen --output_dir=", dir,
-      " --train_examples=1000000 --test_examples=100000 --format=tfrecord");
-  ASSERT_EQ(std::system(datagen.c_str()), 0);
-  std::ifstream in(dir + "/planted.json");
-  std::stringstream json;
-  json << in.rdbuf();
-  const double planted_auc = JsonNumber(json.str(), "planted_test_auc");
-  EXPECT_GE(JsonNumber(json.str(), "train_examples"), 1e6);
-  EXPECT_GE(JsonNumber(json.str(), "distinct_train_ids"), 1e6) << json.str();
+  const PlantedData data = WritePlantedData(dir, 1000000, 100000);
+  const double planted_auc = data.planted_auc;
+  EXPECT_GE(PlantedNumber(data, "train_examples"), 1e6);
+  EXPECT_GE(PlantedNumber(data, "distinct_train_ids"), 1e6) << data.summary;
   ASSERT_GT(planted_auc, 0.75);
 
   auto runs = TrainOnTwoHosts(

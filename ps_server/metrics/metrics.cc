@@ -139,6 +139,17 @@ void MetricsRegistry::AddCounterFunction(const std::string& name,
               std::move(value));
 }
 
+void MetricsRegistry::AddComputedFamily(const std::string& name,
+                                        const std::string& help,
+                                        prometheus::MetricType type,
+                                        std::function<Samples()> samples) {
+  absl::MutexLock lock(&mu_);
+  ComputedFamily& family = computed_[name];
+  family.help = help;
+  family.type = type;
+  family.samples = std::move(samples);
+}
+
 std::string MetricsRegistry::Render() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   {
@@ -148,16 +159,24 @@ std::string MetricsRegistry::Render() const {
       family.name = name;
       family.help = computed.help;
       family.type = computed.type;
-      for (const auto& [labels, value] : computed.values) {
+      const bool counter = computed.type == prometheus::MetricType::Counter;
+      auto add = [&family, counter](const auto& labels, double value) {
         prometheus::ClientMetric metric;
         for (const auto& [k, v] : labels) metric.label.push_back({k, v});
-        if (computed.type == prometheus::MetricType::Counter) {
-          metric.counter.value = value();
+        if (counter) {
+          metric.counter.value = value;
         } else {
-          metric.gauge.value = value();
+          metric.gauge.value = value;
         }
         family.metric.push_back(std::move(metric));
+      };
+      for (const auto& [labels, value] : computed.values) add(labels, value());
+      if (computed.samples) {
+        for (const auto& [labels, value] : computed.samples()) {
+          add(labels, value);
+        }
       }
+      if (family.metric.empty()) continue;  // no such series now
       families.push_back(std::move(family));
     }
   }

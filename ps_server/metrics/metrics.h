@@ -61,6 +61,14 @@ class MetricsRegistry {
                           const MetricLabels& labels,
                           std::function<double()> value);
 
+  // A family whose label sets are only known when scraped (one per
+  // variable, say): `samples` returns (labels, value) pairs; the same
+  // thread-safety and lifetime rules as above.
+  using Samples = std::vector<std::pair<MetricLabels, double>>;
+  void AddComputedFamily(const std::string& name, const std::string& help,
+                         prometheus::MetricType type,
+                         std::function<Samples()> samples);
+
   // The Prometheus text format (version 0.0.4), families sorted by name.
   std::string Render() const;
 
@@ -69,6 +77,7 @@ class MetricsRegistry {
     std::string help;
     prometheus::MetricType type;
     std::map<prometheus::Labels, std::function<double()>> values;
+    std::function<Samples()> samples;  // AddComputedFamily
   };
   void AddComputed(const std::string& name, const std::string& help,
                    prometheus::MetricType type, const MetricLabels& labels,

@@ -66,6 +66,26 @@ TEST(MetricsTest, RendersPrometheusText) {
   EXPECT_LT(text.find("# TYPE psrt_param"), text.find("# TYPE psrt_requests"));
 }
 
+TEST(MetricsTest, FamiliesWhoseSeriesAreKnownOnlyWhenScraped) {
+  MetricsRegistry registry;
+  MetricsRegistry::Samples now;
+  registry.AddComputedFamily("psrt_variable_rows", "rows",
+                             prometheus::MetricType::Gauge,
+                             [&now] { return now; });
+  // No series yet: no family (no empty TYPE line).
+  EXPECT_EQ(registry.Render().find("psrt_variable_rows"), std::string::npos);
+  now = {{{{"variable", "user"}}, 12}, {{{"variable", "item"}}, 3.5}};
+  const std::string text = registry.Render();
+  EXPECT_NE(text.find("# TYPE psrt_variable_rows gauge\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("psrt_variable_rows{variable=\"user\"} 12\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("psrt_variable_rows{variable=\"item\"} 3.5\n"),
+            std::string::npos)
+      << text;
+}
+
 // The process series Prometheus' own clients export, with this process'
 // values, and the build info.
 TEST(MetricsTest, ProcessMetricsDescribeThisProcess) {

@@ -399,6 +399,7 @@ ParameterServerService::ParameterServerService(
       "psrt_global_step",
       "The global step this PS has seen (sum of the workers' steps)", {},
       [store] { return static_cast<double>(store->global_step()); });
+  AddVariableMetrics();
   if (checkpoints != nullptr) AddCheckpointMetrics(store->ps_task());
   recent_rates_.StartSampling(absl::Seconds(5));
 }
@@ -410,6 +411,68 @@ std::vector<int64_t> ParameterServerService::RequestCounters() const {
           Count(push_.rows),
           Count(pull_.bytes_in) + Count(push_.bytes_in),
           Count(pull_.bytes_out)};
+}
+
+void ParameterServerService::AddVariableMetrics() {
+  // Per variable, over the shards this PS serves (a backup's copies are
+  // its primary's to report).
+  struct Totals {
+    int64_t rows = 0, bytes = 0;
+    bool has_admission = false;
+    AdmissionCounts admission;
+  };
+  const ShardStore* store = store_;
+  auto totals = [store] {
+    std::vector<std::pair<std::string, Totals>> out;
+    for (const LocalVariable* v : store->Variables()) {
+      Totals t;
+      t.has_admission = v->layout->spec.has_admission();
+      for (int s = 0; s < v->layout->num_shards(); ++s) {
+        if (!v->IsPrimary(s)) continue;
+        t.rows += v->shard(s).num_rows();
+        t.bytes += v->shard(s).bytes();
+        const AdmissionCounts a = v->shard(s).admission_counts();
+        t.admission.admitted_rows += a.admitted_rows;
+        t.admission.unadmitted_gradients += a.unadmitted_gradients;
+      }
+      out.emplace_back(v->name(), t);
+    }
+    return out;
+  };
+  using Field = std::function<double(const Totals&)>;
+  auto family = [this, totals](const char* name, const char* help,
+                               prometheus::MetricType type, bool admission_only,
+                               Field field) {
+    metrics_->AddComputedFamily(
+        name, help, type, [totals, admission_only, field] {
+          MetricsRegistry::Samples samples;
+          for (const auto& [variable, t] : totals()) {
+            if (admission_only && !t.has_admission) continue;
+            samples.push_back({{{"variable", variable}}, field(t)});
+          }
+          return samples;
+        });
+  };
+  family("psrt_variable_rows",
+         "Rows of each variable in the shards this PS serves (hash "
+         "embeddings: rows created so far)",
+         prometheus::MetricType::Gauge, false,
+         [](const Totals& t) { return static_cast<double>(t.rows); });
+  family("psrt_variable_bytes",
+         "Bytes of each variable's shards this PS serves: parameters, "
+         "optimizer slots, index and admission sketch",
+         prometheus::MetricType::Gauge, false,
+         [](const Totals& t) { return static_cast<double>(t.bytes); });
+  family("psrt_admitted_rows_total",
+         "Rows feature admission created (variables with admission)",
+         prometheus::MetricType::Counter, true, [](const Totals& t) {
+           return static_cast<double>(t.admission.admitted_rows);
+         });
+  family("psrt_unadmitted_gradients_total",
+         "Gradient rows dropped because their id had not been admitted yet",
+         prometheus::MetricType::Counter, true, [](const Totals& t) {
+           return static_cast<double>(t.admission.unadmitted_gradients);
+         });
 }
 
 void ParameterServerService::AddCheckpointMetrics(int ps_task) {
@@ -701,6 +764,9 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
             shard->set_num_rows(v->shard(s).num_rows());
             shard->set_bytes(v->shard(s).bytes());
             shard->set_version(v->shard(s).version());
+            const AdmissionCounts admission = v->shard(s).admission_counts();
+            shard->set_admitted_rows(admission.admitted_rows);
+            shard->set_unadmitted_gradients(admission.unadmitted_gradients);
             shard->set_backup(v->IsBackup(s));
             if (request.with_digests()) {
               shard->set_digest(ShardDigest(v->shard(s)));

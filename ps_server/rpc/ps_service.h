@@ -198,6 +198,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   class ReplicateCall;
   MethodMetrics MakeMethodMetrics(const char* method);
   // Checkpoint metrics (cluster ones on PS 0 only).
+  // Per-variable series (rows, bytes, admission counts), computed when
+  // scraped.
+  void AddVariableMetrics();
   void AddCheckpointMetrics(int ps_task);
 
   ShardStore* const store_;

@@ -21,7 +21,18 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
       width_(layout.row_width),
       stride_(layout.row_width * (1 + optimizer->num_slots())),
       capacity_(layout.shards[shard].num_rows),
-      reserve_(std::move(reserve)) {}
+      reserve_(std::move(reserve)),
+      min_count_(layout.spec.admission().min_count() > 1
+                     ? layout.spec.admission().min_count()
+                     : 0),
+      zeros_for_unadmitted_(min_count_ > 0 &&
+                            layout.spec.admission().unadmitted_value() ==
+                                AdmissionSpec::ZEROS) {
+  if (min_count_ > 0) {
+    sketch_ = std::make_unique<CountMinSketch>(
+        layout.spec.admission().sketch_width());
+  }
+}
 
 float* HashEmbeddingShard::Row(uint32_t row) {
   return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
@@ -89,7 +100,11 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
                     /*write=*/false);
       }
       if (rows[i] == kNoRow) {
-        init_.FillRow(ids[i], width_, out + i * width_);
+        if (zeros_for_unadmitted_) {
+          std::fill_n(out + i * width_, width_, 0.0f);
+        } else {
+          init_.FillRow(ids[i], width_, out + i * width_);
+        }
       } else {
         std::memcpy(out + i * width_, Row(rows[i]), width_ * sizeof(float));
       }
@@ -99,6 +114,12 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
   return version_;
 }
 
+int64_t HashEmbeddingShard::RowLimit() const {
+  return capacity_ > 0 ? std::min<int64_t>(capacity_,
+                                           std::numeric_limits<uint32_t>::max())
+                       : std::numeric_limits<uint32_t>::max();
+}
+
 absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
                                             std::vector<uint32_t>* rows_out) {
   std::vector<uint32_t> local;
@@ -106,41 +127,100 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
   rows.resize(ids.size());
   absl::MutexLock lock(&mu_);
   FindRows(ids, rows.data());
-  // An id missing twice is counted twice: the check errs on the safe side.
-  const int64_t missing = std::count(rows.begin(), rows.end(), kNoRow);
-  const int64_t limit =
-      capacity_ > 0
-          ? std::min<int64_t>(capacity_, std::numeric_limits<uint32_t>::max())
-          : std::numeric_limits<uint32_t>::max();
-  if (rows_ + missing > limit) {
+  absl::Status s = sketch_ != nullptr ? ReserveForAdmissionLocked(ids, rows)
+                                      : CreateRowsLocked(ids, rows.data());
+  if (rows_out == nullptr) rows.clear();
+  return s;
+}
+
+absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
+                                                absl::string_view what,
+                                                bool allocate) {
+  const int64_t limit = RowLimit();
+  if (rows_ + count > limit) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "hash embedding '", layout_.spec.name(), "' shard ", shard_,
-        " is full: ", rows_, " rows + ", missing,
-        " new would pass its capacity of ", limit,
+        " is full: ", rows_, " rows + ", count, " ", what,
+        " would pass its capacity of ", limit,
         " rows (shape[0] = ", layout_.rows, " over ", layout_.num_shards(),
-        " shards); raise shape[0] or the shard count"));
+        " shards); raise shape[0] or the shard count",
+        sketch_ != nullptr ? " (or admission.min_count)" : ""));
   }
   const int64_t new_blocks =
-      (rows_ + missing + kRowsPerBlock - 1) / kRowsPerBlock -
+      (rows_ + count + kRowsPerBlock - 1) / kRowsPerBlock -
       static_cast<int64_t>(blocks_.size());
-  if (new_blocks > 0 && reserve_) {
+  if (new_blocks <= 0) return absl::OkStatus();
+  if (reserve_) {
     if (absl::Status s = reserve_(new_blocks * block_bytes()); !s.ok()) {
       return absl::ResourceExhaustedError(
           absl::StrCat("hash embedding '", layout_.spec.name(), "' shard ",
-                       shard_, " cannot grow by ", missing, " rows (", rows_,
+                       shard_, " cannot grow by ", count, " rows (", rows_,
                        " held): ", s.message()));
     }
   }
-  if (missing > 0) {
-    index_.reserve(rows_ + missing);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (rows[i] != kNoRow) continue;
-      auto it = index_.find(ids[i]);  // created for an earlier repeat?
-      rows[i] = it != index_.end() ? it->second : CreateRow(ids[i]);
+  for (int64_t b = 0; allocate && b < new_blocks; ++b) {
+    blocks_.push_back(AllocateFloats(kRowsPerBlock * stride_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
+                                                  uint32_t* rows) {
+  // An id missing twice is counted twice: the check errs on the safe side.
+  const int64_t missing = std::count(rows, rows + ids.size(), kNoRow);
+  if (missing == 0) return absl::OkStatus();
+  if (absl::Status s = MakeRoomLocked(missing, "new", /*allocate=*/false);
+      !s.ok()) {
+    return s;
+  }
+  index_.reserve(rows_ + missing);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] != kNoRow) continue;
+    auto it = index_.find(ids[i]);  // created for an earlier repeat?
+    rows[i] = it != index_.end() ? it->second : CreateRow(ids[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
+    absl::Span<const int64_t> ids, absl::Span<const uint32_t> rows) {
+  int64_t admissible = 0;  // a repeat counted twice: safe side
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] == kNoRow && sketch_->Estimate(ids[i]) >= min_count_ - 1) {
+      ++admissible;
     }
   }
-  if (rows_out == nullptr) rows.clear();
-  return absl::OkStatus();
+  if (admissible == 0) return absl::OkStatus();
+  // Allocated now, so that the rows admitted under the lock need none.
+  return MakeRoomLocked(admissible, "this push may admit", /*allocate=*/true);
+}
+
+void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
+                                              uint32_t* rows) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] != kNoRow) continue;
+    auto it = index_.find(ids[i]);  // created since (an earlier repeat, or
+    if (it != index_.end()) {       // another push)
+      rows[i] = it->second;
+      continue;
+    }
+    if (sketch_ == nullptr) {
+      rows[i] = CreateRow(ids[i]);
+      continue;
+    }
+    // Another push may have taken the room Prepare saw: a new block is
+    // reserved here, and without room the id is not admitted yet.
+    const bool admitted = sketch_->Increment(ids[i]) >= min_count_;
+    const bool needs_block =
+        rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
+    if (admitted && rows_ < RowLimit() &&
+        (!needs_block || !reserve_ || reserve_(block_bytes()).ok())) {
+      rows[i] = CreateRow(ids[i]);
+      ++admission_.admitted_rows;
+    } else {
+      ++admission_.unadmitted_gradients;
+    }
+  }
 }
 
 bool HashEmbeddingShard::HasRepeatedIds(const ShardUpdate& update) const {
@@ -166,6 +246,13 @@ absl::Status HashEmbeddingShard::ApplyUpdateLocked(const ShardUpdate& update,
     return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
                            undo);
   }
+  if (sketch_ != nullptr) {
+    // Admission decides here, in the order updates are applied.
+    std::vector<uint32_t> rows = update.rows;
+    ResolveMissingLocked(update.ids, rows.data());
+    return ApplyToRowsLocked(update.ids, rows, update.grads,
+                             update.learning_rate, undo);
+  }
   return ApplyToRowsLocked(update.ids, update.rows, update.grads,
                            update.learning_rate, undo);
 }
@@ -178,11 +265,7 @@ absl::Status HashEmbeddingShard::ApplyRowsLocked(
   // created here).
   std::vector<uint32_t> rows(ids.size());
   FindRows(ids, rows.data());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] != kNoRow) continue;
-    auto it = index_.find(ids[i]);  // created for an earlier repeat?
-    rows[i] = it != index_.end() ? it->second : CreateRow(ids[i]);
-  }
+  ResolveMissingLocked(ids, rows.data());
   return ApplyToRowsLocked(ids, rows, grads, learning_rate, undo);
 }
 
@@ -205,10 +288,12 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
       ForEachRow(grads[p], width_,
                  [&](size_t r, const float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
                    const size_t i = row + r;
-                   if (i + kRowPrefetchDistance < end) {
+                   if (i + kRowPrefetchDistance < end &&
+                       rows[i + kRowPrefetchDistance] != kNoRow) {
                      PrefetchRow(Row(rows[i + kRowPrefetchDistance]), stride_,
                                  /*write=*/true);
                    }
+                   if (rows[i] == kNoRow) return;  // not admitted: dropped
                    float* values = Row(rows[i]);
                    float* slots[2] = {values + width_, values + 2 * width_};
                    if (undo != nullptr) {
@@ -256,8 +341,9 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
 void HashEmbeddingShard::UndoRowsLocked(absl::Span<const int64_t> ids,
                                         const float* undo) {
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::memcpy(Row(index_.find(ids[i])->second), undo + i * stride_,
-                stride_ * sizeof(float));
+    auto it = index_.find(ids[i]);
+    if (it == index_.end()) continue;  // not admitted: never changed
+    std::memcpy(Row(it->second), undo + i * stride_, stride_ * sizeof(float));
   }
   --version_;
 }
@@ -286,12 +372,14 @@ int64_t HashEmbeddingShard::ExportRowsLocked(int64_t first, int64_t count,
 
 absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
                                             const float* rows) {
-  if (absl::Status s = EnsureRows(ids); !s.ok()) return s;
+  // Rows a checkpoint or a primary holds were admitted there.
+  std::vector<uint32_t> found(ids.size());
   absl::MutexLock lock(&mu_);
+  FindRows(ids, found.data());
+  if (absl::Status s = CreateRowsLocked(ids, found.data()); !s.ok()) return s;
   bounds_.Invalidate();
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::memcpy(Row(index_.find(ids[i])->second), rows + i * stride_,
-                stride_ * sizeof(float));
+    std::memcpy(Row(found[i]), rows + i * stride_, stride_ * sizeof(float));
   }
   return absl::OkStatus();
 }
@@ -312,7 +400,8 @@ int64_t HashEmbeddingShard::bytes() const {
   const int64_t index_bytes =
       index_.capacity() * (sizeof(std::pair<int64_t, uint32_t>) + 1);
   return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes +
-         static_cast<int64_t>(row_ids_.capacity() * sizeof(int64_t));
+         static_cast<int64_t>(row_ids_.capacity() * sizeof(int64_t)) +
+         (sketch_ != nullptr ? sketch_->bytes() : 0);
 }
 
 int64_t HashEmbeddingShard::version() const {

@@ -10,6 +10,17 @@
 // creates nothing. So is the PS's memory: each new block of rows is
 // reserved first (ShardStore::ReserveMemory), and a push that would pass
 // --memory_limit_bytes fails the same way.
+//
+// With admission (VariableSpec.admission, min_count N > 1) a push creates
+// no row for an id until its N-th sighting: the shard counts the ids it has
+// no row for in a CountMinSketch, one count per push that carries the id,
+// and the push that brings the estimate to N creates the row and applies
+// the gradient; before that the id's gradient rows are dropped (counted).
+// The counting and the decision happen under the shard's lock as the
+// update is applied, so they follow the order updates are applied in (the
+// order a backup re-applies them). Prepare (EnsureRows) only checks the
+// capacity and reserves memory for the ids this push could admit (those
+// the sketch puts at N - 1 or more).
 #ifndef PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_
 #define PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_
 
@@ -21,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/optimizers/optimizer.h"
+#include "ps_server/shards/count_min_sketch.h"
 #include "ps_server/shards/float_array.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/row_shard.h"
@@ -76,6 +88,10 @@ class HashEmbeddingShard final : public RowShard {
   int64_t version() const override;
 
   int64_t capacity() const { return capacity_; }
+  AdmissionCounts admission_counts() const override {
+    absl::ReaderMutexLock lock(&mu_);
+    return admission_;
+  }
   // What the shard has reserved through `reserve`: its blocks.
   int64_t reserved_bytes() const override {
     absl::ReaderMutexLock lock(&mu_);
@@ -113,6 +129,29 @@ class HashEmbeddingShard final : public RowShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Repeats found on the rows (a bitmap over them) when they are known.
   bool HasRepeatedIds(const ShardUpdate& update) const override;
+  // Creates the rows of `ids` missing from the index (capacity and memory
+  // checked first: RESOURCE_EXHAUSTED creates nothing); rows[i] is ids[i]'s.
+  absl::Status CreateRowsLocked(absl::Span<const int64_t> ids, uint32_t* rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The row limit: shape[0]'s share (or what a uint32 row index allows).
+  int64_t RowLimit() const;
+  // Room for `count` more rows (`what` names them in the error): within
+  // RowLimit, and the blocks they need reserved from the PS's memory --
+  // allocated too if `allocate` (else CreateRow allocates them).
+  absl::Status MakeRoomLocked(int64_t count, absl::string_view what,
+                              bool allocate) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admission, in Prepare: checks the capacity for, and reserves and
+  // allocates the blocks of, the ids `rows` lacks that one more sighting
+  // could admit.
+  absl::Status ReserveForAdmissionLocked(absl::Span<const int64_t> ids,
+                                         absl::Span<const uint32_t> rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For each kNoRow in `rows`: the row created since (another push), else
+  // without admission a new row, with admission one more sighting counted
+  // and a new row if that admits the id and there is room (else the row
+  // stays kNoRow and the gradient is dropped, counted).
+  void ResolveMissingLocked(absl::Span<const int64_t> ids, uint32_t* rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const VariableLayout& layout_;
   const int shard_;
@@ -122,7 +161,11 @@ class HashEmbeddingShard final : public RowShard {
   const int64_t stride_;
   const int64_t capacity_;  // 0 = unbounded
   const Reserve reserve_;
+  const int min_count_;  // admission; 0: none
+  const bool zeros_for_unadmitted_;
   mutable absl::Mutex mu_;
+  std::unique_ptr<CountMinSketch> sketch_ ABSL_GUARDED_BY(mu_);
+  AdmissionCounts admission_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> row_ids_ ABSL_GUARDED_BY(mu_);  // row -> id

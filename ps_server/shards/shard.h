@@ -56,6 +56,13 @@ struct ShardUpdate {
   std::vector<uint32_t> rows;
 };
 
+// Feature admission's counts (AdmissionSpec): rows admission created, and
+// gradient rows dropped because their id had no row yet.
+struct AdmissionCounts {
+  int64_t admitted_rows = 0;
+  int64_t unadmitted_gradients = 0;
+};
+
 class Shard {
  public:
   virtual ~Shard() = default;
@@ -69,6 +76,8 @@ class Shard {
   // Bytes the shard reserved from its store's memory budget as it grew
   // (hash rows), beyond what the store planned for it at creation.
   virtual int64_t reserved_bytes() const { return 0; }
+  // Zero for shards without admission.
+  virtual AdmissionCounts admission_counts() const { return {}; }
 
   // Floats a Read of `slice` writes.
   virtual int64_t ValueFloats(const ShardSlice& slice) const = 0;

@@ -153,8 +153,10 @@ BENCHMARK(BM_Gather)->Unit(benchmark::kMillisecond);
 
 // A HASH_EMBEDDING shard (the kind DeepFM's tables are) holding `rows`
 // rows of `dim` floats, every id pushed once so every row exists.
+// With `admission_min_count` > 1 the rows are imported (as from a
+// checkpoint: admitted), since pushes would not create them.
 struct HashTable {
-  HashTable(int64_t rows, int64_t dim) : map(1) {
+  HashTable(int64_t rows, int64_t dim, int admission_min_count = 0) : map(1) {
     VariableSpec s;
     s.set_name("h");
     s.set_kind(HASH_EMBEDDING);
@@ -162,6 +164,7 @@ struct HashTable {
     s.add_shape(dim);
     s.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
     s.mutable_optimizer()->set_learning_rate(0.01f);
+    s.mutable_admission()->set_min_count(admission_min_count);
     NormalizeVariableSpec(&s).IgnoreError();
     map.Add(s).IgnoreError();
     optimizer = CreateOptimizer(map.Find("h")->spec.optimizer());
@@ -171,7 +174,12 @@ struct HashTable {
     // Ids as a CTR hash spreads them, not 0..rows-1 in order.
     std::mt19937_64 rng(7);
     for (int64_t& id : ids) id = static_cast<int64_t>(rng());
-    shard->EnsureRows(ids).IgnoreError();
+    if (admission_min_count > 1) {
+      std::vector<float> values(rows * shard->row_stride(), 0.1f);
+      shard->ImportRows(ids, values.data()).IgnoreError();
+    } else {
+      shard->EnsureRows(ids).IgnoreError();
+    }
     all_ids = std::move(ids);
   }
   // 16 batches of n distinct ids of the table.
@@ -203,6 +211,44 @@ void BM_HashApplyChecked(benchmark::State& state) {
 }
 BENCHMARK(BM_HashApplyChecked)
     ->ArgsProduct({{8, 16}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+// Feature admission's cost on the push path: 100k ids of a 1M-row table
+// (dim 16, all rows admitted), of which state.range(0) percent are replaced
+// by ids the table has never seen (fresh in every push: counted in the
+// sketch and dropped); state.range(1) = 1 with admission (min_count 3), 0
+// without (the fresh ids then get rows: the table grows).
+void BM_HashAdmissionPush(benchmark::State& state) {
+  const int64_t unseen_percent = state.range(0);
+  const bool admission = state.range(1) != 0;
+  HashTable table(1000000, 16, admission ? 3 : 0);
+  auto batches = table.Batches(100000);
+  std::mt19937_64 rng(11);
+  for (auto& batch : batches) {
+    for (int64_t i = 0; i < 100000 * unseen_percent / 100; ++i) {
+      batch[i] = static_cast<int64_t>(rng());
+    }
+  }
+  std::vector<float> grads(100000 * 16, 0.01f);
+  std::vector<float> undo(100000 * table.shard->row_stride());
+  const PayloadView view =
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
+  size_t next = 0;
+  for (auto _ : state) {
+    ShardUpdate update;
+    update.learning_rate = 0.01f;
+    update.ids = batches[next++ % batches.size()];
+    for (int64_t i = 0; i < 100000 * unseen_percent / 100; ++i) {
+      update.ids[i] = static_cast<int64_t>(rng());  // never seen before
+    }
+    update.grads = {view};
+    ApplyAsPushed(*table.shard, update, 0.01f, true, undo.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 100000);
+  state.SetLabel(admission ? "admission min_count 3" : "no admission");
+}
+BENCHMARK(BM_HashAdmissionPush)
+    ->ArgsProduct({{0, 50}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 void BM_HashGather(benchmark::State& state) {

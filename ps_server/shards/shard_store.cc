@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "partitioner/variable_spec.h"
+#include "ps_server/shards/count_min_sketch.h"
 #include "ps_server/shards/dense_shard.h"
 #include "ps_server/shards/embedding_shard.h"
 #include "ps_server/shards/hash_embedding_shard.h"
@@ -138,10 +139,25 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
   ShardMap plan = map_;
   int64_t new_bytes = 0;
   for (const VariableSpec* spec : to_add) {
+    if (spec->has_admission() && replicas_.replicas() > 1) {
+      // A backup's sketch would differ from its primary's after a rejoin
+      // (snapshots carry rows, not sketches) or a refused push, and the
+      // two copies would then admit different ids.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "variable '", spec->name(),
+          "': admission (admission.min_count > 1) is not supported with "
+          "--replicas=",
+          replicas_.replicas(), " yet; use --replicas=1 or no admission"));
+    }
     if (absl::Status s = plan.Add(*spec); !s.ok()) return s;
     for (const ShardLayout& shard : plan.Find(spec->name())->shards) {
-      if (KeepsCopyOf(shard.ps_task) && spec->kind() != HASH_EMBEDDING) {
+      if (!KeepsCopyOf(shard.ps_task)) continue;
+      // Hash rows reserve their memory as they are created; an admission
+      // sketch is allocated with the shard.
+      if (spec->kind() != HASH_EMBEDDING) {
         new_bytes += shard.bytes;
+      } else if (spec->has_admission()) {
+        new_bytes += CountMinSketch::kRows * spec->admission().sketch_width();
       }
     }
   }

@@ -47,6 +47,9 @@ int Model::AddTable(const std::string& name, int dim, InitializerSpec init) {
   } else {
     s.set_kind(HASH_EMBEDDING);
     s.add_shape(config_.hash_capacity);
+    if (config_.admission_min_count > 1) {
+      s.mutable_admission()->set_min_count(config_.admission_min_count);
+    }
   }
   s.add_shape(dim);
   s.mutable_partition()->set_num_shards(

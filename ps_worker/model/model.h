@@ -29,7 +29,10 @@ struct ModelConfig {
   // any int64 id (HASH_EMBEDDING, rows created on first push).
   int64_t vocab = 0;
   int64_t hash_capacity = 0;  // HASH_EMBEDDING row capacity, 0 = unbounded
-  int embedding_shards = 0;   // 0: one per PS
+  // HASH_EMBEDDING feature admission (AdmissionSpec): an id gets a row once
+  // pushes carried it this many times; 0 or 1: at once.
+  int admission_min_count = 0;
+  int embedding_shards = 0;  // 0: one per PS
   int num_ps = 1;
   OptimizerSpec embedding_optimizer;
   OptimizerSpec dense_optimizer;

@@ -134,11 +134,17 @@ int Variables(Client* client) {
                                      ps.ps_task());
         continue;
       }
+      const bool admission = catalog[i].spec().has_admission();
       for (const ShardInfo& shard : ps.variables(i).shards()) {
         std::cout << absl::StrFormat(
-            "    shard %-4d PS %-3d rows %-12d %12s  version %d%s\n",
+            "    shard %-4d PS %-3d rows %-12d %12s  version %d%s%s\n",
             shard.shard(), ps.ps_task(), shard.num_rows(), Bytes(shard.bytes()),
             shard.version(),
+            admission ? absl::StrFormat("  admitted %d, unadmitted "
+                                        "gradients dropped %d",
+                                        shard.admitted_rows(),
+                                        shard.unadmitted_gradients())
+                      : "",
             shard.backup()
                 ? absl::StrFormat("  (backup of PS %d)", shard.ps_task())
                 : "");

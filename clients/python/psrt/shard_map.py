@@ -14,7 +14,11 @@ MAX_SHARDS = 65536
 UNBOUNDED_HASH_ROWS_FOR_PLACEMENT = 1 << 20
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:")
 
-DENSE, EMBEDDING, HASH_EMBEDDING = (ps_pb2.DENSE, ps_pb2.EMBEDDING, ps_pb2.HASH_EMBEDDING)
+DENSE, EMBEDDING, HASH_EMBEDDING = (
+    ps_pb2.DENSE,
+    ps_pb2.EMBEDDING,
+    ps_pb2.HASH_EMBEDDING,
+)
 P = ps_pb2.PartitionSpec
 Opt = ps_pb2.OptimizerSpec
 
@@ -31,6 +35,31 @@ def num_rows(spec):
 
 def row_width(spec):
     return int(np.prod(spec.shape[1:], dtype=np.int64)) if len(spec.shape) > 1 else 1
+
+
+def _normalize_admission(spec, bad):
+    """As the servers' NormalizeVariableSpec: the same spec, byte for byte."""
+    if not spec.HasField("admission"):
+        return
+    a = spec.admission
+    if spec.kind != HASH_EMBEDDING:
+        bad(
+            "admission applies to HASH_EMBEDDING variables only "
+            "(a known vocabulary has every row already)"
+        )
+    if not 0 <= a.min_count <= 255:
+        bad(f"admission.min_count = {a.min_count} must be in [0, 255]")
+    if a.min_count <= 1:
+        spec.ClearField("admission")
+        return
+    if a.sketch_width == 0:
+        a.sketch_width = 1 << 20
+    if not 64 <= a.sketch_width <= 1 << 28:
+        bad(f"admission.sketch_width = {a.sketch_width} must be in [64, 2^28] (0: 2^20)")
+    width = 64
+    while width < a.sketch_width:
+        width <<= 1
+    a.sketch_width = width
 
 
 def normalize(spec):
@@ -72,6 +101,7 @@ def normalize(spec):
             bad("max_shard_bytes needs a bounded capacity (shape[0]); use num_shards instead")
     else:
         bad("kind must be DENSE, EMBEDDING or HASH_EMBEDDING")
+    _normalize_admission(spec, bad)
     if p.num_shards < 0 or p.max_shard_bytes < 0:
         bad("num_shards and max_shard_bytes must not be negative")
     if p.num_shards > 0 and p.max_shard_bytes > 0:

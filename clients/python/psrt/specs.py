@@ -5,7 +5,13 @@ that should spread a table over every PS passes num_shards=client.num_ps."""
 from ._proto import ps_pb2
 
 _OPTIMIZERS = {"sgd": 0, "momentum": 1, "adagrad": 2, "adam": 3, "ftrl": 4}
-_INITIALIZERS = {"zeros": 0, "constant": 1, "uniform": 2, "normal": 3, "truncated_normal": 4}
+_INITIALIZERS = {
+    "zeros": 0,
+    "constant": 1,
+    "uniform": 2,
+    "normal": 3,
+    "truncated_normal": 4,
+}
 
 
 def _spec(
@@ -109,9 +115,20 @@ def hash_embedding(
     learning_rate=0.05,
     initializer="zeros",
     seed=0,
+    admission_min_count=0,
+    admission_sketch_width=0,
+    unadmitted_zeros=False,
     **optimizer_params,
 ) -> ps_pb2.VariableSpec:
-    return _spec(
+    """A HASH_EMBEDDING: rows keyed by any int64 id, created on first push.
+
+    admission_min_count=N (> 1): an id gets a trained row only once pushes
+    carried it N times (counted per shard in a count-min sketch of
+    4 x admission_sketch_width 1-byte counters, default 2**20); gradients
+    before that are dropped and counted, and pulls return the initial value
+    (zeros with unadmitted_zeros=True). See AdmissionSpec in proto/ps.proto.
+    """
+    spec = _spec(
         name,
         ps_pb2.HASH_EMBEDDING,
         (capacity, dim),
@@ -125,3 +142,10 @@ def hash_embedding(
         seed,
         **optimizer_params,
     )
+    if admission_min_count:
+        spec.admission.min_count = admission_min_count
+        spec.admission.sketch_width = admission_sketch_width
+        spec.admission.unadmitted_value = (
+            ps_pb2.AdmissionSpec.ZEROS if unadmitted_zeros else ps_pb2.AdmissionSpec.INITIAL_VALUE
+        )
+    return spec

@@ -82,3 +82,47 @@ def test_specs_are_validated_before_sending():
         psrt.normalize(psrt.ps_pb2.VariableSpec(name="bad", kind=psrt.ps_pb2.EMBEDDING, shape=[10]))
     with pytest.raises(ValueError, match="learning_rate"):
         psrt.normalize(psrt.dense("w", (3,), learning_rate=0))
+
+
+def test_admission_specs_normalize_as_the_servers_do_and_admit_on_the_third_push(
+    make_cluster,
+):
+    with pytest.raises(ValueError, match="admission.min_count = 300"):
+        psrt.normalize(psrt.hash_embedding("h", 4, admission_min_count=300))
+    with pytest.raises(ValueError, match="HASH_EMBEDDING variables only"):
+        spec = psrt.embedding("e", 10, 4)
+        spec.admission.min_count = 3
+        psrt.normalize(spec)
+    spec = psrt.hash_embedding(
+        "adm",
+        4,
+        num_shards=2,
+        optimizer="sgd",
+        learning_rate=1.0,
+        admission_min_count=3,
+        admission_sketch_width=1000,
+    )
+    cluster = make_cluster(2)
+    client = cluster.client()
+    client.create_variables([spec])
+    # What the servers hold is what this client normalized, byte for byte
+    # (creating it again is then a no-op, not a conflict).
+    listed = client.list_variables()[0].variables[0].spec
+    assert listed.admission.sketch_width == 1024
+    assert listed.SerializeToString() == psrt.normalize(spec).SerializeToString()
+    client.create_variables([spec])
+    ids = np.arange(1000, 1100, dtype=np.int64)
+    for _ in range(2):
+        client.push_rows("adm", ids, np.ones((ids.size, 4), np.float32))
+    assert np.array_equal(client.pull_rows("adm", ids), np.zeros((ids.size, 4), np.float32))
+    client.push_rows("adm", ids[:40], np.full((40, 4), 0.5, np.float32))
+    rows = client.pull_rows("adm", ids)
+    assert np.array_equal(rows[:40], np.full((40, 4), -0.5, np.float32))
+    assert np.array_equal(rows[40:], np.zeros((60, 4), np.float32))
+    shards = [
+        sh for listing in client.list_variables() for v in listing.variables for sh in v.shards
+    ]
+    assert sum(sh.num_rows for sh in shards) == 40
+    assert sum(sh.admitted_rows for sh in shards) == 40
+    assert sum(sh.unadmitted_gradients for sh in shards) == 200
+    client.close()
