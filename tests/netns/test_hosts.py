@@ -369,7 +369,8 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
     )
     assert lease_lost < taken_over
     print(
-        f"PS 1 rejoined {log_time(ps1, 'rejoined as a backup') - back:.2f} s after the link returned"
+        f"PS 1 rejoined {log_time(ps1, 'rejoined as a backup') - back:.2f} s "
+        "after the link returned"
     )
     # Worker 1's pushes to PS 1 in the partition were not acknowledged
     # (lost_pushes=0 above: each was sent again, to PS 2 or, once PS 1 had
