@@ -113,6 +113,17 @@ TEST(AdmissionTest, IdsGetRowsOnTheirThirdPushAndEveryReportSaysSo) {
   EXPECT_EQ(admitted, 500);
   EXPECT_EQ(unadmitted, 2000);
   EXPECT_EQ(rows, 500);
+  // The status page of each PS: its shards' counts, adding up the same.
+  int64_t page_admitted = 0;
+  for (int ps = 0; ps < 2; ++ps) {
+    auto page = FetchMetrics((*cluster)->metrics_port(ps), "/statusz");
+    ASSERT_TRUE(page.ok()) << page.status();
+    const std::string cell = "id=\"var-0-admitted\">";
+    const size_t at = page->find(cell);
+    ASSERT_NE(at, std::string::npos) << *page;
+    page_admitted += std::atoll(page->c_str() + at + cell.size());
+  }
+  EXPECT_EQ(page_admitted, 500);
 
   // psctl variables: the spec says admission, each shard its counts.
   auto run = RunPrograms(

@@ -119,16 +119,27 @@ std::string RenderStatusPage(const StatusPageData& d) {
   absl::StrAppend(&html,
                   "<h2>Variables</h2><table id=\"variables\"><tr><th>name</th>"
                   "<th>kind</th><th>shards here / all</th><th>rows here</th>"
-                  "<th>MB here</th></tr>");
+                  "<th>MB here</th><th>admission</th></tr>");
   for (size_t i = 0; i < d.variables.size(); ++i) {
     const StatusPageData::Variable& v = d.variables[i];
+    const std::string admission =
+        v.admission_min_count > 1
+            ? absl::StrFormat(
+                  "min_count %d: <span id=\"var-%d-admitted\">%d</span> "
+                  "admitted, <span id=\"var-%d-unadmitted\">%d</span> "
+                  "gradients dropped",
+                  v.admission_min_count, i, v.admitted_rows, i,
+                  v.unadmitted_gradients)
+            : "&ndash;";
     absl::StrAppendFormat(
         &html,
         "<tr><td class=\"l\" id=\"var-%d-name\">%s</td><td class=\"l\">%s</td>"
         "<td id=\"var-%d-shards\">%d / %d</td><td id=\"var-%d-rows\">%d</td>"
-        "<td id=\"var-%d-bytes\" data-bytes=\"%d\">%s</td></tr>",
+        "<td id=\"var-%d-bytes\" data-bytes=\"%d\">%s</td>"
+        "<td class=\"l\">%s</td></tr>",
         i, HtmlEscape(v.name), HtmlEscape(v.kind), i, v.local_shards,
-        v.num_shards, i, v.local_rows, i, v.local_bytes, Mb(v.local_bytes));
+        v.num_shards, i, v.local_rows, i, v.local_bytes, Mb(v.local_bytes),
+        admission);
   }
   absl::StrAppend(&html, "</table>");
 

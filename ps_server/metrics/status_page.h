@@ -39,6 +39,11 @@ struct StatusPageData {
     int local_shards = 0;
     int64_t local_rows = 0;
     int64_t local_bytes = 0;
+    // Hash embeddings with feature admission (0: none): over the shards
+    // here, rows admission created and gradient rows it dropped.
+    int admission_min_count = 0;
+    int64_t admitted_rows = 0;
+    int64_t unadmitted_gradients = 0;
   };
   std::vector<Variable> variables;
   // Bytes each PS holds: planned from the shard map for dense and

@@ -14,6 +14,8 @@ TEST(StatusPageTest, EscapesWhatClientsNamedAndCarriesTheNumbers) {
   d.global_step = 77;
   d.variables.push_back(
       {"<script>alert('x')</script>&", "DENSE", 2, 1, 100, 400});
+  d.variables.push_back(
+      {"ids", "HASH_EMBEDDING", 2, 2, 500, 9000, 3, 500, 2000});
   d.bytes_per_ps = {400, 800};
   d.push_requests = 9;
   d.recent_rates = {1, 2.5, 3, 4, 5e6, 6e6};
@@ -28,6 +30,11 @@ TEST(StatusPageTest, EscapesWhatClientsNamedAndCarriesTheNumbers) {
   EXPECT_TRUE(absl::StrContains(html, "<span id=\"ps-task\">1</span>"));
   EXPECT_TRUE(absl::StrContains(html, "<span id=\"global-step\">77</span>"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"var-0-shards\">1 / 2<"));
+  EXPECT_TRUE(
+      absl::StrContains(html, "min_count 3: <span id=\"var-1-admitted\">500<"))
+      << html;
+  EXPECT_TRUE(absl::StrContains(html, "id=\"var-1-unadmitted\">2000<"));
+  EXPECT_FALSE(absl::StrContains(html, "var-0-admitted"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"push-requests\">9<"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"push-rate\">2.5<"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"recent-seconds\">60<"));

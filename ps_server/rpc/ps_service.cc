@@ -849,6 +849,7 @@ std::string ParameterServerService::StatusPageHtml() const {
     row.name = v->name();
     row.kind = VariableKind_Name(layout.kind());
     row.num_shards = layout.num_shards();
+    row.admission_min_count = layout.spec.admission().min_count();
     for (int s = 0; s < layout.num_shards(); ++s) {
       const ShardLayout& shard = layout.shards[s];
       if (layout.kind() != HASH_EMBEDDING && shard.ps_task < d.num_ps) {
@@ -858,6 +859,9 @@ std::string ParameterServerService::StatusPageHtml() const {
       ++(v->IsPrimary(s) ? d.primary_shards : d.backup_shards);
       ++row.local_shards;
       row.local_rows += v->shard(s).num_rows();
+      const AdmissionCounts admission = v->shard(s).admission_counts();
+      row.admitted_rows += admission.admitted_rows;
+      row.unadmitted_gradients += admission.unadmitted_gradients;
       if (layout.kind() == HASH_EMBEDDING) {
         d.bytes_per_ps[d.ps_task] += v->shard(s).bytes();
       }
