@@ -144,6 +144,19 @@ absl::Status NormalizeVariableSpec(VariableSpec* spec) {
       return Invalid(*spec, "kind must be DENSE, EMBEDDING or HASH_EMBEDDING");
   }
   if (absl::Status s = NormalizeAdmission(spec); !s.ok()) return s;
+  if (spec->has_eviction()) {
+    if (spec->kind() != HASH_EMBEDDING) {
+      return Invalid(*spec,
+                     "eviction applies to HASH_EMBEDDING variables only (a "
+                     "known vocabulary keeps every row)");
+    }
+    if (spec->eviction().ttl_steps() < 0) {
+      return Invalid(*spec, absl::StrCat("eviction.ttl_steps = ",
+                                         spec->eviction().ttl_steps(),
+                                         " must not be negative"));
+    }
+    if (spec->eviction().ttl_steps() == 0) spec->clear_eviction();
+  }
   const PartitionSpec& p = spec->partition();
   if (p.num_shards() < 0 || p.max_shard_bytes() < 0) {
     return Invalid(*spec,
@@ -243,6 +256,10 @@ std::string DescribeSpec(const VariableSpec& spec) {
                   "(lr=", spec.optimizer().learning_rate(), ")");
   if (spec.has_admission()) {
     absl::StrAppend(&out, " admission(min_count=", spec.admission().min_count(),
+                    ")");
+  }
+  if (spec.has_eviction()) {
+    absl::StrAppend(&out, " eviction(ttl_steps=", spec.eviction().ttl_steps(),
                     ")");
   }
   return out;

@@ -89,6 +89,13 @@ TEST(VariableSpecTest, RejectsBadSpecsNamingVariableAndField) {
              static_cast<AdmissionSpec::Unadmitted>(9));
        },
        "unknown admission.unadmitted_value 9"},
+      {[](VariableSpec* s) { s->mutable_eviction()->set_ttl_steps(5); },
+       "eviction applies to HASH_EMBEDDING variables only"},
+      {[](VariableSpec* s) {
+         s->set_kind(HASH_EMBEDDING);
+         s->mutable_eviction()->set_ttl_steps(-1);
+       },
+       "eviction.ttl_steps = -1 must not be negative"},
   };
   for (const auto& c : cases) {
     VariableSpec s = Valid();
@@ -131,6 +138,15 @@ TEST(VariableSpecTest, AdmissionDefaultsAreFilledAndOneSpellingOfNone) {
   ASSERT_TRUE(NormalizeVariableSpec(&none).ok());
   ASSERT_TRUE(NormalizeVariableSpec(&one).ok());
   EXPECT_TRUE(SameSpec(none, one));
+  // Eviction: ttl 0 is none, described when set.
+  VariableSpec ttl0 = none;
+  ttl0.mutable_eviction()->set_ttl_steps(0);
+  ASSERT_TRUE(NormalizeVariableSpec(&ttl0).ok());
+  EXPECT_TRUE(SameSpec(none, ttl0));
+  ttl0.mutable_eviction()->set_ttl_steps(500);
+  ASSERT_TRUE(NormalizeVariableSpec(&ttl0).ok());
+  EXPECT_NE(DescribeSpec(ttl0).find("eviction(ttl_steps=500)"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -53,6 +53,11 @@ DEFINE_int64(memory_limit_bytes, 0,
              "(RESOURCE_EXHAUSTED) past it. 0: 90% of the memory available "
              "at each creation or growth: the host's MemAvailable, or in a "
              "container the cgroup memory limit less its working set.");
+DEFINE_double(eviction_interval_secs, 1.0,
+              "How often hash embeddings with eviction (eviction.ttl_steps "
+              "in the variable's spec) are swept for rows idle longer than "
+              "their ttl; each sweep holds a shard's lock for at most 8192 "
+              "rows at a time.");
 DEFINE_int32(replicas, 1,
              "Copies of every shard. 1: none (a PS lost is restored from the "
              "last checkpoint). R > 1: each PS's shards are also kept by the "
@@ -176,6 +181,12 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   options.limits.max_push_bytes = FLAGS_max_push_bytes;
   options.memory_limit_bytes = FLAGS_memory_limit_bytes;
   options.replicas = FLAGS_replicas;
+  if (!(FLAGS_eviction_interval_secs > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--eviction_interval_secs must be > 0, got ",
+                     FLAGS_eviction_interval_secs));
+  }
+  options.eviction_interval = absl::Seconds(FLAGS_eviction_interval_secs);
   if (FLAGS_apply_threads < 0) {
     return absl::InvalidArgumentError("--apply_threads must be >= 0");
   }

@@ -44,6 +44,11 @@ DEFINE_int32(admission_min_count, 0,
              "carried it this many times (counted per PS shard in a "
              "count-min sketch; earlier gradients dropped and counted). 0 "
              "or 1: every id at once. Needs --vocab=0; at most 255.");
+DEFINE_int64(eviction_ttl_steps, 0,
+             "Hash embeddings: rows no push updated for this many global "
+             "steps are dropped by the servers (an id that returns starts "
+             "from a fresh row). 0: never. Needs --vocab=0; keep it well "
+             "above --row_cache_staleness.");
 DEFINE_int32(embedding_shards, 0,
              "Shards per embedding table (0: one per PS).");
 DEFINE_string(optimizer, "adagrad",
@@ -216,6 +221,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromFlags() {
         "known vocabulary has every row already");
   }
   model.admission_min_count = FLAGS_admission_min_count;
+  if (FLAGS_eviction_ttl_steps > 0 && FLAGS_vocab > 0) {
+    return absl::InvalidArgumentError(
+        "--eviction_ttl_steps applies to hash embeddings (--vocab=0); a "
+        "known vocabulary keeps every row");
+  }
+  model.eviction_ttl_steps = FLAGS_eviction_ttl_steps;
   model.embedding_shards = FLAGS_embedding_shards;
   model.seed = FLAGS_seed;
   auto emb = Optimizer(FLAGS_optimizer, FLAGS_learning_rate);

@@ -75,6 +75,13 @@ absl::Status WriteShardFile(const LocalVariable& variable, int shard,
   if (absl::Status s = emit(kShardFileMagic, kMagicBytes); !s.ok()) return s;
 
   const Shard& source = variable.shard(shard);
+  // Ids and rows are read in separate passes by position: no eviction may
+  // move a row in between (a file never holds half-evicted rows).
+  source.PinRows(true);
+  struct Unpin {
+    const Shard& shard;
+    ~Unpin() { shard.PinRows(false); }
+  } unpin{source};
   // Shards whose rows are not a fixed range (hash shards): the rows that
   // exist now, in creation order, ids first (a row's id never changes;
   // rows created later are not included).

@@ -119,18 +119,24 @@ std::string RenderStatusPage(const StatusPageData& d) {
   absl::StrAppend(&html,
                   "<h2>Variables</h2><table id=\"variables\"><tr><th>name</th>"
                   "<th>kind</th><th>shards here / all</th><th>rows here</th>"
-                  "<th>MB here</th><th>admission</th></tr>");
+                  "<th>MB here</th><th>admission, eviction</th></tr>");
   for (size_t i = 0; i < d.variables.size(); ++i) {
     const StatusPageData::Variable& v = d.variables[i];
-    const std::string admission =
-        v.admission_min_count > 1
-            ? absl::StrFormat(
-                  "min_count %d: <span id=\"var-%d-admitted\">%d</span> "
-                  "admitted, <span id=\"var-%d-unadmitted\">%d</span> "
-                  "gradients dropped",
-                  v.admission_min_count, i, v.admitted_rows, i,
-                  v.unadmitted_gradients)
-            : "&ndash;";
+    std::string admission;
+    if (v.admission_min_count > 1) {
+      admission = absl::StrFormat(
+          "min_count %d: <span id=\"var-%d-admitted\">%d</span> admitted, "
+          "<span id=\"var-%d-unadmitted\">%d</span> gradients dropped",
+          v.admission_min_count, i, v.admitted_rows, i, v.unadmitted_gradients);
+    }
+    if (v.eviction_ttl_steps > 0) {
+      absl::StrAppendFormat(
+          &admission,
+          "%sttl %d steps: <span id=\"var-%d-evicted\">%d</span> evicted",
+          admission.empty() ? "" : "; ", v.eviction_ttl_steps, i,
+          v.evicted_rows);
+    }
+    if (admission.empty()) admission = "&ndash;";
     absl::StrAppendFormat(
         &html,
         "<tr><td class=\"l\" id=\"var-%d-name\">%s</td><td class=\"l\">%s</td>"

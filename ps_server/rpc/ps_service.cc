@@ -418,8 +418,8 @@ void ParameterServerService::AddVariableMetrics() {
   // its primary's to report).
   struct Totals {
     int64_t rows = 0, bytes = 0;
-    bool has_admission = false;
-    AdmissionCounts admission;
+    bool has_admission = false, has_eviction = false;
+    HashRowCounts counts;
   };
   const ShardStore* store = store_;
   auto totals = [store] {
@@ -427,52 +427,65 @@ void ParameterServerService::AddVariableMetrics() {
     for (const LocalVariable* v : store->Variables()) {
       Totals t;
       t.has_admission = v->layout->spec.has_admission();
+      t.has_eviction = v->layout->spec.has_eviction();
       for (int s = 0; s < v->layout->num_shards(); ++s) {
         if (!v->IsPrimary(s)) continue;
         t.rows += v->shard(s).num_rows();
         t.bytes += v->shard(s).bytes();
-        const AdmissionCounts a = v->shard(s).admission_counts();
-        t.admission.admitted_rows += a.admitted_rows;
-        t.admission.unadmitted_gradients += a.unadmitted_gradients;
+        const HashRowCounts c = v->shard(s).row_counts();
+        t.counts.admitted_rows += c.admitted_rows;
+        t.counts.unadmitted_gradients += c.unadmitted_gradients;
+        t.counts.evicted_rows += c.evicted_rows;
       }
       out.emplace_back(v->name(), t);
     }
     return out;
   };
   using Field = std::function<double(const Totals&)>;
+  using Applies = bool (*)(const Totals&);
   auto family = [this, totals](const char* name, const char* help,
-                               prometheus::MetricType type, bool admission_only,
+                               prometheus::MetricType type, Applies applies,
                                Field field) {
-    metrics_->AddComputedFamily(
-        name, help, type, [totals, admission_only, field] {
-          MetricsRegistry::Samples samples;
-          for (const auto& [variable, t] : totals()) {
-            if (admission_only && !t.has_admission) continue;
-            samples.push_back({{{"variable", variable}}, field(t)});
-          }
-          return samples;
-        });
+    metrics_->AddComputedFamily(name, help, type, [totals, applies, field] {
+      MetricsRegistry::Samples samples;
+      for (const auto& [variable, t] : totals()) {
+        if (applies(t)) samples.push_back({{{"variable", variable}}, field(t)});
+      }
+      return samples;
+    });
+  };
+  const Applies every = [](const Totals&) { return true; };
+  const Applies with_admission = [](const Totals& t) {
+    return t.has_admission;
   };
   family("psrt_variable_rows",
          "Rows of each variable in the shards this PS serves (hash "
-         "embeddings: rows created so far)",
-         prometheus::MetricType::Gauge, false,
+         "embeddings: rows held now)",
+         prometheus::MetricType::Gauge, every,
          [](const Totals& t) { return static_cast<double>(t.rows); });
   family("psrt_variable_bytes",
          "Bytes of each variable's shards this PS serves: parameters, "
          "optimizer slots, index and admission sketch",
-         prometheus::MetricType::Gauge, false,
+         prometheus::MetricType::Gauge, every,
          [](const Totals& t) { return static_cast<double>(t.bytes); });
   family("psrt_admitted_rows_total",
          "Rows feature admission created (variables with admission)",
-         prometheus::MetricType::Counter, true, [](const Totals& t) {
-           return static_cast<double>(t.admission.admitted_rows);
+         prometheus::MetricType::Counter, with_admission, [](const Totals& t) {
+           return static_cast<double>(t.counts.admitted_rows);
          });
   family("psrt_unadmitted_gradients_total",
          "Gradient rows dropped because their id had not been admitted yet",
-         prometheus::MetricType::Counter, true, [](const Totals& t) {
-           return static_cast<double>(t.admission.unadmitted_gradients);
+         prometheus::MetricType::Counter, with_admission, [](const Totals& t) {
+           return static_cast<double>(t.counts.unadmitted_gradients);
          });
+  family(
+      "psrt_evicted_rows_total",
+      "Rows evicted after ttl_steps idle steps (variables with eviction)",
+      prometheus::MetricType::Counter,
+      [](const Totals& t) { return t.has_eviction; },
+      [](const Totals& t) {
+        return static_cast<double>(t.counts.evicted_rows);
+      });
 }
 
 void ParameterServerService::AddCheckpointMetrics(int ps_task) {
@@ -764,9 +777,10 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
             shard->set_num_rows(v->shard(s).num_rows());
             shard->set_bytes(v->shard(s).bytes());
             shard->set_version(v->shard(s).version());
-            const AdmissionCounts admission = v->shard(s).admission_counts();
+            const HashRowCounts admission = v->shard(s).row_counts();
             shard->set_admitted_rows(admission.admitted_rows);
             shard->set_unadmitted_gradients(admission.unadmitted_gradients);
+            shard->set_evicted_rows(admission.evicted_rows);
             shard->set_backup(v->IsBackup(s));
             if (request.with_digests()) {
               shard->set_digest(ShardDigest(v->shard(s)));
@@ -850,6 +864,7 @@ std::string ParameterServerService::StatusPageHtml() const {
     row.kind = VariableKind_Name(layout.kind());
     row.num_shards = layout.num_shards();
     row.admission_min_count = layout.spec.admission().min_count();
+    row.eviction_ttl_steps = layout.spec.eviction().ttl_steps();
     for (int s = 0; s < layout.num_shards(); ++s) {
       const ShardLayout& shard = layout.shards[s];
       if (layout.kind() != HASH_EMBEDDING && shard.ps_task < d.num_ps) {
@@ -859,9 +874,10 @@ std::string ParameterServerService::StatusPageHtml() const {
       ++(v->IsPrimary(s) ? d.primary_shards : d.backup_shards);
       ++row.local_shards;
       row.local_rows += v->shard(s).num_rows();
-      const AdmissionCounts admission = v->shard(s).admission_counts();
+      const HashRowCounts admission = v->shard(s).row_counts();
       row.admitted_rows += admission.admitted_rows;
       row.unadmitted_gradients += admission.unadmitted_gradients;
+      row.evicted_rows += admission.evicted_rows;
       if (layout.kind() == HASH_EMBEDDING) {
         d.bytes_per_ps[d.ps_task] += v->shard(s).bytes();
       }

@@ -254,6 +254,7 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       updates.back().target = &item.target();
       updates.back().update.learning_rate = item.learning_rate;
       updates.back().update.max_abs_grad = 0;
+      updates.back().update.global_step = store_->global_step();
     }
     ShardUpdate& u = updates[it->second].update;
     u.max_abs_grad = std::max(u.max_abs_grad, item.max_abs_grad);

@@ -334,6 +334,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (port in use? another ps_server running?)"));
   }
+  server->evictor_ = std::make_unique<RowEvictor>(server->store_.get(),
+                                                  options.eviction_interval);
   AddProcessMetrics(&server->registry_, "ps_server");
   if (!options.metrics_address.empty()) {
     auto metrics =
@@ -360,6 +362,7 @@ Server::~Server() {
   // before it goes; a rejoin started late by the replicator does nothing.
   failover_.reset();
   lease_.reset();
+  evictor_.reset();
   if (rejoiner_) rejoiner_->Stop();
   // A restore still running in the background uses the restorer, which is
   // destroyed before the store.

@@ -24,6 +24,7 @@
 #include "ps_server/replication/replicator.h"
 #include "ps_server/rpc/ps_service.h"
 #include "ps_server/rpc/rejoiner.h"
+#include "ps_server/shards/row_evictor.h"
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
 #include "security/security.h"
@@ -54,6 +55,9 @@ struct ServerOptions {
   // the next PS of other hosts (partitioner/replica_placement.h), which
   // every push reaches before it is acknowledged.
   int replicas = 1;
+  // How often hash embeddings with eviction (VariableSpec.eviction) are
+  // swept for idle rows.
+  absl::Duration eviction_interval = absl::Seconds(1);
 };
 
 class Server {
@@ -92,6 +96,7 @@ class Server {
   std::unique_ptr<ClusterMembers> checkpoint_callers_;
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<FailoverMonitor> failover_;  // stopped before service_
+  std::unique_ptr<RowEvictor> evictor_;        // stopped before store_
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;

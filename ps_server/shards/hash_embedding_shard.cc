@@ -27,7 +27,8 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
                      : 0),
       zeros_for_unadmitted_(min_count_ > 0 &&
                             layout.spec.admission().unadmitted_value() ==
-                                AdmissionSpec::ZEROS) {
+                                AdmissionSpec::ZEROS),
+      ttl_steps_(layout.spec.eviction().ttl_steps()) {
   if (min_count_ > 0) {
     sketch_ = std::make_unique<CountMinSketch>(
         layout.spec.admission().sketch_width());
@@ -55,6 +56,7 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   }
   index_.emplace(id, row);
   row_ids_.push_back(id);
+  if (ttl_steps_ > 0) last_step_.push_back(current_step_);
   bounds_.CoverRow(values, width_, optimizer_->num_slots());
   return row;
 }
@@ -121,11 +123,13 @@ int64_t HashEmbeddingShard::RowLimit() const {
 }
 
 absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
-                                            std::vector<uint32_t>* rows_out) {
+                                            std::vector<uint32_t>* rows_out,
+                                            uint64_t* rows_epoch) {
   std::vector<uint32_t> local;
   std::vector<uint32_t>& rows = rows_out != nullptr ? *rows_out : local;
   rows.resize(ids.size());
   absl::MutexLock lock(&mu_);
+  if (rows_epoch != nullptr) *rows_epoch = rows_epoch_;
   FindRows(ids, rows.data());
   absl::Status s = sketch_ != nullptr ? ReserveForAdmissionLocked(ids, rows)
                                       : CreateRowsLocked(ids, rows.data());
@@ -242,13 +246,18 @@ bool HashEmbeddingShard::HasRepeatedIds(const ShardUpdate& update) const {
 
 absl::Status HashEmbeddingShard::ApplyUpdateLocked(const ShardUpdate& update,
                                                    float* undo) {
+  current_step_ = std::max(current_step_, update.global_step);
   if (update.rows.size() != update.ids.size()) {
     return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
                            undo);
   }
-  if (sketch_ != nullptr) {
-    // Admission decides here, in the order updates are applied.
+  const bool moved = update.rows_epoch != rows_epoch_;
+  if (sketch_ != nullptr || moved) {
+    // Admission decides here, in the order updates are applied; rows an
+    // eviction moved since Prepare are found again (and created again if
+    // it dropped them).
     std::vector<uint32_t> rows = update.rows;
+    if (moved) FindRows(update.ids, rows.data());
     ResolveMissingLocked(update.ids, rows.data());
     return ApplyToRowsLocked(update.ids, rows, update.grads,
                              update.learning_rate, undo);
@@ -300,6 +309,7 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
                      SaveRowForUndo(values, stride_, undo + i * stride_);
                    }
                    optimizer_->Apply(values, slots, g, width_, context);
+                   if (ttl_steps_ > 0) last_step_[rows[i]] = current_step_;
                    if (undo != nullptr && bad == ids.size() &&
                        !SpanFinite(values, stride_)) {
                      bad = i;
@@ -380,8 +390,59 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
   bounds_.Invalidate();
   for (size_t i = 0; i < ids.size(); ++i) {
     std::memcpy(Row(found[i]), rows + i * stride_, stride_ * sizeof(float));
+    // Eviction's clock starts at the next sweep (this shard does not know
+    // the step it is restored at).
+    if (ttl_steps_ > 0) last_step_[found[i]] = -1;
   }
   return absl::OkStatus();
+}
+
+void HashEmbeddingShard::EvictRowLocked(int64_t row) {
+  index_.erase(row_ids_[row]);
+  const int64_t last = rows_ - 1;
+  if (row != last) {
+    std::memcpy(Row(static_cast<uint32_t>(row)),
+                Row(static_cast<uint32_t>(last)), stride_ * sizeof(float));
+    row_ids_[row] = row_ids_[last];
+    last_step_[row] = last_step_[last];
+    index_[row_ids_[row]] = static_cast<uint32_t>(row);
+  }
+  row_ids_.pop_back();
+  last_step_.pop_back();
+  --rows_;
+  ++admission_.evicted_rows;
+}
+
+int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
+  if (ttl_steps_ <= 0) return 0;
+  absl::MutexLock sweep(&sweep_mu_);
+  const int64_t older_than = global_step - ttl_steps_;
+  int64_t evicted = 0;
+  // From the top row down, kEvictionRowsPerHold rows per hold of the lock:
+  // a hole takes the last row, which the sweep has looked at already, and
+  // rows created between holds are new.
+  int64_t next = -1;
+  for (bool first = true;; first = false) {
+    absl::MutexLock lock(&mu_);
+    if (pins_.load() > 0) break;  // a checkpoint reads rows by position
+    if (first) next = rows_ - 1;
+    next = std::min(next, rows_ - 1);
+    const int64_t stop = std::max<int64_t>(-1, next - kEvictionRowsPerHold);
+    bool moved = false;
+    for (; next > stop; --next) {
+      int64_t& last = last_step_[next];
+      if (last < 0) {
+        last = global_step;  // restored: idle from now on
+      } else if (last < older_than) {
+        EvictRowLocked(next);
+        ++evicted;
+        moved = true;
+      }
+    }
+    if (moved) ++rows_epoch_;
+    if (next < 0) break;
+  }
+  return evicted;
 }
 
 void HashEmbeddingShard::RestoreVersion(int64_t version) {
@@ -400,7 +461,8 @@ int64_t HashEmbeddingShard::bytes() const {
   const int64_t index_bytes =
       index_.capacity() * (sizeof(std::pair<int64_t, uint32_t>) + 1);
   return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes +
-         static_cast<int64_t>(row_ids_.capacity() * sizeof(int64_t)) +
+         static_cast<int64_t>((row_ids_.capacity() + last_step_.capacity()) *
+                              sizeof(int64_t)) +
          (sketch_ != nullptr ? sketch_->bytes() : 0);
 }
 

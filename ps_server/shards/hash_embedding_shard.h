@@ -21,9 +21,19 @@
 // order a backup re-applies them). Prepare (EnsureRows) only checks the
 // capacity and reserves memory for the ids this push could admit (those
 // the sketch puts at N - 1 or more).
+//
+// With eviction (VariableSpec.eviction, ttl_steps T > 0) each row records
+// the global step of its last update; EvictIdleRows drops the rows idle
+// for more than T steps, moving the last row into each hole so rows stay
+// dense (checkpoints and snapshots read rows [0, num_rows) by position).
+// A move advances the row epoch: an update prepared before it finds its
+// rows again under the lock. While rows are pinned (a checkpoint reads
+// them in several passes) nothing is evicted. Evicted rows' memory is
+// reused by new rows, not returned.
 #ifndef PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_
 #define PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -64,7 +74,12 @@ class HashEmbeddingShard final : public RowShard {
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
   using RowShard::EnsureRows;
   absl::Status EnsureRows(absl::Span<const int64_t> ids,
-                          std::vector<uint32_t>* rows) override;
+                          std::vector<uint32_t>* rows,
+                          uint64_t* rows_epoch = nullptr) override;
+  // Rows one hold of the lock looks at in an eviction sweep.
+  static constexpr int64_t kEvictionRowsPerHold = 8192;
+  int64_t EvictIdleRows(int64_t global_step) override;
+  void PinRows(bool pin) const override { pins_.fetch_add(pin ? 1 : -1); }
   absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
   absl::Status ApplyRowsLocked(absl::Span<const int64_t> ids,
                                absl::Span<const PayloadView> grads,
@@ -88,7 +103,7 @@ class HashEmbeddingShard final : public RowShard {
   int64_t version() const override;
 
   int64_t capacity() const { return capacity_; }
-  AdmissionCounts admission_counts() const override {
+  HashRowCounts row_counts() const override {
     absl::ReaderMutexLock lock(&mu_);
     return admission_;
   }
@@ -152,6 +167,8 @@ class HashEmbeddingShard final : public RowShard {
   // stays kNoRow and the gradient is dropped, counted).
   void ResolveMissingLocked(absl::Span<const int64_t> ids, uint32_t* rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops row `row`; the last row moves into its place.
+  void EvictRowLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const VariableLayout& layout_;
   const int shard_;
@@ -163,9 +180,17 @@ class HashEmbeddingShard final : public RowShard {
   const Reserve reserve_;
   const int min_count_;  // admission; 0: none
   const bool zeros_for_unadmitted_;
+  const int64_t ttl_steps_;  // eviction; 0: none
+  mutable std::atomic<int> pins_{0};
+  absl::Mutex sweep_mu_;  // one eviction sweep at a time
   mutable absl::Mutex mu_;
+  // With eviction: per row, the global step of its last update (-1:
+  // restored, set by the next sweep).
+  std::vector<int64_t> last_step_ ABSL_GUARDED_BY(mu_);
+  uint64_t rows_epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t current_step_ ABSL_GUARDED_BY(mu_) = 0;  // highest update step
   std::unique_ptr<CountMinSketch> sketch_ ABSL_GUARDED_BY(mu_);
-  AdmissionCounts admission_ ABSL_GUARDED_BY(mu_);
+  HashRowCounts admission_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> row_ids_ ABSL_GUARDED_BY(mu_);  // row -> id

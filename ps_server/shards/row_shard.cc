@@ -46,7 +46,9 @@ absl::Status RowShard::Prepare(ShardUpdate* u, float scale) {
   // Rows are created before anything is locked: if a shard is full nothing
   // is updated (rows created meanwhile hold their initial values, which
   // pulls of absent ids return anyway).
-  if (absl::Status s = EnsureRows(u->ids, &u->rows); !s.ok()) return s;
+  if (absl::Status s = EnsureRows(u->ids, &u->rows, &u->rows_epoch); !s.ok()) {
+    return s;
+  }
   if (scale != 1.0f || HasRepeatedIds(*u)) {
     // Repeated ids become one row holding the sum of their gradients.
     const int64_t width = row_width();

@@ -27,8 +27,11 @@ class RowShard : public Shard {
   // them; RESOURCE_EXHAUSTED if that would pass the shard's capacity, with
   // nothing created). Hash shards also store each id's row in `rows` (if
   // given), for ApplyLocked to use without looking the ids up again.
+  // `rows_epoch` (if given): the row epoch the rows are valid in
+  // (ShardUpdate::rows_epoch).
   virtual absl::Status EnsureRows(absl::Span<const int64_t> ids,
-                                  std::vector<uint32_t>* rows) {
+                                  std::vector<uint32_t>* rows,
+                                  uint64_t* rows_epoch = nullptr) {
     return absl::OkStatus();
   }
   absl::Status EnsureRows(absl::Span<const int64_t> ids) {

@@ -50,17 +50,23 @@ struct ShardUpdate {
   std::vector<int64_t> ids;
   std::vector<PayloadView> grads;  // one row per id, in order
   std::vector<float> merged;       // owns gradients Prepare summed or scaled
-  // Hash shards: the row of each id, found by Prepare (rows are never moved
-  // or removed, so they stay valid until the update is applied); empty
-  // where the shard addresses rows by id itself.
+  // The PS's global step when the push was applied (eviction's clock).
+  int64_t global_step = 0;
+  // Hash shards: the row of each id, found by Prepare; empty where the
+  // shard addresses rows by id itself. Valid while the shard's row epoch
+  // is `rows_epoch` (eviction moves rows and advances it: ApplyLocked then
+  // finds them again).
   std::vector<uint32_t> rows;
+  uint64_t rows_epoch = 0;
 };
 
-// Feature admission's counts (AdmissionSpec): rows admission created, and
-// gradient rows dropped because their id had no row yet.
-struct AdmissionCounts {
+// A hash shard's row life (AdmissionSpec, EvictionSpec): rows admission
+// created, gradient rows dropped because their id had no row yet, rows
+// evicted.
+struct HashRowCounts {
   int64_t admitted_rows = 0;
   int64_t unadmitted_gradients = 0;
+  int64_t evicted_rows = 0;
 };
 
 class Shard {
@@ -76,8 +82,15 @@ class Shard {
   // Bytes the shard reserved from its store's memory budget as it grew
   // (hash rows), beyond what the store planned for it at creation.
   virtual int64_t reserved_bytes() const { return 0; }
-  // Zero for shards without admission.
-  virtual AdmissionCounts admission_counts() const { return {}; }
+  // Zero for shards without admission or eviction.
+  virtual HashRowCounts row_counts() const { return {}; }
+  // Eviction (EvictionSpec): drops the rows no update touched since
+  // `global_step` - ttl_steps, a bounded number of rows per hold of the
+  // shard's lock; returns how many. Nothing while rows are pinned.
+  virtual int64_t EvictIdleRows(int64_t global_step) { return 0; }
+  // While pinned (a checkpoint reading rows in several passes, by
+  // position), no row is evicted or moved. Pins nest.
+  virtual void PinRows(bool pin) const {}
 
   // Floats a Read of `slice` writes.
   virtual int64_t ValueFloats(const ShardSlice& slice) const = 0;

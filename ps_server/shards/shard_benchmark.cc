@@ -1,9 +1,13 @@
 // Micro-benchmarks of the shard hot paths: embedding gather and optimizer
 // apply over random rows of a table larger than the caches.
 //   bazel run -c opt //ps_server:shard_benchmark
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "benchmark/benchmark.h"
 #include "partitioner/variable_spec.h"
@@ -156,7 +160,9 @@ BENCHMARK(BM_Gather)->Unit(benchmark::kMillisecond);
 // With `admission_min_count` > 1 the rows are imported (as from a
 // checkpoint: admitted), since pushes would not create them.
 struct HashTable {
-  HashTable(int64_t rows, int64_t dim, int admission_min_count = 0) : map(1) {
+  HashTable(int64_t rows, int64_t dim, int admission_min_count = 0,
+            int64_t ttl_steps = 0)
+      : map(1) {
     VariableSpec s;
     s.set_name("h");
     s.set_kind(HASH_EMBEDDING);
@@ -165,6 +171,7 @@ struct HashTable {
     s.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
     s.mutable_optimizer()->set_learning_rate(0.01f);
     s.mutable_admission()->set_min_count(admission_min_count);
+    s.mutable_eviction()->set_ttl_steps(ttl_steps);
     NormalizeVariableSpec(&s).IgnoreError();
     map.Add(s).IgnoreError();
     optimizer = CreateOptimizer(map.Find("h")->spec.optimizer());
@@ -249,6 +256,71 @@ void BM_HashAdmissionPush(benchmark::State& state) {
 }
 BENCHMARK(BM_HashAdmissionPush)
     ->ArgsProduct({{0, 50}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+// Eviction's cost to pushes: pushes of 100k ids of a 1M-row dim-16 table
+// with eviction (ttl 1 step), each at the next global step, while
+// (state.range(0) = 1) another thread keeps importing 100k rows nobody
+// pushes and sweeping them out again (EvictIdleRows: 8,192 rows per hold
+// of the shard's lock), or (0) not. Reports each push's latency: the mean
+// and p99 as counters (ms).
+void BM_HashPushDuringEviction(benchmark::State& state) {
+  const bool sweeping = state.range(0) != 0;
+  HashTable table(1000000, 16, 0, /*ttl_steps=*/1);
+  const auto batches = table.Batches(100000);
+  std::vector<float> grads(100000 * 16, 0.01f);
+  std::vector<float> undo(100000 * table.shard->row_stride());
+  const PayloadView view =
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
+  std::atomic<int64_t> step{0};
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> evicted{0};
+  std::thread sweeper([&] {
+    if (!sweeping) return;
+    std::vector<int64_t> idle(100000);
+    std::vector<float> rows(idle.size() * table.shard->row_stride(), 0.1f);
+    for (int64_t round = 0; !done.load(); ++round) {
+      for (size_t i = 0; i < idle.size(); ++i) {
+        idle[i] = -(round * 1000000 + static_cast<int64_t>(i)) - 1;
+      }
+      table.shard->ImportRows(idle, rows.data()).IgnoreError();
+      // Two sweeps: the first starts the restored rows' clock, the second
+      // (a step of pushes later) evicts them.
+      table.shard->EvictIdleRows(step.load());
+      for (const int64_t at = step.load(); step.load() < at + 2 && !done;) {
+        std::this_thread::yield();
+      }
+      evicted += table.shard->EvictIdleRows(step.load());
+    }
+  });
+  std::vector<double> ms;
+  size_t next = 0;
+  for (auto _ : state) {
+    ShardUpdate update;
+    update.learning_rate = 0.01f;
+    update.global_step = step.load();
+    update.ids = batches[next++ % batches.size()];
+    update.grads = {view};
+    const auto start = std::chrono::steady_clock::now();
+    ApplyAsPushed(*table.shard, update, 0.01f, true, undo.data());
+    ms.push_back(std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - start)
+                     .count());
+    ++step;
+  }
+  done = true;
+  sweeper.join();
+  std::sort(ms.begin(), ms.end());
+  state.counters["p99_ms"] = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
+  state.counters["mean_ms"] =
+      std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+  state.counters["evicted"] = static_cast<double>(evicted.load());
+  state.SetLabel(sweeping ? "sweeping" : "no sweep");
+}
+BENCHMARK(BM_HashPushDuringEviction)
+    ->Arg(0)
+    ->Arg(1)
+    ->Iterations(300)
     ->Unit(benchmark::kMillisecond);
 
 void BM_HashGather(benchmark::State& state) {

@@ -139,15 +139,19 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
   ShardMap plan = map_;
   int64_t new_bytes = 0;
   for (const VariableSpec* spec : to_add) {
-    if (spec->has_admission() && replicas_.replicas() > 1) {
-      // A backup's sketch would differ from its primary's after a rejoin
-      // (snapshots carry rows, not sketches) or a refused push, and the
-      // two copies would then admit different ids.
+    if ((spec->has_admission() || spec->has_eviction()) &&
+        replicas_.replicas() > 1) {
+      // Copies would hold different rows: a backup's admission sketch
+      // differs from its primary's after a rejoin (snapshots carry rows,
+      // not sketches) or a refused push, and each copy's eviction sweep
+      // runs on its own clock.
+      const char* what = spec->has_admission()
+                             ? "admission (admission.min_count > 1)"
+                             : "eviction (eviction.ttl_steps > 0)";
       return absl::InvalidArgumentError(absl::StrCat(
-          "variable '", spec->name(),
-          "': admission (admission.min_count > 1) is not supported with "
-          "--replicas=",
-          replicas_.replicas(), " yet; use --replicas=1 or no admission"));
+          "variable '", spec->name(), "': ", what,
+          " is not supported with --replicas=", replicas_.replicas(),
+          " yet; use --replicas=1, or no admission or eviction"));
     }
     if (absl::Status s = plan.Add(*spec); !s.ok()) return s;
     for (const ShardLayout& shard : plan.Find(spec->name())->shards) {

@@ -50,6 +50,9 @@ int Model::AddTable(const std::string& name, int dim, InitializerSpec init) {
     if (config_.admission_min_count > 1) {
       s.mutable_admission()->set_min_count(config_.admission_min_count);
     }
+    if (config_.eviction_ttl_steps > 0) {
+      s.mutable_eviction()->set_ttl_steps(config_.eviction_ttl_steps);
+    }
   }
   s.add_shape(dim);
   s.mutable_partition()->set_num_shards(

@@ -32,6 +32,9 @@ struct ModelConfig {
   // HASH_EMBEDDING feature admission (AdmissionSpec): an id gets a row once
   // pushes carried it this many times; 0 or 1: at once.
   int admission_min_count = 0;
+  // HASH_EMBEDDING eviction (EvictionSpec): rows idle this many global
+  // steps are dropped by the servers; 0: never.
+  int64_t eviction_ttl_steps = 0;
   int embedding_shards = 0;  // 0: one per PS
   int num_ps = 1;
   OptimizerSpec embedding_optimizer;

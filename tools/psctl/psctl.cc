@@ -135,9 +135,10 @@ int Variables(Client* client) {
         continue;
       }
       const bool admission = catalog[i].spec().has_admission();
+      const bool eviction = catalog[i].spec().has_eviction();
       for (const ShardInfo& shard : ps.variables(i).shards()) {
         std::cout << absl::StrFormat(
-            "    shard %-4d PS %-3d rows %-12d %12s  version %d%s%s\n",
+            "    shard %-4d PS %-3d rows %-12d %12s  version %d%s%s%s\n",
             shard.shard(), ps.ps_task(), shard.num_rows(), Bytes(shard.bytes()),
             shard.version(),
             admission ? absl::StrFormat("  admitted %d, unadmitted "
@@ -145,6 +146,8 @@ int Variables(Client* client) {
                                         shard.admitted_rows(),
                                         shard.unadmitted_gradients())
                       : "",
+            eviction ? absl::StrFormat("  evicted %d", shard.evicted_rows())
+                     : "",
             shard.backup()
                 ? absl::StrFormat("  (backup of PS %d)", shard.ps_task())
                 : "");

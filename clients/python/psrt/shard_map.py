@@ -102,6 +102,16 @@ def normalize(spec):
     else:
         bad("kind must be DENSE, EMBEDDING or HASH_EMBEDDING")
     _normalize_admission(spec, bad)
+    if spec.HasField("eviction"):
+        if spec.kind != HASH_EMBEDDING:
+            bad(
+                "eviction applies to HASH_EMBEDDING variables only "
+                "(a known vocabulary keeps every row)"
+            )
+        if spec.eviction.ttl_steps < 0:
+            bad(f"eviction.ttl_steps = {spec.eviction.ttl_steps} must not be negative")
+        if spec.eviction.ttl_steps == 0:
+            spec.ClearField("eviction")
     if p.num_shards < 0 or p.max_shard_bytes < 0:
         bad("num_shards and max_shard_bytes must not be negative")
     if p.num_shards > 0 and p.max_shard_bytes > 0:

@@ -118,6 +118,7 @@ def hash_embedding(
     admission_min_count=0,
     admission_sketch_width=0,
     unadmitted_zeros=False,
+    eviction_ttl_steps=0,
     **optimizer_params,
 ) -> ps_pb2.VariableSpec:
     """A HASH_EMBEDDING: rows keyed by any int64 id, created on first push.
@@ -127,6 +128,9 @@ def hash_embedding(
     4 x admission_sketch_width 1-byte counters, default 2**20); gradients
     before that are dropped and counted, and pulls return the initial value
     (zeros with unadmitted_zeros=True). See AdmissionSpec in proto/ps.proto.
+
+    eviction_ttl_steps=T (> 0): rows no push updated for T global steps are
+    dropped by the servers' background sweep (EvictionSpec).
     """
     spec = _spec(
         name,
@@ -148,4 +152,6 @@ def hash_embedding(
         spec.admission.unadmitted_value = (
             ps_pb2.AdmissionSpec.ZEROS if unadmitted_zeros else ps_pb2.AdmissionSpec.INITIAL_VALUE
         )
+    if eviction_ttl_steps:
+        spec.eviction.ttl_steps = eviction_ttl_steps
     return spec

@@ -93,6 +93,13 @@ def test_admission_specs_normalize_as_the_servers_do_and_admit_on_the_third_push
         spec = psrt.embedding("e", 10, 4)
         spec.admission.min_count = 3
         psrt.normalize(spec)
+    with pytest.raises(ValueError, match="eviction.ttl_steps = -2"):
+        psrt.normalize(psrt.hash_embedding("h", 4, eviction_ttl_steps=-2))
+    # ttl 0 is no eviction, one spelling of it (as the servers write it).
+    none = psrt.normalize(psrt.hash_embedding("h", 4))
+    ttl0 = psrt.hash_embedding("h", 4)
+    ttl0.eviction.ttl_steps = 0
+    assert psrt.normalize(ttl0).SerializeToString() == none.SerializeToString()
     spec = psrt.hash_embedding(
         "adm",
         4,
@@ -101,6 +108,7 @@ def test_admission_specs_normalize_as_the_servers_do_and_admit_on_the_third_push
         learning_rate=1.0,
         admission_min_count=3,
         admission_sketch_width=1000,
+        eviction_ttl_steps=1000,
     )
     cluster = make_cluster(2)
     client = cluster.client()
@@ -109,6 +117,7 @@ def test_admission_specs_normalize_as_the_servers_do_and_admit_on_the_third_push
     # (creating it again is then a no-op, not a conflict).
     listed = client.list_variables()[0].variables[0].spec
     assert listed.admission.sketch_width == 1024
+    assert listed.eviction.ttl_steps == 1000
     assert listed.SerializeToString() == psrt.normalize(spec).SerializeToString()
     client.create_variables([spec])
     ids = np.arange(1000, 1100, dtype=np.int64)

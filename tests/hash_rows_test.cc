@@ -1,7 +1,8 @@
-// Feature admission (AdmissionSpec) on real ps_server processes: ids get
-// rows on their min_count-th push, the counts are reported by ListVariables,
-// /metrics and psctl, and DeepFM trained with admission on planted data
-// keeps its held-out AUC with fewer rows.
+// Feature admission (AdmissionSpec) and eviction (EvictionSpec) on real
+// ps_server processes: ids get rows on their min_count-th push, idle rows
+// are dropped by the servers' sweep, the counts are reported by
+// ListVariables, /metrics, /statusz and psctl, and DeepFM trained with
+// admission on planted data keeps its held-out AUC with fewer rows.
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -20,7 +21,8 @@
 namespace psrt {
 namespace {
 
-VariableSpec AdmissionSpecFor(const std::string& name, int min_count) {
+VariableSpec AdmissionSpecFor(const std::string& name, int min_count,
+                              int64_t ttl_steps = 0) {
   VariableSpec s;
   s.set_name(name);
   s.set_kind(HASH_EMBEDDING);
@@ -33,11 +35,12 @@ VariableSpec AdmissionSpecFor(const std::string& name, int min_count) {
   s.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
   s.mutable_optimizer()->set_learning_rate(1.0f);
   if (min_count > 0) s.mutable_admission()->set_min_count(min_count);
+  if (ttl_steps > 0) s.mutable_eviction()->set_ttl_steps(ttl_steps);
   return s;
 }
 
 struct RowTotals {
-  int64_t rows = 0, admitted = 0, unadmitted = 0;
+  int64_t rows = 0, admitted = 0, unadmitted = 0, evicted = 0;
 };
 
 // Over the shards the PS serve of `variable` ("": every hash embedding).
@@ -57,6 +60,7 @@ RowTotals Totals(Client* client, const std::string& variable) {
         t.rows += shard.num_rows();
         t.admitted += shard.admitted_rows();
         t.unadmitted += shard.unadmitted_gradients();
+        t.evicted += shard.evicted_rows();
       }
     }
   }
@@ -157,11 +161,73 @@ TEST(AdmissionTest, WithReplicasItIsRefusedNamingWhyAndTheServersServeOn) {
                              "supported with --replicas=2"),
             std::string::npos)
       << s;
-  // Nothing was created; the same table without admission is.
+  s = (*client)->CreateVariables({AdmissionSpecFor("ids", 0, 100)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("eviction (eviction.ttl_steps > 0) is not "
+                             "supported with --replicas=2"),
+            std::string::npos)
+      << s;
+  // Nothing was created; the same table without either is.
   ASSERT_EQ((*client)->CreateVariables({AdmissionSpecFor("ids", 0)}),
             absl::OkStatus());
   std::vector<float> row(4);
   EXPECT_TRUE((*client)->PullRows("ids", {5}, row.data()).ok());
+}
+
+TEST(EvictionTest, TheServersSweepDropsIdleRowsAndReturningIdsStartFresh) {
+  LocalCluster::Options o;
+  o.num_ps = 2;
+  o.extra_flags = {"--eviction_interval_secs=0.1"};
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect((*cluster)->MakeClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const VariableSpec spec = AdmissionSpecFor("ids", 0, /*ttl_steps=*/10);
+  ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+  Initializer init(spec.initializer());
+  auto push = [&](const std::vector<int64_t>& ids, float g, int64_t step) {
+    std::vector<float> grads(ids.size() * 4, g);
+    StepOptions at;
+    at.step = step;
+    return (*client)->Push({PushOp::Rows("ids", ids, grads.data())}, at);
+  };
+  // 1,000 ids pushed at step 0, then 10 others at steps 1..20: the PS's
+  // global step reaches 21 and the first 1,000 are idle for more than 10.
+  std::vector<int64_t> idle(1000), busy(10);
+  std::iota(idle.begin(), idle.end(), int64_t{5} << 40);
+  std::iota(busy.begin(), busy.end(), 1);
+  ASSERT_TRUE(push(idle, 1.0f, 0).ok());
+  for (int64_t step = 1; step <= 20; ++step) {
+    ASSERT_TRUE(push(busy, 0.5f, step).ok());
+  }
+  RowTotals t;
+  for (absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    t = Totals(client->get(), "ids");
+    if (t.rows == 10) break;
+  }
+  EXPECT_EQ(t.rows, 10);
+  EXPECT_EQ(t.evicted, 1000);
+  std::vector<float> values(idle.size() * 4);
+  ASSERT_TRUE((*client)->PullRows("ids", idle, values.data()).ok());
+  for (size_t i = 0; i < idle.size(); ++i) {
+    ASSERT_EQ(values[i * 4 + 2], init.Value(idle[i], 2)) << i;
+  }
+  ASSERT_TRUE((*client)->PullRows("ids", busy, values.data()).ok());
+  for (size_t i = 0; i < busy.size(); ++i) {
+    ASSERT_FLOAT_EQ(values[i * 4 + 2], init.Value(busy[i], 2) - 10.0f) << i;
+  }
+  double evicted = 0;
+  for (int ps = 0; ps < 2; ++ps) {
+    auto text = FetchMetrics((*cluster)->metrics_port(ps));
+    ASSERT_TRUE(text.ok()) << text.status();
+    evicted += MetricValue(*text, "psrt_evicted_rows_total{variable=\"ids\"}");
+  }
+  EXPECT_EQ(evicted, 1000);
+  // An evicted id pushed again gets a fresh row: initial value - g.
+  ASSERT_TRUE(push({idle[0]}, 0.25f, 21).ok());
+  ASSERT_TRUE((*client)->PullRows("ids", {idle[0]}, values.data()).ok());
+  EXPECT_FLOAT_EQ(values[2], init.Value(idle[0], 2) - 0.25f);
 }
 
 TEST(AdmissionTest, DeepFmWithMinCount3KeepsItsAucWithFewerRows) {

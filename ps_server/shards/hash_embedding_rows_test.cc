@@ -1,6 +1,9 @@
-// Feature admission on a hash embedding shard (AdmissionSpec): an id gets
-// a row on the push that brings its sketch count to min_count; gradients
-// before that are dropped and counted; pulls of such ids store nothing.
+// The life of a hash embedding shard's rows. Feature admission
+// (AdmissionSpec): an id gets a row on the push that brings its sketch
+// count to min_count; gradients before that are dropped and counted; pulls
+// of such ids store nothing. Eviction (EvictionSpec): rows idle for more
+// than ttl_steps global steps are dropped; an id that returns starts
+// fresh; updates prepared before a sweep land on their own rows.
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -16,21 +19,22 @@ struct AdmissionShard {
   explicit AdmissionShard(
       int min_count, int64_t capacity = 0,
       AdmissionSpec::Unadmitted unadmitted = AdmissionSpec::INITIAL_VALUE,
-      int64_t sketch_width = 0)
+      int64_t ttl_steps = 0,
+      OptimizerSpec::Kind optimizer_kind = OptimizerSpec::SGD)
       : map(1) {
     VariableSpec spec;
     spec.set_name("ids");
     spec.set_kind(HASH_EMBEDDING);
     spec.add_shape(capacity);
     spec.add_shape(2);
-    spec.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+    spec.mutable_optimizer()->set_kind(optimizer_kind);
     spec.mutable_optimizer()->set_learning_rate(1.0f);
     spec.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
     spec.mutable_initializer()->set_min(-1);
     spec.mutable_initializer()->set_max(1);
     spec.mutable_admission()->set_min_count(min_count);
     spec.mutable_admission()->set_unadmitted_value(unadmitted);
-    spec.mutable_admission()->set_sketch_width(sketch_width);
+    spec.mutable_eviction()->set_ttl_steps(ttl_steps);
     EXPECT_TRUE(NormalizeVariableSpec(&spec).ok());
     EXPECT_TRUE(map.Add(spec).ok());
     layout = map.Find("ids");
@@ -43,9 +47,10 @@ struct AdmissionShard {
   // One push through the protocol the push handler uses: Prepare, lock,
   // ApplyLocked with undo space (undone if refused). Gradient g for every
   // id, both columns.
-  absl::Status Push(std::vector<int64_t> ids, float g) {
+  absl::Status Push(std::vector<int64_t> ids, float g, int64_t step = 0) {
     ShardUpdate update;
     update.learning_rate = 1.0f;
+    update.global_step = step;
     update.ids = std::move(ids);
     std::vector<float> grads(update.ids.size() * 2, g);
     update.grads = {
@@ -80,7 +85,7 @@ TEST(HashEmbeddingAdmissionTest, AnIdGetsItsRowOnItsMinCountthPush) {
   ASSERT_TRUE(a.Push({1, 2, 3}, 1.0f).ok());
   EXPECT_EQ(a.shard->num_rows(), 0);
   EXPECT_EQ(a.shard->reserved_bytes(), 0);
-  EXPECT_EQ(a.shard->admission_counts().unadmitted_gradients, 6);
+  EXPECT_EQ(a.shard->row_counts().unadmitted_gradients, 6);
   EXPECT_EQ(a.Value(1), a.init->Value(1, 0));
   // A repeat inside one push is one sighting: 4 three times in a push
   // stays out.
@@ -93,7 +98,7 @@ TEST(HashEmbeddingAdmissionTest, AnIdGetsItsRowOnItsMinCountthPush) {
   EXPECT_FLOAT_EQ(a.Value(1), a.init->Value(1, 0) - 1.0f);
   EXPECT_FLOAT_EQ(a.Value(2, 1), a.init->Value(2, 1) - 0.5f);
   EXPECT_EQ(a.Value(3), a.init->Value(3, 0));
-  const AdmissionCounts counts = a.shard->admission_counts();
+  const HashRowCounts counts = a.shard->row_counts();
   EXPECT_EQ(counts.admitted_rows, 2);
   EXPECT_EQ(counts.unadmitted_gradients, 7);
   // Admitted rows train on every push from then on.
@@ -117,7 +122,7 @@ TEST(HashEmbeddingAdmissionTest, IdsBelowTheCountNeverAllocateARow) {
   }
   EXPECT_EQ(a.shard->num_rows(), 0);
   EXPECT_EQ(a.shard->reserved_bytes(), 0);
-  EXPECT_EQ(a.shard->admission_counts().unadmitted_gradients, 40000);
+  EXPECT_EQ(a.shard->row_counts().unadmitted_gradients, 40000);
   EXPECT_LT(a.shard->bytes(), 4 * (1 << 20) + 4096);
   // A third sighting admits every one of them (a sketch never counts low).
   for (size_t b = 0; b < ids.size(); b += 1000) {
@@ -127,7 +132,7 @@ TEST(HashEmbeddingAdmissionTest, IdsBelowTheCountNeverAllocateARow) {
             .ok());
   }
   EXPECT_EQ(a.shard->num_rows(), 20000);
-  EXPECT_EQ(a.shard->admission_counts().admitted_rows, 20000);
+  EXPECT_EQ(a.shard->row_counts().admitted_rows, 20000);
 }
 
 TEST(HashEmbeddingAdmissionTest, UnadmittedIdsCanPullZeros) {
@@ -153,7 +158,7 @@ TEST(HashEmbeddingAdmissionTest, CapacityCountsOnlyIdsAPushCanAdmit) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("11 this push may admit"), std::string::npos) << s;
   EXPECT_EQ(a.shard->num_rows(), 0);
-  EXPECT_EQ(a.shard->admission_counts().unadmitted_gradients, 100);
+  EXPECT_EQ(a.shard->row_counts().unadmitted_gradients, 100);
   ASSERT_TRUE(
       a.Push(std::vector<int64_t>(ids.begin(), ids.begin() + 10), 1.0f).ok());
   EXPECT_EQ(a.shard->num_rows(), 10);
@@ -186,6 +191,92 @@ TEST(HashEmbeddingAdmissionTest, RestoredRowsNeedNoSightings) {
   EXPECT_EQ(a.shard->num_rows(), 2);
   ASSERT_TRUE(a.Push({11}, 1.0f).ok());
   EXPECT_FLOAT_EQ(a.Value(11), -0.75f);
+}
+
+// Eviction: ttl 10 steps, momentum (a slot that must start fresh).
+TEST(HashEmbeddingEvictionTest, IdleRowsGoAndAReturningIdStartsFresh) {
+  AdmissionShard a(0, 0, AdmissionSpec::INITIAL_VALUE, /*ttl_steps=*/10,
+                   OptimizerSpec::MOMENTUM);
+  ASSERT_TRUE(a.Push({1, 2, 3}, 1.0f, /*step=*/0).ok());
+  ASSERT_TRUE(a.Push({1}, 1.0f, /*step=*/5).ok());
+  // At global step 15, rows last updated before step 5 are idle for more
+  // than 10 steps: 2 and 3 go, 1 stays.
+  EXPECT_EQ(a.shard->EvictIdleRows(15), 2);
+  EXPECT_EQ(a.shard->num_rows(), 1);
+  EXPECT_EQ(a.shard->row_counts().evicted_rows, 2);
+  EXPECT_EQ(a.Value(2), a.init->Value(2, 0));  // pulls: the initial value
+  EXPECT_EQ(a.shard->EvictIdleRows(15), 0);
+  // 2 returns: a fresh row, velocity 0, so exactly init - g (a stale
+  // velocity 1 would add 0.9 more).
+  ASSERT_TRUE(a.Push({2}, 0.5f, /*step=*/15).ok());
+  EXPECT_FLOAT_EQ(a.Value(2), a.init->Value(2, 0) - 0.5f);
+  // 1, twice pushed, kept its velocity: 1 + 0.9 * 1 = 1.9 after the second.
+  EXPECT_FLOAT_EQ(a.Value(1), a.init->Value(1, 0) - 1.0f - 1.9f);
+}
+
+TEST(HashEmbeddingEvictionTest, AnUpdatePreparedBeforeASweepLandsOnItsRows) {
+  AdmissionShard a(0, 0, AdmissionSpec::INITIAL_VALUE, /*ttl_steps=*/20);
+  std::vector<int64_t> ids(100);
+  std::iota(ids.begin(), ids.end(), 1);
+  ASSERT_TRUE(a.Push(ids, 1.0f, /*step=*/0).ok());
+  ASSERT_TRUE(a.Push({100}, 1.0f, /*step=*/50).ok());  // the last row
+  // Prepared (rows found: 100 at the top, 7000 new) ...
+  ShardUpdate update;
+  update.learning_rate = 1.0f;
+  update.global_step = 60;
+  update.ids = {100, 7000};
+  const std::vector<float> grads = {0.25f, 0.25f, 0.5f, 0.5f};
+  update.grads = {
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
+  ASSERT_TRUE(a.shard->Prepare(&update, 1.0f).ok());
+  // ... then a sweep at step 60 drops 1..99 and moves 100 and 7000 down.
+  EXPECT_EQ(a.shard->EvictIdleRows(60), 99);
+  EXPECT_EQ(a.shard->num_rows(), 2);
+  {
+    absl::MutexLock lock(a.shard->mutex());
+    ASSERT_TRUE(a.shard->CheckLocked(update).ok());
+    std::vector<float> undo(a.shard->UndoFloats(update));
+    ASSERT_TRUE(a.shard->ApplyLocked(update, undo.data()).ok());
+  }
+  EXPECT_FLOAT_EQ(a.Value(100, 1), a.init->Value(100, 1) - 2.0f - 0.25f);
+  EXPECT_FLOAT_EQ(a.Value(7000, 1), a.init->Value(7000, 1) - 0.5f);
+  EXPECT_EQ(a.Value(50), a.init->Value(50, 0));
+  EXPECT_EQ(a.shard->num_rows(), 2);
+}
+
+TEST(HashEmbeddingEvictionTest, PinnedRowsStayAndRestoredRowsGetAFullTtl) {
+  AdmissionShard a(0, 0, AdmissionSpec::INITIAL_VALUE, /*ttl_steps=*/10);
+  ASSERT_TRUE(a.Push({1, 2}, 1.0f, /*step=*/0).ok());
+  a.shard->PinRows(true);  // a checkpoint reading rows by position
+  EXPECT_EQ(a.shard->EvictIdleRows(100), 0);
+  EXPECT_EQ(a.shard->num_rows(), 2);
+  a.shard->PinRows(false);
+  EXPECT_EQ(a.shard->EvictIdleRows(100), 2);
+  // Restored rows (ImportRows) count from the first sweep after, whatever
+  // the step: kept at step 1000 and 1010, gone once idle 11 steps.
+  std::vector<float> rows(2 * a.shard->row_stride(), 0.5f);
+  ASSERT_TRUE(
+      a.shard->ImportRows(std::vector<int64_t>{8, 9}, rows.data()).ok());
+  EXPECT_EQ(a.shard->EvictIdleRows(1000), 0);
+  EXPECT_EQ(a.shard->EvictIdleRows(1010), 0);
+  EXPECT_EQ(a.shard->EvictIdleRows(1011), 2);
+}
+
+TEST(HashEmbeddingEvictionTest, ASweepOfManyRowsEvictsThemAllAcrossHolds) {
+  AdmissionShard a(0, 0, AdmissionSpec::INITIAL_VALUE, /*ttl_steps=*/5);
+  // 3 holds' worth of rows and more, every other one pushed again later.
+  const int64_t n = 3 * HashEmbeddingShard::kEvictionRowsPerHold + 17;
+  std::vector<int64_t> ids(n), recent;
+  std::iota(ids.begin(), ids.end(), 0);
+  ASSERT_TRUE(a.Push(ids, 1.0f, /*step=*/0).ok());
+  for (int64_t id = 0; id < n; id += 2) recent.push_back(id);
+  ASSERT_TRUE(a.Push(recent, 1.0f, /*step=*/10).ok());
+  EXPECT_EQ(a.shard->EvictIdleRows(10), n / 2);
+  EXPECT_EQ(a.shard->num_rows(), static_cast<int64_t>(recent.size()));
+  for (int64_t id : recent) {
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 2.0f) << id;
+  }
+  EXPECT_EQ(a.Value(1), a.init->Value(1, 0));
 }
 
 }  // namespace
