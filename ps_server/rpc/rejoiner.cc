@@ -55,6 +55,8 @@ void Rejoiner::Run() {
 void Rejoiner::RunAttempts() {
   absl::Duration backoff = absl::Seconds(1);
   for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    LOG(INFO) << "PS " << peers_->self() << " rejoin attempt " << attempt
+              << " of " << kAttempts;
     const absl::Status s = RejoinOnce();
     if (s.ok()) return;
     LOG(ERROR) << "PS " << peers_->self() << " rejoin attempt " << attempt
@@ -128,6 +130,13 @@ absl::Status Rejoiner::RejoinOnce() {
   };
   std::set<int> sources;
   const int own_serving = serving(self);
+  if (store_->retired() && own_serving == self) {
+    // Replaced (a PS said so), but none that answered knows yet: a rejoin
+    // now would copy the others' shards and never take its own back.
+    return absl::UnavailableError(absl::StrCat(
+        "this PS was replaced, but none of PS ", absl::StrJoin(answered, ", "),
+        " reports its failover yet"));
+  }
   for (int placed = 0; placed < n; ++placed) {
     bool kept = placed == self;
     for (int b : placement.BackupsOf(placed)) kept |= b == self;
@@ -141,7 +150,14 @@ absl::Status Rejoiner::RejoinOnce() {
     // Still its own primary (nobody took its shards over): nothing to copy.
     if (source != self) sources.insert(source);
   }
-  if (sources.empty()) return absl::OkStatus();
+  if (sources.empty()) {
+    LOG(INFO) << "PS " << self << " rejoin: every copy it keeps is served by "
+              << "itself; nothing to copy";
+    return absl::OkStatus();
+  }
+  LOG(INFO) << "PS " << self << " rejoins from PS "
+            << absl::StrJoin(sources, ", ") << " (its own shards served by PS "
+            << own_serving << ")";
   const absl::Time start = absl::Now();
   // Rejoined: take this PS's own shards back from the PS serving them.
   auto reclaim = [&] {

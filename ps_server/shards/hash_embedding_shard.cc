@@ -423,24 +423,30 @@ int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
   // rows created between holds are new.
   int64_t next = -1;
   for (bool first = true;; first = false) {
-    absl::MutexLock lock(&mu_);
-    if (pins_.load() > 0) break;  // a checkpoint reads rows by position
-    if (first) next = rows_ - 1;
-    next = std::min(next, rows_ - 1);
-    const int64_t stop = std::max<int64_t>(-1, next - kEvictionRowsPerHold);
-    bool moved = false;
-    for (; next > stop; --next) {
-      int64_t& last = last_step_[next];
-      if (last < 0) {
-        last = global_step;  // restored: idle from now on
-      } else if (last < older_than) {
-        EvictRowLocked(next);
-        ++evicted;
-        moved = true;
+    {
+      absl::MutexLock lock(&mu_);
+      if (pins_.load() > 0) break;  // a checkpoint reads rows by position
+      if (first) next = rows_ - 1;
+      next = std::min(next, rows_ - 1);
+      const int64_t stop = std::max<int64_t>(-1, next - kEvictionRowsPerHold);
+      bool moved = false;
+      for (; next > stop; --next) {
+        int64_t& last = last_step_[next];
+        if (last < 0) {
+          last = global_step;  // restored: idle from now on
+        } else if (last < older_than) {
+          EvictRowLocked(next);
+          ++evicted;
+          moved = true;
+        }
       }
+      if (moved) ++rows_epoch_;
+      if (next < 0) break;
     }
-    if (moved) ++rows_epoch_;
-    if (next < 0) break;
+    // absl::Mutex is not fair: taking it again at once could keep pushes
+    // and pulls waiting for the whole sweep. A pause lets them in between
+    // holds.
+    absl::SleepFor(absl::Microseconds(50));
   }
   return evicted;
 }

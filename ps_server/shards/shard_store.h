@@ -165,6 +165,8 @@ class ShardStore {
   // This PS was replaced (its backup took its shards over): none of its
   // copies is served or saved any more.
   void Retire();
+  // Retire() was called and no Reinstate() since.
+  bool retired() const { return retired_.load(); }
   // Handback, on the PS that was replaced: it serves its own shards again
   // (undoes Retire for the shards placed on it). Returns how many.
   int Reinstate() ABSL_LOCKS_EXCLUDED(create_mu_);

@@ -92,6 +92,15 @@ class Cluster:
     def client(self, **kwargs):
         return psrt.Client(self.spec, **{**self.client_kwargs, **kwargs})
 
+    def log_tails(self, lines=30):
+        """The last lines of every PS's log, for an assertion's message."""
+        out = []
+        for i in range(len(self.procs)):
+            with open(os.path.join(self.logs, f"ps_{i}.log")) as f:
+                tail = f.read().splitlines()[-lines:]
+            out.append(f"--- ps_{i}.log (last {len(tail)} lines)\n" + "\n".join(tail))
+        return "\n".join(out)
+
     def stop(self):
         for p in self.procs:
             p.send_signal(signal.SIGTERM)

@@ -84,7 +84,7 @@ def test_a_restarted_ps_takes_its_shards_back_and_the_client_follows(make_cluste
     print(
         f"every PS knows PS 1 serves again {time.monotonic() - restarted:.2f} s after its restart"
     )
-    assert terms == [2, 2, 2]
+    assert terms == [2, 2, 2], cluster.log_tails()
     assert all(not s.failed_ps for s in observer.stats())
     observer.close()
     # Still routed to PS 2: refused there, sent to PS 1, applied once.
