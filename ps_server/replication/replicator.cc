@@ -204,9 +204,20 @@ bool Replicator::SetReplacedLocked(std::string why) {
   return true;
 }
 
+void Replicator::set_on_replaced(std::function<void()> on_replaced) {
+  bool replaced_already;
+  {
+    absl::MutexLock lock(&mu_);
+    on_replaced_ = on_replaced;
+    replaced_already = !replaced_by_.empty();
+  }
+  if (replaced_already && on_replaced) on_replaced();
+}
+
 void Replicator::MarkReplaced(const std::string& why) {
   std::vector<std::function<void(absl::Status)>> settled;
   absl::Status outcome;
+  std::function<void()> on_replaced;
   {
     absl::MutexLock lock(&mu_);
     if (!SetReplacedLocked(
@@ -216,8 +227,9 @@ void Replicator::MarkReplaced(const std::string& why) {
     }
     settled = TakeSettledLocked();
     outcome = absl::UnavailableError(replaced_by_);
+    on_replaced = on_replaced_;
   }
-  if (on_replaced_) on_replaced_();
+  if (on_replaced) on_replaced();
   for (auto& done : settled) done(outcome);
 }
 
@@ -335,6 +347,7 @@ void Replicator::Settle(Stream* stream, uint64_t generation,
   std::vector<std::function<void(absl::Status)>> settled;
   absl::Status outcome;
   bool newly_replaced = false;
+  std::function<void()> on_replaced;
   {
     absl::MutexLock lock(&mu_);
     // The stream was restarted (AddBackup) while this call was out: its
@@ -368,8 +381,9 @@ void Replicator::Settle(Stream* stream, uint64_t generation,
     }
     settled = TakeSettledLocked();
     if (!replaced_by_.empty()) outcome = absl::UnavailableError(replaced_by_);
+    if (newly_replaced) on_replaced = on_replaced_;
   }
-  if (newly_replaced && on_replaced_) on_replaced_();
+  if (on_replaced) on_replaced();
   for (auto& done : settled) done(outcome);
 }
 

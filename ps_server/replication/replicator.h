@@ -90,11 +90,11 @@ class Replicator final : public ReplicationLog {
   // backup took over its shards: as if a backup had refused its stream.
   void MarkReplaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Called once, on a sender or lease thread, when this PS learns it was
-  // replaced.
-  // Set before the first push.
-  void set_on_replaced(std::function<void()> on_replaced) {
-    on_replaced_ = std::move(on_replaced);
-  }
+  // replaced -- or at once, on this thread, if it learned that before the
+  // callback was set (the senders say hello as soon as the replicator is
+  // built, and a restarted PS's first hello may already be refused).
+  void set_on_replaced(std::function<void()> on_replaced)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Every backup accepted this PS's stream or was dropped: until then this
   // PS must not serve (it may have been replaced while it was down).
   bool ready() const override ABSL_LOCKS_EXCLUDED(mu_);
@@ -172,7 +172,6 @@ class Replicator final : public ReplicationLog {
 
   const PsPeers* const peers_;
   const MayDrop may_drop_;
-  std::function<void()> on_replaced_;
   const absl::Duration call_timeout_;
   const absl::Duration give_up_after_;
   const uint64_t incarnation_;
@@ -190,6 +189,7 @@ class Replicator final : public ReplicationLog {
   std::multimap<uint64_t, std::function<void(absl::Status)>> waiting_
       ABSL_GUARDED_BY(mu_);
   std::string replaced_by_ ABSL_GUARDED_BY(mu_);  // empty: not replaced
+  std::function<void()> on_replaced_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt

@@ -240,10 +240,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
             rejoiner->Start();
           });
     }
-    replicator->set_on_replaced([store, rejoiner] {
-      store->Retire();
-      if (rejoiner != nullptr) rejoiner->Start();
-    });
     if (rejoiner != nullptr) {
       // Rejoined after its shards were taken over: it takes them back. (Set
       // before the lease holder starts: a refused lease starts a rejoin,
@@ -258,6 +254,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         if (!s.ok()) LOG(ERROR) << s;
       });
     }
+    // Set once the rejoiner is ready: it runs at once if this PS's first
+    // hello to a backup was refused already (replaced while it was down).
+    replicator->set_on_replaced([store, rejoiner] {
+      store->Retire();
+      if (rejoiner != nullptr) rejoiner->Start();
+    });
     if (server->membership_->Enabled()) {
       server->lease_ = std::make_unique<LeaseHolder>(
           server->peers_.get(), server->membership_.get(),
