@@ -432,10 +432,7 @@ void ParameterServerService::AddVariableMetrics() {
         if (!v->IsPrimary(s)) continue;
         t.rows += v->shard(s).num_rows();
         t.bytes += v->shard(s).bytes();
-        const HashRowCounts c = v->shard(s).row_counts();
-        t.counts.admitted_rows += c.admitted_rows;
-        t.counts.unadmitted_gradients += c.unadmitted_gradients;
-        t.counts.evicted_rows += c.evicted_rows;
+        t.counts += v->shard(s).row_counts();
       }
       out.emplace_back(v->name(), t);
     }
@@ -865,6 +862,7 @@ std::string ParameterServerService::StatusPageHtml() const {
     row.num_shards = layout.num_shards();
     row.admission_min_count = layout.spec.admission().min_count();
     row.eviction_ttl_steps = layout.spec.eviction().ttl_steps();
+    HashRowCounts counts;
     for (int s = 0; s < layout.num_shards(); ++s) {
       const ShardLayout& shard = layout.shards[s];
       if (layout.kind() != HASH_EMBEDDING && shard.ps_task < d.num_ps) {
@@ -874,14 +872,14 @@ std::string ParameterServerService::StatusPageHtml() const {
       ++(v->IsPrimary(s) ? d.primary_shards : d.backup_shards);
       ++row.local_shards;
       row.local_rows += v->shard(s).num_rows();
-      const HashRowCounts admission = v->shard(s).row_counts();
-      row.admitted_rows += admission.admitted_rows;
-      row.unadmitted_gradients += admission.unadmitted_gradients;
-      row.evicted_rows += admission.evicted_rows;
+      counts += v->shard(s).row_counts();
       if (layout.kind() == HASH_EMBEDDING) {
         d.bytes_per_ps[d.ps_task] += v->shard(s).bytes();
       }
     }
+    row.admitted_rows = counts.admitted_rows;
+    row.unadmitted_gradients = counts.unadmitted_gradients;
+    row.evicted_rows = counts.evicted_rows;
     row.local_bytes = v->bytes();
     d.variables.push_back(std::move(row));
   }

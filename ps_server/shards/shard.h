@@ -67,6 +67,13 @@ struct HashRowCounts {
   int64_t admitted_rows = 0;
   int64_t unadmitted_gradients = 0;
   int64_t evicted_rows = 0;
+
+  HashRowCounts& operator+=(const HashRowCounts& other) {
+    admitted_rows += other.admitted_rows;
+    unadmitted_gradients += other.unadmitted_gradients;
+    evicted_rows += other.evicted_rows;
+    return *this;
+  }
 };
 
 class Shard {

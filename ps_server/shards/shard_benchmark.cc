@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -109,10 +110,12 @@ void ApplyAsPushed(Shard& shard, ShardUpdate& update, float max_abs_grad,
 }
 
 // Pushes of 100k rows of width `dim` (gradients 0.01, rate 0.01) from
-// `batches` in turn, as ApplyAsPushed applies them.
-void RunPushes(benchmark::State& state, Shard& shard,
-               const std::vector<std::vector<int64_t>>& batches, int64_t dim,
-               bool bounds) {
+// `batches` in turn, as ApplyAsPushed applies them; `rewrite_ids` (if set)
+// changes each push's ids first.
+void RunPushes(
+    benchmark::State& state, Shard& shard,
+    const std::vector<std::vector<int64_t>>& batches, int64_t dim, bool bounds,
+    const std::function<void(std::vector<int64_t>&)>& rewrite_ids = nullptr) {
   std::vector<float> grads(100000 * dim, 0.01f);
   std::vector<float> undo(100000 * shard.row_stride());
   const PayloadView view =
@@ -122,6 +125,7 @@ void RunPushes(benchmark::State& state, Shard& shard,
     ShardUpdate update;
     update.learning_rate = 0.01f;
     update.ids = batches[next++ % batches.size()];
+    if (rewrite_ids) rewrite_ids(update.ids);
     update.grads = {view};
     ApplyAsPushed(shard, update, 0.01f, bounds, undo.data());
   }
@@ -231,29 +235,13 @@ void BM_HashAdmissionPush(benchmark::State& state) {
   const int64_t unseen_percent = state.range(0);
   const bool admission = state.range(1) != 0;
   HashTable table(1000000, 16, admission ? 3 : 0);
-  auto batches = table.Batches(100000);
   std::mt19937_64 rng(11);
-  for (auto& batch : batches) {
-    for (int64_t i = 0; i < 100000 * unseen_percent / 100; ++i) {
-      batch[i] = static_cast<int64_t>(rng());
-    }
-  }
-  std::vector<float> grads(100000 * 16, 0.01f);
-  std::vector<float> undo(100000 * table.shard->row_stride());
-  const PayloadView view =
-      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
-  size_t next = 0;
-  for (auto _ : state) {
-    ShardUpdate update;
-    update.learning_rate = 0.01f;
-    update.ids = batches[next++ % batches.size()];
-    for (int64_t i = 0; i < 100000 * unseen_percent / 100; ++i) {
-      update.ids[i] = static_cast<int64_t>(rng());  // never seen before
-    }
-    update.grads = {view};
-    ApplyAsPushed(*table.shard, update, 0.01f, true, undo.data());
-  }
-  state.SetItemsProcessed(state.iterations() * 100000);
+  RunPushes(state, *table.shard, table.Batches(100000), 16, true,
+            [&](std::vector<int64_t>& ids) {
+              for (int64_t i = 0; i < 100000 * unseen_percent / 100; ++i) {
+                ids[i] = static_cast<int64_t>(rng());  // never seen before
+              }
+            });
   state.SetLabel(admission ? "admission min_count 3" : "no admission");
 }
 BENCHMARK(BM_HashAdmissionPush)
