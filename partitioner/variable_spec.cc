@@ -1,6 +1,8 @@
 #include "partitioner/variable_spec.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -155,7 +157,21 @@ absl::Status NormalizeVariableSpec(VariableSpec* spec) {
                                          spec->eviction().ttl_steps(),
                                          " must not be negative"));
     }
-    if (spec->eviction().ttl_steps() == 0) spec->clear_eviction();
+    const int64_t max_rows = spec->eviction().max_rows();
+    if (max_rows < 0) {
+      return Invalid(*spec, absl::StrCat("eviction.max_rows = ", max_rows,
+                                         " must not be negative"));
+    }
+    if (max_rows > 0 && spec->shape(0) > 0 && max_rows > spec->shape(0)) {
+      return Invalid(
+          *spec, absl::StrCat("eviction.max_rows = ", max_rows,
+                              " is above shape[0] = ", spec->shape(0),
+                              ", the table's hard capacity: use shape[0] = 0 "
+                              "(unbounded) or a max_rows within it"));
+    }
+    if (spec->eviction().ttl_steps() == 0 && max_rows == 0) {
+      spec->clear_eviction();
+    }
   }
   const PartitionSpec& p = spec->partition();
   if (p.num_shards() < 0 || p.max_shard_bytes() < 0) {
@@ -259,8 +275,14 @@ std::string DescribeSpec(const VariableSpec& spec) {
                     ")");
   }
   if (spec.has_eviction()) {
-    absl::StrAppend(&out, " eviction(ttl_steps=", spec.eviction().ttl_steps(),
-                    ")");
+    std::vector<std::string> parts;
+    if (spec.eviction().ttl_steps() > 0) {
+      parts.push_back(absl::StrCat("ttl_steps=", spec.eviction().ttl_steps()));
+    }
+    if (spec.eviction().max_rows() > 0) {
+      parts.push_back(absl::StrCat("max_rows=", spec.eviction().max_rows()));
+    }
+    absl::StrAppend(&out, " eviction(", absl::StrJoin(parts, ", "), ")");
   }
   return out;
 }

@@ -96,6 +96,16 @@ TEST(VariableSpecTest, RejectsBadSpecsNamingVariableAndField) {
          s->mutable_eviction()->set_ttl_steps(-1);
        },
        "eviction.ttl_steps = -1 must not be negative"},
+      {[](VariableSpec* s) {
+         s->set_kind(HASH_EMBEDDING);
+         s->mutable_eviction()->set_max_rows(-5);
+       },
+       "eviction.max_rows = -5 must not be negative"},
+      {[](VariableSpec* s) {
+         s->set_kind(HASH_EMBEDDING);
+         s->mutable_eviction()->set_max_rows(101);  // shape[0] = 100
+       },
+       "eviction.max_rows = 101 is above shape[0] = 100"},
   };
   for (const auto& c : cases) {
     VariableSpec s = Valid();
@@ -146,6 +156,13 @@ TEST(VariableSpecTest, AdmissionDefaultsAreFilledAndOneSpellingOfNone) {
   ttl0.mutable_eviction()->set_ttl_steps(500);
   ASSERT_TRUE(NormalizeVariableSpec(&ttl0).ok());
   EXPECT_NE(DescribeSpec(ttl0).find("eviction(ttl_steps=500)"),
+            std::string::npos);
+  // max_rows alone is eviction too; within shape[0] it is accepted.
+  VariableSpec bounded = none;
+  bounded.mutable_eviction()->set_max_rows(100);
+  ASSERT_TRUE(NormalizeVariableSpec(&bounded).ok());
+  EXPECT_TRUE(bounded.has_eviction());
+  EXPECT_NE(DescribeSpec(bounded).find("eviction(max_rows=100)"),
             std::string::npos);
 }
 

@@ -49,6 +49,11 @@ DEFINE_int64(eviction_ttl_steps, 0,
              "steps are dropped by the servers (an id that returns starts "
              "from a fresh row). 0: never. Needs --vocab=0; keep it well "
              "above --row_cache_staleness.");
+DEFINE_int64(eviction_max_rows, 0,
+             "Hash embeddings: each table keeps at most this many rows on "
+             "the servers; new ids evict the least recently updated rows "
+             "instead of failing. 0: no bound but --hash_capacity (which it "
+             "must not pass). Needs --vocab=0.");
 DEFINE_int32(embedding_shards, 0,
              "Shards per embedding table (0: one per PS).");
 DEFINE_string(optimizer, "adagrad",
@@ -227,6 +232,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromFlags() {
         "known vocabulary keeps every row");
   }
   model.eviction_ttl_steps = FLAGS_eviction_ttl_steps;
+  if (FLAGS_eviction_max_rows > 0 && FLAGS_vocab > 0) {
+    return absl::InvalidArgumentError(
+        "--eviction_max_rows applies to hash embeddings (--vocab=0); a "
+        "known vocabulary keeps every row");
+  }
+  model.eviction_max_rows = FLAGS_eviction_max_rows;
   model.embedding_shards = FLAGS_embedding_shards;
   model.seed = FLAGS_seed;
   auto emb = Optimizer(FLAGS_optimizer, FLAGS_learning_rate);

@@ -4,6 +4,7 @@
 // ListVariables, /metrics, /statusz and psctl, and DeepFM trained with
 // admission on planted data keeps its held-out AUC with fewer rows.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -163,8 +164,8 @@ TEST(AdmissionTest, WithReplicasItIsRefusedNamingWhyAndTheServersServeOn) {
       << s;
   s = (*client)->CreateVariables({AdmissionSpecFor("ids", 0, 100)});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(s.message().find("eviction (eviction.ttl_steps > 0) is not "
-                             "supported with --replicas=2"),
+  EXPECT_NE(s.message().find("eviction (eviction.ttl_steps or max_rows) is "
+                             "not supported with --replicas=2"),
             std::string::npos)
       << s;
   // Nothing was created; the same table without either is.
@@ -228,6 +229,68 @@ TEST(EvictionTest, TheServersSweepDropsIdleRowsAndReturningIdsStartFresh) {
   ASSERT_TRUE(push({idle[0]}, 0.25f, 21).ok());
   ASSERT_TRUE((*client)->PullRows("ids", {idle[0]}, values.data()).ok());
   EXPECT_FLOAT_EQ(values[2], init.Value(idle[0], 2) - 0.25f);
+}
+
+// max_rows 2,000 over 2 PS (1,000 rows per shard): 20,000 fresh ids, 200
+// a step, with 100 hot ids pushed every step. No push fails, the servers
+// never hold more than the budget, the hot rows keep every update, and the
+// reports count every row that went.
+TEST(EvictionTest, MaxRowsKeepsTheTableWithinBudgetAndTheHotRows) {
+  LocalCluster::Options o;
+  o.num_ps = 2;
+  o.extra_flags = {"--eviction_interval_secs=0.1"};
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect((*cluster)->MakeClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  VariableSpec spec = AdmissionSpecFor("ids", 0);
+  spec.mutable_eviction()->set_max_rows(2000);
+  ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+  Initializer init(spec.initializer());
+  std::vector<int64_t> hot(100);
+  std::iota(hot.begin(), hot.end(), int64_t{7} << 40);
+  int64_t most_rows = 0;
+  for (int64_t step = 0; step < 100; ++step) {
+    std::vector<int64_t> ids(200);
+    std::iota(ids.begin(), ids.end(), step * 200);
+    ids.insert(ids.end(), hot.begin(), hot.end());
+    std::vector<float> grads(ids.size() * 4, 0.25f);
+    StepOptions at;
+    at.step = step;
+    ASSERT_EQ((*client)->Push({PushOp::Rows("ids", ids, grads.data())}, at),
+              absl::OkStatus())
+        << "step " << step;
+    if (step % 10 == 9) {
+      most_rows = std::max(most_rows, Totals(client->get(), "ids").rows);
+    }
+  }
+  std::printf("max_rows 2000: most rows held %lld\n",
+              static_cast<long long>(most_rows));
+  EXPECT_LE(most_rows, 2000);
+  const RowTotals t = Totals(client->get(), "ids");
+  EXPECT_LE(t.rows, 2000);
+  EXPECT_GE(t.rows, 1000);  // the sweep leaves 90% of each share, or more
+  EXPECT_EQ(t.evicted, 20000 + 100 - t.rows);
+  std::vector<float> values(hot.size() * 4);
+  ASSERT_TRUE((*client)->PullRows("ids", hot, values.data()).ok());
+  for (size_t i = 0; i < hot.size(); ++i) {
+    ASSERT_FLOAT_EQ(values[i * 4 + 1], init.Value(hot[i], 1) - 25.0f) << i;
+  }
+  // The first step's ids went: pulls read their initial values.
+  std::vector<int64_t> first(200);
+  std::iota(first.begin(), first.end(), 0);
+  values.resize(first.size() * 4);
+  ASSERT_TRUE((*client)->PullRows("ids", first, values.data()).ok());
+  for (size_t i = 0; i < first.size(); ++i) {
+    ASSERT_EQ(values[i * 4], init.Value(first[i], 0)) << i;
+  }
+  double evicted = 0;
+  for (int ps = 0; ps < 2; ++ps) {
+    auto text = FetchMetrics((*cluster)->metrics_port(ps));
+    ASSERT_TRUE(text.ok()) << text.status();
+    evicted += MetricValue(*text, "psrt_evicted_rows_total{variable=\"ids\"}");
+  }
+  EXPECT_EQ(evicted, static_cast<double>(t.evicted));
 }
 
 TEST(AdmissionTest, DeepFmWithMinCount3KeepsItsAucWithFewerRows) {

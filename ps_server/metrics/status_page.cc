@@ -129,12 +129,18 @@ std::string RenderStatusPage(const StatusPageData& d) {
           "<span id=\"var-%d-unadmitted\">%d</span> gradients dropped",
           v.admission_min_count, i, v.admitted_rows, i, v.unadmitted_gradients);
     }
-    if (v.eviction_ttl_steps > 0) {
+    if (v.eviction_ttl_steps > 0 || v.eviction_max_rows > 0) {
+      std::string rule =
+          v.eviction_ttl_steps > 0
+              ? absl::StrFormat("ttl %d steps", v.eviction_ttl_steps)
+              : "";
+      if (v.eviction_max_rows > 0) {
+        absl::StrAppendFormat(&rule, "%smax %d rows", rule.empty() ? "" : ", ",
+                              v.eviction_max_rows);
+      }
       absl::StrAppendFormat(
-          &admission,
-          "%sttl %d steps: <span id=\"var-%d-evicted\">%d</span> evicted",
-          admission.empty() ? "" : "; ", v.eviction_ttl_steps, i,
-          v.evicted_rows);
+          &admission, "%s%s: <span id=\"var-%d-evicted\">%d</span> evicted",
+          admission.empty() ? "" : "; ", rule, i, v.evicted_rows);
     }
     if (admission.empty()) admission = "&ndash;";
     absl::StrAppendFormat(

@@ -44,8 +44,10 @@ struct StatusPageData {
     int admission_min_count = 0;
     int64_t admitted_rows = 0;
     int64_t unadmitted_gradients = 0;
-    // With eviction (0: none): its ttl and the rows evicted here.
+    // With eviction (0: none): its ttl and max_rows, and the rows evicted
+    // here.
     int64_t eviction_ttl_steps = 0;
+    int64_t eviction_max_rows = 0;
     int64_t evicted_rows = 0;
   };
   std::vector<Variable> variables;

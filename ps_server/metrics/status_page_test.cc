@@ -15,7 +15,9 @@ TEST(StatusPageTest, EscapesWhatClientsNamedAndCarriesTheNumbers) {
   d.variables.push_back(
       {"<script>alert('x')</script>&", "DENSE", 2, 1, 100, 400});
   d.variables.push_back(
-      {"ids", "HASH_EMBEDDING", 2, 2, 500, 9000, 3, 500, 2000, 100, 42});
+      {"ids", "HASH_EMBEDDING", 2, 2, 500, 9000, 3, 500, 2000, 100, 0, 42});
+  d.variables.push_back(
+      {"fresh", "HASH_EMBEDDING", 2, 2, 900, 9000, 0, 0, 0, 0, 1000, 7});
   d.bytes_per_ps = {400, 800};
   d.push_requests = 9;
   d.recent_rates = {1, 2.5, 3, 4, 5e6, 6e6};
@@ -37,6 +39,9 @@ TEST(StatusPageTest, EscapesWhatClientsNamedAndCarriesTheNumbers) {
   EXPECT_TRUE(absl::StrContains(
       html, "; ttl 100 steps: <span id=\"var-1-evicted\">42<"));
   EXPECT_FALSE(absl::StrContains(html, "var-0-admitted"));
+  EXPECT_TRUE(
+      absl::StrContains(html, ">max 1000 rows: <span id=\"var-2-evicted\">7<"))
+      << html;
   EXPECT_TRUE(absl::StrContains(html, "id=\"push-requests\">9<"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"push-rate\">2.5<"));
   EXPECT_TRUE(absl::StrContains(html, "id=\"recent-seconds\">60<"));

@@ -477,7 +477,8 @@ void ParameterServerService::AddVariableMetrics() {
          });
   family(
       "psrt_evicted_rows_total",
-      "Rows evicted after ttl_steps idle steps (variables with eviction)",
+      "Rows evicted: idle for ttl_steps, or least recently updated beyond "
+      "max_rows (variables with eviction)",
       prometheus::MetricType::Counter,
       [](const Totals& t) { return t.has_eviction; },
       [](const Totals& t) {
@@ -862,6 +863,7 @@ std::string ParameterServerService::StatusPageHtml() const {
     row.num_shards = layout.num_shards();
     row.admission_min_count = layout.spec.admission().min_count();
     row.eviction_ttl_steps = layout.spec.eviction().ttl_steps();
+    row.eviction_max_rows = layout.spec.eviction().max_rows();
     HashRowCounts counts;
     for (int s = 0; s < layout.num_shards(); ++s) {
       const ShardLayout& shard = layout.shards[s];

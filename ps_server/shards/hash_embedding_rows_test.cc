@@ -3,7 +3,8 @@
 // count to min_count; gradients before that are dropped and counted; pulls
 // of such ids store nothing. Eviction (EvictionSpec): rows idle for more
 // than ttl_steps global steps are dropped; an id that returns starts
-// fresh; updates prepared before a sweep land on their own rows.
+// fresh; updates prepared before a sweep land on their own rows. With
+// max_rows, the least recently updated rows make room for new ones.
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -20,7 +21,8 @@ struct AdmissionShard {
       int min_count, int64_t capacity = 0,
       AdmissionSpec::Unadmitted unadmitted = AdmissionSpec::INITIAL_VALUE,
       int64_t ttl_steps = 0,
-      OptimizerSpec::Kind optimizer_kind = OptimizerSpec::SGD)
+      OptimizerSpec::Kind optimizer_kind = OptimizerSpec::SGD,
+      int64_t max_rows = 0)
       : map(1) {
     VariableSpec spec;
     spec.set_name("ids");
@@ -35,6 +37,7 @@ struct AdmissionShard {
     spec.mutable_admission()->set_min_count(min_count);
     spec.mutable_admission()->set_unadmitted_value(unadmitted);
     spec.mutable_eviction()->set_ttl_steps(ttl_steps);
+    spec.mutable_eviction()->set_max_rows(max_rows);
     EXPECT_TRUE(NormalizeVariableSpec(&spec).ok());
     EXPECT_TRUE(map.Add(spec).ok());
     layout = map.Find("ids");
@@ -277,6 +280,147 @@ TEST(HashEmbeddingEvictionTest, ASweepOfManyRowsEvictsThemAllAcrossHolds) {
     ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 2.0f) << id;
   }
   EXPECT_EQ(a.Value(1), a.init->Value(1, 0));
+}
+
+// A shard with a max_rows share, SGD at rate 1 (AdmissionShard::Push).
+AdmissionShard MaxRowsShard(int64_t max_rows, int min_count = 0) {
+  return AdmissionShard(min_count, 0, AdmissionSpec::INITIAL_VALUE, 0,
+                        OptimizerSpec::SGD, max_rows);
+}
+
+std::vector<int64_t> Range(int64_t first, int64_t count) {
+  std::vector<int64_t> ids(count);
+  std::iota(ids.begin(), ids.end(), first);
+  return ids;
+}
+
+// 3,000 ids arrive 100 per step on a 1,000-row budget: the shard never
+// holds more, makes room by evicting the least recently updated rows, and
+// the most recent ids keep their trained values exactly.
+TEST(HashEmbeddingMaxRowsTest, NewIdsEvictTheLeastRecentlyUpdatedRows) {
+  AdmissionShard a = MaxRowsShard(1000);
+  for (int step = 0; step < 30; ++step) {
+    ASSERT_EQ(a.Push(Range(step * 100, 100), 1.0f, step), absl::OkStatus())
+        << step;
+    ASSERT_LE(a.shard->num_rows(), 1000) << step;
+  }
+  const int64_t rows = a.shard->num_rows();
+  EXPECT_GE(rows, 990);
+  EXPECT_EQ(a.shard->row_counts().evicted_rows, 3000 - rows);
+  // The 900 newest ids (steps 21..29) are all there: every eviction took
+  // rows of older steps first (a room search evicts 100 + 1% per push).
+  for (int64_t id = 2100; id < 3000; ++id) {
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 1.0f) << id;
+  }
+  // The oldest are gone: pulls read their initial values.
+  for (int64_t id = 0; id < 1000; ++id) {
+    ASSERT_EQ(a.Value(id), a.init->Value(id, 0)) << id;
+  }
+}
+
+// A hot set pushed every step survives the churn of fresh ids around it.
+TEST(HashEmbeddingMaxRowsTest, RowsPushedEveryStepSurviveTheChurn) {
+  AdmissionShard a = MaxRowsShard(500);
+  const std::vector<int64_t> hot = Range(1000000, 50);
+  for (int step = 0; step < 100; ++step) {
+    std::vector<int64_t> ids = Range(step * 100, 100);
+    ids.insert(ids.end(), hot.begin(), hot.end());
+    ASSERT_EQ(a.Push(ids, 0.5f, step), absl::OkStatus()) << step;
+  }
+  for (int64_t id : hot) {
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 50.0f) << id;
+  }
+  EXPECT_LE(a.shard->num_rows(), 500);
+}
+
+// A full shard whose rows are all older than the push: the push's own ids
+// are never the ones evicted, even when they are the least recent.
+TEST(HashEmbeddingMaxRowsTest, APushNeverEvictsTheRowsItCarries) {
+  AdmissionShard a = MaxRowsShard(100);
+  ASSERT_EQ(a.Push(Range(0, 50), 1.0f, /*step=*/0), absl::OkStatus());
+  ASSERT_EQ(a.Push(Range(50, 50), 1.0f, /*step=*/1), absl::OkStatus());
+  // Ids 0..49 are the least recent; this push carries 0..29 and 70 new.
+  std::vector<int64_t> ids = Range(0, 30);
+  const std::vector<int64_t> fresh = Range(500, 70);
+  ids.insert(ids.end(), fresh.begin(), fresh.end());
+  ASSERT_EQ(a.Push(ids, 1.0f, /*step=*/2), absl::OkStatus());
+  EXPECT_LE(a.shard->num_rows(), 100);
+  for (int64_t id = 0; id < 30; ++id) {
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 2.0f) << id;
+  }
+  for (int64_t id : fresh) {
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 1.0f) << id;
+  }
+  // A push that alone brings more new ids than the share is refused,
+  // naming max_rows, and changes nothing.
+  const int64_t before = a.shard->num_rows();
+  const absl::Status s = a.Push(Range(10000, 101), 1.0f, /*step=*/3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("eviction.max_rows"), std::string::npos) << s;
+  EXPECT_EQ(a.shard->num_rows(), before);
+  EXPECT_FLOAT_EQ(a.Value(0), a.init->Value(0, 0) - 2.0f);
+}
+
+// The background sweep keeps a shard at 90% of its share, taking the
+// least recently updated rows, a bounded number per hold of the lock.
+TEST(HashEmbeddingMaxRowsTest, TheSweepTrimsToNinetyPercentOldestFirst) {
+  const int64_t share = 2 * HashEmbeddingShard::kEvictionRowsPerHold + 1000;
+  AdmissionShard a = MaxRowsShard(share);
+  for (int step = 0; step < 10; ++step) {
+    ASSERT_EQ(a.Push(Range(step * (share / 10), share / 10), 1.0f, step),
+              absl::OkStatus());
+  }
+  const int64_t full = a.shard->num_rows();
+  ASSERT_EQ(full, share / 10 * 10);
+  const int64_t evicted = a.shard->EvictIdleRows(/*global_step=*/10);
+  EXPECT_EQ(a.shard->num_rows(), full - evicted);
+  EXPECT_LE(a.shard->num_rows(), share / 10 * 9);
+  // The rows of step 0 went (about a tenth of the share: a sampled cutoff
+  // at step 0 or 1); the rows of steps 2..9 all stayed.
+  EXPECT_GE(evicted, full - share / 10 * 9);
+  EXPECT_LE(evicted, 2 * (share / 10));
+  for (int64_t id = 2 * (share / 10); id < full; ++id) {
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 1.0f) << id;
+  }
+  EXPECT_EQ(a.shard->EvictIdleRows(10), 0);  // at 90%: nothing more
+}
+
+// With a checkpoint reading the rows, nothing is evicted: pushes may pass
+// the share until the next sweep after it.
+TEST(HashEmbeddingMaxRowsTest, PinnedRowsStayAndTheSweepTrimsAfter) {
+  AdmissionShard a = MaxRowsShard(100);
+  ASSERT_EQ(a.Push(Range(0, 100), 1.0f, 0), absl::OkStatus());
+  a.shard->PinRows(true);
+  ASSERT_EQ(a.Push(Range(100, 50), 1.0f, 1), absl::OkStatus());
+  EXPECT_EQ(a.shard->num_rows(), 150);
+  for (int64_t id = 0; id < 150; ++id) {
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 1.0f) << id;
+  }
+  EXPECT_EQ(a.shard->EvictIdleRows(2), 0);
+  a.shard->PinRows(false);
+  EXPECT_GE(a.shard->EvictIdleRows(2), 60);
+  EXPECT_LE(a.shard->num_rows(), 90);
+  for (int64_t id = 100; id < 150; ++id) {  // the newest stayed
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 1.0f) << id;
+  }
+}
+
+// With admission, an admitted id takes room from the least recent rows.
+TEST(HashEmbeddingMaxRowsTest, AdmittedIdsMakeRoomToo) {
+  AdmissionShard a = MaxRowsShard(100, /*min_count=*/2);
+  ASSERT_EQ(a.Push(Range(0, 100), 1.0f, 0), absl::OkStatus());
+  ASSERT_EQ(a.Push(Range(0, 100), 1.0f, 1), absl::OkStatus());  // admitted
+  ASSERT_EQ(a.shard->num_rows(), 100);
+  ASSERT_EQ(a.Push(Range(0, 50), 1.0f, 2), absl::OkStatus());
+  ASSERT_EQ(a.Push(Range(500, 20), 1.0f, 3), absl::OkStatus());  // counted
+  ASSERT_EQ(a.Push(Range(500, 20), 1.0f, 4), absl::OkStatus());  // admitted
+  EXPECT_LE(a.shard->num_rows(), 100);
+  for (int64_t id = 500; id < 520; ++id) {
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 1.0f) << id;
+  }
+  for (int64_t id = 0; id < 50; ++id) {  // updated at step 2: kept
+    ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 2.0f) << id;
+  }
 }
 
 }  // namespace

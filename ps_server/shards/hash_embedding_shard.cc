@@ -28,7 +28,13 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
       zeros_for_unadmitted_(min_count_ > 0 &&
                             layout.spec.admission().unadmitted_value() ==
                                 AdmissionSpec::ZEROS),
-      ttl_steps_(layout.spec.eviction().ttl_steps()) {
+      ttl_steps_(layout.spec.eviction().ttl_steps()),
+      max_rows_(
+          layout.spec.eviction().max_rows() > 0
+              ? (layout.spec.eviction().max_rows() + layout.num_shards() - 1) /
+                    layout.num_shards()
+              : 0),
+      tracks_steps_(ttl_steps_ > 0 || max_rows_ > 0) {
   if (min_count_ > 0) {
     sketch_ = std::make_unique<CountMinSketch>(
         layout.spec.admission().sketch_width());
@@ -56,7 +62,7 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   }
   index_.emplace(id, row);
   row_ids_.push_back(id);
-  if (ttl_steps_ > 0) last_step_.push_back(current_step_);
+  if (tracks_steps_) last_step_.push_back(current_step_);
   bounds_.CoverRow(values, width_, optimizer_->num_slots());
   return row;
 }
@@ -117,9 +123,9 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
 }
 
 int64_t HashEmbeddingShard::RowLimit() const {
-  return capacity_ > 0 ? std::min<int64_t>(capacity_,
-                                           std::numeric_limits<uint32_t>::max())
-                       : std::numeric_limits<uint32_t>::max();
+  int64_t limit = std::numeric_limits<uint32_t>::max();
+  if (capacity_ > 0) limit = std::min(limit, capacity_);
+  return limit;
 }
 
 absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
@@ -129,18 +135,27 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
   std::vector<uint32_t>& rows = rows_out != nullptr ? *rows_out : local;
   rows.resize(ids.size());
   absl::MutexLock lock(&mu_);
-  if (rows_epoch != nullptr) *rows_epoch = rows_epoch_;
   FindRows(ids, rows.data());
+  const uint64_t epoch = rows_epoch_;
   absl::Status s = sketch_ != nullptr ? ReserveForAdmissionLocked(ids, rows)
                                       : CreateRowsLocked(ids, rows.data());
+  // Making room evicted rows (max_rows), moving others: found again.
+  if (rows_epoch_ != epoch && rows_out != nullptr) FindRows(ids, rows.data());
+  if (rows_epoch != nullptr) *rows_epoch = rows_epoch_;
   if (rows_out == nullptr) rows.clear();
   return s;
 }
 
-absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
-                                                absl::string_view what,
-                                                bool allocate) {
-  const int64_t limit = RowLimit();
+absl::Status HashEmbeddingShard::MakeRoomLocked(
+    int64_t count, absl::string_view what, bool allocate,
+    absl::Span<const uint32_t> keep) {
+  if (max_rows_ > 0 && rows_ + count > max_rows_) {
+    if (absl::Status s = EvictForRoomLocked(count, keep); !s.ok()) return s;
+  }
+  int64_t limit = RowLimit();
+  // While a checkpoint reads the rows nothing is evicted: the shard may
+  // pass its max_rows share until the next sweep.
+  if (max_rows_ > 0 && pins_.load() == 0) limit = std::min(limit, max_rows_);
   if (rows_ + count > limit) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "hash embedding '", layout_.spec.name(), "' shard ", shard_,
@@ -173,14 +188,20 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
   // An id missing twice is counted twice: the check errs on the safe side.
   const int64_t missing = std::count(rows, rows + ids.size(), kNoRow);
   if (missing == 0) return absl::OkStatus();
-  if (absl::Status s = MakeRoomLocked(missing, "new", /*allocate=*/false);
+  const uint64_t epoch = rows_epoch_;
+  if (absl::Status s =
+          MakeRoomLocked(missing, "new", /*allocate=*/false,
+                         /*keep=*/absl::MakeConstSpan(rows, ids.size()));
       !s.ok()) {
     return s;
   }
+  // Room made by evicting moved rows: the ids found are found again (the
+  // ids missing stay missing: eviction adds none).
+  const bool moved = rows_epoch_ != epoch;
   index_.reserve(rows_ + missing);
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] != kNoRow) continue;
-    auto it = index_.find(ids[i]);  // created for an earlier repeat?
+    if (rows[i] != kNoRow && !moved) continue;
+    auto it = index_.find(ids[i]);  // found, or created for an earlier repeat
     rows[i] = it != index_.end() ? it->second : CreateRow(ids[i]);
   }
   return absl::OkStatus();
@@ -196,7 +217,90 @@ absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
   }
   if (admissible == 0) return absl::OkStatus();
   // Allocated now, so that the rows admitted under the lock need none.
-  return MakeRoomLocked(admissible, "this push may admit", /*allocate=*/true);
+  return MakeRoomLocked(admissible, "this push may admit", /*allocate=*/true,
+                        /*keep=*/rows);
+}
+
+int64_t HashEmbeddingShard::SampleStepLocked(double fraction) {
+  const int64_t k = std::min<int64_t>(rows_, kEvictionSample);
+  std::vector<int64_t> steps(k);
+  for (int64_t j = 0; j < k; ++j) {
+    // splitmix64: a cheap, well-mixed position per sample.
+    uint64_t z = (sample_state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    const int64_t step = last_step_[z % static_cast<uint64_t>(rows_)];
+    steps[j] = step < 0 ? current_step_ : step;  // restored: recent
+  }
+  const int64_t at = std::min<int64_t>(
+      k - 1, static_cast<int64_t>(fraction * static_cast<double>(k)));
+  std::nth_element(steps.begin(), steps.begin() + at, steps.end());
+  return steps[at];
+}
+
+absl::Status HashEmbeddingShard::EvictForRoomLocked(
+    int64_t count, absl::Span<const uint32_t> keep) {
+  if (count > max_rows_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "hash embedding '", layout_.spec.name(), "' shard ", shard_,
+        ": a push ", "brings ", count,
+        " new ids, more than the shard's share of ", "eviction.max_rows (",
+        max_rows_, " rows: ", layout_.spec.eviction().max_rows(), " over ",
+        layout_.num_shards(),
+        " shards); push fewer ids at once or raise max_rows"));
+  }
+  if (pins_.load() > 0) return absl::OkStatus();  // a checkpoint reads rows
+  // Room for the push plus 1% of the share, so that pushes on a full shard
+  // do not each pay for a search.
+  const int64_t need =
+      std::min(rows_, rows_ + count - max_rows_ + max_rows_ / 100);
+  if (need <= 0) return absl::OkStatus();
+  // The rows the push carries, a bit per row (moved with a row that an
+  // eviction moves).
+  std::vector<uint64_t> kept(rows_ / 64 + 1, 0);
+  auto is_kept = [&](int64_t row) {
+    return (kept[row >> 6] >> (row & 63)) & 1;
+  };
+  for (uint32_t row : keep) {
+    if (row != kNoRow) kept[row >> 6] |= uint64_t{1} << (row & 63);
+  }
+  // Rows updated at or before the cutoff step, twice as many as needed
+  // by the sample, from where the last search stopped; then, if too few
+  // were found, any row this push does not carry.
+  int64_t cutoff =
+      SampleStepLocked(std::min(1.0, 2.0 * static_cast<double>(need) / rows_));
+  int64_t evicted = 0;
+  int64_t pos = evict_hand_ % rows_;
+  for (int pass = 0; pass < 2 && evicted < need; ++pass) {
+    if (pass == 1) cutoff = std::numeric_limits<int64_t>::max();
+    // A pass ends after rows_ looks at rows it kept (a full turn).
+    for (int64_t kept_looks = 0; kept_looks < rows_ && evicted < need;) {
+      const int64_t step =
+          last_step_[pos] < 0 ? current_step_ : last_step_[pos];
+      if (step <= cutoff && !is_kept(pos)) {
+        const int64_t last = rows_ - 1;
+        if (is_kept(last)) kept[pos >> 6] |= uint64_t{1} << (pos & 63);
+        EvictRowLocked(pos);  // the last row moves here: look again
+        ++evicted;
+        if (rows_ == 0) break;
+        if (pos >= rows_) pos = 0;
+      } else {
+        pos = (pos + 1) % rows_;
+        ++kept_looks;
+      }
+    }
+  }
+  evict_hand_ = rows_ > 0 ? pos : 0;
+  if (evicted > 0) ++rows_epoch_;
+  if (rows_ + count > max_rows_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "hash embedding '", layout_.spec.name(), "' shard ", shard_,
+        " is full: its ", rows_, " rows (eviction.max_rows share ", max_rows_,
+        ") are all carried by this push, which brings ", count,
+        " new ids; push fewer ids at once or raise max_rows"));
+  }
+  return absl::OkStatus();
 }
 
 void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
@@ -309,7 +413,7 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
                      SaveRowForUndo(values, stride_, undo + i * stride_);
                    }
                    optimizer_->Apply(values, slots, g, width_, context);
-                   if (ttl_steps_ > 0) last_step_[rows[i]] = current_step_;
+                   if (tracks_steps_) last_step_[rows[i]] = current_step_;
                    if (undo != nullptr && bad == ids.size() &&
                        !SpanFinite(values, stride_)) {
                      bad = i;
@@ -392,7 +496,7 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
     std::memcpy(Row(found[i]), rows + i * stride_, stride_ * sizeof(float));
     // Eviction's clock starts at the next sweep (this shard does not know
     // the step it is restored at).
-    if (ttl_steps_ > 0) last_step_[found[i]] = -1;
+    if (tracks_steps_) last_step_[found[i]] = -1;
   }
   return absl::OkStatus();
 }
@@ -414,9 +518,23 @@ void HashEmbeddingShard::EvictRowLocked(int64_t row) {
 }
 
 int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
-  if (ttl_steps_ <= 0) return 0;
+  if (!tracks_steps_) return 0;
   absl::MutexLock sweep(&sweep_mu_);
-  const int64_t older_than = global_step - ttl_steps_;
+  const int64_t older_than = ttl_steps_ > 0
+                                 ? global_step - ttl_steps_
+                                 : std::numeric_limits<int64_t>::min();
+  // max_rows: rows above 90% of the share go, the least recently updated
+  // (at or before a cutoff step sampled from the rows' last steps).
+  int64_t over = 0;
+  int64_t cutoff = std::numeric_limits<int64_t>::min();
+  if (max_rows_ > 0) {
+    absl::MutexLock lock(&mu_);
+    over = rows_ - max_rows_ / 10 * 9;
+    if (over > 0) {
+      cutoff = SampleStepLocked(static_cast<double>(over) /
+                                static_cast<double>(rows_));
+    }
+  }
   int64_t evicted = 0;
   // From the top row down, kEvictionRowsPerHold rows per hold of the lock:
   // a hole takes the last row, which the sweep has looked at already, and
@@ -434,9 +552,10 @@ int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
         int64_t& last = last_step_[next];
         if (last < 0) {
           last = global_step;  // restored: idle from now on
-        } else if (last < older_than) {
+        } else if (last < older_than || (over > 0 && last <= cutoff)) {
           EvictRowLocked(next);
           ++evicted;
+          --over;
           moved = true;
         }
       }

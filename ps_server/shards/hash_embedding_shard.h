@@ -22,10 +22,13 @@
 // capacity and reserves memory for the ids this push could admit (those
 // the sketch puts at N - 1 or more).
 //
-// With eviction (VariableSpec.eviction, ttl_steps T > 0) each row records
-// the global step of its last update; EvictIdleRows drops the rows idle
-// for more than T steps, moving the last row into each hole so rows stay
-// dense (checkpoints and snapshots read rows [0, num_rows) by position).
+// With eviction (VariableSpec.eviction, ttl_steps T > 0 or max_rows M > 0)
+// each row records the global step of its last update; EvictIdleRows drops
+// the rows idle for more than T steps, and the least recently updated rows
+// above 90% of the shard's share of M, moving the last row into each hole
+// so rows stay dense (checkpoints and snapshots read rows [0, num_rows) by
+// position). A push that finds the shard at its share evicts room for its
+// new rows itself (EvictForRoomLocked), never one of the rows it carries.
 // A move advances the row epoch: an update prepared before it finds its
 // rows again under the lock. While rows are pinned (a checkpoint reads
 // them in several passes) nothing is evicted. Evicted rows' memory is
@@ -151,10 +154,23 @@ class HashEmbeddingShard final : public RowShard {
   // The row limit: shape[0]'s share (or what a uint32 row index allows).
   int64_t RowLimit() const;
   // Room for `count` more rows (`what` names them in the error): within
-  // RowLimit, and the blocks they need reserved from the PS's memory --
-  // allocated too if `allocate` (else CreateRow allocates them).
+  // RowLimit (and max_rows, evicting rows other than those in `keep` --
+  // the push's rows, kNoRow for its missing ids -- for them),
+  // and the blocks they need reserved from the PS's memory -- allocated too
+  // if `allocate` (else CreateRow allocates them).
   absl::Status MakeRoomLocked(int64_t count, absl::string_view what,
-                              bool allocate) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                              bool allocate, absl::Span<const uint32_t> keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // max_rows: evicts the least recently updated rows, none in `keep`,
+  // until `count` more rows fit in the share (plus 1% of it); advances the
+  // row epoch if it moved rows. Fails if all rows are in `keep`.
+  absl::Status EvictForRoomLocked(int64_t count,
+                                  absl::Span<const uint32_t> keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The last-update step below which about `fraction` of the rows lie,
+  // from kEvictionSample rows at random positions.
+  static constexpr int64_t kEvictionSample = 1024;
+  int64_t SampleStepLocked(double fraction) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admission, in Prepare: checks the capacity for, and reserves and
   // allocates the blocks of, the ids `rows` lacks that one more sighting
   // could admit.
@@ -181,6 +197,8 @@ class HashEmbeddingShard final : public RowShard {
   const int min_count_;  // admission; 0: none
   const bool zeros_for_unadmitted_;
   const int64_t ttl_steps_;  // eviction; 0: none
+  const int64_t max_rows_;   // eviction: this shard's share; 0: none
+  const bool tracks_steps_;  // last_step_ kept (ttl_steps_ or max_rows_)
   mutable std::atomic<int> pins_{0};
   absl::Mutex sweep_mu_;  // one eviction sweep at a time
   mutable absl::Mutex mu_;
@@ -188,7 +206,9 @@ class HashEmbeddingShard final : public RowShard {
   // restored, set by the next sweep).
   std::vector<int64_t> last_step_ ABSL_GUARDED_BY(mu_);
   uint64_t rows_epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t current_step_ ABSL_GUARDED_BY(mu_) = 0;  // highest update step
+  int64_t evict_hand_ ABSL_GUARDED_BY(mu_) = 0;     // where a search resumes
+  uint64_t sample_state_ ABSL_GUARDED_BY(mu_) = 0;  // SampleStepLocked
+  int64_t current_step_ ABSL_GUARDED_BY(mu_) = 0;   // highest update step
   std::unique_ptr<CountMinSketch> sketch_ ABSL_GUARDED_BY(mu_);
   HashRowCounts admission_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);

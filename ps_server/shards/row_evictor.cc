@@ -1,5 +1,6 @@
 #include "ps_server/shards/row_evictor.h"
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -30,10 +31,17 @@ int64_t RowEvictor::SweepOnce() {
       if (v->IsPrimary(s)) evicted += v->shard(s).EvictIdleRows(step);
     }
     if (evicted > 0) {
-      LOG(INFO) << "evicted " << evicted << " rows of '" << v->name()
-                << "' idle for more than "
-                << v->layout->spec.eviction().ttl_steps()
-                << " steps (global step " << step << ")";
+      const EvictionSpec& e = v->layout->spec.eviction();
+      LOG(INFO) << "evicted " << evicted << " rows of '" << v->name() << "'"
+                << (e.ttl_steps() > 0 ? absl::StrCat(" idle for more than ",
+                                                     e.ttl_steps(), " steps")
+                                      : "")
+                << (e.max_rows() > 0
+                        ? absl::StrCat(" (least recently updated, above 90% "
+                                       "of max_rows ",
+                                       e.max_rows(), ")")
+                        : "")
+                << " at global step " << step;
     }
     total += evicted;
   }

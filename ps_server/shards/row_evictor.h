@@ -1,6 +1,7 @@
 // The background sweep of eviction (VariableSpec.eviction): every
 // `interval`, each hash shard of a variable with eviction drops the rows
-// idle for more than its ttl_steps global steps (HashEmbeddingShard::
+// idle for more than its ttl_steps global steps, and the least recently
+// updated rows above 90% of its max_rows share (HashEmbeddingShard::
 // EvictIdleRows: a bounded number of rows per hold of the shard's lock, so
 // pushes and pulls wait at most that long).
 #ifndef PSRT_PS_SERVER_SHARDS_ROW_EVICTOR_H_

@@ -167,7 +167,7 @@ BENCHMARK(BM_Gather)->Unit(benchmark::kMillisecond);
 // checkpoint: admitted), since pushes would not create them.
 struct HashTable {
   HashTable(int64_t rows, int64_t dim, int admission_min_count = 0,
-            int64_t ttl_steps = 0)
+            int64_t ttl_steps = 0, int64_t max_rows = 0)
       : map(1) {
     VariableSpec s;
     s.set_name("h");
@@ -178,6 +178,7 @@ struct HashTable {
     s.mutable_optimizer()->set_learning_rate(0.01f);
     s.mutable_admission()->set_min_count(admission_min_count);
     s.mutable_eviction()->set_ttl_steps(ttl_steps);
+    s.mutable_eviction()->set_max_rows(max_rows);
     NormalizeVariableSpec(&s).IgnoreError();
     map.Add(s).IgnoreError();
     optimizer = CreateOptimizer(map.Find("h")->spec.optimizer());
@@ -254,11 +255,15 @@ BENCHMARK(BM_HashAdmissionPush)
 // steps: the table's ids come back about every 11 pushes and stay) while
 // (state.range(0) = 1) another thread sweeps every 100 ms (EvictIdleRows:
 // 8,192 rows per hold of the shard's lock; the server's default is every
-// second), or (0) nothing sweeps and the table grows. Reports each push's
+// second), or (0) nothing sweeps and the table grows; (2) the table has
+// max_rows 1M instead, full from the start: pushes make room for their
+// fresh ids themselves and the sweep trims to 90%. Reports each push's
 // latency: the mean and p99 as counters (ms).
 void BM_HashPushDuringEviction(benchmark::State& state) {
-  const bool sweeping = state.range(0) != 0;
-  HashTable table(1000000, 16, 0, /*ttl_steps=*/32);
+  const int mode = static_cast<int>(state.range(0));
+  const bool sweeping = mode != 0;
+  HashTable table(1000000, 16, 0, /*ttl_steps=*/mode == 2 ? 0 : 32,
+                  /*max_rows=*/mode == 2 ? 1000000 : 0);
   auto batches = table.Batches(100000);
   std::vector<float> grads(100000 * 16, 0.01f);
   std::vector<float> undo(100000 * table.shard->row_stride());
@@ -266,11 +271,10 @@ void BM_HashPushDuringEviction(benchmark::State& state) {
       PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float));
   std::atomic<int64_t> step{0};
   absl::Notification done;
-  std::atomic<int64_t> evicted{0};
   std::thread sweeper([&] {
     if (!sweeping) return;
     while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
-      evicted += table.shard->EvictIdleRows(step.load());
+      table.shard->EvictIdleRows(step.load());
     }
   });
   std::vector<double> ms;
@@ -296,13 +300,17 @@ void BM_HashPushDuringEviction(benchmark::State& state) {
   state.counters["p99_ms"] = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
   state.counters["mean_ms"] =
       std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
-  state.counters["evicted"] = static_cast<double>(evicted.load());
+  state.counters["evicted"] =
+      static_cast<double>(table.shard->row_counts().evicted_rows);
   state.counters["rows_after"] = static_cast<double>(table.shard->num_rows());
-  state.SetLabel(sweeping ? "sweeping" : "no sweep");
+  state.SetLabel(mode == 2  ? "max_rows, full"
+                 : sweeping ? "ttl, sweeping"
+                            : "ttl, no sweep");
 }
 BENCHMARK(BM_HashPushDuringEviction)
     ->Arg(0)
     ->Arg(1)
+    ->Arg(2)
     ->Iterations(300)
     ->Unit(benchmark::kMillisecond);
 

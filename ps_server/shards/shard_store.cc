@@ -147,7 +147,7 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
       // runs on its own clock.
       const char* what = spec->has_admission()
                              ? "admission (admission.min_count > 1)"
-                             : "eviction (eviction.ttl_steps > 0)";
+                             : "eviction (eviction.ttl_steps or max_rows)";
       return absl::InvalidArgumentError(absl::StrCat(
           "variable '", spec->name(), "': ", what,
           " is not supported with --replicas=", replicas_.replicas(),

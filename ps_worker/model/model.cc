@@ -53,6 +53,9 @@ int Model::AddTable(const std::string& name, int dim, InitializerSpec init) {
     if (config_.eviction_ttl_steps > 0) {
       s.mutable_eviction()->set_ttl_steps(config_.eviction_ttl_steps);
     }
+    if (config_.eviction_max_rows > 0) {
+      s.mutable_eviction()->set_max_rows(config_.eviction_max_rows);
+    }
   }
   s.add_shape(dim);
   s.mutable_partition()->set_num_shards(

@@ -35,7 +35,8 @@ struct ModelConfig {
   // HASH_EMBEDDING eviction (EvictionSpec): rows idle this many global
   // steps are dropped by the servers; 0: never.
   int64_t eviction_ttl_steps = 0;
-  int embedding_shards = 0;  // 0: one per PS
+  int64_t eviction_max_rows = 0;  // per table
+  int embedding_shards = 0;       // 0: one per PS
   int num_ps = 1;
   OptimizerSpec embedding_optimizer;
   OptimizerSpec dense_optimizer;

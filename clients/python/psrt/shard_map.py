@@ -110,7 +110,16 @@ def normalize(spec):
             )
         if spec.eviction.ttl_steps < 0:
             bad(f"eviction.ttl_steps = {spec.eviction.ttl_steps} must not be negative")
-        if spec.eviction.ttl_steps == 0:
+        max_rows = spec.eviction.max_rows
+        if max_rows < 0:
+            bad(f"eviction.max_rows = {max_rows} must not be negative")
+        if max_rows > 0 and spec.shape[0] > 0 and max_rows > spec.shape[0]:
+            bad(
+                f"eviction.max_rows = {max_rows} is above shape[0] = {spec.shape[0]}, "
+                "the table's hard capacity: use shape[0] = 0 (unbounded) or a "
+                "max_rows within it"
+            )
+        if spec.eviction.ttl_steps == 0 and max_rows == 0:
             spec.ClearField("eviction")
     if p.num_shards < 0 or p.max_shard_bytes < 0:
         bad("num_shards and max_shard_bytes must not be negative")

@@ -119,6 +119,7 @@ def hash_embedding(
     admission_sketch_width=0,
     unadmitted_zeros=False,
     eviction_ttl_steps=0,
+    eviction_max_rows=0,
     **optimizer_params,
 ) -> ps_pb2.VariableSpec:
     """A HASH_EMBEDDING: rows keyed by any int64 id, created on first push.
@@ -131,6 +132,10 @@ def hash_embedding(
 
     eviction_ttl_steps=T (> 0): rows no push updated for T global steps are
     dropped by the servers' background sweep (EvictionSpec).
+
+    eviction_max_rows=M (> 0): the table keeps at most M rows
+    (ceil(M / num_shards) per shard); new ids evict the least recently
+    updated rows instead of failing (EvictionSpec.max_rows).
     """
     spec = _spec(
         name,
@@ -154,4 +159,6 @@ def hash_embedding(
         )
     if eviction_ttl_steps:
         spec.eviction.ttl_steps = eviction_ttl_steps
+    if eviction_max_rows:
+        spec.eviction.max_rows = eviction_max_rows
     return spec

@@ -95,6 +95,10 @@ def test_admission_specs_normalize_as_the_servers_do_and_admit_on_the_third_push
         psrt.normalize(spec)
     with pytest.raises(ValueError, match="eviction.ttl_steps = -2"):
         psrt.normalize(psrt.hash_embedding("h", 4, eviction_ttl_steps=-2))
+    with pytest.raises(ValueError, match="eviction.max_rows = -1 must not be negative"):
+        psrt.normalize(psrt.hash_embedding("h", 4, eviction_max_rows=-1))
+    with pytest.raises(ValueError, match="eviction.max_rows = 11 is above shape.0. = 10"):
+        psrt.normalize(psrt.hash_embedding("h", 4, capacity=10, eviction_max_rows=11))
     # ttl 0 is no eviction, one spelling of it (as the servers write it).
     none = psrt.normalize(psrt.hash_embedding("h", 4))
     ttl0 = psrt.hash_embedding("h", 4)
@@ -109,6 +113,7 @@ def test_admission_specs_normalize_as_the_servers_do_and_admit_on_the_third_push
         admission_min_count=3,
         admission_sketch_width=1000,
         eviction_ttl_steps=1000,
+        eviction_max_rows=5000,
     )
     cluster = make_cluster(2)
     client = cluster.client()
@@ -118,6 +123,7 @@ def test_admission_specs_normalize_as_the_servers_do_and_admit_on_the_third_push
     listed = client.list_variables()[0].variables[0].spec
     assert listed.admission.sketch_width == 1024
     assert listed.eviction.ttl_steps == 1000
+    assert listed.eviction.max_rows == 5000
     assert listed.SerializeToString() == psrt.normalize(spec).SerializeToString()
     client.create_variables([spec])
     ids = np.arange(1000, 1100, dtype=np.int64)
