@@ -53,6 +53,14 @@ DEFINE_int64(memory_limit_bytes, 0,
              "(RESOURCE_EXHAUSTED) past it. 0: 90% of the memory available "
              "at each creation or growth: the host's MemAvailable, or in a "
              "container the cgroup memory limit less its working set.");
+DEFINE_int64(memory_budget_mb, 0,
+             "A memory budget for this PS's shards, in MiB, that hash "
+             "embeddings stay within: at it, a table that needs room evicts "
+             "its least recently updated rows (by the global step of their "
+             "last update) instead of refusing the push; dense and "
+             "known-vocabulary variables past it are refused as with "
+             "--memory_limit_bytes, which it replaces (set one). 0: no "
+             "budget. Needs --replicas=1.");
 DEFINE_double(eviction_interval_secs, 1.0,
               "How often hash embeddings with eviction (eviction.ttl_steps "
               "in the variable's spec) are swept for rows idle longer than "
@@ -180,6 +188,23 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   options.limits.max_message_bytes = FLAGS_max_message_bytes;
   options.limits.max_push_bytes = FLAGS_max_push_bytes;
   options.memory_limit_bytes = FLAGS_memory_limit_bytes;
+  if (FLAGS_memory_budget_mb < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory_budget_mb must be >= 0, got ", FLAGS_memory_budget_mb));
+  }
+  if (FLAGS_memory_budget_mb > 0) {
+    if (FLAGS_memory_limit_bytes > 0) {
+      return absl::InvalidArgumentError(
+          "set --memory_budget_mb or --memory_limit_bytes, not both: the "
+          "budget is a memory limit at which hash embeddings evict");
+    }
+    if (FLAGS_memory_budget_mb > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--memory_budget_mb=", FLAGS_memory_budget_mb, " is above 1 PiB"));
+    }
+    options.memory_limit_bytes = FLAGS_memory_budget_mb << 20;
+    options.evict_at_memory_limit = true;
+  }
   options.replicas = FLAGS_replicas;
   if (!(FLAGS_eviction_interval_secs > 0)) {
     return absl::InvalidArgumentError(

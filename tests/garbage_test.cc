@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -19,26 +18,11 @@
 #include "gtest/gtest.h"
 #include "proto/ps.grpc.pb.h"
 #include "tests/local_cluster.h"
+#include "tests/process_rss.h"
 #include "tests/raw_rpc.h"
 
 namespace psrt {
 namespace {
-
-// Resident memory of a process, in bytes (VmRSS).
-int64_t RssBytes(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string key;
-  while (status >> key) {
-    if (key == "VmRSS:") {
-      int64_t kb;
-      status >> kb;
-      return kb * 1024;
-    }
-    std::string rest;
-    std::getline(status, rest);
-  }
-  return -1;
-}
 
 int Connect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -4,12 +4,14 @@
 // ListVariables, /metrics, /statusz and psctl, and DeepFM trained with
 // admission on planted data keeps its held-out AUC with fewer rows.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cpp/client.h"
 #include "gtest/gtest.h"
@@ -17,6 +19,7 @@
 #include "ps_server/shards/initializer.h"
 #include "tests/local_cluster.h"
 #include "tests/planted_data.h"
+#include "tests/process_rss.h"
 #include "tests/worker_output.h"
 
 namespace psrt {
@@ -291,6 +294,102 @@ TEST(EvictionTest, MaxRowsKeepsTheTableWithinBudgetAndTheHotRows) {
     evicted += MetricValue(*text, "psrt_evicted_rows_total{variable=\"ids\"}");
   }
   EXPECT_EQ(evicted, static_cast<double>(t.evicted));
+}
+
+// --memory_budget_mb=256 on one PS, a table with no eviction of its own
+// (dim 16, Adagrad: 192 bytes a row with its index), 3.3M fresh ids 30,000
+// a push with 1,000 hot ids in every push: no push fails, the hash rows
+// stop growing at the budget, the hot rows keep every update, and the
+// PS's resident memory grows by at most the budget + 15% (the pushes'
+// own buffers included).
+TEST(EvictionTest, AMemoryBudgetEvictsInsteadOfRefusing) {
+  constexpr int64_t kBudgetMb = 256;
+  LocalCluster::Options o;
+  o.num_ps = 1;
+  o.extra_flags = {absl::StrCat("--memory_budget_mb=", kBudgetMb)};
+  auto cluster = LocalCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect((*cluster)->MakeClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  VariableSpec spec = AdmissionSpecFor("ids", 0);
+  spec.set_shape(1, 16);
+  spec.mutable_partition()->set_num_shards(1);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  spec.mutable_optimizer()->set_learning_rate(0.5f);
+  ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+  const int64_t rss_before = RssBytes((*cluster)->pid(0));
+  ASSERT_GT(rss_before, 0);
+  std::vector<int64_t> hot(1000);
+  std::iota(hot.begin(), hot.end(), int64_t{9} << 40);
+  int64_t rss_most = rss_before;
+  constexpr int kPushes = 110, kFresh = 30000;
+  for (int64_t step = 0; step < kPushes; ++step) {
+    std::vector<int64_t> ids(kFresh);
+    std::iota(ids.begin(), ids.end(), step * kFresh);
+    ids.insert(ids.end(), hot.begin(), hot.end());
+    std::vector<float> grads(ids.size() * 16, 0.25f);
+    StepOptions at;
+    at.step = step;
+    ASSERT_EQ((*client)->Push({PushOp::Rows("ids", ids, grads.data())}, at),
+              absl::OkStatus())
+        << "push " << step;
+    rss_most = std::max(rss_most, RssBytes((*cluster)->pid(0)));
+  }
+  const RowTotals t = Totals(client->get(), "ids");
+  std::printf(
+      "--memory_budget_mb=%lld: %lld rows held, %lld evicted; PS RSS grew "
+      "by at most %.1f MiB\n",
+      static_cast<long long>(kBudgetMb), static_cast<long long>(t.rows),
+      static_cast<long long>(t.evicted),
+      static_cast<double>(rss_most - rss_before) / (1 << 20));
+  EXPECT_EQ(t.rows + t.evicted, kPushes * kFresh + 1000);
+  EXPECT_GT(t.evicted, 0);
+  // 192 bytes a row: the budget holds 1,398,101 rows at most.
+  EXPECT_LE(t.rows, (kBudgetMb << 20) / 192);
+  EXPECT_GE(t.rows, (kBudgetMb << 20) / 192 * 9 / 10);
+  EXPECT_LE(rss_most - rss_before, static_cast<int64_t>(kBudgetMb * 1.15)
+                                       << 20);
+  // Hot rows: 40 Adagrad updates of 0.25 each, as the optimizer computes
+  // them (accumulator 0.1 + k/16, step 0.5 * 0.25 / sqrt(acc)).
+  Initializer init(spec.initializer());
+  std::vector<float> values(hot.size() * 16);
+  ASSERT_TRUE((*client)->PullRows("ids", hot, values.data()).ok());
+  float moved = 0, acc = 0.1f;
+  for (int k = 0; k < kPushes; ++k) {
+    acc += 0.0625f;
+    moved += 0.5f * 0.25f / std::sqrt(acc);
+  }
+  for (size_t i = 0; i < hot.size(); ++i) {
+    ASSERT_NEAR(values[i * 16 + 3], init.Value(hot[i], 3) - moved, 1e-4) << i;
+  }
+  // The first push's fresh ids went: their initial values again.
+  values.resize(1000 * 16);
+  std::vector<int64_t> first(1000);
+  std::iota(first.begin(), first.end(), 0);
+  ASSERT_TRUE((*client)->PullRows("ids", first, values.data()).ok());
+  for (size_t i = 0; i < first.size(); ++i) {
+    ASSERT_EQ(values[i * 16], init.Value(first[i], 0)) << i;
+  }
+}
+
+TEST(EvictionTest, AMemoryBudgetWithALimitOrReplicasIsRefusedAtStart) {
+  LocalCluster::Options o;
+  o.num_ps = 1;
+  o.extra_flags = {"--memory_budget_mb=64", "--memory_limit_bytes=1000000"};
+  auto both = LocalCluster::Start(o);
+  ASSERT_FALSE(both.ok());
+  EXPECT_TRUE(absl::StrContains(both.status().message(),
+                                "set --memory_budget_mb or "
+                                "--memory_limit_bytes, not both"))
+      << both.status();
+  o.num_ps = 3;
+  o.one_host_per_ps = true;
+  o.extra_flags = {"--memory_budget_mb=64", "--replicas=2"};
+  auto replicated = LocalCluster::Start(o);
+  ASSERT_FALSE(replicated.ok());
+  EXPECT_TRUE(absl::StrContains(replicated.status().message(),
+                                "--memory_budget_mb needs"))
+      << replicated.status();
 }
 
 TEST(AdmissionTest, DeepFmWithMinCount3KeepsItsAucWithFewerRows) {

@@ -129,7 +129,8 @@ std::string RenderStatusPage(const StatusPageData& d) {
           "<span id=\"var-%d-unadmitted\">%d</span> gradients dropped",
           v.admission_min_count, i, v.admitted_rows, i, v.unadmitted_gradients);
     }
-    if (v.eviction_ttl_steps > 0 || v.eviction_max_rows > 0) {
+    if (v.eviction_ttl_steps > 0 || v.eviction_max_rows > 0 ||
+        v.evicted_rows > 0) {
       std::string rule =
           v.eviction_ttl_steps > 0
               ? absl::StrFormat("ttl %d steps", v.eviction_ttl_steps)
@@ -138,6 +139,7 @@ std::string RenderStatusPage(const StatusPageData& d) {
         absl::StrAppendFormat(&rule, "%smax %d rows", rule.empty() ? "" : ", ",
                               v.eviction_max_rows);
       }
+      if (rule.empty()) rule = "memory budget";
       absl::StrAppendFormat(
           &admission, "%s%s: <span id=\"var-%d-evicted\">%d</span> evicted",
           admission.empty() ? "" : "; ", rule, i, v.evicted_rows);

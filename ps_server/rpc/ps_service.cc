@@ -478,9 +478,12 @@ void ParameterServerService::AddVariableMetrics() {
   family(
       "psrt_evicted_rows_total",
       "Rows evicted: idle for ttl_steps, or least recently updated beyond "
-      "max_rows (variables with eviction)",
+      "max_rows or at --memory_budget_mb (variables with eviction, or "
+      "evicted rows)",
       prometheus::MetricType::Counter,
-      [](const Totals& t) { return t.has_eviction; },
+      [](const Totals& t) {
+        return t.has_eviction || t.counts.evicted_rows > 0;
+      },
       [](const Totals& t) {
         return static_cast<double>(t.counts.evicted_rows);
       });

@@ -155,6 +155,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   server->store_ = std::make_unique<ShardStore>(
       options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes,
       *std::move(replicas));
+  if (options.evict_at_memory_limit) {
+    if (options.memory_limit_bytes <= 0 || options.replicas > 1) {
+      return absl::InvalidArgumentError(
+          "--memory_budget_mb needs a budget > 0 and --replicas=1 (copies "
+          "would evict different rows)");
+    }
+    server->store_->set_evict_at_memory_limit(true);
+  }
   if (!options.restore_uri.empty()) {
     auto restorer = CheckpointRestorer::Open(options.restore_uri,
                                              options.checkpoint.open_storage);

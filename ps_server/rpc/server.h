@@ -40,6 +40,9 @@ struct ServerOptions {
   std::string metrics_address;
   ServiceLimits limits;
   int64_t memory_limit_bytes = 0;
+  // At memory_limit_bytes, hash embeddings evict their least recently
+  // updated rows instead of refusing (--memory_budget_mb).
+  bool evict_at_memory_limit = false;
   CheckpointOptions checkpoint;
   // TLS for the listening port, the token every call must carry, and the
   // credentials this PS uses to call the other PS.

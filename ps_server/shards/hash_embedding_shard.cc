@@ -13,7 +13,8 @@ namespace psrt {
 
 HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
                                        const Optimizer* optimizer,
-                                       const Initializer& init, Reserve reserve)
+                                       const Initializer& init, Reserve reserve,
+                                       bool evict_at_memory_limit)
     : layout_(layout),
       shard_(shard),
       optimizer_(optimizer),
@@ -34,7 +35,9 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
               ? (layout.spec.eviction().max_rows() + layout.num_shards() - 1) /
                     layout.num_shards()
               : 0),
-      tracks_steps_(ttl_steps_ > 0 || max_rows_ > 0) {
+      evicts_at_memory_limit_(evict_at_memory_limit),
+      tracks_steps_(ttl_steps_ > 0 || max_rows_ > 0 ||
+                    evicts_at_memory_limit_) {
   if (min_count_ > 0) {
     sketch_ = std::make_unique<CountMinSketch>(
         layout.spec.admission().sketch_width());
@@ -52,7 +55,7 @@ const float* HashEmbeddingShard::Row(uint32_t row) const {
 uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   const uint32_t row = static_cast<uint32_t>(rows_++);
   if (row / kRowsPerBlock == blocks_.size()) {
-    blocks_.push_back(AllocateFloats(kRowsPerBlock * stride_));
+    AddBlockLocked();
   }
   float* values = Row(row);
   init_.FillRow(id, width_, values);
@@ -65,6 +68,21 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   if (tracks_steps_) last_step_.push_back(current_step_);
   bounds_.CoverRow(values, width_, optimizer_->num_slots());
   return row;
+}
+
+void HashEmbeddingShard::AddBlockLocked() {
+  blocks_.push_back(AllocateFloats(kRowsPerBlock * stride_));
+  // Grown by an eighth at a time, not doubled: the entries' memory stays
+  // close to what the blocks account for.
+  const size_t rows = blocks_.size() * kRowsPerBlock;
+  auto make_room = [rows](auto& entries) {
+    if (entries.capacity() < rows) {
+      entries.reserve(
+          std::max(rows, entries.capacity() + entries.capacity() / 8));
+    }
+  };
+  make_room(row_ids_);
+  if (tracks_steps_) make_room(last_step_);
 }
 
 ValueBounds HashEmbeddingShard::ExactBoundsLocked() const {
@@ -149,13 +167,31 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
 absl::Status HashEmbeddingShard::MakeRoomLocked(
     int64_t count, absl::string_view what, bool allocate,
     absl::Span<const uint32_t> keep) {
-  if (max_rows_ > 0 && rows_ + count > max_rows_) {
-    if (absl::Status s = EvictForRoomLocked(count, keep); !s.ok()) return s;
+  // max_rows: the least recently updated rows make room first. (While a
+  // checkpoint reads the rows nothing is evicted: the shard may pass its
+  // share until the next sweep.)
+  if (max_rows_ > 0 && rows_ + count > max_rows_ && pins_.load() == 0) {
+    if (count > max_rows_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "hash embedding '", layout_.spec.name(), "' shard ", shard_,
+          ": a push brings ", count, " ", what,
+          " ids, more than the shard's share of eviction.max_rows (", max_rows_,
+          " rows: ", layout_.spec.eviction().max_rows(), " over ",
+          layout_.num_shards(),
+          " shards); push fewer ids at once or raise max_rows"));
+    }
+    // Room for the push plus 1% of the share, so that pushes on a full
+    // shard do not each pay for a search.
+    EvictLeastRecentLocked(rows_ + count - max_rows_ + max_rows_ / 100, keep);
+    if (rows_ + count > max_rows_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "hash embedding '", layout_.spec.name(), "' shard ", shard_,
+          " is full: its ", rows_, " rows (eviction.max_rows share ", max_rows_,
+          ") are all carried by this push, which brings ", count, " ", what,
+          " ids; push fewer ids at once or raise max_rows"));
+    }
   }
-  int64_t limit = RowLimit();
-  // While a checkpoint reads the rows nothing is evicted: the shard may
-  // pass its max_rows share until the next sweep.
-  if (max_rows_ > 0 && pins_.load() == 0) limit = std::min(limit, max_rows_);
+  const int64_t limit = RowLimit();
   if (rows_ + count > limit) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "hash embedding '", layout_.spec.name(), "' shard ", shard_,
@@ -171,14 +207,27 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(
   if (new_blocks <= 0) return absl::OkStatus();
   if (reserve_) {
     if (absl::Status s = reserve_(new_blocks * block_bytes()); !s.ok()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("hash embedding '", layout_.spec.name(), "' shard ",
-                       shard_, " cannot grow by ", count, " rows (", rows_,
-                       " held): ", s.message()));
+      // At the PS's memory budget: the rows the shard's blocks hold are
+      // all it gets; the least recently updated make room.
+      const int64_t held = static_cast<int64_t>(blocks_.size()) * kRowsPerBlock;
+      if (evicts_at_memory_limit_ && pins_.load() == 0 && count <= held) {
+        EvictLeastRecentLocked(rows_ + count - held + held / 100, keep);
+        if (rows_ + count <= held) return absl::OkStatus();
+      }
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "hash embedding '", layout_.spec.name(), "' shard ", shard_,
+          " cannot grow by ", count, " rows (", rows_, " held",
+          evicts_at_memory_limit_
+              ? absl::StrCat(", in blocks of room for ", held,
+                             " -- all it may use at --memory_budget_mb, and "
+                             "eviction found no room in them: the push "
+                             "carries them, or a checkpoint is reading them")
+              : "",
+          "): ", s.message()));
     }
   }
   for (int64_t b = 0; allocate && b < new_blocks; ++b) {
-    blocks_.push_back(AllocateFloats(kRowsPerBlock * stride_));
+    AddBlockLocked();
   }
   return absl::OkStatus();
 }
@@ -239,23 +288,10 @@ int64_t HashEmbeddingShard::SampleStepLocked(double fraction) {
   return steps[at];
 }
 
-absl::Status HashEmbeddingShard::EvictForRoomLocked(
-    int64_t count, absl::Span<const uint32_t> keep) {
-  if (count > max_rows_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "hash embedding '", layout_.spec.name(), "' shard ", shard_,
-        ": a push ", "brings ", count,
-        " new ids, more than the shard's share of ", "eviction.max_rows (",
-        max_rows_, " rows: ", layout_.spec.eviction().max_rows(), " over ",
-        layout_.num_shards(),
-        " shards); push fewer ids at once or raise max_rows"));
-  }
-  if (pins_.load() > 0) return absl::OkStatus();  // a checkpoint reads rows
-  // Room for the push plus 1% of the share, so that pushes on a full shard
-  // do not each pay for a search.
-  const int64_t need =
-      std::min(rows_, rows_ + count - max_rows_ + max_rows_ / 100);
-  if (need <= 0) return absl::OkStatus();
+void HashEmbeddingShard::EvictLeastRecentLocked(
+    int64_t need, absl::Span<const uint32_t> keep) {
+  need = std::min(need, rows_);
+  if (need <= 0) return;
   // The rows the push carries, a bit per row (moved with a row that an
   // eviction moves).
   std::vector<uint64_t> kept(rows_ / 64 + 1, 0);
@@ -293,14 +329,6 @@ absl::Status HashEmbeddingShard::EvictForRoomLocked(
   }
   evict_hand_ = rows_ > 0 ? pos : 0;
   if (evicted > 0) ++rows_epoch_;
-  if (rows_ + count > max_rows_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "hash embedding '", layout_.spec.name(), "' shard ", shard_,
-        " is full: its ", rows_, " rows (eviction.max_rows share ", max_rows_,
-        ") are all carried by this push, which brings ", count,
-        " new ids; push fewer ids at once or raise max_rows"));
-  }
-  return absl::OkStatus();
 }
 
 void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,

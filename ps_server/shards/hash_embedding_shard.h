@@ -55,9 +55,12 @@ namespace psrt {
 class HashEmbeddingShard final : public RowShard {
  public:
   static constexpr int64_t kRowsPerBlock = 4096;
-  // An id's index entry (key, row, control byte, slack) and its row_ids_
-  // entry.
-  static constexpr int64_t kIndexBytesPerRow = 32;
+  // What a row costs beside its floats: its index slot (16 bytes and a
+  // control byte, at a load as low as 7/16 just after the index grew: 39
+  // bytes), its row_ids_ and last_step_ entries (8 each, their capacity
+  // kept within 1/8 of the rows' blocks): 64 bytes, so that a PS at its
+  // memory budget holds what it accounted for.
+  static constexpr int64_t kIndexBytesPerRow = 64;
 
   // Bytes a block of rows costs: the rows, and their index and id entries.
   int64_t block_bytes() const {
@@ -69,10 +72,13 @@ class HashEmbeddingShard final : public RowShard {
   using Reserve = std::function<absl::Status(int64_t bytes)>;
 
   // `layout` and `optimizer` must outlive the shard. `reserve` (may be
-  // empty: no limit) is asked before every new block of rows.
+  // empty: no limit) is asked before every new block of rows; with
+  // `evict_at_memory_limit` (--memory_budget_mb) a refused block makes the
+  // shard evict its least recently updated rows for room instead.
   HashEmbeddingShard(const VariableLayout& layout, int shard,
                      const Optimizer* optimizer, const Initializer& init,
-                     Reserve reserve = nullptr);
+                     Reserve reserve = nullptr,
+                     bool evict_at_memory_limit = false);
 
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
   using RowShard::EnsureRows;
@@ -161,11 +167,10 @@ class HashEmbeddingShard final : public RowShard {
   absl::Status MakeRoomLocked(int64_t count, absl::string_view what,
                               bool allocate, absl::Span<const uint32_t> keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // max_rows: evicts the least recently updated rows, none in `keep`,
-  // until `count` more rows fit in the share (plus 1% of it); advances the
-  // row epoch if it moved rows. Fails if all rows are in `keep`.
-  absl::Status EvictForRoomLocked(int64_t count,
-                                  absl::Span<const uint32_t> keep)
+  // Evicts `need` of the least recently updated rows, none in `keep` (or
+  // fewer, if the others are all in it); advances the row epoch if it
+  // moved rows.
+  void EvictLeastRecentLocked(int64_t need, absl::Span<const uint32_t> keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The last-update step below which about `fraction` of the rows lie,
   // from kEvictionSample rows at random positions.
@@ -183,6 +188,9 @@ class HashEmbeddingShard final : public RowShard {
   // stays kNoRow and the gradient is dropped, counted).
   void ResolveMissingLocked(absl::Span<const int64_t> ids, uint32_t* rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocates one more block of rows, and room in row_ids_ (and
+  // last_step_) for its rows.
+  void AddBlockLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops row `row`; the last row moves into its place.
   void EvictRowLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -198,6 +206,7 @@ class HashEmbeddingShard final : public RowShard {
   const bool zeros_for_unadmitted_;
   const int64_t ttl_steps_;  // eviction; 0: none
   const int64_t max_rows_;   // eviction: this shard's share; 0: none
+  const bool evicts_at_memory_limit_;
   const bool tracks_steps_;  // last_step_ kept (ttl_steps_ or max_rows_)
   mutable std::atomic<int> pins_{0};
   absl::Mutex sweep_mu_;  // one eviction sweep at a time

@@ -54,7 +54,8 @@ std::unique_ptr<Shard> ShardStore::MakeShard(const VariableLayout& layout,
     default:
       return std::make_unique<HashEmbeddingShard>(
           layout, shard, optimizer, init,
-          [this](int64_t bytes) { return ReserveMemory(bytes); });
+          [this](int64_t bytes) { return ReserveMemory(bytes); },
+          evict_at_memory_limit_);
   }
 }
 

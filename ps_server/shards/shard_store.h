@@ -72,6 +72,11 @@ class ShardStore {
              ReplicaPlacement replicas);
   ~ShardStore();
   ShardStore(const ShardStore&) = delete;
+  // --memory_budget_mb: hash embeddings that reach memory_limit_bytes evict
+  // their least recently updated rows for room instead of refusing pushes.
+  // Set before the first variable is created.
+  void set_evict_at_memory_limit(bool evict) { evict_at_memory_limit_ = evict; }
+  bool evict_at_memory_limit() const { return evict_at_memory_limit_; }
   ShardStore& operator=(const ShardStore&) = delete;
 
   // Places `specs` at catalog positions first_index, first_index + 1, ...
@@ -184,6 +189,7 @@ class ShardStore {
   const int ps_task_;
   const int num_ps_;
   const int64_t memory_limit_bytes_;
+  bool evict_at_memory_limit_ = false;
   const ReplicaPlacement replicas_;
   std::atomic<bool> retired_{false};  // Retire() was called
   // A copy of a shard placed on PS `primary` lives here.

@@ -146,8 +146,9 @@ int Variables(Client* client) {
                                         shard.admitted_rows(),
                                         shard.unadmitted_gradients())
                       : "",
-            eviction ? absl::StrFormat("  evicted %d", shard.evicted_rows())
-                     : "",
+            eviction || shard.evicted_rows() > 0
+                ? absl::StrFormat("  evicted %d", shard.evicted_rows())
+                : "",
             shard.backup()
                 ? absl::StrFormat("  (backup of PS %d)", shard.ps_task())
                 : "");
