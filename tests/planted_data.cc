@@ -16,12 +16,13 @@ double PlantedNumber(const PlantedData& data, const std::string& key) {
 }
 
 PlantedData WritePlantedData(const std::string& dir, int64_t train_examples,
-                             int64_t test_examples) {
+                             int64_t test_examples,
+                             const std::string& extra_flags) {
   PlantedData data;
-  const std::string datagen =
-      absl::StrCat("tools/ctr_datagen/ctr_datagen --output_dir=", dir,
-                   " --train_examples=", train_examples,
-                   " --test_examples=", test_examples, " --format=tfrecord");
+  const std::string datagen = absl::StrCat(
+      "tools/ctr_datagen/ctr_datagen --output_dir=", dir,
+      " --train_examples=", train_examples, " --test_examples=", test_examples,
+      " --format=tfrecord ", extra_flags);
   if (std::system(datagen.c_str()) != 0) return data;
   std::ifstream in(dir + "/planted.json");
   std::stringstream json;

@@ -15,8 +15,10 @@ struct PlantedData {
 
 // Writes train-*.tfrecords and test.tfrecords (and planted.json) to `dir`;
 // planted_auc -1 if ctr_datagen failed.
+// `extra_flags` go to ctr_datagen as they are (e.g. "--drift_fraction=0.02").
 PlantedData WritePlantedData(const std::string& dir, int64_t train_examples,
-                             int64_t test_examples);
+                             int64_t test_examples,
+                             const std::string& extra_flags = "");
 
 // A number from planted.json, or -1.
 double PlantedNumber(const PlantedData& data, const std::string& key);

@@ -33,6 +33,15 @@ DEFINE_double(head_rank, 100,
               "Ids of rank r weigh (head_rank / (head_rank + r))^damping of "
               "the most frequent ids: where the signal sits.");
 DEFINE_double(damping, 2, "See --head_rank.");
+DEFINE_double(drift_fraction, 0,
+              "An unbounded, drifting id stream: every --drift_examples "
+              "training examples the fields of 10,000 ids or more shift by "
+              "this fraction of their vocabulary -- new ids enter the tail, "
+              "climb to the head and leave (planted_ctr_model.h). The test "
+              "set is drawn at the last training example's generation "
+              "(recent data). 0: no drift.");
+DEFINE_int64(drift_examples, 100000,
+             "Training examples per drift generation (--drift_fraction).");
 
 namespace psrt {
 namespace {
@@ -107,8 +116,15 @@ int Run() {
   }
   std::error_code ignored;
   std::filesystem::create_directories(FLAGS_output_dir, ignored);
-  const PlantedCtrModel model(FLAGS_seed, FLAGS_target_ctr, FLAGS_head_rank,
-                              FLAGS_damping);
+  if (FLAGS_drift_fraction < 0 || FLAGS_drift_fraction > 1 ||
+      FLAGS_drift_examples < 1) {
+    std::cerr << "ctr_datagen: --drift_fraction must be in [0, 1] and "
+                 "--drift_examples >= 1\n";
+    return 2;
+  }
+  PlantedCtrModel model(FLAGS_seed, FLAGS_target_ctr, FLAGS_head_rank,
+                        FLAGS_damping);
+  model.set_drift(FLAGS_drift_fraction);
   std::mt19937_64 rng(FLAGS_data_seed);
   Example e;
   std::vector<int64_t> counts;
@@ -127,7 +143,7 @@ int Run() {
       return 1;
     }
     for (int64_t i = 0; i < per_file && written < FLAGS_train_examples; ++i) {
-      model.Sample(rng, &e, &counts);
+      model.Sample(rng, &e, &counts, written / FLAGS_drift_examples);
       positives += e.label == 1.0f;
       for (size_t k = PlantedCtrModel::kDenseFields; k < e.ids.size(); ++k) {
         distinct.insert(e.ids[k]);
@@ -155,7 +171,8 @@ int Run() {
   }
   std::vector<float> probabilities, labels;
   for (int64_t i = 0; i < FLAGS_test_examples; ++i) {
-    probabilities.push_back(model.Sample(rng, &e, &counts));
+    probabilities.push_back(model.Sample(
+        rng, &e, &counts, (FLAGS_train_examples - 1) / FLAGS_drift_examples));
     labels.push_back(e.label);
     if (absl::Status s = (*test)->Write(e, counts); !s.ok()) {
       std::cerr << "ctr_datagen: " << test_path << ": " << s << "\n";
@@ -172,12 +189,13 @@ int Run() {
       "{\"format\": \"%s\", \"train_examples\": %d, \"test_examples\": %d, "
       "\"train_files\": %d, \"distinct_train_ids\": %d, \"positive_rate\": "
       "%.4f, "
-      "\"id_space\": %d, \"planted_test_auc\": %.5f, \"planted_test_logloss\": "
-      "%.5f}",
+      "\"id_space\": %d, \"drift_fraction\": %g, \"generations\": %d, "
+      "\"planted_test_auc\": %.5f, \"planted_test_logloss\": %.5f}",
       FLAGS_format, FLAGS_train_examples, FLAGS_test_examples,
       FLAGS_train_files, distinct.size(),
       static_cast<double>(positives) / FLAGS_train_examples, model.id_space(),
-      auc, logloss);
+      FLAGS_drift_fraction,
+      (FLAGS_train_examples - 1) / FLAGS_drift_examples + 1, auc, logloss);
   std::ofstream(FLAGS_output_dir + "/planted.json") << summary << "\n";
   std::cout << "ctr_datagen: " << summary << std::endl;
   return 0;

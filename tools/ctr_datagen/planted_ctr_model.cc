@@ -1,5 +1,6 @@
 #include "tools/ctr_datagen/planted_ctr_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "partitioner/id_hash.h"
@@ -27,6 +28,7 @@ PlantedCtrModel::PlantedCtrModel(uint64_t seed, double target_ctr,
             5000000, 2000000, 500000, 50000,  20000,   5000,    2000,
             500,     200,     50,     20,     8};
   offsets_ = {14};
+  shift_.assign(kCategoricalFields, 0);
   for (int c = 0; c < kCategoricalFields; ++c) {
     zipf_exponent_.push_back(vocab_[c] >= 1000000 ? 1.02 : 1.15);
     samplers_.emplace_back(vocab_[c], zipf_exponent_[c]);
@@ -47,8 +49,12 @@ PlantedCtrModel::PlantedCtrModel(uint64_t seed, double target_ctr,
   Example e;
   std::vector<int64_t> counts;
   for (int i = 0; i < 20000; ++i) {
+    int64_t ranks[kCategoricalFields];
     Sample(rng, &e, &counts);
-    logits.push_back(Logit(e) - bias_);
+    for (int c = 0; c < kCategoricalFields; ++c) {
+      ranks[c] = e.ids[kDenseFields + c] - offsets_[c];
+    }
+    logits.push_back(Logit(e, ranks) - bias_);
   }
   double lo = -10, hi = 10;
   for (int it = 0; it < 60; ++it) {
@@ -60,6 +66,22 @@ PlantedCtrModel::PlantedCtrModel(uint64_t seed, double target_ctr,
   bias_ = (lo + hi) / 2;
 }
 
+void PlantedCtrModel::set_drift(double fraction) {
+  for (int c = 0; c < kCategoricalFields; ++c) {
+    shift_[c] =
+        vocab_[c] >= 10000
+            ? std::max<int64_t>(1, static_cast<int64_t>(fraction * vocab_[c]))
+            : 0;
+    if (fraction <= 0) shift_[c] = 0;
+  }
+}
+
+int64_t PlantedCtrModel::SlotId(int c, int64_t slot) const {
+  if (slot < vocab_[c]) return offsets_[c] + slot;
+  // Past the vocabulary: ids past id_space(), unique per (field, slot).
+  return id_space() + (slot - vocab_[c]) * kCategoricalFields + c;
+}
+
 double PlantedCtrModel::Damp(int64_t rank) const {
   return std::pow(head_rank_ / (head_rank_ + rank), damping_);
 }
@@ -68,13 +90,13 @@ double PlantedCtrModel::Weight(int64_t id, int64_t rank, int field) const {
   return field_sigma_[field] * Damp(rank) * HashedNormal(seed_, id, 0);
 }
 
-double PlantedCtrModel::Logit(const Example& e) const {
+double PlantedCtrModel::Logit(const Example& e, const int64_t* ranks) const {
   double z = bias_;
   for (int f = 0; f < kDenseFields; ++f) z += dense_w_[f] * e.values[f];
   double sum[kFactors] = {0}, sum_sq[kFactors] = {0};
   for (int c = 0; c < kCategoricalFields; ++c) {
     const int64_t id = e.ids[kDenseFields + c];
-    const int64_t rank = id - offsets_[c];
+    const int64_t rank = ranks[c];
     z += Weight(id, rank, c);
     const double damp = Damp(rank);
     for (int k = 0; k < kFactors; ++k) {

@@ -9,6 +9,13 @@
 // weights come from a hash of the id, damped for rare ids (rank r weighs
 // head / (head + r)), so the signal sits where data can learn it. Because p
 // is known, its AUC on a test set is the best any model can reach there.
+//
+// Drift (set_drift): the fields of 10,000 ids or more move through an
+// unbounded id space. At generation g, rank r of field c is slot
+// r + g * shift_c (shift_c = vocab_c * fraction): an id appears in the
+// tail, climbs to the head as generations pass (its weight, damped by its
+// rank, grows with it) and then is never drawn again, while new ids keep
+// arriving. Slots past the vocabulary get ids past id_space().
 #ifndef PSRT_TOOLS_CTR_DATAGEN_PLANTED_CTR_MODEL_H_
 #define PSRT_TOOLS_CTR_DATAGEN_PLANTED_CTR_MODEL_H_
 
@@ -36,13 +43,20 @@ class PlantedCtrModel {
   // then 26 categorical ids with value 1) and its true click probability.
   // `counts` receives the raw dense counts (for Criteo TSV output).
   template <typename Rng>
-  float Sample(Rng& rng, Example* e, std::vector<int64_t>* counts) const;
+  float Sample(Rng& rng, Example* e, std::vector<int64_t>* counts,
+               int64_t generation = 0) const;
+
+  // Each generation shifts the large fields by `fraction` of their
+  // vocabulary (0: no drift).
+  void set_drift(double fraction);
 
   // Categorical ids are offset_[field] + rank: unique across fields.
   int64_t id_space() const { return offsets_.back(); }
 
  private:
-  double Logit(const Example& e) const;
+  double Logit(const Example& e, const int64_t* ranks) const;
+  // The id of slot `slot` of field `c` (see Drift above).
+  int64_t SlotId(int c, int64_t slot) const;
   double Weight(int64_t id, int64_t rank, int field) const;
   double Damp(int64_t rank) const;
 
@@ -50,6 +64,7 @@ class PlantedCtrModel {
   std::vector<double> zipf_exponent_;
   std::vector<ZipfSampler> samplers_;
   std::vector<int64_t> offsets_;  // kCategoricalFields + 1
+  std::vector<int64_t> shift_;    // per field, slots per generation
   std::vector<double> dense_mu_, dense_w_, field_sigma_;
   double bias_ = 0;
   uint64_t seed_;
@@ -58,7 +73,8 @@ class PlantedCtrModel {
 
 template <typename Rng>
 float PlantedCtrModel::Sample(Rng& rng, Example* e,
-                              std::vector<int64_t>* counts) const {
+                              std::vector<int64_t>* counts,
+                              int64_t generation) const {
   e->Clear();
   counts->clear();
   std::normal_distribution<double> normal(0, 1);
@@ -71,11 +87,13 @@ float PlantedCtrModel::Sample(Rng& rng, Example* e,
     e->values.push_back(
         static_cast<float>(std::log1p(static_cast<double>(count))));
   }
+  int64_t ranks[kCategoricalFields];
   for (int c = 0; c < kCategoricalFields; ++c) {
-    e->ids.push_back(offsets_[c] + samplers_[c].Sample(rng));
+    ranks[c] = samplers_[c].Sample(rng);
+    e->ids.push_back(SlotId(c, ranks[c] + generation * shift_[c]));
     e->values.push_back(1.0f);
   }
-  const double p = 1 / (1 + std::exp(-Logit(*e)));
+  const double p = 1 / (1 + std::exp(-Logit(*e, ranks)));
   e->label =
       std::uniform_real_distribution<double>(0, 1)(rng) < p ? 1.0f : 0.0f;
   return static_cast<float>(p);
