@@ -392,41 +392,64 @@ TEST(EvictionTest, AMemoryBudgetWithALimitOrReplicasIsRefusedAtStart) {
       << replicated.status();
 }
 
+// What a DeepFM run through 2 PS ended with: the first worker's held-out
+// AUC, the hash rows over the PS, and the rows of the largest table.
+struct DeepFmRun {
+  double auc = 0;
+  RowTotals rows;
+  int64_t most_rows_per_table = 0;
+};
+
+// ps_worker --model=deepfm on `dir`'s planted data, `num_workers` workers,
+// `flags` added.
+DeepFmRun TrainDeepFm(const std::string& dir, int num_workers,
+                      std::vector<std::string> flags) {
+  DeepFmRun r;
+  LocalCluster::Options o;
+  o.num_ps = 2;
+  o.num_workers = num_workers;
+  auto cluster = LocalCluster::Start(o);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  if (!cluster.ok()) return r;
+  flags.insert(
+      flags.begin(),
+      {"--model=deepfm", absl::StrCat("--train_files=", dir, "/train-*"),
+       absl::StrCat("--eval_files=", dir, "/test.tfrecords"),
+       "--batch_size=1024", "--log_every_steps=200"});
+  std::vector<int> workers(num_workers);
+  std::iota(workers.begin(), workers.end(), 0);
+  auto runs = (*cluster)->RunWorkers("ps_worker/ps_worker", flags, workers,
+                                     absl::Minutes(10));
+  for (const auto& run : runs) EXPECT_EQ(run.exit_code, 0) << run.output;
+  if (runs.size() != workers.size()) return r;
+  r.auc = LastMetric(runs[0].output, "eval_auc");
+  auto client = Client::Connect((*cluster)->MakeClientOptions());
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return r;
+  r.rows = Totals(client->get(), "");
+  auto catalog = (*client)->ListVariables();
+  EXPECT_TRUE(catalog.ok()) << catalog.status();
+  if (!catalog.ok() || catalog->empty()) return r;
+  for (const auto& v : (*catalog)[0].variables()) {
+    if (v.spec().kind() != HASH_EMBEDDING) continue;
+    r.most_rows_per_table = std::max(
+        r.most_rows_per_table, Totals(client->get(), v.spec().name()).rows);
+  }
+  return r;
+}
+
 TEST(AdmissionTest, DeepFmWithMinCount3KeepsItsAucWithFewerRows) {
   const std::string dir = FreshTestDir("admission_ctr");
   const double planted_auc = WritePlantedData(dir, 1000000, 100000).planted_auc;
   ASSERT_GT(planted_auc, 0.75);
 
-  struct Run {
-    double auc = 0;
-    RowTotals rows;
-  };
   auto train = [&](int min_count) {
-    Run r;
-    LocalCluster::Options o;
-    o.num_ps = 2;
-    o.num_workers = 2;
-    auto cluster = LocalCluster::Start(o);
-    EXPECT_TRUE(cluster.ok()) << cluster.status();
-    if (!cluster.ok()) return r;
-    auto runs = (*cluster)->RunWorkers(
-        "ps_worker/ps_worker",
-        {"--model=deepfm", absl::StrCat("--train_files=", dir, "/train-*"),
-         absl::StrCat("--eval_files=", dir, "/test.tfrecords"), "--epochs=2",
-         "--batch_size=1024", "--log_every_steps=200",
-         absl::StrCat("--admission_min_count=", min_count)},
-        {0, 1}, absl::Minutes(10));
-    for (const auto& run : runs) EXPECT_EQ(run.exit_code, 0) << run.output;
-    if (runs.size() != 2) return r;
-    r.auc = LastMetric(runs[0].output, "eval_auc");
-    auto client = Client::Connect((*cluster)->MakeClientOptions());
-    EXPECT_TRUE(client.ok()) << client.status();
-    if (!client.ok()) return r;
-    r.rows = Totals(client->get(), "");
-    return r;
+    return TrainDeepFm(
+        dir, 2,
+        {"--epochs=2", absl::StrCat("--admission_min_count=", min_count)});
   };
-  const Run all = train(0);
-  const Run admitted = train(3);
+  const DeepFmRun all = train(0);
+  const DeepFmRun admitted = train(3);
   std::cout << "DeepFM held-out AUC: every id " << all.auc << " ("
             << all.rows.rows << " rows), min_count 3 " << admitted.auc << " ("
             << admitted.rows.rows << " rows, "
@@ -458,67 +481,35 @@ TEST(EvictionTest, DeepFmOnADriftingStreamKeepsItsAucInATenthOfTheRows) {
   const PlantedData data = WritePlantedData(
       dir, 1000000, 100000, "--drift_fraction=0.02 --drift_examples=50000");
   ASSERT_GT(data.planted_auc, 0.7) << data.summary;
-  struct Run {
-    double auc = 0;
-    int64_t rows = 0, most_rows_per_table = 0, evicted = 0;
-  };
   auto train = [&](int64_t max_rows, int min_count) {
-    Run r;
-    LocalCluster::Options o;
-    o.num_ps = 2;
-    o.num_workers = 1;
-    auto cluster = LocalCluster::Start(o);
-    EXPECT_TRUE(cluster.ok()) << cluster.status();
-    if (!cluster.ok()) return r;
-    auto runs = (*cluster)->RunWorkers(
-        "ps_worker/ps_worker",
-        {"--model=deepfm", absl::StrCat("--train_files=", dir, "/train-*"),
-         absl::StrCat("--eval_files=", dir, "/test.tfrecords"), "--epochs=1",
-         "--batch_size=1024", "--log_every_steps=200",
-         absl::StrCat("--eviction_max_rows=", max_rows),
-         absl::StrCat("--admission_min_count=", min_count)},
-        {0}, absl::Minutes(10));
-    for (const auto& run : runs) EXPECT_EQ(run.exit_code, 0) << run.output;
-    if (runs.size() != 1) return r;
-    r.auc = LastMetric(runs[0].output, "eval_auc");
-    auto client = Client::Connect((*cluster)->MakeClientOptions());
-    EXPECT_TRUE(client.ok()) << client.status();
-    if (!client.ok()) return r;
-    const RowTotals all = Totals(client->get(), "");
-    r.rows = all.rows;
-    r.evicted = all.evicted;
-    auto catalog = (*client)->ListVariables();
-    EXPECT_TRUE(catalog.ok()) << catalog.status();
-    if (!catalog.ok() || catalog->empty()) return r;
-    for (const auto& v : (*catalog)[0].variables()) {
-      if (v.spec().kind() != HASH_EMBEDDING) continue;
-      r.most_rows_per_table = std::max(
-          r.most_rows_per_table, Totals(client->get(), v.spec().name()).rows);
-    }
-    return r;
+    return TrainDeepFm(
+        dir, 1,
+        {"--epochs=1", absl::StrCat("--eviction_max_rows=", max_rows),
+         absl::StrCat("--admission_min_count=", min_count)});
   };
-  const Run unbounded = train(0, 0);
+  const DeepFmRun unbounded = train(0, 0);
   ASSERT_GT(unbounded.most_rows_per_table, 0);
   const int64_t budget = unbounded.most_rows_per_table / 10;
-  const Run bounded = train(budget, 0);
-  const Run admitted = train(budget, 3);
+  const DeepFmRun bounded = train(budget, 0);
+  const DeepFmRun admitted = train(budget, 3);
   std::cout << "with admission_min_count 3: " << admitted.auc << " ("
-            << admitted.rows << " rows, " << admitted.evicted << " evicted)\n";
+            << admitted.rows.rows << " rows, " << admitted.rows.evicted
+            << " evicted)\n";
   std::cout << "drifting stream (" << data.summary << "): DeepFM AUC on the "
             << "last generation: unbounded " << unbounded.auc << " ("
-            << unbounded.rows << " rows, largest table "
+            << unbounded.rows.rows << " rows, largest table "
             << unbounded.most_rows_per_table << "); max_rows " << budget
-            << " per table " << bounded.auc << " (" << bounded.rows
+            << " per table " << bounded.auc << " (" << bounded.rows.rows
             << " rows, largest table " << bounded.most_rows_per_table << ", "
-            << bounded.evicted << " evicted); planted model "
+            << bounded.rows.evicted << " evicted); planted model "
             << data.planted_auc << "\n";
   EXPECT_LE(bounded.most_rows_per_table, budget);
-  EXPECT_GT(bounded.evicted, 0);
+  EXPECT_GT(bounded.rows.evicted, 0);
   EXPECT_NEAR(bounded.auc, unbounded.auc, 0.005);
   // Admission on the same budget: the one-off tail ids take no rows, so far
   // fewer rows churn.
   EXPECT_LE(admitted.most_rows_per_table, budget);
-  EXPECT_LT(admitted.evicted, bounded.evicted / 4);
+  EXPECT_LT(admitted.rows.evicted, bounded.rows.evicted / 4);
   EXPECT_NEAR(admitted.auc, unbounded.auc, 0.005);
 }
 
