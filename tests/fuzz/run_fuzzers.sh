@@ -50,7 +50,8 @@ sources=(
   ps_server/shards/embedding_shard.cc ps_server/shards/float_array.cc
   ps_server/shards/hash_embedding_shard.cc ps_server/shards/row_shard.cc
   ps_server/shards/shard_store.cc ps_server/shards/shard.cc
-  ps_server/shards/shard_bounds.cc util/thread_pool.cc
+  ps_server/shards/shard_bounds.cc ps_server/shards/count_min_sketch.cc
+  util/thread_pool.cc
   util/memory_headroom.cc
   ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc
   ps_server/rpc/push_handler.cc ps_server/rpc/push_dedup.cc
