@@ -178,22 +178,38 @@ TEST(AdmissionTest, WithReplicasItIsRefusedNamingWhyAndTheServersServeOn) {
   EXPECT_TRUE((*client)->PullRows("ids", {5}, row.data()).ok());
 }
 
-TEST(EvictionTest, TheServersSweepDropsIdleRowsAndReturningIdsStartFresh) {
+// 2 PS that sweep for eviction every 100 ms, and a client of them (both
+// null, the test failed, if either cannot start).
+struct SweptCluster {
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<Client> client;
+};
+SweptCluster StartSweptCluster() {
   LocalCluster::Options o;
   o.num_ps = 2;
   o.extra_flags = {"--eviction_interval_secs=0.1"};
   auto cluster = LocalCluster::Start(o);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  if (!cluster.ok()) return {};
   auto client = Client::Connect((*cluster)->MakeClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return {};
+  return {std::move(*cluster), std::move(*client)};
+}
+
+TEST(EvictionTest, TheServersSweepDropsIdleRowsAndReturningIdsStartFresh) {
+  SweptCluster swept = StartSweptCluster();
+  ASSERT_NE(swept.client, nullptr);
+  LocalCluster* cluster = swept.cluster.get();
+  Client* client = swept.client.get();
   const VariableSpec spec = AdmissionSpecFor("ids", 0, /*ttl_steps=*/10);
-  ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+  ASSERT_EQ(client->CreateVariables({spec}), absl::OkStatus());
   Initializer init(spec.initializer());
   auto push = [&](const std::vector<int64_t>& ids, float g, int64_t step) {
     std::vector<float> grads(ids.size() * 4, g);
     StepOptions at;
     at.step = step;
-    return (*client)->Push({PushOp::Rows("ids", ids, grads.data())}, at);
+    return client->Push({PushOp::Rows("ids", ids, grads.data())}, at);
   };
   // 1,000 ids pushed at step 0, then 10 others at steps 1..20: the PS's
   // global step reaches 21 and the first 1,000 are idle for more than 10.
@@ -207,30 +223,30 @@ TEST(EvictionTest, TheServersSweepDropsIdleRowsAndReturningIdsStartFresh) {
   RowTotals t;
   for (absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;
        absl::SleepFor(absl::Milliseconds(50))) {
-    t = Totals(client->get(), "ids");
+    t = Totals(client, "ids");
     if (t.rows == 10) break;
   }
   EXPECT_EQ(t.rows, 10);
   EXPECT_EQ(t.evicted, 1000);
   std::vector<float> values(idle.size() * 4);
-  ASSERT_TRUE((*client)->PullRows("ids", idle, values.data()).ok());
+  ASSERT_TRUE(client->PullRows("ids", idle, values.data()).ok());
   for (size_t i = 0; i < idle.size(); ++i) {
     ASSERT_EQ(values[i * 4 + 2], init.Value(idle[i], 2)) << i;
   }
-  ASSERT_TRUE((*client)->PullRows("ids", busy, values.data()).ok());
+  ASSERT_TRUE(client->PullRows("ids", busy, values.data()).ok());
   for (size_t i = 0; i < busy.size(); ++i) {
     ASSERT_FLOAT_EQ(values[i * 4 + 2], init.Value(busy[i], 2) - 10.0f) << i;
   }
   double evicted = 0;
   for (int ps = 0; ps < 2; ++ps) {
-    auto text = FetchMetrics((*cluster)->metrics_port(ps));
+    auto text = FetchMetrics(cluster->metrics_port(ps));
     ASSERT_TRUE(text.ok()) << text.status();
     evicted += MetricValue(*text, "psrt_evicted_rows_total{variable=\"ids\"}");
   }
   EXPECT_EQ(evicted, 1000);
   // An evicted id pushed again gets a fresh row: initial value - g.
   ASSERT_TRUE(push({idle[0]}, 0.25f, 21).ok());
-  ASSERT_TRUE((*client)->PullRows("ids", {idle[0]}, values.data()).ok());
+  ASSERT_TRUE(client->PullRows("ids", {idle[0]}, values.data()).ok());
   EXPECT_FLOAT_EQ(values[2], init.Value(idle[0], 2) - 0.25f);
 }
 
@@ -239,16 +255,13 @@ TEST(EvictionTest, TheServersSweepDropsIdleRowsAndReturningIdsStartFresh) {
 // never hold more than the budget, the hot rows keep every update, and the
 // reports count every row that went.
 TEST(EvictionTest, MaxRowsKeepsTheTableWithinBudgetAndTheHotRows) {
-  LocalCluster::Options o;
-  o.num_ps = 2;
-  o.extra_flags = {"--eviction_interval_secs=0.1"};
-  auto cluster = LocalCluster::Start(o);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto client = Client::Connect((*cluster)->MakeClientOptions());
-  ASSERT_TRUE(client.ok()) << client.status();
+  SweptCluster swept = StartSweptCluster();
+  ASSERT_NE(swept.client, nullptr);
+  LocalCluster* cluster = swept.cluster.get();
+  Client* client = swept.client.get();
   VariableSpec spec = AdmissionSpecFor("ids", 0);
   spec.mutable_eviction()->set_max_rows(2000);
-  ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+  ASSERT_EQ(client->CreateVariables({spec}), absl::OkStatus());
   Initializer init(spec.initializer());
   std::vector<int64_t> hot(100);
   std::iota(hot.begin(), hot.end(), int64_t{7} << 40);
@@ -260,22 +273,22 @@ TEST(EvictionTest, MaxRowsKeepsTheTableWithinBudgetAndTheHotRows) {
     std::vector<float> grads(ids.size() * 4, 0.25f);
     StepOptions at;
     at.step = step;
-    ASSERT_EQ((*client)->Push({PushOp::Rows("ids", ids, grads.data())}, at),
+    ASSERT_EQ(client->Push({PushOp::Rows("ids", ids, grads.data())}, at),
               absl::OkStatus())
         << "step " << step;
     if (step % 10 == 9) {
-      most_rows = std::max(most_rows, Totals(client->get(), "ids").rows);
+      most_rows = std::max(most_rows, Totals(client, "ids").rows);
     }
   }
   std::printf("max_rows 2000: most rows held %lld\n",
               static_cast<long long>(most_rows));
   EXPECT_LE(most_rows, 2000);
-  const RowTotals t = Totals(client->get(), "ids");
+  const RowTotals t = Totals(client, "ids");
   EXPECT_LE(t.rows, 2000);
   EXPECT_GE(t.rows, 1000);  // the sweep leaves 90% of each share, or more
   EXPECT_EQ(t.evicted, 20000 + 100 - t.rows);
   std::vector<float> values(hot.size() * 4);
-  ASSERT_TRUE((*client)->PullRows("ids", hot, values.data()).ok());
+  ASSERT_TRUE(client->PullRows("ids", hot, values.data()).ok());
   for (size_t i = 0; i < hot.size(); ++i) {
     ASSERT_FLOAT_EQ(values[i * 4 + 1], init.Value(hot[i], 1) - 25.0f) << i;
   }
@@ -283,13 +296,13 @@ TEST(EvictionTest, MaxRowsKeepsTheTableWithinBudgetAndTheHotRows) {
   std::vector<int64_t> first(200);
   std::iota(first.begin(), first.end(), 0);
   values.resize(first.size() * 4);
-  ASSERT_TRUE((*client)->PullRows("ids", first, values.data()).ok());
+  ASSERT_TRUE(client->PullRows("ids", first, values.data()).ok());
   for (size_t i = 0; i < first.size(); ++i) {
     ASSERT_EQ(values[i * 4], init.Value(first[i], 0)) << i;
   }
   double evicted = 0;
   for (int ps = 0; ps < 2; ++ps) {
-    auto text = FetchMetrics((*cluster)->metrics_port(ps));
+    auto text = FetchMetrics(cluster->metrics_port(ps));
     ASSERT_TRUE(text.ok()) << text.status();
     evicted += MetricValue(*text, "psrt_evicted_rows_total{variable=\"ids\"}");
   }

@@ -9,20 +9,13 @@
 #include "gtest/gtest.h"
 #include "ps_server/replication/lease_holder.h"
 #include "ps_server/replication/replication_log.h"
+#include "ps_server/replication/unreachable_peers.h"
 
 namespace psrt {
 namespace {
 
-std::unique_ptr<PsPeers> Peers() {
-  // Port 1 on loopback: refused at once, nothing listens there.
-  auto peers = PsPeers::Create({"127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"}, 0,
-                               SecurityOptions());
-  EXPECT_TRUE(peers.ok()) << peers.status();
-  return std::move(*peers);
-}
-
 TEST(MembershipTest, AGrantedLeaseMakesThePsReachableInAVote) {
-  auto peers = Peers();
+  auto peers = UnreachablePeers();
   Membership membership(peers.get(), 2);
   EXPECT_FALSE(membership.HoldsLeaseFromHere(1));
   ASSERT_EQ(membership.Grant(1), absl::OkStatus());
@@ -34,7 +27,7 @@ TEST(MembershipTest, AGrantedLeaseMakesThePsReachableInAVote) {
 }
 
 TEST(MembershipTest, AVoteAgainstAPsWithholdsItsLease) {
-  auto peers = Peers();
+  auto peers = UnreachablePeers();
   Membership membership(peers.get(), 2);
   EXPECT_FALSE(membership.VoteReachable(2, /*pinged_ok=*/false));
   absl::Status refused = membership.Grant(2);
@@ -47,7 +40,7 @@ TEST(MembershipTest, AVoteAgainstAPsWithholdsItsLease) {
 }
 
 TEST(MembershipTest, AFailedOverPsIsToldItWasReplaced) {
-  auto peers = Peers();
+  auto peers = UnreachablePeers();
   Membership membership(peers.get(), 2);
   EXPECT_EQ(membership.MarkFailed(1), 1);
   EXPECT_EQ(membership.MarkFailed(1), 1);  // known already: same epoch
@@ -58,7 +51,7 @@ TEST(MembershipTest, AFailedOverPsIsToldItWasReplaced) {
 }
 
 TEST(MembershipTest, AHandbackEndsTheFailoverAndTheVoteForIt) {
-  auto peers = Peers();
+  auto peers = UnreachablePeers();
   Membership membership(peers.get(), 2);
   EXPECT_FALSE(membership.VoteReachable(1, /*pinged_ok=*/false));
   EXPECT_EQ(membership.MarkFailed(1), 1);
@@ -76,7 +69,7 @@ TEST(MembershipTest, AHandbackEndsTheFailoverAndTheVoteForIt) {
 }
 
 TEST(MembershipTest, TheHigherTermWinsWhateverOrderViewsArriveIn) {
-  auto peers = Peers();
+  auto peers = UnreachablePeers();
   Membership membership(peers.get(), 2);
   EXPECT_TRUE(membership.Learn(2, 2));   // failed over and handed back
   EXPECT_FALSE(membership.Learn(2, 1));  // a stale view: ignored
@@ -100,7 +93,7 @@ TEST(MembershipTest, TheHigherTermWinsWhateverOrderViewsArriveIn) {
 }
 
 TEST(MembershipTest, NoLeaseWithoutAMajority) {
-  auto peers = Peers();
+  auto peers = UnreachablePeers();
   Membership membership(peers.get(), 2);
   LeaseHolder::Options options;
   options.renew_every = absl::Milliseconds(20);

@@ -5,19 +5,13 @@
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "ps_server/replication/unreachable_peers.h"
 
 namespace psrt {
 namespace {
 
-std::unique_ptr<PsPeers> Peers() {
-  auto peers = PsPeers::Create({"127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"}, 0,
-                               SecurityOptions());
-  EXPECT_TRUE(peers.ok()) << peers.status();
-  return std::move(*peers);
-}
-
 TEST(ReplicatorTest, TheReplacedCallbackRunsOnceWhenSetBeforeIt) {
-  auto peers = Peers();
+  auto peers = UnreachablePeers();
   Replicator replicator(peers.get(), /*backups=*/{});
   int calls = 0;
   replicator.set_on_replaced([&] { ++calls; });
@@ -33,7 +27,7 @@ TEST(ReplicatorTest, TheReplacedCallbackRunsOnceWhenSetBeforeIt) {
 // built, and a backup that took its shards over refuses at once: the
 // callback set after that must still run (else the PS never rejoins).
 TEST(ReplicatorTest, TheReplacedCallbackRunsAtOnceWhenSetAfterIt) {
-  auto peers = Peers();
+  auto peers = UnreachablePeers();
   Replicator replicator(peers.get(), /*backups=*/{});
   replicator.MarkReplaced("PS 1 took over");
   int calls = 0;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "partitioner/id_hash.h"
 #include "util/finite.h"
 #include "util/thread_pool.h"
 
@@ -157,8 +158,11 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
   const uint64_t epoch = rows_epoch_;
   absl::Status s = sketch_ != nullptr ? ReserveForAdmissionLocked(ids, rows)
                                       : CreateRowsLocked(ids, rows.data());
-  // Making room evicted rows (max_rows), moving others: found again.
-  if (rows_epoch_ != epoch && rows_out != nullptr) FindRows(ids, rows.data());
+  // Making room evicted rows, moving others: found again (CreateRowsLocked
+  // finds them again itself).
+  if (sketch_ != nullptr && rows_epoch_ != epoch && rows_out != nullptr) {
+    FindRows(ids, rows.data());
+  }
   if (rows_epoch != nullptr) *rows_epoch = rows_epoch_;
   if (rows_out == nullptr) rows.clear();
   return s;
@@ -274,11 +278,8 @@ int64_t HashEmbeddingShard::SampleStepLocked(double fraction) {
   const int64_t k = std::min<int64_t>(rows_, kEvictionSample);
   std::vector<int64_t> steps(k);
   for (int64_t j = 0; j < k; ++j) {
-    // splitmix64: a cheap, well-mixed position per sample.
-    uint64_t z = (sample_state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    // A well-mixed position per sample from a counter.
+    const uint64_t z = MixId(static_cast<int64_t>(sample_state_++));
     const int64_t step = last_step_[z % static_cast<uint64_t>(rows_)];
     steps[j] = step < 0 ? current_step_ : step;  // restored: recent
   }
