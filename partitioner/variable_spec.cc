@@ -1,9 +1,12 @@
 #include "partitioner/variable_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -79,6 +82,45 @@ absl::Status NormalizeAdmission(VariableSpec* spec) {
   if (!AdmissionSpec::Unadmitted_IsValid(a->unadmitted_value())) {
     return Invalid(*spec, absl::StrCat("unknown admission.unadmitted_value ",
                                        a->unadmitted_value()));
+  }
+  return absl::OkStatus();
+}
+
+// StorageSpec: SSD on hash embeddings only, a path that names one
+// directory (it comes from the wire: nothing outside --ssd_tier_dir).
+absl::Status NormalizeStorage(VariableSpec* spec) {
+  if (!spec->has_storage()) return absl::OkStatus();
+  const StorageSpec& storage = spec->storage();
+  if (storage.tier() != StorageSpec::MEMORY &&
+      storage.tier() != StorageSpec::SSD) {
+    return Invalid(*spec,
+                   absl::StrCat("unknown storage.tier ", storage.tier()));
+  }
+  if (storage.tier() == StorageSpec::MEMORY) {
+    if (!storage.path().empty()) {
+      return Invalid(*spec, "storage.path applies to the SSD tier only");
+    }
+    spec->clear_storage();  // memory: one spelling of it
+    return absl::OkStatus();
+  }
+  if (spec->kind() != HASH_EMBEDDING) {
+    return Invalid(*spec,
+                   "storage.tier = SSD applies to HASH_EMBEDDING variables "
+                   "only (other variables are preallocated in memory)");
+  }
+  const std::string& path = storage.path();
+  const bool name_ok =
+      path.size() <= 128 && path != "." && path != ".." &&
+      std::all_of(path.begin(), path.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+               c == '_' || c == '-';
+      });
+  if (!name_ok) {
+    return Invalid(*spec,
+                   absl::StrCat("storage.path '", absl::CHexEscape(path),
+                                "' must be one directory name of at most 128 "
+                                "letters, digits, '.', '_' or '-' (it is "
+                                "created under ps_server --ssd_tier_dir)"));
   }
   return absl::OkStatus();
 }
@@ -173,6 +215,7 @@ absl::Status NormalizeVariableSpec(VariableSpec* spec) {
       spec->clear_eviction();
     }
   }
+  if (absl::Status s = NormalizeStorage(spec); !s.ok()) return s;
   const PartitionSpec& p = spec->partition();
   if (p.num_shards() < 0 || p.max_shard_bytes() < 0) {
     return Invalid(*spec,

@@ -6,6 +6,8 @@
 //   ps_server
 //   ps_server --checkpoint_uri=s3://bucket/run1 --checkpoint_every_secs=600 \
 //             --restore=auto
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <thread>
@@ -61,6 +63,13 @@ DEFINE_int64(memory_budget_mb, 0,
              "known-vocabulary variables past it are refused as with "
              "--memory_limit_bytes, which it replaces (set one). 0: no "
              "budget. Needs --replicas=1.");
+DEFINE_string(ssd_tier_dir, "",
+              "Directory (on an SSD) where hash embeddings with "
+              "storage.tier = SSD keep the rows evicted from memory, one "
+              "RocksDB store per shard in <dir>/<storage.path>/shard-<N>, "
+              "emptied when the shard is created (a restarted PS restores "
+              "from its checkpoint). Empty: $TMPDIR (or /tmp) "
+              "/psrt-ssd-tier/ps<task>-<pid>, removed as the PS exits.");
 DEFINE_double(eviction_interval_secs, 1.0,
               "How often hash embeddings with eviction (eviction.ttl_steps "
               "in the variable's spec) are swept for rows idle longer than "
@@ -206,6 +215,13 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
     options.evict_at_memory_limit = true;
   }
   options.replicas = FLAGS_replicas;
+  options.ssd_tier_dir = FLAGS_ssd_tier_dir;
+  if (options.ssd_tier_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    options.ssd_tier_dir =
+        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                     "/psrt-ssd-tier/ps", FLAGS_task_index, "-", getpid());
+  }
   if (!(FLAGS_eviction_interval_secs > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--eviction_interval_secs must be > 0, got ",

@@ -54,6 +54,12 @@ DEFINE_int64(eviction_max_rows, 0,
              "the servers; new ids evict the least recently updated rows "
              "instead of failing. 0: no bound but --hash_capacity (which it "
              "must not pass). Needs --vocab=0.");
+DEFINE_bool(ssd_tier, false,
+            "Hash embeddings: rows that --eviction_max_rows, "
+            "--eviction_ttl_steps or ps_server --memory_budget_mb take out "
+            "of memory go to the servers' SSD tier (ps_server "
+            "--ssd_tier_dir) instead of being dropped, and come back, "
+            "optimizer slots and all, when an id returns. Needs --vocab=0.");
 DEFINE_int32(embedding_shards, 0,
              "Shards per embedding table (0: one per PS).");
 DEFINE_string(optimizer, "adagrad",
@@ -238,6 +244,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromFlags() {
         "known vocabulary keeps every row");
   }
   model.eviction_max_rows = FLAGS_eviction_max_rows;
+  if (FLAGS_ssd_tier && FLAGS_vocab > 0) {
+    return absl::InvalidArgumentError(
+        "--ssd_tier applies to hash embeddings (--vocab=0); a known "
+        "vocabulary is preallocated in memory");
+  }
+  model.ssd_tier = FLAGS_ssd_tier;
   model.embedding_shards = FLAGS_embedding_shards;
   model.seed = FLAGS_seed;
   auto emb = Optimizer(FLAGS_optimizer, FLAGS_learning_rate);

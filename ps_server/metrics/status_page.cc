@@ -144,6 +144,12 @@ std::string RenderStatusPage(const StatusPageData& d) {
           &admission, "%s%s: <span id=\"var-%d-evicted\">%d</span> evicted",
           admission.empty() ? "" : "; ", rule, i, v.evicted_rows);
     }
+    if (v.ssd_tier) {
+      absl::StrAppendFormat(
+          &admission,
+          "%sSSD tier: <span id=\"var-%d-spilled\">%d</span> rows on disk",
+          admission.empty() ? "" : "; ", i, v.spilled_rows);
+    }
     if (admission.empty()) admission = "&ndash;";
     absl::StrAppendFormat(
         &html,

@@ -49,6 +49,9 @@ struct StatusPageData {
     int64_t eviction_ttl_steps = 0;
     int64_t eviction_max_rows = 0;
     int64_t evicted_rows = 0;
+    // With an SSD tier: the rows here on disk (of local_rows).
+    bool ssd_tier = false;
+    int64_t spilled_rows = 0;
   };
   std::vector<Variable> variables;
   // Bytes each PS holds: planned from the shard map for dense and

@@ -418,7 +418,7 @@ void ParameterServerService::AddVariableMetrics() {
   // its primary's to report).
   struct Totals {
     int64_t rows = 0, bytes = 0;
-    bool has_admission = false, has_eviction = false;
+    bool has_admission = false, has_eviction = false, has_ssd_tier = false;
     HashRowCounts counts;
   };
   const ShardStore* store = store_;
@@ -428,6 +428,7 @@ void ParameterServerService::AddVariableMetrics() {
       Totals t;
       t.has_admission = v->layout->spec.has_admission();
       t.has_eviction = v->layout->spec.has_eviction();
+      t.has_ssd_tier = v->layout->spec.storage().tier() == StorageSpec::SSD;
       for (int s = 0; s < v->layout->num_shards(); ++s) {
         if (!v->IsPrimary(s)) continue;
         t.rows += v->shard(s).num_rows();
@@ -487,6 +488,23 @@ void ParameterServerService::AddVariableMetrics() {
       [](const Totals& t) {
         return static_cast<double>(t.counts.evicted_rows);
       });
+  auto with_ssd_tier = [](const Totals& t) { return t.has_ssd_tier; };
+  family("psrt_spilled_rows",
+         "Rows of SSD-tier hash embeddings on disk now (storage.tier = SSD)",
+         prometheus::MetricType::Gauge, with_ssd_tier, [](const Totals& t) {
+           return static_cast<double>(t.counts.spilled_rows);
+         });
+  family("psrt_spilled_bytes",
+         "Bytes of SSD-tier hash embeddings' spilled rows: files on disk "
+         "and the write buffers not yet in them",
+         prometheus::MetricType::Gauge, with_ssd_tier, [](const Totals& t) {
+           return static_cast<double>(t.counts.spilled_bytes);
+         });
+  family("psrt_promoted_rows_total",
+         "Spilled rows brought back to memory by a push that carried them",
+         prometheus::MetricType::Counter, with_ssd_tier, [](const Totals& t) {
+           return static_cast<double>(t.counts.promoted_rows);
+         });
 }
 
 void ParameterServerService::AddCheckpointMetrics(int ps_task) {
@@ -782,6 +800,9 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
             shard->set_admitted_rows(admission.admitted_rows);
             shard->set_unadmitted_gradients(admission.unadmitted_gradients);
             shard->set_evicted_rows(admission.evicted_rows);
+            shard->set_spilled_rows(admission.spilled_rows);
+            shard->set_promoted_rows(admission.promoted_rows);
+            shard->set_spilled_bytes(admission.spilled_bytes);
             shard->set_backup(v->IsBackup(s));
             if (request.with_digests()) {
               shard->set_digest(ShardDigest(v->shard(s)));
@@ -885,6 +906,8 @@ std::string ParameterServerService::StatusPageHtml() const {
     row.admitted_rows = counts.admitted_rows;
     row.unadmitted_gradients = counts.unadmitted_gradients;
     row.evicted_rows = counts.evicted_rows;
+    row.ssd_tier = layout.spec.storage().tier() == StorageSpec::SSD;
+    row.spilled_rows = counts.spilled_rows;
     row.local_bytes = v->bytes();
     d.variables.push_back(std::move(row));
   }

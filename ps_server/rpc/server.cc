@@ -163,6 +163,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     }
     server->store_->set_evict_at_memory_limit(true);
   }
+  server->store_->set_ssd_tier_dir(options.ssd_tier_dir);
   if (!options.restore_uri.empty()) {
     auto restorer = CheckpointRestorer::Open(options.restore_uri,
                                              options.checkpoint.open_storage);

@@ -43,6 +43,8 @@ struct ServerOptions {
   // At memory_limit_bytes, hash embeddings evict their least recently
   // updated rows instead of refusing (--memory_budget_mb).
   bool evict_at_memory_limit = false;
+  // Where SSD-tier hash embeddings spill rows (--ssd_tier_dir).
+  std::string ssd_tier_dir;
   CheckpointOptions checkpoint;
   // TLS for the listening port, the token every call must carry, and the
   // credentials this PS uses to call the other PS.

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "partitioner/id_hash.h"
 #include "util/finite.h"
 #include "util/thread_pool.h"
@@ -15,7 +17,8 @@ namespace psrt {
 HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
                                        const Optimizer* optimizer,
                                        const Initializer& init, Reserve reserve,
-                                       bool evict_at_memory_limit)
+                                       bool evict_at_memory_limit,
+                                       std::unique_ptr<RowSpillStore> store)
     : layout_(layout),
       shard_(shard),
       optimizer_(optimizer),
@@ -37,8 +40,8 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
                     layout.num_shards()
               : 0),
       evicts_at_memory_limit_(evict_at_memory_limit),
-      tracks_steps_(ttl_steps_ > 0 || max_rows_ > 0 ||
-                    evicts_at_memory_limit_) {
+      tracks_steps_(ttl_steps_ > 0 || max_rows_ > 0 || evicts_at_memory_limit_),
+      store_(std::move(store)) {
   if (min_count_ > 0) {
     sketch_ = std::make_unique<CountMinSketch>(
         layout.spec.admission().sketch_width());
@@ -53,7 +56,8 @@ const float* HashEmbeddingShard::Row(uint32_t row) const {
   return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
 }
 
-uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
+uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
+                                       bool looked_up) {
   const uint32_t row = static_cast<uint32_t>(rows_++);
   if (row / kRowsPerBlock == blocks_.size()) {
     AddBlockLocked();
@@ -63,6 +67,22 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id) {
   for (int k = 0; k < optimizer_->num_slots(); ++k) {
     std::fill_n(values + width_ * (k + 1), width_,
                 optimizer_->initial_slot_value(k));
+  }
+  if (spilled != nullptr) {
+    std::memcpy(values, spilled, stride_ * sizeof(float));
+    --spilled_;
+    ++admission_.promoted_rows;
+  } else if (store_ != nullptr && spilled_ > 0 && !looked_up) {
+    // A spilled row comes back with its values and slots.
+    absl::StatusOr<bool> taken = store_->Take(id, values);
+    if (!taken.ok()) {
+      LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
+                 << shard_ << ": id " << id
+                 << " starts from its initial value: " << taken.status();
+    } else if (*taken) {
+      --spilled_;
+      ++admission_.promoted_rows;
+    }
   }
   index_.emplace(id, row);
   row_ids_.push_back(id);
@@ -119,6 +139,30 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
   // caches).
   std::vector<uint32_t> rows(ids.size());
   FindRows(ids, rows.data());
+  // Spilled rows are read from the SSD tier, all in one batch.
+  std::vector<int32_t> on_disk;  // per id: its row in from_disk, or -1
+  std::vector<float> from_disk;
+  if (store_ != nullptr && spilled_ > 0) {
+    std::vector<int64_t> missing;
+    on_disk.assign(ids.size(), -1);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (rows[i] == kNoRow) {
+        on_disk[i] = static_cast<int32_t>(missing.size());
+        missing.push_back(ids[i]);
+      }
+    }
+    from_disk.resize(missing.size() * width_);
+    std::unique_ptr<bool[]> found(new bool[missing.size()]());
+    if (absl::Status s =
+            store_->Read(missing, width_, from_disk.data(), found.get());
+        !s.ok()) {
+      LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
+                 << shard_ << ": a pull reads initial values: " << s;
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (on_disk[i] >= 0 && !found[on_disk[i]]) on_disk[i] = -1;
+    }
+  }
   auto copy = [&](int64_t begin, int64_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     for (int64_t i = begin; i < end; ++i) {
       if (i + static_cast<int64_t>(kRowPrefetchDistance) < end &&
@@ -126,7 +170,10 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
         PrefetchRow(Row(rows[i + kRowPrefetchDistance]), width_,
                     /*write=*/false);
       }
-      if (rows[i] == kNoRow) {
+      if (rows[i] == kNoRow && !on_disk.empty() && on_disk[i] >= 0) {
+        std::memcpy(out + i * width_, &from_disk[on_disk[i] * width_],
+                    width_ * sizeof(float));
+      } else if (rows[i] == kNoRow) {
         if (zeros_for_unadmitted_) {
           std::fill_n(out + i * width_, width_, 0.0f);
         } else {
@@ -252,10 +299,46 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
   // ids missing stay missing: eviction adds none).
   const bool moved = rows_epoch_ != epoch;
   index_.reserve(rows_ + missing);
+  // The rows of missing ids the SSD tier holds, taken in one batch.
+  std::vector<int64_t> missing_ids;
+  std::vector<float> spilled_rows;
+  std::unique_ptr<bool[]> on_disk;
+  if (store_ != nullptr && spilled_ > 0) {
+    absl::flat_hash_set<int64_t> seen;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (rows[i] == kNoRow && seen.insert(ids[i]).second) {
+        missing_ids.push_back(ids[i]);
+      }
+    }
+    std::sort(missing_ids.begin(), missing_ids.end());  // the store's order
+    spilled_rows.resize(missing_ids.size() * stride_);
+    on_disk.reset(new bool[missing_ids.size()]());
+    if (absl::Status s =
+            store_->TakeMany(missing_ids, spilled_rows.data(), on_disk.get());
+        !s.ok()) {
+      LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
+                 << shard_ << ": ids missing from memory start from their "
+                 << "initial values: " << s;
+      missing_ids.clear();
+    }
+  }
+  auto spilled_row = [&](int64_t id) -> const float* {
+    auto at = std::lower_bound(missing_ids.begin(), missing_ids.end(), id);
+    if (at == missing_ids.end() || *at != id) return nullptr;
+    const size_t k = at - missing_ids.begin();
+    return on_disk[k] ? &spilled_rows[k * stride_] : nullptr;
+  };
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] != kNoRow && !moved) continue;
     auto it = index_.find(ids[i]);  // found, or created for an earlier repeat
-    rows[i] = it != index_.end() ? it->second : CreateRow(ids[i]);
+    if (it != index_.end()) {
+      rows[i] = it->second;
+    } else if (!missing_ids.empty()) {
+      // Taken from the tier or not there: never looked up again.
+      rows[i] = CreateRow(ids[i], spilled_row(ids[i]), /*looked_up=*/true);
+    } else {
+      rows[i] = CreateRow(ids[i]);
+    }
   }
   return absl::OkStatus();
 }
@@ -330,6 +413,7 @@ void HashEmbeddingShard::EvictLeastRecentLocked(
   }
   evict_hand_ = rows_ > 0 ? pos : 0;
   if (evicted > 0) ++rows_epoch_;
+  CommitSpilledLocked();
 }
 
 void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
@@ -346,14 +430,21 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
       continue;
     }
     // Another push may have taken the room Prepare saw: a new block is
-    // reserved here, and without room the id is not admitted yet.
-    const bool admitted = sketch_->Increment(ids[i]) >= min_count_;
+    // reserved here, and without room the id is not admitted yet. A
+    // spilled id was admitted before.
+    bool spilled = false;
+    if (store_ != nullptr && spilled_ > 0 &&
+        !store_->Read(absl::MakeConstSpan(&ids[i], 1), 0, nullptr, &spilled)
+             .ok()) {
+      spilled = false;
+    }
+    const bool admitted = spilled || sketch_->Increment(ids[i]) >= min_count_;
     const bool needs_block =
         rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
     if (admitted && rows_ < RowLimit() &&
         (!needs_block || !reserve_ || reserve_(block_bytes()).ok())) {
       rows[i] = CreateRow(ids[i]);
-      ++admission_.admitted_rows;
+      if (!spilled) ++admission_.admitted_rows;
     } else {
       ++admission_.unadmitted_gradients;
     }
@@ -498,9 +589,27 @@ int64_t HashEmbeddingShard::ExportRows(int64_t first, int64_t count,
   return ExportRowsLocked(first, count, ids, out, version);
 }
 
+int64_t HashEmbeddingShard::ExportedFromDiskLocked() const {
+  if (store_ == nullptr) return 0;
+  return pins_.load() > 0 ? pinned_spilled_.load() : spilled_;
+}
+
 int64_t HashEmbeddingShard::ExportRowsLocked(int64_t first, int64_t count,
                                              int64_t* ids, float* out,
                                              int64_t* version) const {
+  *version = version_;
+  // The SSD tier's rows first, then memory's.
+  const int64_t on_disk = ExportedFromDiskLocked();
+  int64_t from_disk = 0;
+  if (first < on_disk) {
+    const int64_t want = std::min(count, on_disk - first);
+    from_disk = store_->Export(first, want, ids, out);
+    if (from_disk < want) return from_disk;  // the store ended early
+    if (ids != nullptr) ids += from_disk;
+    if (out != nullptr) out += from_disk * stride_;
+    count -= from_disk;
+  }
+  first = std::max<int64_t>(0, first - on_disk);
   count = std::max<int64_t>(0, std::min(count, rows_ - first));
   for (int64_t i = 0; i < count; ++i) {
     const uint32_t row = static_cast<uint32_t>(first + i);
@@ -509,12 +618,24 @@ int64_t HashEmbeddingShard::ExportRowsLocked(int64_t first, int64_t count,
     }
     if (ids != nullptr) ids[i] = row_ids_[row];
   }
-  *version = version_;
-  return count;
+  return from_disk + count;
 }
 
 absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
                                             const float* rows) {
+  // With max_rows, in pieces of at most half the share: each makes room
+  // for itself (a checkpoint of an SSD-tier table holds more rows than the
+  // share; the rows imported first go to disk as later ones come in).
+  const size_t piece =
+      max_rows_ > 0 ? static_cast<size_t>(std::max<int64_t>(1, max_rows_ / 2))
+                    : ids.size();
+  while (ids.size() > piece) {
+    if (absl::Status s = ImportRows(ids.subspan(0, piece), rows); !s.ok()) {
+      return s;
+    }
+    ids.remove_prefix(piece);
+    rows += piece * stride_;
+  }
   // Rows a checkpoint or a primary holds were admitted there.
   std::vector<uint32_t> found(ids.size());
   absl::MutexLock lock(&mu_);
@@ -531,6 +652,10 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
 }
 
 void HashEmbeddingShard::EvictRowLocked(int64_t row) {
+  if (store_ != nullptr) {
+    store_->Spill(row_ids_[row], Row(static_cast<uint32_t>(row)));
+    ++spilled_;
+  }
   index_.erase(row_ids_[row]);
   const int64_t last = rows_ - 1;
   if (row != last) {
@@ -589,6 +714,7 @@ int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
         }
       }
       if (moved) ++rows_epoch_;
+      CommitSpilledLocked();
       if (next < 0) break;
     }
     // absl::Mutex is not fair: taking it again at once could keep pushes
@@ -604,9 +730,42 @@ void HashEmbeddingShard::RestoreVersion(int64_t version) {
   version_ = version;
 }
 
+void HashEmbeddingShard::CommitSpilledLocked() {
+  if (store_ == nullptr) return;
+  if (absl::Status s = store_->Commit(); !s.ok()) {
+    LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
+               << shard_ << ": rows evicted to the SSD tier are lost: " << s;
+  }
+}
+
+void HashEmbeddingShard::PinRows(bool pin) const {
+  if (store_ == nullptr) {
+    pins_.fetch_add(pin ? 1 : -1);
+    return;
+  }
+  // Under mu_: no row is spilled or promoted while the store's view and
+  // its row count are taken together.
+  absl::ReaderMutexLock lock(&mu_);
+  if (pin) {
+    store_->Pin();
+    if (pins_.fetch_add(1) == 0) pinned_spilled_ = spilled_;
+  } else {
+    pins_.fetch_add(-1);
+    store_->Unpin();
+  }
+}
+
+HashRowCounts HashEmbeddingShard::row_counts() const {
+  absl::ReaderMutexLock lock(&mu_);
+  HashRowCounts counts = admission_;
+  counts.spilled_rows = spilled_;
+  if (store_ != nullptr) counts.spilled_bytes = store_->disk_bytes();
+  return counts;
+}
+
 int64_t HashEmbeddingShard::num_rows() const {
   absl::ReaderMutexLock lock(&mu_);
-  return rows_;
+  return rows_ + spilled_;
 }
 
 int64_t HashEmbeddingShard::bytes() const {
@@ -615,6 +774,7 @@ int64_t HashEmbeddingShard::bytes() const {
   const int64_t index_bytes =
       index_.capacity() * (sizeof(std::pair<int64_t, uint32_t>) + 1);
   return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes +
+         (store_ != nullptr ? RowSpillStore::kMemoryBytes : 0) +
          static_cast<int64_t>((row_ids_.capacity() + last_step_.capacity()) *
                               sizeof(int64_t)) +
          (sketch_ != nullptr ? sketch_->bytes() : 0);

@@ -33,6 +33,15 @@
 // rows again under the lock. While rows are pinned (a checkpoint reads
 // them in several passes) nothing is evicted. Evicted rows' memory is
 // reused by new rows, not returned.
+//
+// With an SSD tier (StorageSpec.tier = SSD, `spill_store` given) an evicted
+// row is not dropped: EvictRowLocked writes it, slots included, to the
+// shard's RowSpillStore, and CreateRow brings a spilled id's row back
+// (promotes it) instead of initializing one. Every id is in one tier. A
+// pull reads a spilled row from disk without promoting it. A checkpoint
+// reads the spilled rows first (positions [0, spilled), in id order, as
+// they were when the rows were pinned), then the rows in memory; promotions
+// while pinned do not change what it reads.
 #ifndef PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_
 #define PSRT_PS_SERVER_SHARDS_HASH_EMBEDDING_SHARD_H_
 
@@ -49,6 +58,7 @@
 #include "ps_server/shards/float_array.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/row_shard.h"
+#include "ps_server/shards/row_spill_store.h"
 
 namespace psrt {
 
@@ -78,7 +88,8 @@ class HashEmbeddingShard final : public RowShard {
   HashEmbeddingShard(const VariableLayout& layout, int shard,
                      const Optimizer* optimizer, const Initializer& init,
                      Reserve reserve = nullptr,
-                     bool evict_at_memory_limit = false);
+                     bool evict_at_memory_limit = false,
+                     std::unique_ptr<RowSpillStore> spill_store = nullptr);
 
   int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
   using RowShard::EnsureRows;
@@ -88,7 +99,7 @@ class HashEmbeddingShard final : public RowShard {
   // Rows one hold of the lock looks at in an eviction sweep.
   static constexpr int64_t kEvictionRowsPerHold = 8192;
   int64_t EvictIdleRows(int64_t global_step) override;
-  void PinRows(bool pin) const override { pins_.fetch_add(pin ? 1 : -1); }
+  void PinRows(bool pin) const override;
   absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
   absl::Status ApplyRowsLocked(absl::Span<const int64_t> ids,
                                absl::Span<const PayloadView> grads,
@@ -112,14 +123,13 @@ class HashEmbeddingShard final : public RowShard {
   int64_t version() const override;
 
   int64_t capacity() const { return capacity_; }
-  HashRowCounts row_counts() const override {
-    absl::ReaderMutexLock lock(&mu_);
-    return admission_;
-  }
-  // What the shard has reserved through `reserve`: its blocks.
+  HashRowCounts row_counts() const override;
+  // What the shard has reserved through `reserve`: its blocks (and its
+  // SSD tier store's memory, reserved by whoever created the store).
   int64_t reserved_bytes() const override {
     absl::ReaderMutexLock lock(&mu_);
-    return static_cast<int64_t>(blocks_.size()) * block_bytes();
+    return static_cast<int64_t>(blocks_.size()) * block_bytes() +
+           (store_ != nullptr ? RowSpillStore::kMemoryBytes : 0);
   }
 
  protected:
@@ -138,8 +148,12 @@ class HashEmbeddingShard final : public RowShard {
  private:
   float* Row(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const float* Row(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Appends an initialized row for `id` and returns its index.
-  uint32_t CreateRow(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends a row for `id` and returns its index: `spilled` (its row,
+  // already taken from the SSD tier) if given, else the tier's row if it
+  // has one (unless `looked_up`: the caller knows it has none), else an
+  // initialized row.
+  uint32_t CreateRow(int64_t id, const float* spilled = nullptr,
+                     bool looked_up = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row of each of `ids` (kNoRow where absent) into `rows`, each id's
   // index slot prefetched kRowPrefetchDistance ids ahead.
   static constexpr uint32_t kNoRow = ~uint32_t{0};
@@ -191,8 +205,13 @@ class HashEmbeddingShard final : public RowShard {
   // Allocates one more block of rows, and room in row_ids_ (and
   // last_step_) for its rows.
   void AddBlockLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops row `row`; the last row moves into its place.
+  // Drops row `row` (with an SSD tier: stages it for the store); the last
+  // row moves into its place.
   void EvictRowLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the rows EvictRowLocked staged to the SSD tier.
+  void CommitSpilledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rows [0, result) of the export order are on disk.
+  int64_t ExportedFromDiskLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const VariableLayout& layout_;
   const int shard_;
@@ -208,6 +227,9 @@ class HashEmbeddingShard final : public RowShard {
   const int64_t max_rows_;   // eviction: this shard's share; 0: none
   const bool evicts_at_memory_limit_;
   const bool tracks_steps_;  // last_step_ kept (ttl_steps_ or max_rows_)
+  // The SSD tier; null: evicted rows are dropped. Changed under mu_ held
+  // exclusively; read (pulls, exports) under mu_ shared.
+  const std::unique_ptr<RowSpillStore> store_;
   mutable std::atomic<int> pins_{0};
   absl::Mutex sweep_mu_;  // one eviction sweep at a time
   mutable absl::Mutex mu_;
@@ -223,7 +245,10 @@ class HashEmbeddingShard final : public RowShard {
   absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> row_ids_ ABSL_GUARDED_BY(mu_);  // row -> id
-  int64_t rows_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rows_ ABSL_GUARDED_BY(mu_) = 0;              // in memory
+  int64_t spilled_ ABSL_GUARDED_BY(mu_) = 0;           // in the SSD tier
+  // spilled_ when the first pin was taken (what a checkpoint reads).
+  mutable std::atomic<int64_t> pinned_spilled_{0};
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -60,18 +60,25 @@ struct ShardUpdate {
   uint64_t rows_epoch = 0;
 };
 
-// A hash shard's row life (AdmissionSpec, EvictionSpec): rows admission
-// created, gradient rows dropped because their id had no row yet, rows
-// evicted.
+// A hash shard's row life (AdmissionSpec, EvictionSpec, StorageSpec): rows
+// admission created, gradient rows dropped because their id had no row
+// yet, rows evicted (with an SSD tier: written to disk), rows on disk now,
+// rows brought back from disk, and the disk store's bytes.
 struct HashRowCounts {
   int64_t admitted_rows = 0;
   int64_t unadmitted_gradients = 0;
   int64_t evicted_rows = 0;
+  int64_t spilled_rows = 0;
+  int64_t promoted_rows = 0;
+  int64_t spilled_bytes = 0;
 
   HashRowCounts& operator+=(const HashRowCounts& other) {
     admitted_rows += other.admitted_rows;
     unadmitted_gradients += other.unadmitted_gradients;
     evicted_rows += other.evicted_rows;
+    spilled_rows += other.spilled_rows;
+    promoted_rows += other.promoted_rows;
+    spilled_bytes += other.spilled_bytes;
     return *this;
   }
 };

@@ -39,11 +39,9 @@ int64_t LocalVariable::bytes() const {
 }
 
 // The one place that chooses a shard's implementation from its kind.
-std::unique_ptr<Shard> ShardStore::MakeShard(const VariableLayout& layout,
-                                             int shard,
-                                             const Optimizer* optimizer,
-                                             const Initializer& init,
-                                             bool initialize) {
+absl::StatusOr<std::unique_ptr<Shard>> ShardStore::MakeShard(
+    const VariableLayout& layout, int shard, const Optimizer* optimizer,
+    const Initializer& init, bool initialize) {
   switch (layout.kind()) {
     case DENSE:
       return std::make_unique<DenseShard>(layout, shard, optimizer, init,
@@ -51,25 +49,45 @@ std::unique_ptr<Shard> ShardStore::MakeShard(const VariableLayout& layout,
     case EMBEDDING:
       return std::make_unique<EmbeddingShard>(layout, shard, optimizer, init,
                                               initialize);
-    default:
+    default: {
+      std::unique_ptr<RowSpillStore> spill_store;
+      if (layout.spec.storage().tier() == StorageSpec::SSD) {
+        const std::string& path = layout.spec.storage().path();
+        auto opened = RowSpillStore::Open(
+            absl::StrCat(
+                ssd_tier_dir_, "/",
+                path.empty() ? absl::StrCat("variable-", layout.index) : path,
+                "/shard-", shard),
+            layout.row_width * (1 + optimizer->num_slots()));
+        if (!opened.ok()) {
+          return absl::Status(
+              opened.status().code(),
+              absl::StrCat("variable '", layout.spec.name(), "' shard ", shard,
+                           ": ", opened.status().message()));
+        }
+        spill_store = *std::move(opened);
+      }
       return std::make_unique<HashEmbeddingShard>(
           layout, shard, optimizer, init,
           [this](int64_t bytes) { return ReserveMemory(bytes); },
-          evict_at_memory_limit_);
+          evict_at_memory_limit_, std::move(spill_store));
+    }
   }
 }
 
-void ShardStore::AllocateShards(LocalVariable* v,
-                                const FillsEveryRow& fills_every_row) {
+absl::Status ShardStore::AllocateShards(LocalVariable* v,
+                                        const FillsEveryRow& fills_every_row) {
   const Initializer init(v->layout->spec.initializer());
   const bool initialize = !fills_every_row || !fills_every_row(*v->layout);
   for (int s = 0; s < v->layout->num_shards(); ++s) {
     const int primary = v->layout->shards[s].ps_task;
     if (!KeepsCopyOf(primary)) continue;
-    v->shards[s] =
-        MakeShard(*v->layout, s, v->optimizer.get(), init, initialize);
+    auto made = MakeShard(*v->layout, s, v->optimizer.get(), init, initialize);
+    if (!made.ok()) return made.status();
+    v->shards[s] = *std::move(made);
     v->backup[s] = primary != ps_task_ || retired_.load();
   }
+  return absl::OkStatus();
 }
 
 ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes)
@@ -134,6 +152,27 @@ absl::StatusOr<std::vector<const VariableSpec*>> ShardStore::CheckPositions(
   return to_add;
 }
 
+absl::Status ShardStore::CheckSsdTier(const VariableSpec& spec) const {
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", spec.name(), "': storage.tier = SSD ", why));
+  };
+  if (ssd_tier_dir_.empty()) {
+    return refuse(absl::StrCat("needs ps_server --ssd_tier_dir (PS ", ps_task_,
+                               " has none)"));
+  }
+  if (replicas_.replicas() > 1) {
+    return refuse(absl::StrCat(
+        "is not supported with --replicas=", replicas_.replicas(), " yet"));
+  }
+  if (!spec.has_eviction() && !evict_at_memory_limit_) {
+    return refuse(
+        "needs a rule that takes rows out of memory: eviction.max_rows, "
+        "eviction.ttl_steps, or ps_server --memory_budget_mb");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> ShardStore::PlanBytes(
     const std::vector<const VariableSpec*>& to_add) const {
   // Plan on a copy so a memory refusal leaves the catalog untouched.
@@ -154,6 +193,9 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
           " is not supported with --replicas=", replicas_.replicas(),
           " yet; use --replicas=1, or no admission or eviction"));
     }
+    if (spec->storage().tier() == StorageSpec::SSD) {
+      if (absl::Status s = CheckSsdTier(*spec); !s.ok()) return s;
+    }
     if (absl::Status s = plan.Add(*spec); !s.ok()) return s;
     for (const ShardLayout& shard : plan.Find(spec->name())->shards) {
       if (!KeepsCopyOf(shard.ps_task)) continue;
@@ -163,6 +205,9 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
         new_bytes += shard.bytes;
       } else if (spec->has_admission()) {
         new_bytes += CountMinSketch::kRows * spec->admission().sketch_width();
+      }
+      if (spec->storage().tier() == StorageSpec::SSD) {
+        new_bytes += RowSpillStore::kMemoryBytes;
       }
     }
   }
@@ -215,8 +260,13 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
     v->optimizer = CreateOptimizer(spec->optimizer());
     v->shards.resize(v->layout->num_shards());
     v->backup = std::vector<std::atomic<bool>>(v->layout->num_shards());
-    if (fill) AllocateShards(v.get(), fills_every_row_);
+    absl::Status allocated =
+        fill ? AllocateShards(v.get(), fills_every_row_) : absl::OkStatus();
     created.push_back(std::move(v));
+    if (!allocated.ok()) {
+      Discard(&created);
+      return allocated;
+    }
     if (fill && fill_hook_) {
       static const std::atomic<bool> kNeverCancelled{false};
       if (absl::Status s = fill_hook_(*created.back(), kNeverCancelled);
@@ -336,7 +386,8 @@ absl::StatusOr<int> ShardStore::PrepareVariables(
               break;
             }
             try {
-              AllocateShards(v, covers);
+              status = AllocateShards(v, covers);
+              if (!status.ok()) break;
             } catch (const std::bad_alloc&) {
               // PlanBytes checked the memory, but it may have gone since:
               // an error for the client, not a crash of the PS.

@@ -77,6 +77,10 @@ class ShardStore {
   // Set before the first variable is created.
   void set_evict_at_memory_limit(bool evict) { evict_at_memory_limit_ = evict; }
   bool evict_at_memory_limit() const { return evict_at_memory_limit_; }
+  // --ssd_tier_dir: where hash embeddings with storage.tier = SSD keep
+  // their spilled rows (empty: such variables are refused). Set before the
+  // first variable is created.
+  void set_ssd_tier_dir(std::string dir) { ssd_tier_dir_ = std::move(dir); }
   ShardStore& operator=(const ShardStore&) = delete;
 
   // Places `specs` at catalog positions first_index, first_index + 1, ...
@@ -190,6 +194,7 @@ class ShardStore {
   const int num_ps_;
   const int64_t memory_limit_bytes_;
   bool evict_at_memory_limit_ = false;
+  std::string ssd_tier_dir_;
   const ReplicaPlacement replicas_;
   std::atomic<bool> retired_{false};  // Retire() was called
   // A copy of a shard placed on PS `primary` lives here.
@@ -202,12 +207,17 @@ class ShardStore {
   // its hash shards reserved: what --memory_limit_bytes is checked against.
   std::atomic<int64_t> accounted_bytes_{0};
 
-  std::unique_ptr<Shard> MakeShard(const VariableLayout& layout, int shard,
-                                   const Optimizer* optimizer,
-                                   const Initializer& init, bool initialize);
+  absl::StatusOr<std::unique_ptr<Shard>> MakeShard(const VariableLayout& layout,
+                                                   int shard,
+                                                   const Optimizer* optimizer,
+                                                   const Initializer& init,
+                                                   bool initialize);
   // Makes `v`'s local shards, initialized unless `fills_every_row` says
   // the fill hook will overwrite every row. Touches only `v`.
-  void AllocateShards(LocalVariable* v, const FillsEveryRow& fills_every_row);
+  absl::Status AllocateShards(LocalVariable* v,
+                              const FillsEveryRow& fills_every_row);
+  // Why `spec`'s SSD tier cannot be created here, if it cannot.
+  absl::Status CheckSsdTier(const VariableSpec& spec) const;
 
   // Build's checks, before anything changes: the specs' catalog positions
   // (returning those to append), and the bytes they need on this PS

@@ -56,6 +56,7 @@ int Model::AddTable(const std::string& name, int dim, InitializerSpec init) {
     if (config_.eviction_max_rows > 0) {
       s.mutable_eviction()->set_max_rows(config_.eviction_max_rows);
     }
+    if (config_.ssd_tier) s.mutable_storage()->set_tier(StorageSpec::SSD);
   }
   s.add_shape(dim);
   s.mutable_partition()->set_num_shards(

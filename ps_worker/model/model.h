@@ -36,6 +36,7 @@ struct ModelConfig {
   // steps are dropped by the servers; 0: never.
   int64_t eviction_ttl_steps = 0;
   int64_t eviction_max_rows = 0;  // per table
+  bool ssd_tier = false;          // StorageSpec.tier = SSD
   int embedding_shards = 0;       // 0: one per PS
   int num_ps = 1;
   OptimizerSpec embedding_optimizer;

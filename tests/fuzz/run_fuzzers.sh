@@ -24,7 +24,7 @@ mkdir -p "$out/gen" "$out/obj" "$out/crashes"
 
 modules="grpc++ protobuf libglog libcurl libcrypto zlib absl_status absl_statusor
   absl_strings absl_str_format absl_synchronization absl_time absl_flat_hash_map
-  absl_flat_hash_set absl_hash absl_random_random"
+  absl_flat_hash_set absl_hash absl_random_random rocksdb"
 # shellcheck disable=SC2086
 cflags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined
   -fno-sanitize=vptr -fno-sanitize-recover=undefined -DEIGEN_FAST_MATH=0
@@ -51,6 +51,7 @@ sources=(
   ps_server/shards/hash_embedding_shard.cc ps_server/shards/row_shard.cc
   ps_server/shards/shard_store.cc ps_server/shards/shard.cc
   ps_server/shards/shard_bounds.cc ps_server/shards/count_min_sketch.cc
+  ps_server/shards/row_spill_store.cc
   util/thread_pool.cc
   util/memory_headroom.cc
   ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc

@@ -136,9 +136,11 @@ int Variables(Client* client) {
       }
       const bool admission = catalog[i].spec().has_admission();
       const bool eviction = catalog[i].spec().has_eviction();
+      const bool ssd_tier =
+          catalog[i].spec().storage().tier() == StorageSpec::SSD;
       for (const ShardInfo& shard : ps.variables(i).shards()) {
         std::cout << absl::StrFormat(
-            "    shard %-4d PS %-3d rows %-12d %12s  version %d%s%s%s\n",
+            "    shard %-4d PS %-3d rows %-12d %12s  version %d%s%s%s%s\n",
             shard.shard(), ps.ps_task(), shard.num_rows(), Bytes(shard.bytes()),
             shard.version(),
             admission ? absl::StrFormat("  admitted %d, unadmitted "
@@ -149,6 +151,11 @@ int Variables(Client* client) {
             eviction || shard.evicted_rows() > 0
                 ? absl::StrFormat("  evicted %d", shard.evicted_rows())
                 : "",
+            ssd_tier ? absl::StrFormat("  on disk %d rows (%s), promoted %d",
+                                       shard.spilled_rows(),
+                                       Bytes(shard.spilled_bytes()),
+                                       shard.promoted_rows())
+                     : "",
             shard.backup()
                 ? absl::StrFormat("  (backup of PS %d)", shard.ps_task())
                 : "");

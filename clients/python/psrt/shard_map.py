@@ -62,6 +62,33 @@ def _normalize_admission(spec, bad):
     a.sketch_width = width
 
 
+def _normalize_storage(spec, bad):
+    """StorageSpec, as partitioner/variable_spec.cc checks it."""
+    if not spec.HasField("storage"):
+        return
+    storage = spec.storage
+    if storage.tier not in (ps_pb2.StorageSpec.MEMORY, ps_pb2.StorageSpec.SSD):
+        bad(f"unknown storage.tier {storage.tier}")
+    if storage.tier == ps_pb2.StorageSpec.MEMORY:
+        if storage.path:
+            bad("storage.path applies to the SSD tier only")
+        spec.ClearField("storage")
+        return
+    if spec.kind != HASH_EMBEDDING:
+        bad(
+            "storage.tier = SSD applies to HASH_EMBEDDING variables only "
+            "(other variables are preallocated in memory)"
+        )
+    path = storage.path
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+    if len(path) > 128 or path in (".", "..") or not set(path) <= allowed:
+        bad(
+            f"storage.path '{path}' must be one directory name of at most 128 "
+            "letters, digits, '.', '_' or '-' (it is created under ps_server "
+            "--ssd_tier_dir)"
+        )
+
+
 def normalize(spec):
     """Validates `spec` and fills the defaults the servers fill (in place);
     ValueError names the variable and the problem."""
@@ -121,6 +148,7 @@ def normalize(spec):
             )
         if spec.eviction.ttl_steps == 0 and max_rows == 0:
             spec.ClearField("eviction")
+    _normalize_storage(spec, bad)
     if p.num_shards < 0 or p.max_shard_bytes < 0:
         bad("num_shards and max_shard_bytes must not be negative")
     if p.num_shards > 0 and p.max_shard_bytes > 0:

@@ -120,6 +120,8 @@ def hash_embedding(
     unadmitted_zeros=False,
     eviction_ttl_steps=0,
     eviction_max_rows=0,
+    ssd_tier=False,
+    ssd_tier_path="",
     **optimizer_params,
 ) -> ps_pb2.VariableSpec:
     """A HASH_EMBEDDING: rows keyed by any int64 id, created on first push.
@@ -136,6 +138,12 @@ def hash_embedding(
     eviction_max_rows=M (> 0): the table keeps at most M rows
     (ceil(M / num_shards) per shard); new ids evict the least recently
     updated rows instead of failing (EvictionSpec.max_rows).
+
+    ssd_tier=True: rows that eviction (or ps_server --memory_budget_mb)
+    takes out of memory go to the servers' SSD tier instead of being
+    dropped, and a push that carries the id brings the row back with its
+    optimizer slots (StorageSpec; ssd_tier_path names the directory under
+    ps_server --ssd_tier_dir, default "variable-<catalog index>").
     """
     spec = _spec(
         name,
@@ -161,4 +169,9 @@ def hash_embedding(
         spec.eviction.ttl_steps = eviction_ttl_steps
     if eviction_max_rows:
         spec.eviction.max_rows = eviction_max_rows
+    if ssd_tier_path and not ssd_tier:
+        raise ValueError("ssd_tier_path needs ssd_tier=True")
+    if ssd_tier:
+        spec.storage.tier = ps_pb2.StorageSpec.SSD
+        spec.storage.path = ssd_tier_path
     return spec

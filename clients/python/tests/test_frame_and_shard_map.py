@@ -141,3 +141,40 @@ def test_admission_specs_normalize_as_the_servers_do_and_admit_on_the_third_push
     assert sum(sh.admitted_rows for sh in shards) == 40
     assert sum(sh.unadmitted_gradients for sh in shards) == 200
     client.close()
+
+
+def test_ssd_tier_specs_normalize_as_the_servers_do(make_cluster):
+    with pytest.raises(ValueError, match="storage.path '../x' must be one directory name"):
+        psrt.normalize(psrt.hash_embedding("h", 4, ssd_tier=True, ssd_tier_path="../x"))
+    with pytest.raises(ValueError, match="HASH_EMBEDDING variables only"):
+        spec = psrt.embedding("e", 10, 4)
+        spec.storage.tier = psrt.ps_pb2.StorageSpec.SSD
+        psrt.normalize(spec)
+    with pytest.raises(ValueError, match="ssd_tier_path needs ssd_tier=True"):
+        psrt.hash_embedding("h", 4, ssd_tier_path="x")
+    spec = psrt.hash_embedding(
+        "tiered",
+        4,
+        num_shards=2,
+        optimizer="sgd",
+        learning_rate=0.05,
+        eviction_max_rows=100,
+        ssd_tier=True,
+        ssd_tier_path="t1",
+    )
+    cluster = make_cluster(2)
+    client = cluster.client()
+    client.create_variables([spec])
+    listed = client.list_variables()[0].variables[0].spec
+    assert listed.storage.tier == psrt.ps_pb2.StorageSpec.SSD
+    assert listed.SerializeToString() == psrt.normalize(spec).SerializeToString()
+    # 1,000 ids through a table that keeps 100 in memory: every pushed row
+    # comes back from disk as it was pushed.
+    ids = np.arange(1000, dtype=np.int64)
+    for first in range(0, 1000, 40):
+        chunk = ids[first : first + 40]
+        client.push_rows("tiered", chunk, np.ones((chunk.size, 4), np.float32))
+    rows = client.pull_rows("tiered", ids)
+    assert np.array_equal(rows, np.full((1000, 4), -0.05, np.float32))
+    spilled = sum(s.spilled_rows for ps in client.list_variables() for s in ps.variables[0].shards)
+    assert spilled >= 850

@@ -1,0 +1,207 @@
+// A hash embedding with an SSD tier (StorageSpec.tier = SSD) against the
+// same table all in memory: rows evicted to disk and brought back keep
+// every bit of their values and optimizer slots, pulls read spilled rows,
+// and a checkpoint (pinned export) holds every row once, as it was pinned.
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "partitioner/variable_spec.h"
+#include "ps_server/shards/hash_embedding_shard.h"
+
+namespace psrt {
+namespace {
+
+constexpr int kDim = 4;
+
+struct Table {
+  // max_rows 0: all in memory (the reference); else an SSD tier in `dir`.
+  Table(int64_t max_rows, const std::string& dir) : map(1) {
+    VariableSpec spec;
+    spec.set_name("ids");
+    spec.set_kind(HASH_EMBEDDING);
+    spec.add_shape(0);
+    spec.add_shape(kDim);
+    spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+    spec.mutable_optimizer()->set_learning_rate(0.1f);
+    spec.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
+    spec.mutable_initializer()->set_min(-1);
+    spec.mutable_initializer()->set_max(1);
+    if (max_rows > 0) {
+      spec.mutable_eviction()->set_max_rows(max_rows);
+      spec.mutable_storage()->set_tier(StorageSpec::SSD);
+    }
+    EXPECT_TRUE(NormalizeVariableSpec(&spec).ok());
+    EXPECT_TRUE(map.Add(spec).ok());
+    layout = map.Find("ids");
+    optimizer = CreateOptimizer(layout->spec.optimizer());
+    init = std::make_unique<Initializer>(layout->spec.initializer());
+    std::unique_ptr<RowSpillStore> store;
+    if (max_rows > 0) {
+      auto opened = RowSpillStore::Open(dir, 2 * kDim);
+      EXPECT_TRUE(opened.ok()) << opened.status();
+      store = *std::move(opened);
+    }
+    shard = std::make_unique<HashEmbeddingShard>(
+        *layout, 0, optimizer.get(), *init, nullptr, false, std::move(store));
+  }
+
+  absl::Status Push(const std::vector<int64_t>& ids,
+                    const std::vector<float>& grads, int64_t step) {
+    ShardUpdate update;
+    update.learning_rate = 0.1f;
+    update.global_step = step;
+    update.ids = ids;
+    update.grads = {
+        PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
+    return shard->ApplyUpdate(std::move(update));
+  }
+
+  std::vector<float> Pull(const std::vector<int64_t>& ids) {
+    std::vector<float> out(ids.size() * kDim);
+    shard->Gather(ids, out.data());
+    return out;
+  }
+
+  // Every row (values and slots) by id, read as a checkpoint reads it:
+  // pinned, ids in one pass and rows in another.
+  std::map<int64_t, std::vector<float>> Export(
+      const std::function<void()>& between_passes = nullptr) {
+    shard->PinRows(true);
+    const int64_t n = shard->num_rows();
+    std::vector<int64_t> ids(n);
+    std::vector<float> rows(n * 2 * kDim);
+    int64_t version;
+    for (int64_t first = 0; first < n; first += 37) {
+      const int64_t want = std::min<int64_t>(37, n - first);
+      EXPECT_EQ(
+          shard->ExportRows(first, want, ids.data() + first, nullptr, &version),
+          want);
+    }
+    if (between_passes) between_passes();
+    for (int64_t first = 0; first < n; first += 53) {
+      const int64_t want = std::min<int64_t>(53, n - first);
+      EXPECT_EQ(shard->ExportRows(first, want, nullptr,
+                                  rows.data() + first * 2 * kDim, &version),
+                want);
+    }
+    shard->PinRows(false);
+    std::map<int64_t, std::vector<float>> by_id;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(by_id
+                      .emplace(ids[i], std::vector<float>(
+                                           rows.begin() + i * 2 * kDim,
+                                           rows.begin() + (i + 1) * 2 * kDim))
+                      .second)
+          << "id " << ids[i] << " exported twice";
+    }
+    return by_id;
+  }
+
+  ShardMap map;
+  const VariableLayout* layout;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Initializer> init;
+  std::unique_ptr<HashEmbeddingShard> shard;
+};
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+}
+
+// Pushes of 40 Zipf-drawn ids of 2,000 (repeats summed) with random
+// gradients, the same to both tables.
+void TrainBoth(Table* tiered, Table* reference, int steps, int64_t first_step,
+               uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> weights(2000);
+  for (int i = 0; i < 2000; ++i) weights[i] = 1.0 / (i + 1);
+  std::discrete_distribution<int64_t> zipf(weights.begin(), weights.end());
+  std::normal_distribution<float> gradient(0.0f, 1.0f);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int64_t> ids(40);
+    for (int64_t& id : ids) id = zipf(rng) * 7919 - 5000;
+    std::vector<float> grads(ids.size() * kDim);
+    for (float& g : grads) g = gradient(rng);
+    ASSERT_TRUE(tiered->Push(ids, grads, first_step + step).ok());
+    ASSERT_TRUE(reference->Push(ids, grads, first_step + step).ok());
+  }
+}
+
+TEST(HashEmbeddingTierTest, SpilledAndPromotedRowsMatchAllInMemoryBitForBit) {
+  Table tiered(/*max_rows=*/100, TestDir("bits"));
+  Table reference(0, "");
+  TrainBoth(&tiered, &reference, 400, 0, 1);
+  const HashRowCounts counts = tiered.shard->row_counts();
+  EXPECT_GT(counts.spilled_rows, 300);  // most rows live on disk
+  EXPECT_GT(counts.promoted_rows, 100);
+  EXPECT_GT(counts.spilled_bytes, 0);
+  // Both tiers together hold every row once: the reference's count.
+  EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
+  EXPECT_LE(tiered.shard->num_rows() - counts.spilled_rows, 101);
+  // Pulls read spilled rows from disk (and ids never pushed from the
+  // initializer), without promoting them.
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 2100; ++i) ids.push_back(i * 7919 - 5000);
+  EXPECT_EQ(tiered.Pull(ids), reference.Pull(ids));
+  EXPECT_EQ(tiered.shard->row_counts().promoted_rows, counts.promoted_rows);
+  // Slots too: every row of the export, values and Adagrad accumulators.
+  EXPECT_EQ(tiered.Export(), reference.Export());
+}
+
+TEST(HashEmbeddingTierTest, ACheckpointReadsRowsAsPinnedWhilePushesPromote) {
+  Table tiered(/*max_rows=*/100, TestDir("pinned"));
+  Table reference(0, "");
+  TrainBoth(&tiered, &reference, 200, 0, 2);
+  const auto at_pin = reference.Export();
+  // Between the ids pass and the rows pass, pushes promote spilled rows,
+  // create new ones, and change rows in memory.
+  const auto exported = tiered.Export([&] {
+    TrainBoth(&tiered, &reference, 50, 200, 3);
+    EXPECT_GT(tiered.shard->row_counts().promoted_rows, 0);
+  });
+  EXPECT_EQ(exported.size(), at_pin.size());
+  int64_t changed_since = 0;
+  for (const auto& [id, row] : exported) {
+    auto it = at_pin.find(id);
+    ASSERT_NE(it, at_pin.end()) << "id " << id << " did not exist at the pin";
+    // Rows on disk are read as pinned; rows in memory may carry the
+    // pushes made since (as in a table without a tier).
+    if (row != it->second) ++changed_since;
+  }
+  EXPECT_LT(changed_since, 101);  // at most the rows that were in memory
+  // Afterwards the tiered table still equals the reference.
+  EXPECT_EQ(tiered.Export(), reference.Export());
+}
+
+TEST(HashEmbeddingTierTest, AnImportFillsBothTiers) {
+  Table source(/*max_rows=*/100, TestDir("source"));
+  Table reference(0, "");
+  TrainBoth(&source, &reference, 300, 0, 4);
+  const auto saved = source.Export();
+  Table restored(/*max_rows=*/100, TestDir("restored"));
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+  for (const auto& [id, row] : saved) {
+    ids.push_back(id);
+    rows.insert(rows.end(), row.begin(), row.end());
+    if (ids.size() == 50) {  // in chunks, as the checkpoint restorer does
+      ASSERT_TRUE(restored.shard->ImportRows(ids, rows.data()).ok());
+      ids.clear();
+      rows.clear();
+    }
+  }
+  ASSERT_TRUE(restored.shard->ImportRows(ids, rows.data()).ok());
+  EXPECT_GT(restored.shard->row_counts().spilled_rows, 200);
+  EXPECT_EQ(restored.Export(), saved);
+  // And trains on as the reference does.
+  TrainBoth(&restored, &reference, 100, 300, 5);
+  EXPECT_EQ(restored.Export(), reference.Export());
+}
+
+}  // namespace
+}  // namespace psrt

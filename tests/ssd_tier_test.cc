@@ -1,0 +1,219 @@
+// A hash embedding with an SSD tier (StorageSpec.tier = SSD) on real
+// ps_server processes: a table four times its memory share trains with most
+// rows on disk, every row keeps its updates through spills and promotions,
+// the counts are reported, and a PS killed with SIGKILL restores both tiers
+// from its checkpoint.
+#include <csignal>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "clients/cpp/client.h"
+#include "gtest/gtest.h"
+#include "ps_server/shards/initializer.h"
+#include "tests/local_cluster.h"
+
+namespace psrt {
+namespace {
+
+constexpr int64_t kColdIds = 20000;  // pushed once (then once more)
+constexpr int64_t kHotIds = 100;     // pushed every step
+constexpr int64_t kMaxRows = 5000;   // a quarter of the table, over 2 PS
+constexpr int kDim = 8;
+
+VariableSpec TieredSpec() {
+  VariableSpec s;
+  s.set_name("ids");
+  s.set_kind(HASH_EMBEDDING);
+  s.add_shape(0);
+  s.add_shape(kDim);
+  s.mutable_partition()->set_num_shards(2);
+  s.mutable_initializer()->set_kind(InitializerSpec::NORMAL);
+  s.mutable_initializer()->set_stddev(0.5f);
+  s.mutable_initializer()->set_seed(5);
+  s.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  s.mutable_optimizer()->set_learning_rate(1.0f);
+  s.mutable_eviction()->set_max_rows(kMaxRows);
+  s.mutable_storage()->set_tier(StorageSpec::SSD);
+  s.mutable_storage()->set_path("ids-tier");
+  return s;
+}
+
+struct TierTotals {
+  int64_t rows = 0, spilled = 0, promoted = 0, evicted = 0;
+};
+
+TierTotals Totals(Client* client) {
+  TierTotals t;
+  auto lists = client->ListVariables();
+  EXPECT_TRUE(lists.ok()) << lists.status();
+  if (!lists.ok()) return t;
+  for (const auto& ps : *lists) {
+    for (const auto& v : ps.variables()) {
+      for (const auto& shard : v.shards()) {
+        t.rows += shard.num_rows();
+        t.spilled += shard.spilled_rows();
+        t.promoted += shard.promoted_rows();
+        t.evicted += shard.evicted_rows();
+      }
+    }
+  }
+  return t;
+}
+
+// Pulls `ids`, retrying while a restarted PS comes back.
+absl::Status PullWithRetry(Client* client, const std::vector<int64_t>& ids,
+                           float* out) {
+  absl::Status s;
+  for (absl::Time end = absl::Now() + absl::Seconds(60); absl::Now() < end;
+       absl::SleepFor(absl::Milliseconds(200))) {
+    s = client->PullRows("ids", ids, out);
+    if (s.ok()) return s;
+  }
+  return s;
+}
+
+TEST(SsdTierTest, ATableFourTimesItsMemoryTrainsAndSurvivesAKill) {
+  LocalCluster::Options o;
+  o.num_ps = 2;
+  const std::string checkpoints = FreshTestDir("tier_ckpt");
+  const std::string tier_dir = FreshTestDir("tier_dir");
+  o.extra_flags = {absl::StrCat("--checkpoint_uri=", checkpoints),
+                   "--restore=auto", "--checkpoint_on_shutdown=false",
+                   absl::StrCat("--ssd_tier_dir=", tier_dir),
+                   "--eviction_interval_secs=0.1"};
+  auto started = LocalCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  LocalCluster& cluster = **started;
+  auto connected = Client::Connect(cluster.MakeClientOptions());
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  Client* client = connected->get();
+  const VariableSpec spec = TieredSpec();
+  ASSERT_EQ(client->CreateVariables({spec}), absl::OkStatus());
+  Initializer init(spec.initializer());
+
+  std::vector<int64_t> hot(kHotIds);
+  std::iota(hot.begin(), hot.end(), int64_t{7} << 40);
+  // Two passes over the cold ids, 500 new per step with the hot ones: the
+  // second pass brings every cold row back from disk. Each push subtracts
+  // 0.25 from every value of its rows (SGD, learning rate 1).
+  constexpr int64_t kPerStep = 500;
+  int64_t step = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t first = 0; first < kColdIds; first += kPerStep, ++step) {
+      std::vector<int64_t> ids(kPerStep);
+      std::iota(ids.begin(), ids.end(), first);
+      ids.insert(ids.end(), hot.begin(), hot.end());
+      std::vector<float> grads(ids.size() * kDim, 0.25f);
+      StepOptions at;
+      at.step = step;
+      ASSERT_EQ(client->Push({PushOp::Rows("ids", ids, grads.data())}, at),
+                absl::OkStatus())
+          << "step " << step;
+    }
+  }
+  const TierTotals t = Totals(client);
+  std::printf(
+      "SSD tier, max_rows %lld: %lld rows, %lld on disk, %lld promoted, "
+      "%lld evicted to disk\n",
+      static_cast<long long>(kMaxRows), static_cast<long long>(t.rows),
+      static_cast<long long>(t.spilled), static_cast<long long>(t.promoted),
+      static_cast<long long>(t.evicted));
+  EXPECT_EQ(t.rows, kColdIds + kHotIds);          // nothing dropped
+  EXPECT_LE(t.rows - t.spilled, kMaxRows + 100);  // memory holds its share
+  EXPECT_GE(t.spilled, kColdIds + kHotIds - kMaxRows - 100);
+  EXPECT_GE(t.promoted, kColdIds - kMaxRows);  // the second pass
+
+  // Every row, wherever it lives, holds all its updates.
+  std::vector<int64_t> all(kColdIds);
+  std::iota(all.begin(), all.end(), 0);
+  all.insert(all.end(), hot.begin(), hot.end());
+  auto check_rows = [&](const char* when) {
+    std::vector<float> values(all.size() * kDim);
+    ASSERT_EQ(PullWithRetry(client, all, values.data()), absl::OkStatus());
+    int64_t wrong = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const float pushes = i < static_cast<size_t>(kColdIds) ? 2 : step;
+      for (int k = 0; k < kDim; ++k) {
+        const float want = init.Value(all[i], k) - 0.25f * pushes;
+        if (std::abs(values[i * kDim + k] - want) > 1e-4f) ++wrong;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << when;
+  };
+  check_rows("before the kill");
+  for (int ps = 0; ps < 2; ++ps) {
+    auto text = FetchMetrics(cluster.metrics_port(ps));
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_GT(MetricValue(*text, "psrt_spilled_rows{variable=\"ids\"}"), 0)
+        << "PS " << ps;
+    EXPECT_GT(MetricValue(*text, "psrt_spilled_bytes{variable=\"ids\"}"),
+              1000.0 * kDim * 2)
+        << "PS " << ps;
+  }
+
+  // A checkpoint holds both tiers; PS 1 killed and restarted restores them.
+  auto saved = client->Checkpoint();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  cluster.Kill(1, SIGKILL);
+  ASSERT_EQ(cluster.Restart(1), absl::OkStatus());
+  // As a worker does when a PS comes back: the restarted PS restores a
+  // variable's shards from the checkpoint as the variable is created.
+  ASSERT_EQ(client->CreateVariables({spec}), absl::OkStatus());
+  check_rows("after PS 1 was killed and restored");
+  const TierTotals after = Totals(client);
+  EXPECT_EQ(after.rows, kColdIds + kHotIds);
+  EXPECT_LE(after.rows - after.spilled, kMaxRows + 100);
+  // Training goes on: one more push of every id.
+  for (int64_t first = 0; first < static_cast<int64_t>(all.size());
+       first += kPerStep) {
+    std::vector<int64_t> ids(
+        all.begin() + first,
+        all.begin() + std::min<int64_t>(all.size(), first + kPerStep));
+    std::vector<float> grads(ids.size() * kDim, 0.25f);
+    StepOptions at;
+    at.step = step;
+    ASSERT_EQ(client->Push({PushOp::Rows("ids", ids, grads.data())}, at),
+              absl::OkStatus());
+  }
+  ++step;
+  std::vector<float> values(all.size() * kDim);
+  ASSERT_EQ(PullWithRetry(client, all, values.data()), absl::OkStatus());
+  int64_t wrong = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const float pushes = i < static_cast<size_t>(kColdIds) ? 3 : step;
+    if (std::abs(values[i * kDim] - (init.Value(all[i], 0) - 0.25f * pushes)) >
+        1e-4f) {
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(SsdTierTest, ATierWithoutARuleForWhatLeavesMemoryIsRefused) {
+  LocalCluster::Options o;
+  o.num_ps = 1;
+  auto started = LocalCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto client = Client::Connect((*started)->MakeClientOptions());
+  ASSERT_TRUE(client.ok());
+  VariableSpec spec = TieredSpec();
+  spec.clear_eviction();
+  absl::Status s = (*client)->CreateVariables({spec});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "eviction.max_rows")) << s;
+  // A path that would leave --ssd_tier_dir.
+  spec = TieredSpec();
+  spec.mutable_storage()->set_path("../../etc");
+  s = (*client)->CreateVariables({spec});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "storage.path")) << s;
+  // The server serves on.
+  ASSERT_EQ((*client)->CreateVariables({TieredSpec()}), absl::OkStatus());
+}
+
+}  // namespace
+}  // namespace psrt
