@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "benchmark/benchmark.h"
@@ -167,7 +171,8 @@ BENCHMARK(BM_Gather)->Unit(benchmark::kMillisecond);
 // checkpoint: admitted), since pushes would not create them.
 struct HashTable {
   HashTable(int64_t rows, int64_t dim, int admission_min_count = 0,
-            int64_t ttl_steps = 0, int64_t max_rows = 0)
+            int64_t ttl_steps = 0, int64_t max_rows = 0,
+            const std::string& tier_dir = "")
       : map(1) {
     VariableSpec s;
     s.set_name("h");
@@ -179,11 +184,18 @@ struct HashTable {
     s.mutable_admission()->set_min_count(admission_min_count);
     s.mutable_eviction()->set_ttl_steps(ttl_steps);
     s.mutable_eviction()->set_max_rows(max_rows);
+    if (!tier_dir.empty()) s.mutable_storage()->set_tier(StorageSpec::SSD);
     NormalizeVariableSpec(&s).IgnoreError();
     map.Add(s).IgnoreError();
     optimizer = CreateOptimizer(map.Find("h")->spec.optimizer());
+    std::unique_ptr<RowSpillStore> store;
+    if (!tier_dir.empty()) {
+      store =
+          *RowSpillStore::Open(tier_dir, dim * (1 + optimizer->num_slots()));
+    }
     shard = std::make_unique<HashEmbeddingShard>(
-        *map.Find("h"), 0, optimizer.get(), Initializer(s.initializer()));
+        *map.Find("h"), 0, optimizer.get(), Initializer(s.initializer()),
+        nullptr, false, std::move(store));
     std::vector<int64_t> ids(rows);
     // Ids as a CTR hash spreads them, not 0..rows-1 in order.
     std::mt19937_64 rng(7);
@@ -192,7 +204,12 @@ struct HashTable {
       std::vector<float> values(rows * shard->row_stride(), 0.1f);
       shard->ImportRows(ids, values.data()).IgnoreError();
     } else {
-      shard->EnsureRows(ids).IgnoreError();
+      // With max_rows, in pieces a push could bring.
+      const int64_t piece = max_rows > 0 ? max_rows / 2 : rows;
+      for (int64_t first = 0; first < rows; first += piece) {
+        shard->EnsureRows(absl::MakeConstSpan(ids).subspan(first, piece))
+            .IgnoreError();
+      }
     }
     all_ids = std::move(ids);
   }
@@ -313,6 +330,73 @@ BENCHMARK(BM_HashPushDuringEviction)
     ->Arg(2)
     ->Iterations(300)
     ->Unit(benchmark::kMillisecond);
+
+// The SSD tier on the row path: each iteration pulls, then pushes
+// (Adagrad), 4,096 ids drawn Zipf(1.05) from a table of 1M rows of 16
+// floats -- (0) all in memory, or (1) with max_rows at a quarter of the
+// table and an SSD tier (RocksDB in $TMPDIR) holding the rest, the hot
+// rows in memory. Rows per second of pull + push; the tier's promotions
+// per iteration as a counter.
+void BM_HashTierZipf(benchmark::State& state) {
+  const bool tier = state.range(0) == 1;
+  constexpr int64_t kRows = 1 << 20;
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/psrt-bench-tier");
+  HashTable table(kRows, 16, 0, 0, tier ? kRows / 4 : 0, tier ? dir : "");
+  std::vector<double> cdf(kRows);
+  double sum = 0;
+  for (int64_t i = 0; i < kRows; ++i) cdf[i] = (sum += std::pow(i + 1, -1.05));
+  std::mt19937_64 rng(3);
+  // Fresh draws every iteration (drawn with the timer paused): the tail of
+  // the distribution keeps arriving, as a stream's would.
+  auto draw = [&](std::vector<int64_t>* batch) {
+    batch->clear();
+    for (int i = 0; i < 4096; ++i) {
+      const double u = std::uniform_real_distribution<double>(0, sum)(rng);
+      batch->push_back(
+          table.all_ids[std::lower_bound(cdf.begin(), cdf.end(), u) -
+                        cdf.begin()]);
+    }
+    std::sort(batch->begin(), batch->end());
+    batch->erase(std::unique(batch->begin(), batch->end()), batch->end());
+  };
+  // Warm up: memory holds the hot rows the draws found.
+  std::vector<int64_t> ids;
+  std::vector<float> warm(4096 * 16);
+  for (int i = 0; i < 200; ++i) {
+    draw(&ids);
+    table.shard->Gather(ids, warm.data());
+    table.shard->EnsureRows(ids).IgnoreError();
+  }
+  std::vector<float> grads(4096 * 16, 0.01f);
+  std::vector<float> out(4096 * 16);
+  std::vector<float> undo(4096 * table.shard->row_stride());
+  const int64_t promoted_before = table.shard->row_counts().promoted_rows;
+  int64_t rows = 0, step = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    draw(&ids);
+    state.ResumeTiming();
+    table.shard->Gather(ids, out.data());
+    ShardUpdate update;
+    update.learning_rate = 0.01f;
+    update.global_step = step++;
+    update.ids = ids;
+    update.grads = {
+        PayloadView::Contiguous(grads.data(), ids.size() * 16 * sizeof(float))};
+    ApplyAsPushed(*table.shard, update, 0.01f, true, undo.data());
+    rows += static_cast<int64_t>(ids.size());
+  }
+  state.SetItemsProcessed(rows);
+  const HashRowCounts counts = table.shard->row_counts();
+  state.counters["promoted_per_iter"] =
+      static_cast<double>(counts.promoted_rows - promoted_before) /
+      state.iterations();
+  state.counters["on_disk"] = static_cast<double>(counts.spilled_rows);
+  state.SetLabel(tier ? "max_rows 1/4 + SSD tier" : "all in memory");
+}
+BENCHMARK(BM_HashTierZipf)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_HashGather(benchmark::State& state) {
   const int64_t dim = state.range(0);
