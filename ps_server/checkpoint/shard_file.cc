@@ -28,6 +28,15 @@ uint32_t GetU32(const char* p) {
   return v;
 }
 
+// A shard that exported fewer rows than it said it holds (its row count
+// and its rows disagree): the file fails rather than holding garbage.
+absl::Status ShortExport(const VariableLayout& layout, int shard, int64_t first,
+                         int64_t want, int64_t got) {
+  return absl::InternalError(absl::StrCat(
+      "checkpoint of '", layout.spec.name(), "' shard ", shard, ": rows [",
+      first, ", ", first + want, ") exported ", got, " rows, not ", want));
+}
+
 }  // namespace
 
 std::string VariableFileStem(absl::string_view variable) {
@@ -97,6 +106,7 @@ absl::Status WriteShardFile(const LocalVariable& variable, int shard,
       const int64_t want = std::min<int64_t>(ids.size(), rows - first);
       const int64_t n =
           source.ExportRows(first, want, ids.data(), nullptr, &version);
+      if (n != want) return ShortExport(layout, shard, first, want, n);
       if (absl::Status s = emit(ids.data(), n * sizeof(int64_t)); !s.ok())
         return s;
       first += n;
@@ -105,7 +115,9 @@ absl::Status WriteShardFile(const LocalVariable& variable, int shard,
   std::vector<float> chunk(std::min(rows, chunk_rows) * stride);
   for (int64_t first = 0; first < rows; first += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - first);
-    source.ExportRows(first, n, nullptr, chunk.data(), &version);
+    const int64_t got =
+        source.ExportRows(first, n, nullptr, chunk.data(), &version);
+    if (got != n) return ShortExport(layout, shard, first, n, got);
     if (absl::Status s = emit(chunk.data(), n * stride * sizeof(float));
         !s.ok()) {
       return s;

@@ -732,9 +732,13 @@ void HashEmbeddingShard::RestoreVersion(int64_t version) {
 
 void HashEmbeddingShard::CommitSpilledLocked() {
   if (store_ == nullptr) return;
+  const int64_t staged = store_->staged_rows();
   if (absl::Status s = store_->Commit(); !s.ok()) {
+    // Counted out of both tiers: exports read exactly the rows there are.
+    spilled_ -= staged;
     LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
-               << shard_ << ": rows evicted to the SSD tier are lost: " << s;
+               << shard_ << ": " << staged
+               << " rows evicted to the SSD tier are lost: " << s;
   }
 }
 

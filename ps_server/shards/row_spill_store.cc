@@ -109,6 +109,8 @@ void RowSpillStore::Spill(int64_t id, const float* row) {
                rocksdb::Slice(reinterpret_cast<const char*>(row), row_bytes_));
 }
 
+int64_t RowSpillStore::staged_rows() const { return staged_->Count(); }
+
 absl::Status RowSpillStore::Commit() {
   if (staged_->Count() == 0) return absl::OkStatus();
   rocksdb::Status s = db_->Write(NoLog(), staged_.get());

@@ -55,7 +55,9 @@ class RowSpillStore {
   //
   // Stages row `row` of `id`; Commit writes what was staged.
   void Spill(int64_t id, const float* row);
+  // Writes the staged rows; on an error they are not in the store.
   absl::Status Commit();
+  int64_t staged_rows() const;
 
   // Reads `id`'s row into `row` and deletes it from the store; false if the
   // store has no row for it.

@@ -13,6 +13,8 @@ uint64_t ShardDigest(const Shard& shard) {
   std::vector<int64_t> ids(kChunkRows);
   std::vector<float> rows(static_cast<size_t>(kChunkRows * stride));
   uint64_t digest = 0;
+  // Rows read by position in several calls: none may move in between.
+  shard.PinRows(true);
   for (int64_t first = 0;; first += kChunkRows) {
     int64_t version = 0;
     const int64_t n =
@@ -24,6 +26,7 @@ uint64_t ShardDigest(const Shard& shard) {
     }
     if (n < kChunkRows) break;
   }
+  shard.PinRows(false);
   return digest;
 }
 
