@@ -5,7 +5,6 @@
 #include <cstring>
 #include <limits>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "partitioner/id_hash.h"
@@ -304,13 +303,13 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
   std::vector<float> spilled_rows;
   std::unique_ptr<bool[]> on_disk;
   if (store_ != nullptr && spilled_ > 0) {
-    absl::flat_hash_set<int64_t> seen;
     for (size_t i = 0; i < ids.size(); ++i) {
-      if (rows[i] == kNoRow && seen.insert(ids[i]).second) {
-        missing_ids.push_back(ids[i]);
-      }
+      if (rows[i] == kNoRow) missing_ids.push_back(ids[i]);
     }
-    std::sort(missing_ids.begin(), missing_ids.end());  // the store's order
+    // In the store's order, once each (an import may repeat an id).
+    std::sort(missing_ids.begin(), missing_ids.end());
+    missing_ids.erase(std::unique(missing_ids.begin(), missing_ids.end()),
+                      missing_ids.end());
     spilled_rows.resize(missing_ids.size() * stride_);
     on_disk.reset(new bool[missing_ids.size()]());
     if (absl::Status s =
@@ -443,7 +442,8 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
         rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
     if (admitted && rows_ < RowLimit() &&
         (!needs_block || !reserve_ || reserve_(block_bytes()).ok())) {
-      rows[i] = CreateRow(ids[i]);
+      // The store was asked already: only a spilled id is looked up again.
+      rows[i] = CreateRow(ids[i], nullptr, /*looked_up=*/!spilled);
       if (!spilled) ++admission_.admitted_rows;
     } else {
       ++admission_.unadmitted_gradients;
