@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -93,7 +94,54 @@ struct PushTimes {
                      before.end());
     return {slowest, before[before.size() / 2]};
   }
+  // The longest push in flight at some moment of [from, to], and how many
+  // pushes were.
+  std::pair<absl::Duration, int> SlowestAcross(absl::Time from, absl::Time to) {
+    absl::MutexLock lock(&mu);
+    absl::Duration slowest;
+    int count = 0;
+    for (const auto& [end, took] : ended) {
+      if (end >= from && end - took <= to) {
+        slowest = std::max(slowest, took);
+        ++count;
+      }
+    }
+    return {slowest, count};
+  }
+  // The longest push that started and ended within [from, to].
+  absl::Duration SlowestWithin(absl::Time from, absl::Time to) {
+    absl::MutexLock lock(&mu);
+    absl::Duration slowest;
+    for (const auto& [end, took] : ended) {
+      if (end <= to && end - took >= from) slowest = std::max(slowest, took);
+    }
+    return slowest;
+  }
 };
+
+// When the glog line matched by `pattern` (after its "IYYYYMMDD
+// HH:MM:SS.uuuuuu thread file:line] " prefix) was logged, and the line.
+std::optional<std::pair<absl::Time, std::string>> LoggedAt(
+    const std::string& log, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(
+          log, m,
+          std::regex("[IWE](\\d{8} \\d{2}:\\d{2}:\\d{2}\\.\\d{6}) +\\d+ "
+                     "[^\\]]+\\] (" +
+                     pattern + ")"))) {
+    return std::nullopt;
+  }
+  absl::Time t;
+  std::string error;
+  const std::string stamp = m[1].str();  // YYYYMMDD HH:MM:SS.uuuuuu
+  if (!absl::ParseTime("%Y-%m-%d %H:%M:%E*S",
+                       absl::StrCat(stamp.substr(0, 4), "-", stamp.substr(4, 2),
+                                    "-", stamp.substr(6)),
+                       absl::LocalTimeZone(), &t, &error)) {
+    return std::nullopt;
+  }
+  return std::make_pair(t, m[2].str());
+}
 
 // With `times`, every push's end and duration.
 void Train(const LocalCluster& cluster, int clients, int steps,
@@ -729,17 +777,45 @@ void KillRestartAndRejoin(bool wait_for_failover) {
                         std::regex("serves its [^\n]*again[^\n]*"))) {
     std::printf("PS 1 %s\n", line.str().c_str());
   }
+  absl::SleepFor(absl::Seconds(2));  // pushes go on to PS 1 again
   const std::string serving_log = LogOf(*cluster, 2);
   if (std::regex_search(serving_log, line, std::regex("handed [^\n]*"))) {
     std::printf("PS 2 %s\n", line.str().c_str());
   }
-  absl::SleepFor(absl::Seconds(2));  // pushes go on to PS 1 again
   const auto [slowest, median] = push_times.SlowestAfterAndMedianBefore(
       rejoined_at, absl::Milliseconds(100));
   std::printf(
       "handback pause: slowest push %.1f ms (of those started from 100 ms "
       "before the rejoin on); median push before it %.1f ms\n",
       absl::ToDoubleMilliseconds(slowest), absl::ToDoubleMilliseconds(median));
+  // The pause itself: pushes in flight while PS 2 did not serve PS 1's
+  // shards or held their refusals (from its demote, "unserved here for
+  // D" before its "handed" line, to its "settled" line), beside the
+  // slowest push of the 1.5 s before the kill (the same clients, no
+  // failover, no rejoin).
+  const auto handed =
+      LoggedAt(serving_log, "PS 2 handed [^\n]*unserved here for [^ ]+");
+  // Settled by PS 1's first call, not by the cap on holding refusals
+  // (the refusals held wait on no gRPC thread, so that call finds one).
+  const auto settled = LoggedAt(serving_log, "handback to PS 1 settled: ");
+  ASSERT_TRUE(handed.has_value() && settled.has_value()) << Tail(serving_log);
+  std::smatch unserved;
+  absl::Duration demoted_for;
+  ASSERT_TRUE(std::regex_search(handed->second, unserved,
+                                std::regex("unserved here for ([^ ]+)$")) &&
+              absl::ParseDuration(unserved[1].str(), &demoted_for))
+      << handed->second;
+  const auto [across, in_flight] =
+      push_times.SlowestAcross(handed->first - demoted_for, settled->first);
+  const absl::Duration usual =
+      push_times.SlowestWithin(killed - absl::Milliseconds(1500), killed);
+  std::printf(
+      "handback window %.2f ms (demote to settle): slowest of the %d pushes "
+      "in flight across it %.1f ms; slowest push of the 1.5 s before the "
+      "kill %.1f ms\n",
+      absl::ToDoubleMilliseconds(settled->first - handed->first + demoted_for),
+      in_flight, absl::ToDoubleMilliseconds(across),
+      absl::ToDoubleMilliseconds(usual));
   stop = true;
   training.join();
   EXPECT_EQ(failures.load(), 0);

@@ -63,7 +63,7 @@ class ParameterServerService::PullReactor final
       s = coordinator.status();
     }
     if (!s.ok()) {
-      Finish(service_->Fail("Pull", s));
+      service_->FinishFailed(this, "Pull", s);
       return;
     }
     // SYNC and SSP pulls may have to wait for other workers' pushes.
@@ -118,7 +118,7 @@ class ParameterServerService::PullReactor final
                                            service_->limits_.max_message_bytes)
                    : ready;
     if (!responder.ok()) {
-      Finish(service_->Fail("Pull", responder.status()));
+      service_->FinishFailed(this, "Pull", responder.status());
       return;
     }
     responder_ = std::move(*responder);
@@ -202,7 +202,7 @@ class ParameterServerService::PushReactor final
     if (ok) {
       absl::Status s = handler_->AddMessage(message_);
       if (!s.ok()) {
-        Finish(service_->Fail("Push", s));
+        service_->FinishFailed(this, "Push", s);
         return;
       }
       StartRead(&message_);
@@ -216,7 +216,7 @@ class ParameterServerService::PushReactor final
     if (absl::Status s = service_->coordinator_.CheckStepFields(
             consistency, first.worker_index(), first.step());
         handler_->complete() && !s.ok()) {
-      Finish(service_->Fail("Push", s));
+      service_->FinishFailed(this, "Push", s);
       return;
     }
     StepCoordinator* coordinator = &service_->coordinator_;
@@ -226,7 +226,7 @@ class ParameterServerService::PushReactor final
       if (s.ok() && first.has_for_ps())
         s = handler_->CheckPlacedOn(first.for_ps());
       if (!s.ok()) {
-        Finish(service_->Fail("Push", s));
+        service_->FinishFailed(this, "Push", s);
         return;
       }
       coordinator = *found;
@@ -258,7 +258,7 @@ class ParameterServerService::PushReactor final
   void Complete(absl::StatusOr<PushResponse> result, int worker_index,
                 int64_t step) {
     if (!result.ok()) {
-      Finish(service_->Fail("Push", result.status()));
+      service_->FinishFailed(this, "Push", result.status());
       return;
     }
     service_->push_.rows->Increment(
@@ -301,7 +301,7 @@ class ParameterServerService::ReadAllReactor final
     if (ok) {
       absl::Status s = call_.AddMessage(message_);
       if (!s.ok()) {
-        Finish(service_->Fail(method_, s));
+        service_->FinishFailed(this, method_, s);
         return;
       }
       StartRead(&message_);
@@ -309,7 +309,7 @@ class ParameterServerService::ReadAllReactor final
     }
     auto result = call_.Finish();
     if (!result.ok()) {
-      Finish(service_->Fail(method_, result.status()));
+      service_->FinishFailed(this, method_, result.status());
       return;
     }
     grpc::Slice slice(result->SerializeAsString());
@@ -579,10 +579,6 @@ grpc::Status ParameterServerService::Fail(const char* method,
     rejected_nonfinite_->Increment();
   }
   VLOG(1) << method << " failed: " << status;
-  if (status.code() == absl::StatusCode::kUnavailable &&
-      (std::strcmp(method, "Push") == 0 || std::strcmp(method, "Pull") == 0)) {
-    HoldWhileHandingBack();
-  }
   return ToGrpcStatus(status);
 }
 
@@ -937,15 +933,18 @@ namespace {
 class RejectWriteReactor final
     : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  explicit RejectWriteReactor(grpc::Status status) {
-    Finish(std::move(status));
+  RejectWriteReactor(ParameterServerService* service, const absl::Status& s) {
+    service->FinishFailed(this, "Pull", s);
   }
   void OnDone() override { delete this; }
 };
 class RejectReadReactor final
     : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  explicit RejectReadReactor(grpc::Status status) { Finish(std::move(status)); }
+  RejectReadReactor(ParameterServerService* service, const char* method,
+                    const absl::Status& s) {
+    service->FinishFailed(this, method, s);
+  }
   void OnDone() override { delete this; }
 };
 }  // namespace
@@ -954,7 +953,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ParameterServerService::Pull(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   absl::Status s = CheckToken(context, auth_token_);
   if (s.ok()) s = CheckNotReplaced();
-  if (!s.ok()) return new RejectWriteReactor(Fail("Pull", s));
+  if (!s.ok()) return new RejectWriteReactor(this, s);
   return new PullReactor(this, request);
 }
 
@@ -962,7 +961,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   absl::Status s = CheckToken(context, auth_token_);
   if (s.ok()) s = CheckNotReplaced();
-  if (!s.ok()) return new RejectReadReactor(Fail("Push", s));
+  if (!s.ok()) return new RejectReadReactor(this, "Push", s);
   return new PushReactor(this, response);
 }
 
@@ -970,7 +969,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Replicate(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   absl::Status s = CheckToken(context, auth_token_);
   if (s.ok()) s = CheckCheckpointCaller(context, "Replicate");
-  if (!s.ok()) return new RejectReadReactor(Fail("Replicate", s));
+  if (!s.ok()) return new RejectReadReactor(this, "Replicate", s);
   return new ReadAllReactor<ReplicateCall>(this, "Replicate", response,
                                            ReplicateCall(this));
 }
@@ -1175,7 +1174,7 @@ ParameterServerService::InstallSnapshot(grpc::CallbackServerContext* context,
                                         grpc::ByteBuffer* response) {
   absl::Status s = CheckToken(context, auth_token_);
   if (s.ok()) s = CheckCheckpointCaller(context, "InstallSnapshot");
-  if (!s.ok()) return new RejectReadReactor(Fail("InstallSnapshot", s));
+  if (!s.ok()) return new RejectReadReactor(this, "InstallSnapshot", s);
   return new ReadAllReactor<SnapshotInstaller>(
       this, "InstallSnapshot", response,
       SnapshotInstaller(store_, &replica_applier_));

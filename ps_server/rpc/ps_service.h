@@ -7,8 +7,11 @@
 
 #include <atomic>
 #include <cstddef>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -81,6 +84,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
                          std::string auth_token = "",
                          ClusterMembers* checkpoint_callers = nullptr,
                          ReplicationLog* replicator = nullptr);
+  // Answers the refusals still held for a handback (the server, shut down
+  // before, waited for them at most kMaxHandbackHold).
+  ~ParameterServerService() override;
 
   // Unary methods; request and response are the serialized messages of
   // proto/ps.proto (CheckpointRequest -> CheckpointResponse, ...).
@@ -167,6 +173,22 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // Counts a failed RPC under psrt_errors_total{method, code} and returns it
   // as a gRPC status.
   grpc::Status Fail(const char* method, const absl::Status& status);
+  // Fail, then finishes `reactor` with the failure: at once, or -- a pull
+  // or push refused UNAVAILABLE while this PS hands shards back -- once the
+  // handback settled (the new primary serves): the client, which learns
+  // the routing when refused, then finds it changed and retries there at
+  // once. The refusal waits in a queue, not on a gRPC thread (the call
+  // that settles the handback needs one), at most kMaxHandbackHold.
+  template <typename Reactor>
+  void FinishFailed(Reactor* reactor, const char* method,
+                    const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(settle_mu_) {
+    grpc::Status answer = Fail(method, status);
+    if (!HoldRefusal(method, status,
+                     [reactor, answer] { reactor->Finish(answer); })) {
+      reactor->Finish(std::move(answer));
+    }
+  }
 
   // The HTML of the status page (/statusz on the metrics port).
   std::string StatusPageHtml() const;
@@ -249,10 +271,16 @@ class ParameterServerService final : public ParameterServerCallbackBase {
       ABSL_LOCKS_EXCLUDED(handback_mu_);
   absl::Mutex handback_mu_;
   // A pull or push refused UNAVAILABLE while this PS hands shards back is
-  // answered once the handback settled (the new primary serves): the
-  // client, which learns the routing when refused, then finds it changed
-  // and retries there at once. Waits at most kMaxHandbackHold.
-  void HoldWhileHandingBack() ABSL_LOCKS_EXCLUDED(settle_mu_);
+  // answered once the handback settled (FinishFailed); see HoldRefusal.
+  // True if `answer` was queued to run when the handback settles.
+  bool HoldRefusal(const char* method, const absl::Status& status,
+                   std::function<void()> answer)
+      ABSL_LOCKS_EXCLUDED(settle_mu_);
+  // A handback begins: refusals are held from now on, and answered by
+  // AnswerHeldRefusals on settle_thread_ (started unless it runs).
+  void StartHoldingRefusals() ABSL_EXCLUSIVE_LOCKS_REQUIRED(handback_mu_)
+      ABSL_LOCKS_EXCLUDED(settle_mu_);
+  void AnswerHeldRefusals() ABSL_LOCKS_EXCLUDED(settle_mu_);
   // A Replicate call from `from` succeeded: if this PS just handed it its
   // shards, it serves them now.
   void HandbackSettledBy(int from) ABSL_LOCKS_EXCLUDED(settle_mu_);
@@ -265,6 +293,13 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   absl::Time handback_settles_at_ ABSL_GUARDED_BY(settle_mu_) =
       absl::InfinitePast();
   absl::CondVar settle_changed_;
+  struct HeldRefusal {
+    absl::Time until;  // kMaxHandbackHold after it came
+    std::function<void()> answer;
+  };
+  std::deque<HeldRefusal> held_refusals_ ABSL_GUARDED_BY(settle_mu_);
+  bool answering_refusals_ ABSL_GUARDED_BY(settle_mu_) = false;
+  std::thread settle_thread_ ABSL_GUARDED_BY(handback_mu_);
   WorkersSeen workers_seen_;
   MethodMetrics pull_, push_, create_;
   prometheus::Counter* rejected_nonfinite_;

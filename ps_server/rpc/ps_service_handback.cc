@@ -19,12 +19,18 @@
 //
 // Between the two the shards are served by neither PS: the pulls and
 // pushes refused here meanwhile are answered (UNAVAILABLE) only once the
-// handback settled (HoldWhileHandingBack: the caller's first Replicate
-// call after the answer, which it sends once it serves, or kCallerStart),
-// so that the client, which learns the routing when refused, finds the
-// caller serving and retries there at once. The answer is also a lease
+// handback settled (FinishFailed: the caller's first Replicate call after
+// the answer, which it sends once it serves, or kCallerStart), so that the
+// client, which learns the routing when refused, finds the caller serving
+// and retries there at once. They wait in a queue that a thread of their
+// own (settle_thread_) answers, not on gRPC's threads: the call that
+// settles the handback must find one free. The answer is also a lease
 // grant, so the caller serves without waiting for its next renewal.
 #include <algorithm>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -41,10 +47,10 @@ constexpr absl::Duration kHandbackWait = absl::Seconds(10);
 constexpr int kReclaimAttempts = 40;
 // After the answer, the longest wait for the caller's first Replicate
 // call (it sends it once it serves: shards primary, barrier resumed,
-// lease held, stream restarted; well under a millisecond). Short: the
-// refusals are held on gRPC threads, and when all of them hold one, that
-// call waits for this to pass (measured: ~100 ms pauses with 100 ms here).
-constexpr absl::Duration kCallerStart = absl::Milliseconds(20);
+// lease held, stream restarted; well under a millisecond unless its cores
+// are busy). A refusal answered before that sends its client to the caller
+// too early: refused again, it backs off for 100 ms.
+constexpr absl::Duration kCallerStart = absl::Milliseconds(100);
 // The longest a refused pull or push is held while a handback settles.
 constexpr absl::Duration kMaxHandbackHold = absl::Milliseconds(500);
 constexpr absl::Duration kReclaimCallTimeout = absl::Seconds(30);
@@ -102,10 +108,7 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
     if (it != taken_over_.end()) barrier = it->second.get();
   }
   const absl::Time paused = absl::Now();
-  {
-    absl::MutexLock lock(&settle_mu_);
-    handback_settles_at_ = absl::InfiniteFuture();
-  }
+  StartHoldingRefusals();
   // Undone: the refusals held meanwhile are answered at once.
   absl::Cleanup settle = [this] {
     absl::MutexLock lock(&settle_mu_);
@@ -184,21 +187,84 @@ void ParameterServerService::HandbackSettledBy(int from) {
   absl::MutexLock lock(&settle_mu_);
   if (settling_for_.load() != from) return;
   settling_for_.store(-1);
-  const absl::Duration early = handback_settles_at_ - absl::Now();
-  handback_settles_at_ = absl::Now();
-  settle_changed_.SignalAll();
-  LOG(INFO) << "handback to PS " << from << " settled: it serves, "
-            << absl::FormatDuration(kCallerStart - early)
-            << " after the answer";
+  const absl::Time now = absl::Now();
+  const absl::Duration after = kCallerStart - (handback_settles_at_ - now);
+  if (now < handback_settles_at_) {
+    handback_settles_at_ = now;
+    settle_changed_.SignalAll();
+    LOG(INFO) << "handback to PS " << from << " settled: it serves, "
+              << absl::FormatDuration(after) << " after the answer";
+  } else {
+    LOG(WARNING) << "handback to PS " << from << " settled late: its first "
+                 << "call came " << absl::FormatDuration(after)
+                 << " after the answer, past the "
+                 << absl::FormatDuration(kCallerStart)
+                 << " the refusals were held for";
+  }
 }
 
-void ParameterServerService::HoldWhileHandingBack() {
-  absl::MutexLock lock(&settle_mu_);
-  const absl::Time give_up = absl::Now() + kMaxHandbackHold;
-  while (absl::Now() < handback_settles_at_ && absl::Now() < give_up) {
-    settle_changed_.WaitWithDeadline(&settle_mu_,
-                                     std::min(handback_settles_at_, give_up));
+bool ParameterServerService::HoldRefusal(const char* method,
+                                         const absl::Status& status,
+                                         std::function<void()> answer) {
+  if (status.code() != absl::StatusCode::kUnavailable ||
+      (std::strcmp(method, "Push") != 0 && std::strcmp(method, "Pull") != 0)) {
+    return false;
   }
+  absl::MutexLock lock(&settle_mu_);
+  const absl::Time now = absl::Now();
+  // Past the settle (or none under way): the thread may have ended.
+  if (now >= handback_settles_at_) return false;
+  held_refusals_.push_back({now + kMaxHandbackHold, std::move(answer)});
+  return true;
+}
+
+void ParameterServerService::StartHoldingRefusals() {
+  {
+    absl::MutexLock lock(&settle_mu_);
+    handback_settles_at_ = absl::InfiniteFuture();
+    if (answering_refusals_) return;  // the last handback's still runs
+    answering_refusals_ = true;
+  }
+  if (settle_thread_.joinable()) settle_thread_.join();  // it has ended
+  settle_thread_ = std::thread([this] { AnswerHeldRefusals(); });
+}
+
+void ParameterServerService::AnswerHeldRefusals() {
+  settle_mu_.Lock();
+  while (true) {
+    const absl::Time now = absl::Now();
+    const bool settled = now >= handback_settles_at_;
+    std::vector<std::function<void()>> due;
+    while (!held_refusals_.empty() &&
+           (settled || now >= held_refusals_.front().until)) {
+      due.push_back(std::move(held_refusals_.front().answer));
+      held_refusals_.pop_front();
+    }
+    if (!due.empty()) {
+      settle_mu_.Unlock();
+      for (std::function<void()>& answer : due) answer();
+      settle_mu_.Lock();
+      continue;
+    }
+    if (settled) break;  // nothing is held from now on (HoldRefusal)
+    absl::Time wake = handback_settles_at_;
+    if (!held_refusals_.empty()) {
+      wake = std::min(wake, held_refusals_.front().until);
+    }
+    settle_changed_.WaitWithDeadline(&settle_mu_, wake);
+  }
+  answering_refusals_ = false;
+  settle_mu_.Unlock();
+}
+
+ParameterServerService::~ParameterServerService() {
+  absl::MutexLock one_at_a_time(&handback_mu_);
+  {
+    absl::MutexLock lock(&settle_mu_);
+    handback_settles_at_ = absl::InfinitePast();
+    settle_changed_.SignalAll();
+  }
+  if (settle_thread_.joinable()) settle_thread_.join();
 }
 
 absl::Status ParameterServerService::ReclaimShards(

@@ -23,8 +23,12 @@ Rejoin: runs its restart-after-failover case --rejoins times (3 clients
 pushing; a 128 MiB table, with its Adagrad slot, among the shards) and reports the time from the
 restart to "rejoined as a backup" and the copy's size and rate; then the
 handback that follows: how long the shards were served by neither PS (the
-serving PS's log) and the slowest push across it, beside the median push
-before it (what a client sees as the handback's pause).
+serving PS's log), the slowest push after it beside the median push before
+it, and -- what a client sees as the handback's pause -- the window from
+the serving PS's demote to its settle (the new primary serves, the held
+refusals are answered) with the slowest push in flight across it, beside
+the slowest push of the 1.5 s before the kill (the same clients, nothing
+happening).
 """
 import argparse
 import json
@@ -177,11 +181,24 @@ def main():
                 r"(\d+) bytes from PS [\d, ]+ in (\S+)"
                 r"(?s:.*?)unserved here for (\S+) while"
                 r"(?s:.*?)handback pause: slowest push ([\d.]+) ms [^;]*; "
-                r"median push before it ([\d.]+) ms",
+                r"median push before it ([\d.]+) ms\n"
+                r"handback window ([\d.]+) ms [^:]*: slowest of the \d+ pushes in flight "
+                r"across it ([\d.]+) ms; slowest push of the 1.5 s before the kill ([\d.]+) ms",
                 args.rejoins,
                 log,
             )
-            for restart_ms, shards, size, took, unserved, slowest, median in runs:
+            for (
+                restart_ms,
+                shards,
+                size,
+                took,
+                unserved,
+                slowest,
+                median,
+                window,
+                across,
+                usual,
+            ) in runs:
                 print(
                     f"rejoin: restart to rejoined {restart_ms} ms; {shards} shards, "
                     f"{int(size) / 2**20:.1f} MiB copied in {seconds(took) * 1000:.0f} ms "
@@ -189,16 +206,22 @@ def main():
                 )
                 print(
                     f"handback: unserved {seconds(unserved) * 1000:.2f} ms on the serving PS; "
-                    f"slowest push across it {slowest} ms, median push before {median} ms"
+                    f"slowest push after it {slowest} ms, median push before {median} ms; "
+                    f"demote to settle {window} ms, slowest push in flight across that "
+                    f"{across} ms against {usual} ms in the 1.5 s before the kill"
                 )
             print(
                 "rejoin: median restart to rejoined "
                 f"{statistics.median(int(r[0]) for r in runs)} ms over {len(runs)} runs"
             )
             print(
-                "handback: median slowest push across it "
+                "handback: median slowest push after it "
                 f"{statistics.median(float(r[5]) for r in runs):.1f} ms over {len(runs)} runs "
-                f"(median push {statistics.median(float(r[6]) for r in runs):.1f} ms)"
+                f"(median push {statistics.median(float(r[6]) for r in runs):.1f} ms); "
+                f"median demote to settle {statistics.median(float(r[7]) for r in runs):.2f} ms, "
+                "slowest push in flight across it "
+                f"{statistics.median(float(r[8]) for r in runs):.1f} ms against "
+                f"{statistics.median(float(r[9]) for r in runs):.1f} ms before the kill"
             )
 
 
