@@ -10,6 +10,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "ps_server/checkpoint/checkpoint_schedule.h"
 #include "ps_server/rpc/server.h"
+#include "ps_server/shards/ssd_tier_dir.h"
 #include "util/thread_pool.h"
 
 DEFINE_string(cluster, "",
@@ -69,7 +71,9 @@ DEFINE_string(ssd_tier_dir, "",
               "RocksDB store per shard in <dir>/<storage.path>/shard-<N>, "
               "emptied when the shard is created (a restarted PS restores "
               "from its checkpoint). Empty: $TMPDIR (or /tmp) "
-              "/psrt-ssd-tier/ps<task>-<pid>, removed as the PS exits.");
+              "/psrt-ssd-tier/ps<task>-<pid>, removed as the PS exits; one "
+              "left by a PS that was killed is removed by the next PS that "
+              "starts on the machine.");
 DEFINE_double(eviction_interval_secs, 1.0,
               "How often hash embeddings with eviction (eviction.ttl_steps "
               "in the variable's spec) are swept for rows idle longer than "
@@ -215,13 +219,7 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
     options.evict_at_memory_limit = true;
   }
   options.replicas = FLAGS_replicas;
-  options.ssd_tier_dir = FLAGS_ssd_tier_dir;
-  if (options.ssd_tier_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    options.ssd_tier_dir =
-        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                     "/psrt-ssd-tier/ps", FLAGS_task_index, "-", getpid());
-  }
+  options.ssd_tier_dir = FLAGS_ssd_tier_dir;  // empty: Run makes one
   if (!(FLAGS_eviction_interval_secs > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--eviction_interval_secs must be > 0, got ",
@@ -327,6 +325,18 @@ int Run() {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Declared before the server: removed after its stores closed.
+  std::unique_ptr<psrt::OwnedSsdTierDir> owned_ssd_tier_dir;
+  if (options->ssd_tier_dir.empty()) {
+    auto owned = psrt::OwnedSsdTierDir::Create(
+        psrt::OwnedSsdTierDir::DefaultRoot(), FLAGS_task_index);
+    if (!owned.ok()) {
+      LOG(ERROR) << owned.status();
+      return 1;
+    }
+    owned_ssd_tier_dir = *std::move(owned);
+    options->ssd_tier_dir = owned_ssd_tier_dir->path();
+  }
   auto server = psrt::Server::Create(*options);
   if (!server.ok()) {
     LOG(ERROR) << server.status();

@@ -5,10 +5,14 @@
 // from its checkpoint.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cpp/client.h"
@@ -213,6 +217,71 @@ TEST(SsdTierTest, ATierWithoutARuleForWhatLeavesMemoryIsRefused) {
   EXPECT_TRUE(absl::StrContains(s.message(), "storage.path")) << s;
   // The server serves on.
   ASSERT_EQ((*client)->CreateVariables({TieredSpec()}), absl::OkStatus());
+}
+
+// Files of the directories under `root`, by directory name.
+std::map<std::string, int64_t> FilesByDirectory(const std::string& root) {
+  std::map<std::string, int64_t> files;
+  std::error_code error;
+  for (const auto& dir : std::filesystem::directory_iterator(root, error)) {
+    int64_t n = 0;
+    for (const auto& f :
+         std::filesystem::recursive_directory_iterator(dir.path(), error)) {
+      if (f.is_regular_file()) ++n;
+    }
+    files[dir.path().filename().string()] = n;
+  }
+  return files;
+}
+
+// With the default --ssd_tier_dir ($TMPDIR/psrt-ssd-tier/ps<task>-<pid>):
+// a PS killed with SIGKILL cannot remove its spilled rows; the next PS
+// started on the machine does, and a PS stopped cleanly leaves nothing.
+TEST(SsdTierTest, TheSpilledRowsOfAKilledPsAreRemovedByTheNextPsStarted) {
+  const std::string tmp = FreshTestDir("default_tier_tmp");
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string restore = old_tmpdir != nullptr ? old_tmpdir : "";
+  setenv("TMPDIR", tmp.c_str(), 1);  // the servers started here inherit it
+  absl::Cleanup restore_tmpdir = [&] {
+    if (old_tmpdir != nullptr) {
+      setenv("TMPDIR", restore.c_str(), 1);
+    } else {
+      unsetenv("TMPDIR");
+    }
+  };
+  const std::string root = tmp + "/psrt-ssd-tier";
+  LocalCluster::Options o;
+  o.num_ps = 1;
+  {
+    auto started = LocalCluster::Start(o);
+    ASSERT_TRUE(started.ok()) << started.status();
+    LocalCluster& cluster = **started;
+    const std::string first = absl::StrCat("ps0-", cluster.pid(0));
+    {
+      auto client = Client::Connect(cluster.MakeClientOptions());
+      ASSERT_TRUE(client.ok()) << client.status();
+      ASSERT_EQ((*client)->CreateVariables({TieredSpec()}), absl::OkStatus());
+      for (int64_t first_id = 0; first_id < 3 * kMaxRows; first_id += 1000) {
+        std::vector<int64_t> ids(1000);
+        std::iota(ids.begin(), ids.end(), first_id);
+        std::vector<float> grads(ids.size() * kDim, 0.25f);
+        ASSERT_EQ((*client)->Push({PushOp::Rows("ids", ids, grads.data())}),
+                  absl::OkStatus());
+      }
+      EXPECT_GE(Totals(client->get()).spilled, 2 * kMaxRows - 100);
+    }
+    std::map<std::string, int64_t> files = FilesByDirectory(root);
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_GE(files[first], 3) << "the store's files and the lock";
+    cluster.Kill(0, SIGKILL);
+    EXPECT_EQ(FilesByDirectory(root), files) << "left behind by SIGKILL";
+    ASSERT_EQ(cluster.Restart(0), absl::OkStatus());
+    files = FilesByDirectory(root);
+    EXPECT_EQ(files.count(first), 0u) << "removed by the next PS started";
+    EXPECT_EQ(files.size(), 1u);
+    EXPECT_EQ(files.count(absl::StrCat("ps0-", cluster.pid(0))), 1u);
+  }  // SIGTERM: the PS removes its own
+  EXPECT_TRUE(FilesByDirectory(root).empty());
 }
 
 }  // namespace
