@@ -328,14 +328,20 @@ int Run() {
   // Declared before the server: removed after its stores closed.
   std::unique_ptr<psrt::OwnedSsdTierDir> owned_ssd_tier_dir;
   if (options->ssd_tier_dir.empty()) {
-    auto owned = psrt::OwnedSsdTierDir::Create(
-        psrt::OwnedSsdTierDir::DefaultRoot(), FLAGS_task_index);
-    if (!owned.ok()) {
-      LOG(ERROR) << owned.status();
-      return 1;
+    const std::string root = psrt::OwnedSsdTierDir::DefaultRoot();
+    auto owned = psrt::OwnedSsdTierDir::Create(root, options->ps_task);
+    if (owned.ok()) {
+      owned_ssd_tier_dir = *std::move(owned);
+      options->ssd_tier_dir = owned_ssd_tier_dir->path();
+    } else {
+      // Only tiered tables need it (a read-only file system serves the
+      // rest): creating one fails then, naming the directory.
+      LOG(WARNING) << owned.status()
+                   << "; hash embeddings with storage.tier = SSD will be "
+                      "refused";
+      options->ssd_tier_dir =
+          absl::StrCat(root, "/ps", options->ps_task, "-", getpid());
     }
-    owned_ssd_tier_dir = *std::move(owned);
-    options->ssd_tier_dir = owned_ssd_tier_dir->path();
   }
   auto server = psrt::Server::Create(*options);
   if (!server.ok()) {
