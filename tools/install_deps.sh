@@ -3,6 +3,8 @@
 # Idempotent: installs only what is missing. Needs root (or sudo).
 #   tools/install_deps.sh            build and test dependencies
 #   (PyTorch is included: the Python client's tests and the benchmarks use it.)
+#   (LevelDB and LMDB too: tools/bench/kv_store_choice.cc compares them with
+#   RocksDB, and the thread-safety check compiles every source.)
 set -euo pipefail
 
 packages=(
@@ -12,7 +14,7 @@ packages=(
   libcivetweb-dev libcurl4-openssl-dev libssl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
-  zlib1g-dev dataset-fashion-mnist librocksdb-dev
+  zlib1g-dev dataset-fashion-mnist librocksdb-dev libleveldb-dev liblmdb-dev
   awscli
   python3-torch python3-setuptools python3-pip python3-wheel python3-yaml
   iproute2 procps rhash iperf3 chromium qemu-user
