@@ -340,7 +340,7 @@ int Run() {
                    << "; hash embeddings with storage.tier = SSD will be "
                       "refused";
       options->ssd_tier_dir =
-          absl::StrCat(root, "/ps", options->ps_task, "-", getpid());
+          psrt::OwnedSsdTierDir::PathFor(root, options->ps_task);
     }
   }
   auto server = psrt::Server::Create(*options);

@@ -26,6 +26,10 @@ std::string OwnedSsdTierDir::DefaultRoot() {
                       "/psrt-ssd-tier");
 }
 
+std::string OwnedSsdTierDir::PathFor(const std::string& root, int task) {
+  return absl::StrCat(root, "/ps", task, "-", getpid());
+}
+
 int RemoveDeadOwnersSsdTierDirs(const std::string& root) {
   std::error_code error;
   int removed = 0;
@@ -58,7 +62,7 @@ int RemoveDeadOwnersSsdTierDirs(const std::string& root) {
 absl::StatusOr<std::unique_ptr<OwnedSsdTierDir>> OwnedSsdTierDir::Create(
     const std::string& root, int task) {
   RemoveDeadOwnersSsdTierDirs(root);
-  const std::string path = absl::StrCat(root, "/ps", task, "-", getpid());
+  const std::string path = PathFor(root, task);
   std::error_code error;
   std::filesystem::create_directories(path, error);
   if (error) {

@@ -25,8 +25,11 @@ class OwnedSsdTierDir {
   // $TMPDIR (or /tmp) + "/psrt-ssd-tier".
   static std::string DefaultRoot();
 
+  // <root>/ps<task>-<this process's pid>.
+  static std::string PathFor(const std::string& root, int task);
+
   // Removes the directories under `root` left by dead PS, then creates
-  // <root>/ps<task>-<pid> and locks it for this process.
+  // PathFor(root, task) and locks it for this process.
   static absl::StatusOr<std::unique_ptr<OwnedSsdTierDir>> Create(
       const std::string& root, int task);
 
