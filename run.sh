@@ -40,7 +40,9 @@ run_tests() {
   tools/lint/check_thread_safety.sh
   bazel test //...
   tools/report_skipped.sh bazel-testlogs
-  # The same suites again with AddressSanitizer and UBSan (servers too).
+  # The same suites again with AddressSanitizer and UBSan (servers too);
+  # the network-namespace suites run only their cases that no other
+  # ASan-run test covers (tests/netns/BUILD), to stay within CI's 90 min.
   bazel test --config=asan --test_tag_filters=-heavy //...
   tools/report_skipped.sh bazel-asan-testlogs
   # libFuzzer on what crosses the wire and the disk (requests, checkpoint
