@@ -500,11 +500,12 @@ void ParameterServerService::AddVariableMetrics() {
          prometheus::MetricType::Gauge, with_ssd_tier, [](const Totals& t) {
            return static_cast<double>(t.counts.spilled_bytes);
          });
-  family("psrt_promoted_rows_total",
-         "Spilled rows brought back to memory by a push that carried them",
-         prometheus::MetricType::Counter, with_ssd_tier, [](const Totals& t) {
-           return static_cast<double>(t.counts.promoted_rows);
-         });
+  family(
+      "psrt_promoted_rows_total",
+      "Spilled rows brought back to memory by a pull or push that carried them",
+      prometheus::MetricType::Counter, with_ssd_tier, [](const Totals& t) {
+        return static_cast<double>(t.counts.promoted_rows);
+      });
 }
 
 void ParameterServerService::AddCheckpointMetrics(int ps_task) {

@@ -132,16 +132,91 @@ void HashEmbeddingShard::FindRows(absl::Span<const int64_t> ids,
 
 int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
                                    float* out) const {
-  absl::ReaderMutexLock lock(&mu_);
   // Two passes, each with its memory prefetched ahead: the ids' index
   // slots, then their rows (both random reads of tables larger than the
   // caches).
   std::vector<uint32_t> rows(ids.size());
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    FindRows(ids, rows.data());
+    const bool all_in_memory =
+        store_ == nullptr || spilled_ == 0 ||
+        std::find(rows.begin(), rows.end(), kNoRow) == rows.end();
+    if (all_in_memory || pins_.load() > 0) {
+      CopyRowsLocked(ids, rows.data(), /*read_store=*/!all_in_memory, out);
+      return version_;
+    }
+  }
+  // Ids missing from memory while rows are spilled: the spilled ones come
+  // back to memory (promoted on access), under the exclusive lock. Which
+  // tier holds a row is not what the shard holds (values, version): the
+  // pull still changes nothing a reader can see.
+  absl::MutexLock lock(&mu_);
   FindRows(ids, rows.data());
+  const bool promoted =
+      const_cast<HashEmbeddingShard*>(this)->PromoteForPullLocked(ids,
+                                                                  rows.data());
+  CopyRowsLocked(ids, rows.data(), /*read_store=*/!promoted, out);
+  return version_;
+}
+
+bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
+                                              uint32_t* rows) {
+  if (store_ == nullptr || spilled_ == 0 || pins_.load() > 0) return false;
+  std::vector<int64_t> missing;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] == kNoRow) missing.push_back(ids[i]);
+  }
+  if (missing.empty()) return true;
+  // In the store's order, once each (a pull may repeat an id).
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  std::vector<float> taken(missing.size() * stride_);
+  std::unique_ptr<bool[]> on_disk(new bool[missing.size()]());
+  if (absl::Status s = store_->TakeMany(missing, taken.data(), on_disk.get());
+      !s.ok()) {
+    LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
+               << shard_ << ": a pull reads its spilled rows instead of "
+               << "promoting them: " << s;
+    return false;
+  }
+  const int64_t found =
+      std::count(on_disk.get(), on_disk.get() + missing.size(), true);
+  if (found == 0) return true;  // never seen (or evicted without a tier)
+  const uint64_t epoch = rows_epoch_;
+  if (absl::Status s = MakeRoomLocked(found, "promoted", /*allocate=*/false,
+                                      absl::MakeConstSpan(rows, ids.size()));
+      !s.ok()) {
+    // No room in memory (a row or memory limit without eviction): the rows
+    // go back to the store, and this pull reads them there.
+    for (size_t k = 0; k < missing.size(); ++k) {
+      if (on_disk[k]) store_->Spill(missing[k], &taken[k * stride_]);
+    }
+    CommitSpilledLocked();
+    VLOG(1) << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+            << ": " << found << " spilled rows stay on disk: " << s;
+    return false;
+  }
+  if (rows_epoch_ != epoch) FindRows(ids, rows);  // room made moved rows
+  index_.reserve(rows_ + found);
+  for (size_t k = 0; k < missing.size(); ++k) {
+    if (on_disk[k]) CreateRow(missing[k], &taken[k * stride_], true);
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] != kNoRow) continue;
+    auto it = index_.find(ids[i]);
+    if (it != index_.end()) rows[i] = it->second;
+  }
+  return true;
+}
+
+void HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
+                                        const uint32_t* rows, bool read_store,
+                                        float* out) const {
   // Spilled rows are read from the SSD tier, all in one batch.
   std::vector<int32_t> on_disk;  // per id: its row in from_disk, or -1
   std::vector<float> from_disk;
-  if (store_ != nullptr && spilled_ > 0) {
+  if (read_store && store_ != nullptr && spilled_ > 0) {
     std::vector<int64_t> missing;
     on_disk.assign(ids.size(), -1);
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -184,7 +259,6 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
     }
   };
   PoolParallelFor(static_cast<int64_t>(ids.size()), kParallelRows, copy);
-  return version_;
 }
 
 int64_t HashEmbeddingShard::RowLimit() const {

@@ -38,7 +38,8 @@
 // row is not dropped: EvictRowLocked writes it, slots included, to the
 // shard's RowSpillStore, and CreateRow brings a spilled id's row back
 // (promotes it) instead of initializing one. Every id is in one tier. A
-// pull reads a spilled row from disk without promoting it. A checkpoint
+// pull promotes the spilled rows it reads too (Gather, PromoteForPullLocked),
+// or, while pinned or without room, reads them from disk. A checkpoint
 // reads the spilled rows first (positions [0, spilled), in id order, as
 // they were when the rows were pinned), then the rows in memory; promotions
 // while pinned do not change what it reads.
@@ -158,6 +159,19 @@ class HashEmbeddingShard final : public RowShard {
   // index slot prefetched kRowPrefetchDistance ids ahead.
   static constexpr uint32_t kNoRow = ~uint32_t{0};
   void FindRows(absl::Span<const int64_t> ids, uint32_t* rows) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Promotion on a pull: the rows of `ids` missing from memory (rows[i] ==
+  // kNoRow) that the SSD tier holds are taken back into memory, room made
+  // as for a push (never evicting a row of `ids`), and rows[] filled in.
+  // False if they stay on disk (no tier, a checkpoint pins the rows, no
+  // room, a store error): the caller reads them there.
+  bool PromoteForPullLocked(absl::Span<const int64_t> ids, uint32_t* rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gather's copy to out + i * width: rows[i]'s values, else (with
+  // `read_store`) ids[i]'s row on disk, else its initial values (zeros for
+  // an id admission has not admitted, if so configured).
+  void CopyRowsLocked(absl::Span<const int64_t> ids, const uint32_t* rows,
+                      bool read_store, float* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // ApplyRowsLocked on the rows of `ids`.
   absl::Status ApplyToRowsLocked(absl::Span<const int64_t> ids,

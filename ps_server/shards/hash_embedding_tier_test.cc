@@ -1,7 +1,8 @@
 // A hash embedding with an SSD tier (StorageSpec.tier = SSD) against the
 // same table all in memory: rows evicted to disk and brought back keep
-// every bit of their values and optimizer slots, pulls read spilled rows,
-// and a checkpoint (pinned export) holds every row once, as it was pinned.
+// every bit of their values and optimizer slots, pulls read spilled rows
+// (promoting them when memory has room), and a checkpoint (pinned export) holds
+// every row once, as it was pinned.
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -143,13 +144,49 @@ TEST(HashEmbeddingTierTest, SpilledAndPromotedRowsMatchAllInMemoryBitForBit) {
   // Both tiers together hold every row once: the reference's count.
   EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
   EXPECT_LE(tiered.shard->num_rows() - counts.spilled_rows, 101);
-  // Pulls read spilled rows from disk (and ids never pushed from the
-  // initializer), without promoting them.
+  // A pull of more rows than memory holds (max_rows 100) reads the
+  // spilled ones from disk (and ids never pushed from the initializer):
+  // none is promoted, none lost.
   std::vector<int64_t> ids;
   for (int i = 0; i < 2100; ++i) ids.push_back(i * 7919 - 5000);
   EXPECT_EQ(tiered.Pull(ids), reference.Pull(ids));
   EXPECT_EQ(tiered.shard->row_counts().promoted_rows, counts.promoted_rows);
+  EXPECT_EQ(tiered.shard->row_counts().spilled_rows, counts.spilled_rows);
   // Slots too: every row of the export, values and Adagrad accumulators.
+  EXPECT_EQ(tiered.Export(), reference.Export());
+}
+
+// Promotion on access: a pull brings the spilled rows it reads back to
+// memory (evicting the least recently used others), with their slots, so
+// the next pull and the push that follows it find them there -- except
+// while a checkpoint pins the rows, when it reads them from disk.
+TEST(HashEmbeddingTierTest, APullPromotesTheSpilledRowsItReads) {
+  Table tiered(/*max_rows=*/100, TestDir("pull_promotes"));
+  Table reference(0, "");
+  TrainBoth(&tiered, &reference, 400, 0, 5);
+  // The 30 ids of ranks 1000-1029: drawn, and long since spilled.
+  std::vector<int64_t> cold;
+  for (int i = 1000; i < 1030; ++i) cold.push_back(i * 7919 - 5000);
+  const HashRowCounts before = tiered.shard->row_counts();
+  ASSERT_GT(before.spilled_rows, 300);
+
+  tiered.shard->PinRows(true);
+  EXPECT_EQ(tiered.Pull(cold), reference.Pull(cold));
+  EXPECT_EQ(tiered.shard->row_counts().promoted_rows, before.promoted_rows);
+  tiered.shard->PinRows(false);
+
+  EXPECT_EQ(tiered.Pull(cold), reference.Pull(cold));
+  const HashRowCounts after = tiered.shard->row_counts();
+  const int64_t promoted = after.promoted_rows - before.promoted_rows;
+  EXPECT_GE(promoted, 20);  // the drawn ones among them: all of them
+  EXPECT_EQ(after.spilled_rows, before.spilled_rows - promoted +
+                                    (after.evicted_rows - before.evicted_rows));
+  EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
+  // In memory now: pulled again, nothing moves.
+  EXPECT_EQ(tiered.Pull(cold), reference.Pull(cold));
+  EXPECT_EQ(tiered.shard->row_counts().promoted_rows, after.promoted_rows);
+  // Training goes on from the promoted rows' slots: bit for bit.
+  TrainBoth(&tiered, &reference, 100, 400, 6);
   EXPECT_EQ(tiered.Export(), reference.Export());
 }
 
