@@ -294,9 +294,7 @@ def main():
         unbounded = train(args, "unbounded", [])
     need = max((s["peak_parameter_mib"] for s in unbounded["servers"]), default=0)
     budget_mib = max(1, math.ceil(need * args.budget_fraction))
-    bounded = train(
-        args, "budget", [f"--memory_budget_mb={budget_mib}"], args.budget_worker_flag
-    )
+    bounded = train(args, "budget", [f"--memory_budget_mb={budget_mib}"], args.budget_worker_flag)
 
     limit_mib = budget_mib * 1.15
     failures = []
@@ -331,16 +329,17 @@ def main():
         f"\n{data['distinct_train_ids']:,} distinct ids in {data['train_examples']:,} examples "
         f"({data['generations']} generations); planted AUC {data['planted_test_auc']}"
     )
-    print(
-        f"{'run':<10}{'AUC':>8}{'ex/s':>9}  per PS: most RSS / accounted most / rows at end / evicted"
-    )
+    columns = "per PS: most RSS / accounted most / rows at end / evicted"
+    print(f"{'run':<10}{'AUC':>8}{'ex/s':>9}  {columns}")
     for run in (unbounded, bounded):
         per_ps = "; ".join(
             f"{s['rss_most_mib']:.0f} / {s['peak_parameter_mib']:.0f} MiB / {s['rows']:,} / "
             f"{s['evicted_rows']:,}"
             for s in run["servers"]
         )
-        print(f"{run['label']:<10}{run['auc'] or 0:>8.4f}{run['examples_per_s'] or 0:>9.0f}  {per_ps}")
+        print(
+            f"{run['label']:<10}{run['auc'] or 0:>8.4f}{run['examples_per_s'] or 0:>9.0f}  {per_ps}"
+        )
     print(f"budget {budget_mib} MiB a PS (limit {limit_mib:.0f} MiB RSS, every second)")
     for f in failures:
         print("FAILED: " + f)
