@@ -163,25 +163,19 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
 bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
                                               uint32_t* rows) {
   if (store_ == nullptr || spilled_ == 0 || pins_.load() > 0) return false;
-  std::vector<int64_t> missing;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] == kNoRow) missing.push_back(ids[i]);
+  if (std::find(rows, rows + ids.size(), kNoRow) == rows + ids.size()) {
+    return true;
   }
-  if (missing.empty()) return true;
-  // In the store's order, once each (a pull may repeat an id).
-  std::sort(missing.begin(), missing.end());
-  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
-  std::vector<float> taken(missing.size() * stride_);
-  std::unique_ptr<bool[]> on_disk(new bool[missing.size()]());
-  if (absl::Status s = store_->TakeMany(missing, taken.data(), on_disk.get());
-      !s.ok()) {
+  TakenRows taken;
+  if (absl::Status s = TakeMissingLocked(ids, rows, &taken); !s.ok()) {
     LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
                << shard_ << ": a pull reads its spilled rows instead of "
                << "promoting them: " << s;
     return false;
   }
+  const std::vector<int64_t>& missing = taken.ids;
   const int64_t found =
-      std::count(on_disk.get(), on_disk.get() + missing.size(), true);
+      std::count(taken.found.get(), taken.found.get() + missing.size(), true);
   if (found == 0) return true;  // never seen (or evicted without a tier)
   const uint64_t epoch = rows_epoch_;
   if (absl::Status s = MakeRoomLocked(found, "promoted", /*allocate=*/false,
@@ -190,7 +184,7 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
     // No room in memory (a row or memory limit without eviction): the rows
     // go back to the store, and this pull reads them there.
     for (size_t k = 0; k < missing.size(); ++k) {
-      if (on_disk[k]) store_->Spill(missing[k], &taken[k * stride_]);
+      if (taken.found[k]) store_->Spill(missing[k], taken.row(k, stride_));
     }
     CommitSpilledLocked();
     VLOG(1) << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
@@ -200,7 +194,7 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
   if (rows_epoch_ != epoch) FindRows(ids, rows);  // room made moved rows
   index_.reserve(rows_ + found);
   for (size_t k = 0; k < missing.size(); ++k) {
-    if (on_disk[k]) CreateRow(missing[k], &taken[k * stride_], true);
+    if (taken.found[k]) CreateRow(missing[k], taken.row(k, stride_), true);
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] != kNoRow) continue;
@@ -208,6 +202,20 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
     if (it != index_.end()) rows[i] = it->second;
   }
   return true;
+}
+
+absl::Status HashEmbeddingShard::TakeMissingLocked(
+    absl::Span<const int64_t> ids, const uint32_t* rows, TakenRows* taken) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] == kNoRow) taken->ids.push_back(ids[i]);
+  }
+  // In the store's order, once each (a request may repeat an id).
+  std::sort(taken->ids.begin(), taken->ids.end());
+  taken->ids.erase(std::unique(taken->ids.begin(), taken->ids.end()),
+                   taken->ids.end());
+  taken->rows.resize(taken->ids.size() * stride_);
+  taken->found.reset(new bool[taken->ids.size()]());
+  return store_->TakeMany(taken->ids, taken->rows.data(), taken->found.get());
 }
 
 void HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
@@ -373,33 +381,21 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
   const bool moved = rows_epoch_ != epoch;
   index_.reserve(rows_ + missing);
   // The rows of missing ids the SSD tier holds, taken in one batch.
-  std::vector<int64_t> missing_ids;
-  std::vector<float> spilled_rows;
-  std::unique_ptr<bool[]> on_disk;
+  TakenRows taken;
   if (store_ != nullptr && spilled_ > 0) {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (rows[i] == kNoRow) missing_ids.push_back(ids[i]);
-    }
-    // In the store's order, once each (an import may repeat an id).
-    std::sort(missing_ids.begin(), missing_ids.end());
-    missing_ids.erase(std::unique(missing_ids.begin(), missing_ids.end()),
-                      missing_ids.end());
-    spilled_rows.resize(missing_ids.size() * stride_);
-    on_disk.reset(new bool[missing_ids.size()]());
-    if (absl::Status s =
-            store_->TakeMany(missing_ids, spilled_rows.data(), on_disk.get());
-        !s.ok()) {
+    if (absl::Status s = TakeMissingLocked(ids, rows, &taken); !s.ok()) {
       LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
                  << shard_ << ": ids missing from memory start from their "
                  << "initial values: " << s;
-      missing_ids.clear();
+      taken.ids.clear();
     }
   }
+  const std::vector<int64_t>& missing_ids = taken.ids;
   auto spilled_row = [&](int64_t id) -> const float* {
     auto at = std::lower_bound(missing_ids.begin(), missing_ids.end(), id);
     if (at == missing_ids.end() || *at != id) return nullptr;
     const size_t k = at - missing_ids.begin();
-    return on_disk[k] ? &spilled_rows[k * stride_] : nullptr;
+    return taken.found[k] ? taken.row(k, stride_) : nullptr;
   };
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] != kNoRow && !moved) continue;

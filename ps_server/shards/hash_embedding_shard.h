@@ -160,6 +160,20 @@ class HashEmbeddingShard final : public RowShard {
   static constexpr uint32_t kNoRow = ~uint32_t{0};
   void FindRows(absl::Span<const int64_t> ids, uint32_t* rows) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The SSD tier's rows of the ids `rows` lacks (kNoRow), taken out of the
+  // store in one batch: ids sorted and unique, found[k] whether ids[k] had
+  // a row there, its floats (values and slots) at row(k, stride).
+  struct TakenRows {
+    std::vector<int64_t> ids;
+    std::vector<float> rows;
+    std::unique_ptr<bool[]> found;
+    const float* row(size_t k, int64_t stride) const {
+      return &rows[k * stride];
+    }
+  };
+  absl::Status TakeMissingLocked(absl::Span<const int64_t> ids,
+                                 const uint32_t* rows, TakenRows* taken)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Promotion on a pull: the rows of `ids` missing from memory (rows[i] ==
   // kNoRow) that the SSD tier holds are taken back into memory, room made
   // as for a push (never evicting a row of `ids`), and rows[] filled in.

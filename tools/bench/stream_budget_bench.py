@@ -71,6 +71,20 @@ def generate(args):
         return json.load(f)
 
 
+def ps_task(pid):
+    """The task index launch.py gave `pid` in its TF_CONFIG (None if unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(
+                entry.split("=", 1)
+                for entry in f.read().decode(errors="replace").split("\0")
+                if "=" in entry
+            )
+        return json.loads(env["TF_CONFIG"])["task"]["index"]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def children_named(parent, name):
     """Pids of `parent`'s children whose command is `name`, with their argv."""
     found = []
@@ -130,8 +144,9 @@ class Sampler(threading.Thread):
             if pid in self.servers:
                 continue
             port = next(int(a.split("=")[1]) for a in argv if a.startswith("--metrics_port="))
+            task = ps_task(pid)
             self.servers[pid] = {
-                "task": len(self.servers),
+                "task": task if task is not None else len(self.servers),
                 "metrics_port": port,
                 "rss_samples": [],
                 "rss_start": None,
