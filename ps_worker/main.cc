@@ -97,6 +97,11 @@ DEFINE_int64(criteo_buckets, 0,
 DEFINE_bool(skip_bad_records, false, "Skip and count malformed records.");
 DEFINE_int32(batch_size, 512, "Examples per step (split over the towers).");
 DEFINE_int32(shuffle_buffer, 10000, "Examples held for shuffling (0: none).");
+DEFINE_bool(shuffle_files, true,
+            "With --shuffle_buffer > 0, read each epoch's --train_files in a "
+            "shuffled order. false: in the order their names sort (data "
+            "partitioned by time, e.g. one file an hour, trained as the "
+            "stream it is: shuffled only within --shuffle_buffer).");
 DEFINE_string(cache, "none",
               "none; memory: keep this worker's parsed training examples "
               "after the first epoch and read no file in later ones (as "
@@ -335,6 +340,7 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   o.summary_dir = FLAGS_summary_dir;
   o.train.batch_size = FLAGS_batch_size;
   o.train.shuffle_buffer = FLAGS_shuffle_buffer;
+  o.train.shuffle_files = FLAGS_shuffle_files;
   if (FLAGS_reader_threads < 0 || FLAGS_reader_threads > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("--reader_threads=", FLAGS_reader_threads,

@@ -254,8 +254,7 @@ absl::StatusOr<std::string> Dataset::CacheKey() const {
       options_.shard_by == DatasetOptions::ShardBy::kFile ? "file" : "record",
       " shards=", options_.num_shards, " shard=", options_.shard_index,
       // The first epoch's file order, which the cache keeps.
-      " file_order_seed=", options_.shuffle_buffer > 0 ? options_.seed : 0,
-      "\n");
+      " file_order_seed=", ShufflesFiles() ? options_.seed : 0, "\n");
   absl::StatusOr<std::vector<std::string>> files =
       ExpandPatterns(options_.patterns, 0);
   if (!files.ok()) return files.status();
@@ -347,8 +346,7 @@ absl::StatusOr<std::vector<std::string>> Dataset::EpochFiles(
     }
     *files = std::move(mine);
   }
-  if (options_.shuffle_buffer > 0)
-    std::shuffle(files->begin(), files->end(), *rng);
+  if (ShufflesFiles()) std::shuffle(files->begin(), files->end(), *rng);
   return files;
 }
 

@@ -52,8 +52,12 @@ struct DatasetOptions {
   // drop_remainder), so an epoch is always exactly its records.
   int batch_size = 256;
   bool drop_remainder = false;
-  // Examples held for shuffling (0: file order). Files are shuffled too.
+  // Examples held for shuffling (0: file order). Files are shuffled too,
+  // unless !shuffle_files: then each epoch reads them in the order their
+  // names sort (time-partitioned data trained as the stream it is, e.g.
+  // hourly files, shuffled only within the buffer).
   int shuffle_buffer = 0;
+  bool shuffle_files = true;
   uint64_t seed = 1;
   int epochs = 1;  // 0: repeat forever
   int prefetch_batches = 4;
@@ -119,8 +123,12 @@ class Dataset {
       int epoch, const std::function<absl::StatusOr<bool>(Example*)>& next);
   // What the examples of the cache_dir file are parsed from (its key).
   absl::StatusOr<std::string> CacheKey() const;
+  // Whether each epoch reads its files in a shuffled order.
+  bool ShufflesFiles() const {
+    return options_.shuffle_buffer > 0 && options_.shuffle_files;
+  }
   // This shard's files of `epoch`, in the order it reads them (`rng` as
-  // that epoch's: shuffled when shuffling).
+  // that epoch's: shuffled when ShufflesFiles()).
   absl::StatusOr<std::vector<std::string>> EpochFiles(int epoch,
                                                       std::mt19937_64* rng);
   // After a complete first epoch: the cache file `writer` filled for `key`,

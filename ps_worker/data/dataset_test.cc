@@ -1,5 +1,6 @@
 #include "ps_worker/data/dataset.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -130,6 +131,50 @@ TEST(DatasetTest, ShufflesWithinEpochsAndRepeats) {
   EXPECT_EQ(sizes.back(), 100 % 32);
   EXPECT_EQ(sizes.size(), 3u * 4);
   EXPECT_EQ((*d)->stats().records, 300);
+}
+
+// shuffle_files = false: a stream in time-ordered files is trained in
+// order, shuffled only within the buffer -- no example comes out more than
+// the buffer's size early, and each file's examples come out, on average,
+// after the previous file's, in every epoch and for any seed. With the
+// default, the files' order changes with the seed.
+TEST(DatasetTest, UnshuffledFilesAreReadInTheOrderTheirNamesSort) {
+  constexpr int kFiles = 8, kPerFile = 100, kBuffer = 50, kEpochs = 3;
+  WriteFiles("stream", kFiles, kPerFile);
+  bool some_seed_reordered_files = false;
+  for (const bool shuffle_files : {false, true}) {
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      DatasetOptions o;
+      o.patterns = {::testing::TempDir() + "/stream*.txt"};
+      o.batch_size = 16;
+      o.shuffle_buffer = kBuffer;
+      o.shuffle_files = shuffle_files;
+      o.seed = seed;
+      o.epochs = kEpochs;
+      auto d = Dataset::Create(o);
+      ASSERT_TRUE(d.ok()) << d.status();
+      const std::vector<int> labels = Drain(d->get());
+      ASSERT_EQ(labels.size(), size_t{kFiles * kPerFile * kEpochs});
+      for (int e = 0; e < kEpochs; ++e) {
+        std::vector<double> mean_position(kFiles, 0);
+        for (int p = 0; p < kFiles * kPerFile; ++p) {
+          const int k = labels[e * kFiles * kPerFile + p];
+          mean_position[k / kPerFile] += static_cast<double>(p) / kPerFile;
+          if (!shuffle_files) {
+            ASSERT_LE(k - p, kBuffer) << "seed " << seed << " epoch " << e;
+          }
+        }
+        const bool in_order =
+            std::is_sorted(mean_position.begin(), mean_position.end());
+        if (!shuffle_files) {
+          EXPECT_TRUE(in_order) << "seed " << seed << " epoch " << e;
+        } else if (!in_order) {
+          some_seed_reordered_files = true;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(some_seed_reordered_files);
 }
 
 TEST(DatasetTest, EpochPlaceholderReadsOneFilePerEpoch) {
