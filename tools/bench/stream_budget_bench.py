@@ -9,8 +9,8 @@ ctr_datagen writes a drifting stream (--drift_fraction of every large
 field's vocabulary shifts every --drift_examples examples: new ids enter
 the tail, climb to the head and leave; the held-out set is the last
 generation's), about 2.5 distinct ids per example. DeepFM trains on it in
-one pass through 2 ps_server and one worker (deploy/local/launch.py, async,
-batch 1024), twice:
+one pass, in stream order (--shuffle_files=false), through 2 ps_server and
+one worker (deploy/local/launch.py, async, batch 1024), twice:
 
 1. unbounded: the tables grow with every new id;
 2. --memory_budget_mb = --budget_fraction (1/10) of the most row memory a
@@ -210,6 +210,9 @@ def train(args, label, ps_flags, worker_flags=()):
         f"--eval_files={args.data_dir}/test.tfrecords",
         "--epochs=1",
         "--batch_size=1024",
+        # A stream: the files hold consecutive stretches of it, trained in
+        # order (shuffled within the worker's buffer only).
+        "--shuffle_files=false",
         "--log_every_steps=2000",
         *worker_flags,
     ]
