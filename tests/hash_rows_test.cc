@@ -4,11 +4,13 @@
 // ListVariables, /metrics, /statusz and psctl, and DeepFM trained with
 // admission on planted data keeps its held-out AUC with fewer rows.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -394,6 +396,105 @@ TEST(EvictionTest, AMemoryBudgetEvictsInsteadOfRefusing) {
   for (size_t i = 0; i < first.size(); ++i) {
     ASSERT_EQ(values[i * 16], init.Value(first[i], 0)) << i;
   }
+}
+
+// --memory_budget_mb=32 on one PS, full, while a checkpoint throttled to
+// 4 MB/s reads the shard for seconds: no row may move then, so none is
+// evicted, yet every push of fresh ids succeeds (they were refused
+// RESOURCE_EXHAUSTED once the shard's spare room was gone: a checkpoint
+// failed training). The fresh ids that found no room are counted as
+// unadmitted and get rows after the checkpoint; the checkpoint completes
+// and a PS killed and restarted restores it exactly.
+TEST(EvictionTest, PushesAtTheMemoryBudgetGoOnWhileACheckpointRuns) {
+  constexpr int64_t kBudgetMb = 32, kDim = 16;
+  LocalCluster::Options o;
+  o.num_ps = 1;
+  const std::string checkpoints = FreshTestDir("budget_ckpt");
+  o.extra_flags = {absl::StrCat("--memory_budget_mb=", kBudgetMb),
+                   absl::StrCat("--checkpoint_uri=", checkpoints),
+                   "--checkpoint_max_mb_per_sec=4", "--restore=auto",
+                   "--checkpoint_on_shutdown=false"};
+  auto started = LocalCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  LocalCluster& cluster = **started;
+  auto connected = Client::Connect(cluster.MakeClientOptions());
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  Client* client = connected->get();
+  VariableSpec spec = AdmissionSpecFor("ids", 0);
+  spec.set_shape(1, kDim);
+  spec.mutable_partition()->set_num_shards(1);
+  ASSERT_EQ(client->CreateVariables({spec}), absl::OkStatus());
+  const Initializer init(spec.initializer());
+  constexpr int kFresh = 10000;
+  std::vector<int64_t> hot(1000);
+  std::iota(hot.begin(), hot.end(), int64_t{5} << 40);
+  int64_t step = 0;
+  auto push = [&](bool with_hot) {
+    std::vector<int64_t> ids(kFresh);
+    std::iota(ids.begin(), ids.end(), step * kFresh);
+    if (with_hot) ids.insert(ids.end(), hot.begin(), hot.end());
+    std::vector<float> grads(ids.size() * kDim, 0.25f);
+    StepOptions at;
+    at.step = step++;
+    return client->Push({PushOp::Rows("ids", ids, grads.data())}, at);
+  };
+  // SGD, 128 bytes a row: the budget holds at most 262,144 rows.
+  constexpr int kFill = 30;
+  for (int k = 0; k < kFill; ++k) {
+    ASSERT_EQ(push(/*with_hot=*/true), absl::OkStatus()) << k;
+  }
+  ASSERT_GT(Totals(client, "ids").evicted, 0);
+
+  std::atomic<bool> done{false};
+  absl::StatusOr<CheckpointResponse> saved = absl::UnknownError("not run");
+  std::thread checkpoint([&] {
+    saved = client->Checkpoint();
+    done = true;
+  });
+  int during = 0;
+  absl::Status pushed;
+  while (!done && pushed.ok() && during < 5000) {
+    pushed = push(/*with_hot=*/false);
+    ++during;
+  }
+  checkpoint.join();
+  ASSERT_EQ(pushed, absl::OkStatus()) << "push " << during << " of the "
+                                      << "pushes during the checkpoint";
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  const RowTotals after = Totals(client, "ids");
+  std::printf(
+      "%d pushes of %d fresh ids during a %.1f s checkpoint of %lld "
+      "bytes: %lld gradients without a row, %lld rows held\n",
+      during, kFresh, saved->seconds(), static_cast<long long>(saved->bytes()),
+      static_cast<long long>(after.unadmitted),
+      static_cast<long long>(after.rows));
+  // It ran past the shard's spare room (1% of its rows: one push's ids).
+  EXPECT_GE(during, 3);
+  EXPECT_GE(after.unadmitted, kFresh);
+  EXPECT_LE(after.rows, (kBudgetMb << 20) / 128);
+
+  // After it, fresh ids get rows again.
+  ASSERT_EQ(push(/*with_hot=*/false), absl::OkStatus());
+  std::vector<int64_t> fresh(kFresh);
+  std::iota(fresh.begin(), fresh.end(), (step - 1) * kFresh);
+  std::vector<float> values(fresh.size() * kDim);
+  ASSERT_TRUE(client->PullRows("ids", fresh, values.data()).ok());
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    ASSERT_FLOAT_EQ(values[i * kDim], init.Value(fresh[i], 0) - 0.25f) << i;
+  }
+  EXPECT_EQ(Totals(client, "ids").unadmitted, after.unadmitted);
+
+  // The checkpoint restores: the hot rows as they were (not pushed since).
+  cluster.Kill(0, SIGKILL);
+  ASSERT_EQ(cluster.Restart(0), absl::OkStatus());
+  ASSERT_EQ(client->CreateVariables({spec}), absl::OkStatus());
+  values.resize(hot.size() * kDim);
+  ASSERT_TRUE(client->PullRows("ids", hot, values.data()).ok());
+  for (size_t i = 0; i < hot.size(); ++i) {
+    ASSERT_FLOAT_EQ(values[i * kDim + 7], init.Value(hot[i], 7) - 0.25f * kFill)
+        << i;
+  }
+  EXPECT_LE(Totals(client, "ids").rows, (kBudgetMb << 20) / 128);
 }
 
 TEST(EvictionTest, AMemoryBudgetWithALimitOrReplicasIsRefusedAtStart) {

@@ -471,11 +471,18 @@ void ParameterServerService::AddVariableMetrics() {
          prometheus::MetricType::Counter, with_admission, [](const Totals& t) {
            return static_cast<double>(t.counts.admitted_rows);
          });
-  family("psrt_unadmitted_gradients_total",
-         "Gradient rows dropped because their id had not been admitted yet",
-         prometheus::MetricType::Counter, with_admission, [](const Totals& t) {
-           return static_cast<double>(t.counts.unadmitted_gradients);
-         });
+  family(
+      "psrt_unadmitted_gradients_total",
+      "Gradient rows dropped because their id had no row: not admitted "
+      "yet, or new while a checkpoint read a shard at --memory_budget_mb "
+      "(variables with admission, or dropped rows)",
+      prometheus::MetricType::Counter,
+      [](const Totals& t) {
+        return t.has_admission || t.counts.unadmitted_gradients > 0;
+      },
+      [](const Totals& t) {
+        return static_cast<double>(t.counts.unadmitted_gradients);
+      });
   family(
       "psrt_evicted_rows_total",
       "Rows evicted: idle for ttl_steps, or least recently updated beyond "

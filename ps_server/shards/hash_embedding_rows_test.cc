@@ -424,4 +424,98 @@ TEST(HashEmbeddingMaxRowsTest, AdmittedIdsMakeRoomToo) {
 }
 
 }  // namespace
+// A shard at ps_server --memory_budget_mb (a reserve of `blocks` blocks of
+// rows, evicting at the limit), admission `min_count` (0: none).
+struct BudgetShard {
+  BudgetShard(int64_t blocks, int min_count)
+      : a(min_count),
+        limit(blocks * HashEmbeddingShard::kRowsPerBlock *
+              (2 * static_cast<int64_t>(sizeof(float)) +
+               HashEmbeddingShard::kIndexBytesPerRow)) {
+    a.shard = std::make_unique<HashEmbeddingShard>(
+        *a.layout, 0, a.optimizer.get(), *a.init,
+        [this](int64_t bytes) {
+          if (reserved + bytes > limit) {
+            return absl::ResourceExhaustedError("over the test's budget");
+          }
+          reserved += bytes;
+          return absl::OkStatus();
+        },
+        /*evict_at_memory_limit=*/true);
+  }
+  AdmissionShard a;
+  const int64_t limit;
+  int64_t reserved = 0;
+};
+
+// At the budget while a checkpoint reads the shard by position, no row may
+// move, so none is evicted: a push bringing new ids still succeeds (a
+// checkpoint must not fail training). Its new ids get rows while the
+// shard's blocks have room; the rest are dropped as unadmitted ids are
+// (counted; pulls read initial values); its known ids are updated. After
+// the checkpoint, new ids make room again.
+TEST(HashEmbeddingMemoryBudgetTest,
+     NewIdsDuringACheckpointAreDroppedNotRefused) {
+  for (const int min_count : {0, 2}) {
+    SCOPED_TRACE(min_count);
+    BudgetShard b(/*blocks=*/2, min_count);
+    AdmissionShard& a = b.a;
+    const int64_t held = 2 * HashEmbeddingShard::kRowsPerBlock;
+    const int pushes = min_count > 0 ? min_count : 1;
+    int step = 0;
+    for (int64_t first = 0; first < held; first += 1024, ++step) {
+      for (int k = 0; k < pushes; ++k) {
+        ASSERT_EQ(a.Push(Range(first, 1024), 1.0f, step), absl::OkStatus());
+      }
+    }
+    ASSERT_EQ(a.shard->num_rows(), held);
+    // Full: 1,024 new ids evict 1,024 + 1% of the rows (81 rows to spare).
+    for (int k = 0; k < pushes; ++k) {
+      ASSERT_EQ(a.Push(Range(100000, 1024), 1.0f, step), absl::OkStatus());
+    }
+    ++step;
+    const int64_t spare = held - a.shard->num_rows();
+    ASSERT_EQ(spare, held / 100);
+    const int64_t dropped_before = a.shard->row_counts().unadmitted_gradients;
+
+    a.shard->PinRows(true);
+    std::vector<int64_t> ids = Range(200000, 1024);  // new
+    const std::vector<int64_t> known = Range(100000, 100);
+    ids.insert(ids.end(), known.begin(), known.end());
+    for (int k = 0; k < pushes; ++k) {
+      ASSERT_EQ(a.Push(ids, 1.0f, step), absl::OkStatus()) << k;
+    }
+    ++step;
+    EXPECT_EQ(a.shard->num_rows(), held);
+    EXPECT_EQ(a.shard->row_counts().evicted_rows, 1024 + held / 100);
+    int placed = 0;
+    for (int64_t id = 200000; id < 201024; ++id) {
+      const float v = a.Value(id);
+      if (v == a.init->Value(id, 0) - 1.0f) {
+        ++placed;
+      } else {
+        ASSERT_EQ(v, a.init->Value(id, 0)) << id;
+      }
+    }
+    EXPECT_EQ(placed, spare);
+    // Every gradient of an id without a row counted (with admission, also
+    // the sightings before an id's min_count).
+    EXPECT_GE(a.shard->row_counts().unadmitted_gradients - dropped_before,
+              1024 - spare);
+    for (int64_t id : known) {
+      // One push before (with admission, the one that admitted it), then
+      // every push during the checkpoint.
+      ASSERT_FLOAT_EQ(a.Value(id), a.init->Value(id, 0) - 1.0f - pushes) << id;
+    }
+    a.shard->PinRows(false);
+
+    for (int k = 0; k < pushes; ++k) {
+      ASSERT_EQ(a.Push(Range(300000, 1024), 1.0f, step), absl::OkStatus());
+    }
+    EXPECT_LE(a.shard->num_rows(), held);
+    EXPECT_FLOAT_EQ(a.Value(300000), a.init->Value(300000, 0) - 1.0f);
+    EXPECT_LE(b.reserved, b.limit);
+  }
+}
+
 }  // namespace psrt

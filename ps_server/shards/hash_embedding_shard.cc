@@ -284,8 +284,10 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
   absl::MutexLock lock(&mu_);
   FindRows(ids, rows.data());
   const uint64_t epoch = rows_epoch_;
-  absl::Status s = sketch_ != nullptr ? ReserveForAdmissionLocked(ids, rows)
-                                      : CreateRowsLocked(ids, rows.data());
+  absl::Status s =
+      sketch_ != nullptr
+          ? ReserveForAdmissionLocked(ids, rows)
+          : CreateRowsLocked(ids, rows.data(), /*place_what_fits=*/true);
   // Making room evicted rows, moving others: found again (CreateRowsLocked
   // finds them again itself).
   if (sketch_ != nullptr && rows_epoch_ != epoch && rows_out != nullptr) {
@@ -296,9 +298,11 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
   return s;
 }
 
-absl::Status HashEmbeddingShard::MakeRoomLocked(
-    int64_t count, absl::string_view what, bool allocate,
-    absl::Span<const uint32_t> keep) {
+absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
+                                                absl::string_view what,
+                                                bool allocate,
+                                                absl::Span<const uint32_t> keep,
+                                                bool* pinned_full) {
   // max_rows: the least recently updated rows make room first. (While a
   // checkpoint reads the rows nothing is evicted: the shard may pass its
   // share until the next sweep.)
@@ -346,6 +350,9 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(
         EvictLeastRecentLocked(rows_ + count - held + held / 100, keep);
         if (rows_ + count <= held) return absl::OkStatus();
       }
+      if (pinned_full != nullptr) {
+        *pinned_full = evicts_at_memory_limit_ && pins_.load() > 0;
+      }
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
           " cannot grow by ", count, " rows (", rows_, " held",
@@ -365,15 +372,20 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(
 }
 
 absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
-                                                  uint32_t* rows) {
+                                                  uint32_t* rows,
+                                                  bool place_what_fits) {
   // An id missing twice is counted twice: the check errs on the safe side.
   const int64_t missing = std::count(rows, rows + ids.size(), kNoRow);
   if (missing == 0) return absl::OkStatus();
   const uint64_t epoch = rows_epoch_;
-  if (absl::Status s =
-          MakeRoomLocked(missing, "new", /*allocate=*/false,
-                         /*keep=*/absl::MakeConstSpan(rows, ids.size()));
+  bool pinned_full = false;
+  if (absl::Status s = MakeRoomLocked(
+          missing, "new", /*allocate=*/false,
+          /*keep=*/absl::MakeConstSpan(rows, ids.size()), &pinned_full);
       !s.ok()) {
+    if (pinned_full && place_what_fits) {
+      return CreateRowsThatFitLocked(ids, rows);
+    }
     return s;
   }
   // Room made by evicting moved rows: the ids found are found again (the
@@ -412,6 +424,51 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
   return absl::OkStatus();
 }
 
+absl::Status HashEmbeddingShard::CreateRowsThatFitLocked(
+    absl::Span<const int64_t> ids, uint32_t* rows) {
+  const int64_t room =
+      std::min(static_cast<int64_t>(blocks_.size()) * kRowsPerBlock,
+               RowLimit()) -
+      rows_;
+  std::vector<int64_t> placed;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] == kNoRow) placed.push_back(ids[i]);
+  }
+  std::sort(placed.begin(), placed.end());
+  placed.erase(std::unique(placed.begin(), placed.end()), placed.end());
+  if (static_cast<int64_t>(placed.size()) > room) {
+    LOG_EVERY_N(WARNING, 100)
+        << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+        << " is at --memory_budget_mb while a checkpoint reads it (no row "
+        << "is evicted until it ends): "
+        << placed.size() - std::max<int64_t>(room, 0)
+        << " new ids of a push get no row yet; their gradients are dropped "
+        << "and counted as unadmitted";
+    placed.resize(std::max<int64_t>(room, 0));
+  }
+  if (!placed.empty()) {
+    // Within the blocks held: nothing to reserve, nothing evicted.
+    std::vector<uint32_t> placed_rows(placed.size(), kNoRow);
+    if (absl::Status s = CreateRowsLocked(placed, placed_rows.data());
+        !s.ok()) {
+      return s;
+    }
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] != kNoRow) continue;
+    auto it = index_.find(ids[i]);
+    if (it != index_.end()) rows[i] = it->second;
+  }
+  return absl::OkStatus();
+}
+
+bool HashEmbeddingShard::RoomForOneMoreLocked() {
+  const bool needs_block =
+      rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
+  return rows_ < RowLimit() &&
+         (!needs_block || !reserve_ || reserve_(block_bytes()).ok());
+}
+
 absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
     absl::Span<const int64_t> ids, absl::Span<const uint32_t> rows) {
   int64_t admissible = 0;  // a repeat counted twice: safe side
@@ -421,9 +478,14 @@ absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
     }
   }
   if (admissible == 0) return absl::OkStatus();
-  // Allocated now, so that the rows admitted under the lock need none.
-  return MakeRoomLocked(admissible, "this push may admit", /*allocate=*/true,
-                        /*keep=*/rows);
+  // Allocated now, so that the rows admitted under the lock need none. (At
+  // the memory budget while a checkpoint reads the shard, the ids admitted
+  // get the room there is: ResolveMissingLocked.)
+  bool pinned_full = false;
+  absl::Status s =
+      MakeRoomLocked(admissible, "this push may admit", /*allocate=*/true,
+                     /*keep=*/rows, &pinned_full);
+  return pinned_full ? absl::OkStatus() : s;
 }
 
 int64_t HashEmbeddingShard::SampleStepLocked(double fraction) {
@@ -495,7 +557,13 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
       continue;
     }
     if (sketch_ == nullptr) {
-      rows[i] = CreateRow(ids[i]);
+      // (Evicted since Prepare, or placed nowhere then: a shard at its
+      // memory budget while a checkpoint read it.)
+      if (RoomForOneMoreLocked()) {
+        rows[i] = CreateRow(ids[i]);
+      } else {
+        ++admission_.unadmitted_gradients;
+      }
       continue;
     }
     // Another push may have taken the room Prepare saw: a new block is
@@ -508,10 +576,7 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
       spilled = false;
     }
     const bool admitted = spilled || sketch_->Increment(ids[i]) >= min_count_;
-    const bool needs_block =
-        rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
-    if (admitted && rows_ < RowLimit() &&
-        (!needs_block || !reserve_ || reserve_(block_bytes()).ok())) {
+    if (admitted && RoomForOneMoreLocked()) {
       // The store was asked already: only a spilled id is looked up again.
       rows[i] = CreateRow(ids[i], nullptr, /*looked_up=*/!spilled);
       if (!spilled) ++admission_.admitted_rows;
@@ -555,6 +620,11 @@ absl::Status HashEmbeddingShard::ApplyUpdateLocked(const ShardUpdate& update,
     ResolveMissingLocked(update.ids, rows.data());
     return ApplyToRowsLocked(update.ids, rows, update.grads,
                              update.learning_rate, undo);
+  }
+  // Ids Prepare placed nowhere (a full shard that a checkpoint read).
+  if (evicts_at_memory_limit_) {
+    admission_.unadmitted_gradients +=
+        std::count(update.rows.begin(), update.rows.end(), kNoRow);
   }
   return ApplyToRowsLocked(update.ids, update.rows, update.grads,
                            update.learning_rate, undo);

@@ -197,17 +197,33 @@ class HashEmbeddingShard final : public RowShard {
   bool HasRepeatedIds(const ShardUpdate& update) const override;
   // Creates the rows of `ids` missing from the index (capacity and memory
   // checked first: RESOURCE_EXHAUSTED creates nothing); rows[i] is ids[i]'s.
-  absl::Status CreateRowsLocked(absl::Span<const int64_t> ids, uint32_t* rows)
+  // With `place_what_fits` (a push's Prepare), a shard at the PS's memory
+  // budget while a checkpoint reads it (no row may move, so none can be
+  // evicted) creates what its blocks have room for instead, leaving the
+  // other missing ids kNoRow: their gradients are dropped, as an
+  // unadmitted id's are.
+  absl::Status CreateRowsLocked(absl::Span<const int64_t> ids, uint32_t* rows,
+                                bool place_what_fits = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rows CreateRowsLocked's `place_what_fits` creates.
+  absl::Status CreateRowsThatFitLocked(absl::Span<const int64_t> ids,
+                                       uint32_t* rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether one more row fits: within RowLimit, and its block (if it
+  // needs a new one) reserved from the PS's memory.
+  bool RoomForOneMoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row limit: shape[0]'s share (or what a uint32 row index allows).
   int64_t RowLimit() const;
   // Room for `count` more rows (`what` names them in the error): within
   // RowLimit (and max_rows, evicting rows other than those in `keep` --
   // the push's rows, kNoRow for its missing ids -- for them),
   // and the blocks they need reserved from the PS's memory -- allocated too
-  // if `allocate` (else CreateRow allocates them).
+  // if `allocate` (else CreateRow allocates them). `*pinned_full` (if
+  // given) is set when it fails because the PS's memory refused the blocks
+  // while a pin kept it from evicting (--memory_budget_mb).
   absl::Status MakeRoomLocked(int64_t count, absl::string_view what,
-                              bool allocate, absl::Span<const uint32_t> keep)
+                              bool allocate, absl::Span<const uint32_t> keep,
+                              bool* pinned_full = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts `need` of the least recently updated rows, none in `keep` (or
   // fewer, if the others are all in it); advances the row epoch if it
