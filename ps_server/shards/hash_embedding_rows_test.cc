@@ -518,4 +518,33 @@ TEST(HashEmbeddingMemoryBudgetTest,
   }
 }
 
+// At the budget, admitted rows (created one at a time) replace evicted
+// ones without doubling the index: 13 blocks (53,248 rows) fill 81% of a
+// 65,536-slot index, above the 25/32 load below which an insert cleans
+// erased slots in place; the erased slots are cleaned by a rebuild at the
+// same size instead (the shard's accounted bytes stay as they were).
+TEST(HashEmbeddingMemoryBudgetTest, AdmittedRowsAtTheBudgetKeepTheIndexSize) {
+  BudgetShard b(/*blocks=*/13, /*min_count=*/2);
+  AdmissionShard& a = b.a;
+  const int64_t held = 13 * HashEmbeddingShard::kRowsPerBlock;
+  int64_t step = 0, next_id = 0;
+  auto admit = [&](int64_t count) {
+    const std::vector<int64_t> ids = Range(next_id, count);
+    next_id += count;
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_EQ(a.Push(ids, 1.0f, step), absl::OkStatus()) << step;
+    }
+    ++step;
+  };
+  while (a.shard->num_rows() + 1024 <= held) admit(1024);
+  admit(held - a.shard->num_rows());
+  ASSERT_EQ(a.shard->num_rows(), held);
+  const int64_t full_bytes = a.shard->bytes();
+  for (int round = 0; round < 200; ++round) admit(1024);
+  EXPECT_GT(a.shard->row_counts().evicted_rows, 200 * 1024 - held / 100);
+  EXPECT_LE(a.shard->num_rows(), held);
+  EXPECT_EQ(a.shard->bytes(), full_bytes);
+  EXPECT_LE(b.reserved, b.limit);
+}
+
 }  // namespace psrt

@@ -83,6 +83,12 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
       ++admission_.promoted_rows;
     }
   }
+  // Room made by reserve(), not by the insert: an index whose growth
+  // erased slots used up is rebuilt at the same size (reserve), where an
+  // insert would double it unless its live load is under 25/32 -- a shard
+  // holding rows one at a time (admission) at the memory budget sat just
+  // above that, with its index at twice the size (docs/benchmarks.md).
+  index_.reserve(index_.size() + 1);
   index_.emplace(id, row);
   row_ids_.push_back(id);
   if (tracks_steps_) last_step_.push_back(current_step_);
