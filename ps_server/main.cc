@@ -68,7 +68,7 @@ DEFINE_int64(memory_budget_mb, 0,
 DEFINE_string(ssd_tier_dir, "",
               "Directory (on an SSD) where hash embeddings with "
               "storage.tier = SSD keep the rows evicted from memory, one "
-              "RocksDB store per shard in <dir>/<storage.path>/shard-<N>, "
+              "row file per shard in <dir>/<storage.path>/shard-<N>, "
               "emptied when the shard is created (a restarted PS restores "
               "from its checkpoint). Empty: $TMPDIR (or /tmp) "
               "/psrt-ssd-tier/ps<task>-<pid>, removed as the PS exits; one "

@@ -14,7 +14,7 @@ packages=(
   libcivetweb-dev libcurl4-openssl-dev libssl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
-  zlib1g-dev dataset-fashion-mnist librocksdb-dev libleveldb-dev liblmdb-dev
+  zlib1g-dev dataset-fashion-mnist liburing-dev librocksdb-dev libleveldb-dev liblmdb-dev
   awscli
   python3-torch python3-setuptools python3-pip python3-wheel python3-yaml
   iproute2 procps rhash iperf3 chromium qemu-user

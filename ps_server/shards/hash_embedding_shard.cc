@@ -924,7 +924,7 @@ int64_t HashEmbeddingShard::bytes() const {
   const int64_t index_bytes =
       index_.capacity() * (sizeof(std::pair<int64_t, uint32_t>) + 1);
   return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes +
-         (store_ != nullptr ? RowSpillStore::kMemoryBytes : 0) +
+         (store_ != nullptr ? store_->memory_bytes() : 0) +
          static_cast<int64_t>((row_ids_.capacity() + last_step_.capacity()) *
                               sizeof(int64_t)) +
          (sketch_ != nullptr ? sketch_->bytes() : 0);

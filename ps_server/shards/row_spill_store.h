@@ -1,57 +1,62 @@
 // The SSD tier of a hash embedding shard (StorageSpec.tier = SSD): rows the
-// shard evicted from memory, each [values | slots] keyed by its id, in a
-// RocksDB database of the shard's own. The shard keeps every id in exactly
-// one tier: Spill adds rows it just dropped from memory, Take reads and
-// deletes a row it is bringing back.
+// shard evicted from memory, each [values | slots] with its id, in an
+// append-only file of the shard's own, found through an in-memory index
+// (id -> record). The shard keeps every id in exactly one tier: Spill adds
+// rows it just dropped from memory, Take reads and drops a row it is
+// bringing back.
 //
-// Not durable by itself: the database is emptied when opened and written
-// without a write-ahead log. Checkpoints, which read both tiers, are what a
-// restarted PS restores from.
+// The file is a sequence of fixed-size records ([id | row]) in segments of
+// about kSegmentBytes. Spilled rows are appended (one write per Commit);
+// a taken row's record becomes garbage. When garbage outgrows twice the
+// live records, Commit moves the live records of the emptiest segments to
+// the end (one read and one write a segment, a bounded number each
+// Commit) and reuses those segments: the file holds at most about three
+// times the live rows. Reads of cold rows are one read each, submitted
+// together through io_uring where the kernel allows it (else pread).
 //
-// RocksDB's memory is bounded and stated (kMemoryBytes): two write
-// buffers, and a block cache that also holds the index and Bloom filter
-// blocks, so a tier of any size costs the PS the same memory.
-// Chosen over LevelDB and LMDB by tools/bench/kv_store_choice.sh
-// (docs/benchmarks.md): LMDB maps its file (the spilled rows count in the
-// PS's RSS) and LevelDB keeps every table's index and filter outside any
-// bound.
+// Memory: the index costs about 17 bytes per slot of its capacity (20-40
+// bytes per spilled row; a dim-16 Adagrad row is 128 bytes), plus a bit a
+// record and a fixed kMemoryBytes of buffers. memory_bytes() is exact;
+// the shard counts it in its bytes. Chosen over RocksDB (bounded memory,
+// ~13 us a row crossing the tiers here) for speed: one read from the page
+// cache, ~0.6 us a row batched (docs/benchmarks.md, "SSD tier").
+//
+// Not durable by itself: the file is emptied when opened. Checkpoints,
+// which read both tiers, are what a restarted PS restores from.
 #ifndef PSRT_PS_SERVER_SHARDS_ROW_SPILL_STORE_H_
 #define PSRT_PS_SERVER_SHARDS_ROW_SPILL_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 
-namespace rocksdb {
-class DB;
-class Iterator;
-class Snapshot;
-class WriteBatch;
-}  // namespace rocksdb
-
 namespace psrt {
 
 class RowSpillStore {
  public:
-  static constexpr int64_t kWriteBufferBytes = 2 << 20;
-  static constexpr int64_t kBlockCacheBytes = 4 << 20;
-  // What the store may hold in memory: its write buffers and block cache.
-  static constexpr int64_t kMemoryBytes =
-      2 * kWriteBufferBytes + kBlockCacheBytes;
+  static constexpr int64_t kSegmentBytes = 1 << 20;
+  // The fixed part of the store's memory (a segment's buffer for moving
+  // and exporting records, and the records staged by Spill); the index
+  // and bitmaps grow with the spilled rows (memory_bytes()).
+  static constexpr int64_t kMemoryBytes = 2 * kSegmentBytes;
 
   // Opens an empty store in `dir` (created; anything in it is deleted) for
-  // rows of `row_floats` floats.
+  // rows of `row_floats` floats. `use_io_uring` false reads with pread
+  // only (the fallback where io_uring is unavailable).
   static absl::StatusOr<std::unique_ptr<RowSpillStore>> Open(
-      const std::string& dir, int64_t row_floats);
+      const std::string& dir, int64_t row_floats, bool use_io_uring = true);
   ~RowSpillStore();
 
-  // Spill, Commit and Take change the store: the shard calls them under its
-  // lock, one at a time. Read and Export may run beside them.
+  // Spill, Commit, Take and TakeMany change the store: the shard calls them
+  // under its exclusive lock. Read and Export may run beside each other.
   //
   // Stages row `row` of `id`; Commit writes what was staged.
   void Spill(int64_t id, const float* row);
@@ -59,7 +64,7 @@ class RowSpillStore {
   absl::Status Commit();
   int64_t staged_rows() const;
 
-  // Reads `id`'s row into `row` and deletes it from the store; false if the
+  // Reads `id`'s row into `row` and drops it from the store; false if the
   // store has no row for it.
   absl::StatusOr<bool> Take(int64_t id, float* row);
   // Take for many ids in one batch: rows to rows + i * row floats,
@@ -67,36 +72,80 @@ class RowSpillStore {
   absl::Status TakeMany(absl::Span<const int64_t> ids, float* rows,
                         bool* found);
   // Reads the rows of `ids` (their values: the first `floats` floats of
-  // each) into out + i * floats; found[i] says whether ids[i] had a row.
+  // each; none with floats 0) into out + i * floats; found[i] says whether
+  // ids[i] had a row.
   absl::Status Read(absl::Span<const int64_t> ids, int64_t floats, float* out,
                     bool* found) const;
 
   // While pinned, Export reads the rows as they were when the first pin
-  // was taken. Pins nest.
+  // was taken (their records are neither moved nor reused until the last
+  // unpin). Pins nest.
   void Pin();
   void Unpin();
-  // Copies rows [first, first + count) of the store's order (by id) to
-  // `ids` and `out` (either may be null); returns the number copied. Reads
-  // resume where the last call ended; another `first` starts over.
+  // Copies rows [first, first + count) of the store's order (the records'
+  // order in the file) to `ids` and `out` (either may be null); returns
+  // the number copied. Reads resume where the last call ended; another
+  // `first` starts over.
   int64_t Export(int64_t first, int64_t count, int64_t* ids, float* out);
 
-  // Bytes of the spilled rows: the store's files on disk, and its write
-  // buffers not yet written to them.
+  int64_t rows() const { return static_cast<int64_t>(index_.size()); }
+  // Bytes of the store's file in use (its segments holding records).
   int64_t disk_bytes() const;
+  // Bytes of memory the store holds now: index, bitmaps, buffers.
+  int64_t memory_bytes() const;
+  // Whether reads go through io_uring (false: pread).
+  bool uses_io_uring() const { return use_io_uring_; }
   const std::string& dir() const { return dir_; }
 
  private:
-  RowSpillStore(std::string dir, int64_t row_floats, rocksdb::DB* db);
+  RowSpillStore(std::string dir, int fd, int64_t row_floats, bool use_io_uring);
+
+  int64_t SlotOffset(uint32_t slot) const;
+  // Reads records `slots` into records + i * record_bytes_, checking that
+  // each holds ids[i].
+  absl::Status ReadRecords(absl::Span<const uint32_t> slots,
+                           absl::Span<const int64_t> ids, char* records) const;
+  absl::Status WriteStaged();
+  // Marks a record garbage; a segment left empty is reused (after the last
+  // unpin while pinned).
+  void DropRecord(uint32_t slot);
+  void FreeSegment(uint32_t segment);
+  // Records written to segments in use, live or garbage.
+  int64_t used_records() const;
+  // Moves the live records of the emptiest segments to the end while
+  // garbage outgrows twice them, at most `budget` segments.
+  absl::Status MoveLiveRecords(int budget);
+  bool Live(uint32_t slot) const {
+    return (live_[slot / 64] >> (slot % 64)) & 1;
+  }
 
   const std::string dir_;
+  const int fd_;
   const int64_t row_bytes_;
-  std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<rocksdb::WriteBatch> staged_;
-  absl::Mutex export_mu_;
-  int pins_ ABSL_GUARDED_BY(export_mu_) = 0;
-  const rocksdb::Snapshot* snapshot_ ABSL_GUARDED_BY(export_mu_) = nullptr;
-  std::unique_ptr<rocksdb::Iterator> cursor_ ABSL_GUARDED_BY(export_mu_);
-  int64_t cursor_position_ ABSL_GUARDED_BY(export_mu_) = 0;
+  const int64_t record_bytes_;  // id + row
+  const uint32_t segment_records_;
+  const bool use_io_uring_;
+
+  absl::flat_hash_map<int64_t, uint32_t> index_;  // id -> slot
+  std::vector<uint64_t> live_;                    // a bit per slot
+  std::vector<uint32_t> segment_live_;            // live records per segment
+  std::vector<bool> segment_in_use_;
+  std::vector<uint32_t> free_segments_;
+  std::atomic<int64_t> segments_in_use_{0};
+  static constexpr uint32_t kNoSegment = ~uint32_t{0};
+  uint32_t active_segment_ = kNoSegment;  // where records are appended
+  uint32_t active_fill_ = 0;              // its records written
+  std::vector<char> staged_;              // records [id | row]
+  std::vector<char> segment_buffer_;      // a segment being moved
+
+  // Pins are taken under the shard's shared lock: no change runs beside
+  // them, but two checkpoints may.
+  mutable absl::Mutex export_mu_;
+  std::atomic<int> pins_{0};
+  std::vector<uint32_t> freed_while_pinned_ ABSL_GUARDED_BY(export_mu_);
+  std::vector<uint64_t> pinned_live_ ABSL_GUARDED_BY(export_mu_);
+  int64_t cursor_position_ ABSL_GUARDED_BY(export_mu_) = -1;
+  uint64_t cursor_slot_ ABSL_GUARDED_BY(export_mu_) = 0;
 };
 
 }  // namespace psrt

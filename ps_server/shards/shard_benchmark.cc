@@ -334,7 +334,7 @@ BENCHMARK(BM_HashPushDuringEviction)
 // The SSD tier on the row path: each iteration pulls, then pushes
 // (Adagrad), 4,096 ids drawn Zipf(1.05) from a table of 1M rows of 16
 // floats -- (0) all in memory, or (1) with max_rows at a quarter of the
-// table and an SSD tier (RocksDB in $TMPDIR) holding the rest, the hot
+// table and an SSD tier (a row file in $TMPDIR) holding the rest, the hot
 // rows in memory. Rows per second of pull + push; the tier's promotions
 // per iteration as a counter.
 void BM_HashTierZipf(benchmark::State& state) {
