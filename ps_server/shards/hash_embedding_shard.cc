@@ -868,7 +868,43 @@ int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
     // holds.
     absl::SleepFor(absl::Microseconds(50));
   }
+  ReserveTierIndex();
   return evicted;
+}
+
+void HashEmbeddingShard::ReserveTierIndex() {
+  if (store_ == nullptr || !reserve_) return;
+  absl::MutexLock lock(&mu_);
+  // Rounds: evicting rows to free blocks spills them, which grows the
+  // index again (by far less than the blocks given back).
+  for (int round = 0; round < 4 && pins_.load() == 0; ++round) {
+    const int64_t need = store_->index_bytes() - tier_index_reserved_;
+    if (need <= 0) return;
+    if (reserve_(need).ok()) {
+      tier_index_reserved_ += need;
+      return;
+    }
+    if (!evicts_at_memory_limit_) {
+      LOG_EVERY_N(WARNING, 100)
+          << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+          << ": the SSD tier's index needs " << need
+          << " bytes more than the PS's memory gives; counted, not reserved";
+      return;
+    }
+    const int64_t give_back = (need + block_bytes() - 1) / block_bytes();
+    const int64_t keep = static_cast<int64_t>(blocks_.size()) - give_back;
+    if (keep < 1) return;  // the shard keeps one block to work in
+    if (rows_ > keep * kRowsPerBlock) {
+      EvictLeastRecentLocked(rows_ - keep * kRowsPerBlock, {});
+      CommitSpilledLocked();
+      if (rows_ > keep * kRowsPerBlock) return;
+    }
+    blocks_.resize(keep);
+    reserve_(-give_back * block_bytes()).IgnoreError();  // gives back
+    VLOG(1) << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+            << ": " << give_back
+            << " blocks given back to the PS for the SSD tier's index";
+  }
 }
 
 void HashEmbeddingShard::RestoreVersion(int64_t version) {

@@ -83,7 +83,8 @@ class HashEmbeddingShard final : public RowShard {
   using Reserve = std::function<absl::Status(int64_t bytes)>;
 
   // `layout` and `optimizer` must outlive the shard. `reserve` (may be
-  // empty: no limit) is asked before every new block of rows; with
+  // empty: no limit) is asked before every new block of rows (and for the
+  // SSD tier's index; a negative amount gives bytes back); with
   // `evict_at_memory_limit` (--memory_budget_mb) a refused block makes the
   // shard evict its least recently updated rows for room instead.
   HashEmbeddingShard(const VariableLayout& layout, int shard,
@@ -130,7 +131,8 @@ class HashEmbeddingShard final : public RowShard {
   int64_t reserved_bytes() const override {
     absl::ReaderMutexLock lock(&mu_);
     return static_cast<int64_t>(blocks_.size()) * block_bytes() +
-           (store_ != nullptr ? RowSpillStore::kMemoryBytes : 0);
+           (store_ != nullptr ? RowSpillStore::kMemoryBytes : 0) +
+           tier_index_reserved_;
   }
 
  protected:
@@ -254,6 +256,12 @@ class HashEmbeddingShard final : public RowShard {
   void EvictRowLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the rows EvictRowLocked staged to the SSD tier.
   void CommitSpilledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The SSD tier's index grows with the rows spilled: its growth is
+  // reserved from the PS's memory as the rows' blocks are. At
+  // --memory_budget_mb, where the reservation is refused, the shard's last
+  // blocks make room: their rows go to the tier first and the blocks are
+  // given back. Run after each sweep (not while pinned).
+  void ReserveTierIndex();
   // Rows [0, result) of the export order are on disk.
   int64_t ExportedFromDiskLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -294,6 +302,8 @@ class HashEmbeddingShard final : public RowShard {
   // spilled_ when the first pin was taken (what a checkpoint reads).
   mutable std::atomic<int64_t> pinned_spilled_{0};
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes of the SSD tier's index reserved from the PS (ReserveTierIndex).
+  int64_t tier_index_reserved_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace psrt

@@ -3,6 +3,7 @@
 // every bit of their values and optimizer slots, pulls read spilled rows
 // (promoting them when memory has room), and a checkpoint (pinned export) holds
 // every row once, as it was pinned.
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -19,8 +20,13 @@ namespace {
 constexpr int kDim = 4;
 
 struct Table {
-  // max_rows 0: all in memory (the reference); else an SSD tier in `dir`.
-  Table(int64_t max_rows, const std::string& dir) : map(1) {
+  // max_rows 0 and no `budget`: all in memory (the reference); else an
+  // SSD tier in `dir`. `budget`: the PS's memory, as --memory_budget_mb
+  // gives it (a refused block makes room by eviction).
+  Table(int64_t max_rows, const std::string& dir,
+        HashEmbeddingShard::Reserve budget = nullptr)
+      : map(1) {
+    const bool tier = max_rows > 0 || budget != nullptr;
     VariableSpec spec;
     spec.set_name("ids");
     spec.set_kind(HASH_EMBEDDING);
@@ -31,23 +37,22 @@ struct Table {
     spec.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
     spec.mutable_initializer()->set_min(-1);
     spec.mutable_initializer()->set_max(1);
-    if (max_rows > 0) {
-      spec.mutable_eviction()->set_max_rows(max_rows);
-      spec.mutable_storage()->set_tier(StorageSpec::SSD);
-    }
+    if (max_rows > 0) spec.mutable_eviction()->set_max_rows(max_rows);
+    if (tier) spec.mutable_storage()->set_tier(StorageSpec::SSD);
     EXPECT_TRUE(NormalizeVariableSpec(&spec).ok());
     EXPECT_TRUE(map.Add(spec).ok());
     layout = map.Find("ids");
     optimizer = CreateOptimizer(layout->spec.optimizer());
     init = std::make_unique<Initializer>(layout->spec.initializer());
     std::unique_ptr<RowSpillStore> store;
-    if (max_rows > 0) {
+    if (tier) {
       auto opened = RowSpillStore::Open(dir, 2 * kDim);
       EXPECT_TRUE(opened.ok()) << opened.status();
       store = *std::move(opened);
     }
     shard = std::make_unique<HashEmbeddingShard>(
-        *layout, 0, optimizer.get(), *init, nullptr, false, std::move(store));
+        *layout, 0, optimizer.get(), *init, std::move(budget),
+        /*evict_at_memory_limit=*/budget != nullptr, std::move(store));
   }
 
   absl::Status Push(const std::vector<int64_t>& ids,
@@ -238,6 +243,66 @@ TEST(HashEmbeddingTierTest, AnImportFillsBothTiers) {
   // And trains on as the reference does.
   TrainBoth(&restored, &reference, 100, 300, 5);
   EXPECT_EQ(restored.Export(), reference.Export());
+}
+
+// At --memory_budget_mb the SSD tier's index (which grows with the rows
+// spilled) is reserved from the PS's memory like the rows' blocks: the
+// shard gives back blocks for it, so its memory stays within the budget,
+// and the rows those blocks held go to the tier, not away.
+TEST(HashEmbeddingTierTest, TheTierIndexIsHeldWithinTheMemoryBudget) {
+  const int64_t block_bytes = HashEmbeddingShard::kRowsPerBlock *
+                              (2 * kDim * static_cast<int64_t>(sizeof(float)) +
+                               HashEmbeddingShard::kIndexBytesPerRow);
+  // 40 blocks of rows, and the store's buffers (reserved by whoever
+  // creates the store, as the PS does).
+  const int64_t limit = 40 * block_bytes + RowSpillStore::kMemoryBytes;
+  int64_t reserved = RowSpillStore::kMemoryBytes;
+  int64_t most_reserved = reserved;
+  Table tiered(0, TestDir("budget"), [&](int64_t bytes) {
+    if (reserved + bytes > limit) {
+      return absl::ResourceExhaustedError("over the test's budget");
+    }
+    reserved += bytes;
+    most_reserved = std::max(most_reserved, reserved);
+    return absl::OkStatus();
+  });
+  Table reference(0, "");
+  constexpr int64_t kIds = 300'000;
+  std::vector<float> grads(4096 * kDim, 0.5f);
+  int64_t step = 0;
+  for (int64_t first = 0; first < kIds; first += 4096, ++step) {
+    std::vector<int64_t> ids(std::min<int64_t>(4096, kIds - first));
+    for (size_t k = 0; k < ids.size(); ++k) ids[k] = (first + k) * 7919;
+    grads.resize(ids.size() * kDim);
+    ASSERT_EQ(tiered.Push(ids, grads, step), absl::OkStatus()) << first;
+    ASSERT_EQ(reference.Push(ids, grads, step), absl::OkStatus());
+    if (step % 8 == 7) tiered.shard->EvictIdleRows(step);  // the evictor
+  }
+  tiered.shard->EvictIdleRows(step);
+  const HashRowCounts counts = tiered.shard->row_counts();
+  const int64_t in_memory = tiered.shard->num_rows() - counts.spilled_rows;
+  std::printf(
+      "budget %lld bytes: %lld rows in memory, %lld spilled; shard holds %lld "
+      "bytes, reserved %lld\n",
+      static_cast<long long>(limit), static_cast<long long>(in_memory),
+      static_cast<long long>(counts.spilled_rows),
+      static_cast<long long>(tiered.shard->bytes()),
+      static_cast<long long>(tiered.shard->reserved_bytes()));
+  EXPECT_EQ(tiered.shard->num_rows(), kIds);
+  EXPECT_LE(most_reserved, limit);
+  // What the shard says it reserved is what the PS counts (given back when
+  // the variable is dropped).
+  EXPECT_EQ(tiered.shard->reserved_bytes(), reserved);
+  // Its memory (blocks, index, store) within the budget: blocks were
+  // given back for the tier's index (~4.5 MB for 270k spilled rows).
+  EXPECT_LE(tiered.shard->bytes(), limit + limit / 20);
+  EXPECT_LT(in_memory, 36 * HashEmbeddingShard::kRowsPerBlock);
+  // No row lost: every id reads what the all-in-memory table holds.
+  for (int64_t first = 0; first < kIds; first += 50'000) {
+    std::vector<int64_t> ids(50'000);
+    for (int64_t k = 0; k < 50'000; ++k) ids[k] = (first + k) * 7919;
+    ASSERT_EQ(tiered.Pull(ids), reference.Pull(ids)) << first;
+  }
 }
 
 }  // namespace

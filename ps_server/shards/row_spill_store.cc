@@ -521,15 +521,18 @@ int64_t RowSpillStore::memory_bytes() const {
     absl::MutexLock lock(&export_mu_);
     pinned = static_cast<int64_t>(pinned_live_.capacity() * sizeof(uint64_t));
   }
-  return static_cast<int64_t>(
-             index_.capacity() *
-                 (sizeof(std::pair<const int64_t, uint32_t>) + 1) +
-             live_.capacity() * sizeof(uint64_t) +
-             segment_live_.capacity() * sizeof(uint32_t) +
-             segment_in_use_.capacity() / 8 +
-             free_segments_.capacity() * sizeof(uint32_t) + staged_.capacity() +
-             segment_buffer_.capacity()) +
+  return index_bytes() +
+         static_cast<int64_t>(staged_.capacity() + segment_buffer_.capacity()) +
          pinned;
+}
+
+int64_t RowSpillStore::index_bytes() const {
+  return static_cast<int64_t>(
+      index_.capacity() * (sizeof(std::pair<const int64_t, uint32_t>) + 1) +
+      live_.capacity() * sizeof(uint64_t) +
+      segment_live_.capacity() * sizeof(uint32_t) +
+      segment_in_use_.capacity() / 8 +
+      free_segments_.capacity() * sizeof(uint32_t));
 }
 
 }  // namespace psrt

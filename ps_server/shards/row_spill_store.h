@@ -93,6 +93,9 @@ class RowSpillStore {
   int64_t disk_bytes() const;
   // Bytes of memory the store holds now: index, bitmaps, buffers.
   int64_t memory_bytes() const;
+  // The part of memory_bytes() that grows with the spilled rows (index,
+  // bitmap, segment counts); the rest is within kMemoryBytes.
+  int64_t index_bytes() const;
   // Whether reads go through io_uring (false: pread).
   bool uses_io_uring() const { return use_io_uring_; }
   const std::string& dir() const { return dir_; }

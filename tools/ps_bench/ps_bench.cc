@@ -25,6 +25,7 @@
 #include "glog/logging.h"
 #include "partitioner/cluster_spec.h"
 #include "proto/buffer_pool.h"
+#include "tools/ctr_datagen/zipf_sampler.h"
 #include "tools/ps_bench/iperf3_check.h"
 #include "tools/ps_bench/tcp_baseline.h"
 #include "util/wire_dtype.h"
@@ -34,7 +35,10 @@ DEFINE_string(cluster, "",
               "else one PS on localhost:2223.");
 DEFINE_string(
     cases, "dense_4MiB,dense_64MiB,embedding_100k",
-    "Comma-separated cases: dense_4MiB, dense_64MiB, embedding_100k.");
+    "Comma-separated cases: dense_4MiB, dense_64MiB, embedding_100k; "
+    "hash_zipf and hash_zipf_ssd (a hash embedding of --vocab rows, each "
+    "operation a pull and a push of 4,096 Zipf(1.05) draws' distinct ids; "
+    "_ssd keeps a quarter in memory and the rest in the PS's SSD tier).");
 DEFINE_string(ops, "push,pull", "Operations to measure: push, pull or both.");
 DEFINE_double(seconds, 2, "Seconds per measurement.");
 DEFINE_int32(repeat, 3,
@@ -316,6 +320,79 @@ absl::Status RunEmbedding(Client* client, const std::string& name) {
   return absl::OkStatus();
 }
 
+// A hash embedding of --vocab rows trained on Zipf(1.05) ids: each
+// operation pulls, then pushes (Adagrad), the distinct ids of 4,096 fresh
+// draws (a CTR batch's ids, hot and cold). With `ssd_tier`, eviction
+// max_rows holds a quarter of the table in memory and the PS's SSD tier
+// the rest; without, all of it is in memory. The table is filled first
+// (every id pushed once) and warmed with 200 operations.
+absl::Status RunHashZipf(Client* client, const std::string& name,
+                         bool ssd_tier) {
+  const int64_t dim = FLAGS_embedding_dim;
+  VariableSpec spec;
+  spec.set_name(absl::StrCat("ps_bench/", name, "_", FLAGS_vocab, "x", dim));
+  spec.set_kind(HASH_EMBEDDING);
+  spec.add_shape(FLAGS_vocab);
+  spec.add_shape(dim);
+  spec.mutable_partition()->set_num_shards(client->num_ps());
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  spec.mutable_optimizer()->set_learning_rate(0.01f);
+  if (ssd_tier) {
+    spec.mutable_eviction()->set_max_rows(FLAGS_vocab / 4);
+    spec.mutable_storage()->set_tier(StorageSpec::SSD);
+  }
+  if (absl::Status s = client->CreateVariables({spec}); !s.ok()) return s;
+  // Ranks to ids as a CTR hash spreads them.
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> ids_by_rank(FLAGS_vocab);
+  for (int64_t& id : ids_by_rank) id = static_cast<int64_t>(rng() >> 1);
+  std::vector<float> grads(4096 * dim, 0.01f);
+  const int64_t piece = std::max<int64_t>(1, FLAGS_vocab / 8);
+  for (int64_t first = 0; first < FLAGS_vocab; first += piece) {
+    const int64_t n = std::min(piece, FLAGS_vocab - first);
+    std::vector<float> fill(n * dim, 0.0f);
+    if (absl::Status s = client->Push({PushOp::Rows(
+            spec.name(), absl::MakeConstSpan(ids_by_rank).subspan(first, n),
+            fill.data())});
+        !s.ok()) {
+      return s;
+    }
+  }
+  // Fresh draws for every operation, drawn before the clock starts: a pool
+  // larger than any measurement uses, cycled.
+  const ZipfSampler zipf(FLAGS_vocab, 1.05);
+  std::vector<std::vector<int64_t>> batches(4000);
+  double distinct = 0;
+  for (auto& batch : batches) {
+    for (int i = 0; i < 4096; ++i) {
+      batch.push_back(ids_by_rank[zipf.Sample(rng) - 1]);
+    }
+    std::sort(batch.begin(), batch.end());
+    batch.erase(std::unique(batch.begin(), batch.end()), batch.end());
+    distinct += batch.size();
+  }
+  distinct /= batches.size();
+  std::vector<std::vector<float>> rows(std::max(1, FLAGS_inflight),
+                                       std::vector<float>(4096 * dim));
+  std::atomic<size_t> next{0};
+  auto pull_and_push = [&](int t) {
+    const std::vector<int64_t>& ids = batches[next++ % batches.size()];
+    PullOp pull = PullOp::Rows(spec.name(), ids, rows[t].data());
+    pull.ids_unique = true;
+    if (absl::Status s = client->Pull({pull}); !s.ok()) return s;
+    PushOp push = PushOp::Rows(spec.name(), ids, grads.data());
+    push.ids_unique = true;
+    return client->Push({push});
+  };
+  for (int i = 0; i < 200; ++i) {
+    if (absl::Status s = pull_and_push(0); !s.ok()) return s;
+  }
+  const double bytes =
+      2 * distinct * (8.0 + WireValueBytes(client->options().wire_dtype) * dim);
+  return MeasureAndReport({name, "pull+push", bytes, 0, distinct},
+                          pull_and_push);
+}
+
 int Run() {
   auto cluster = LoadClusterSpec(FLAGS_cluster, 2223);
   if (!cluster.ok()) {
@@ -361,6 +438,8 @@ int Run() {
       s = RunDense(client->get(), name, 16 << 20);
     } else if (name == "embedding_100k") {
       s = RunEmbedding(client->get(), name);
+    } else if (name == "hash_zipf" || name == "hash_zipf_ssd") {
+      s = RunHashZipf(client->get(), name, name == "hash_zipf_ssd");
     } else {
       s = absl::InvalidArgumentError(absl::StrCat("unknown case '", name, "'"));
     }
