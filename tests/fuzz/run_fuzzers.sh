@@ -24,7 +24,7 @@ mkdir -p "$out/gen" "$out/obj" "$out/crashes"
 
 modules="grpc++ protobuf libglog libcurl libcrypto zlib absl_status absl_statusor
   absl_strings absl_str_format absl_synchronization absl_time absl_flat_hash_map
-  absl_flat_hash_set absl_hash absl_random_random rocksdb"
+  absl_flat_hash_set absl_hash absl_random_random liburing"
 # shellcheck disable=SC2086
 cflags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined
   -fno-sanitize=vptr -fno-sanitize-recover=undefined -DEIGEN_FAST_MATH=0
