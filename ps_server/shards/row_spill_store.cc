@@ -370,59 +370,55 @@ absl::StatusOr<bool> RowSpillStore::Take(int64_t id, float* row) {
   return found;
 }
 
-absl::Status RowSpillStore::TakeMany(absl::Span<const int64_t> ids, float* rows,
-                                     bool* found) {
-  std::vector<uint32_t> slots;
+absl::Status RowSpillStore::FindAndRead(absl::Span<const int64_t> ids,
+                                        bool read, bool* found,
+                                        Found* records) const {
   std::vector<int64_t> found_ids;
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = index_.find(ids[i]);
     found[i] = it != index_.end();
-    if (found[i]) {
-      slots.push_back(it->second);
+    if (found[i] && read) {
+      records->at.push_back(i);
+      records->slots.push_back(it->second);
       found_ids.push_back(ids[i]);
     }
   }
-  if (slots.empty()) return absl::OkStatus();
-  std::vector<char> records(slots.size() * record_bytes_);
-  if (absl::Status s = ReadRecords(slots, found_ids, records.data()); !s.ok()) {
+  if (records->slots.empty()) return absl::OkStatus();
+  records->records.resize(records->slots.size() * record_bytes_);
+  return ReadRecords(records->slots, found_ids, records->records.data());
+}
+
+absl::Status RowSpillStore::TakeMany(absl::Span<const int64_t> ids, float* rows,
+                                     bool* found) {
+  Found taken;
+  if (absl::Status s = FindAndRead(ids, /*read=*/true, found, &taken);
+      !s.ok()) {
     std::fill_n(found, ids.size(), false);  // nothing taken
     return s;
   }
   const int64_t floats = row_bytes_ / static_cast<int64_t>(sizeof(float));
-  for (size_t i = 0, k = 0; i < ids.size(); ++i) {
-    if (!found[i]) continue;
-    std::memcpy(rows + i * floats,
-                &records[k * record_bytes_ + sizeof(int64_t)], row_bytes_);
-    DropRecord(slots[k]);
-    index_.erase(ids[i]);
-    ++k;
+  for (size_t k = 0; k < taken.at.size(); ++k) {
+    std::memcpy(rows + taken.at[k] * floats,
+                &taken.records[k * record_bytes_ + sizeof(int64_t)],
+                row_bytes_);
+    DropRecord(taken.slots[k]);
+    index_.erase(ids[taken.at[k]]);
   }
   return absl::OkStatus();
 }
 
 absl::Status RowSpillStore::Read(absl::Span<const int64_t> ids, int64_t floats,
                                  float* out, bool* found) const {
-  std::vector<uint32_t> slots;
-  std::vector<int64_t> found_ids;
-  std::vector<size_t> at;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = index_.find(ids[i]);
-    found[i] = it != index_.end();
-    if (found[i] && floats > 0 && out != nullptr) {
-      slots.push_back(it->second);
-      found_ids.push_back(ids[i]);
-      at.push_back(i);
-    }
-  }
-  if (slots.empty()) return absl::OkStatus();
-  std::vector<char> records(slots.size() * record_bytes_);
-  if (absl::Status s = ReadRecords(slots, found_ids, records.data()); !s.ok()) {
+  Found read;
+  if (absl::Status s =
+          FindAndRead(ids, floats > 0 && out != nullptr, found, &read);
+      !s.ok()) {
     return s;
   }
   const size_t bytes = std::min<int64_t>(floats * sizeof(float), row_bytes_);
-  for (size_t k = 0; k < slots.size(); ++k) {
-    std::memcpy(out + at[k] * floats,
-                &records[k * record_bytes_ + sizeof(int64_t)], bytes);
+  for (size_t k = 0; k < read.at.size(); ++k) {
+    std::memcpy(out + read.at[k] * floats,
+                &read.records[k * record_bytes_ + sizeof(int64_t)], bytes);
   }
   return absl::OkStatus();
 }
@@ -465,7 +461,7 @@ int64_t RowSpillStore::Export(int64_t first, int64_t count, int64_t* ids,
       skip -= live;
     }
     for (; skip > 0 && cursor_slot_ < slots; ++cursor_slot_) {
-      if ((bits[cursor_slot_ / 64] >> (cursor_slot_ % 64)) & 1) --skip;
+      if (Bit(bits, cursor_slot_)) --skip;
     }
     cursor_position_ = first;
   }
@@ -481,7 +477,7 @@ int64_t RowSpillStore::Export(int64_t first, int64_t count, int64_t* ids,
     uint64_t slot = cursor_slot_;
     for (; slot < segment_end && n + static_cast<int64_t>(live.size()) < count;
          ++slot) {
-      if ((bits[slot / 64] >> (slot % 64)) & 1) {
+      if (Bit(bits, slot)) {
         live.push_back(static_cast<uint32_t>(slot));
       }
     }

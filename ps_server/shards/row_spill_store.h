@@ -118,9 +118,20 @@ class RowSpillStore {
   // Moves the live records of the emptiest segments to the end while
   // garbage outgrows twice them, at most `budget` segments.
   absl::Status MoveLiveRecords(int budget);
-  bool Live(uint32_t slot) const {
-    return (live_[slot / 64] >> (slot % 64)) & 1;
+  // The records of those of `ids` the store holds (found[i] for each):
+  // their positions in `ids` to `at`, their records, in that order, to
+  // `records` (read only when `read`).
+  struct Found {
+    std::vector<size_t> at;
+    std::vector<uint32_t> slots;
+    std::vector<char> records;
+  };
+  absl::Status FindAndRead(absl::Span<const int64_t> ids, bool read,
+                           bool* found, Found* records) const;
+  static bool Bit(const std::vector<uint64_t>& bits, uint64_t slot) {
+    return (bits[slot / 64] >> (slot % 64)) & 1;
   }
+  bool Live(uint32_t slot) const { return Bit(live_, slot); }
 
   const std::string dir_;
   const int fd_;
