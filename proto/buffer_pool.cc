@@ -133,6 +133,13 @@ void TuneAllocatorForLargeMessages() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
+  // One arena: the threshold above governs only how the main heap shrinks.
+  // Other arenas grow in 64 MiB sub-heaps that glibc unmaps as soon as
+  // one empties, whatever the threshold, so a 4 MiB message received on a
+  // gRPC thread kept faulting in fresh pages (R=2 dense push: 77 faults a
+  // push -> 23, 152 -> 205 push/s; docs/benchmarks.md). Small allocations
+  // still go through each thread's cache without the arena's lock.
+  mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace psrt

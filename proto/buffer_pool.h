@@ -82,7 +82,8 @@ class BufferPool {
 // memory in the heap instead of returning it to the kernel at once, so
 // gRPC's per-message receive buffers reuse warm pages rather than faulting
 // in fresh ones (measured: dense pull 0.68x -> 1.0x raw TCP; see
-// docs/benchmarks.md). The heap stays at its high-water mark. Called by
+// docs/benchmarks.md), and keeps every thread on the one heap whose
+// trimming that governs. The heap stays at its high-water mark. Called by
 // psrt's binaries at start; a no-op when PSRT_KEEP_MALLOC_DEFAULTS=1.
 void TuneAllocatorForLargeMessages();
 
