@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "partitioner/id_hash.h"
 #include "proto/frame_writer.h"
 #include "proto/slice_lease.h"
 #include "ps_server/rpc/pull_handler.h"
@@ -309,25 +310,38 @@ TEST_F(HandlersTest, PullResponsesAreCutAtRowsWithinTheLimit) {
 
 // Handback: PS 2 served PS 1's shard after a failover and gives it back.
 // A push whose items were resolved before the shard became a backup here
-// (ShardStore::Demote) finds that out under the shard's lock: refused,
-// retryable, nothing applied; later pushes are refused when resolved.
+// (ShardStore::Demote) finds that out before any shard prepares its part
+// (no hash row is created for it: the copy stays the stream's) and again
+// under the shards' locks: refused, retryable, nothing applied; later
+// pushes are refused when resolved.
 TEST(HandbackTest, APushResolvedBeforeTheShardWasHandedBackAppliesNothing) {
   ShardStore store(2, 3, 0,
                    *ReplicaPlacement::Create({"a:1", "b:1", "c:1"}, 2));
-  // "w": 3 shards, shard 1 placed on PS 1 (backup: PS 2).
+  // "w", "h": 3 shards, shard 1 placed on PS 1 (backup: PS 2).
   ASSERT_TRUE(
-      store.CreateVariables(0, {TestVariableSpec("w", DENSE, {6}, 3)}, 3).ok());
+      store
+          .CreateVariables(0,
+                           {TestVariableSpec("w", DENSE, {6}, 3),
+                            TestVariableSpec("h", HASH_EMBEDDING, {0, 2}, 3)},
+                           3)
+          .ok());
   const LocalVariable* w = store.Find("w");
+  const LocalVariable* h = store.Find("h");
   ASSERT_TRUE(w->IsBackup(1));
-  EXPECT_EQ(store.Promote(1), 1);  // the failover
+  EXPECT_EQ(store.Promote(1), 2);  // the failover
   ASSERT_TRUE(w->IsPrimary(1));
+  int64_t id = 0;  // an id of h's shard 1
+  while (MixId(id) % 3 != 1) ++id;
   DedupScopes scopes(3);
   PushHandler push(&store, scopes.For(2), 1 << 20);
   push.set_dedup_scopes(&scopes);
-  ASSERT_TRUE(
-      push.AddMessage(PushMessage().Dense("w", 1, 0, {1, 1}).Id(3).Build())
-          .ok());
-  EXPECT_EQ(store.Demote(1), 1);  // the handback
+  ASSERT_TRUE(push.AddMessage(PushMessage()
+                                  .Dense("w", 1, 0, {1, 1})
+                                  .Rows("h", 1, {id}, {1, 1})
+                                  .Id(3)
+                                  .Build())
+                  .ok());
+  EXPECT_EQ(store.Demote(1), 2);  // the handback
   EXPECT_TRUE(w->IsBackup(1));
   auto refused = push.Finish();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
@@ -336,6 +350,8 @@ TEST(HandbackTest, APushResolvedBeforeTheShardWasHandedBackAppliesNothing) {
                                 "no longer serves it (handed back to PS 1)"))
       << refused.status();
   EXPECT_EQ(w->shard(1).version(), 0);
+  EXPECT_EQ(h->shard(1).version(), 0);
+  EXPECT_EQ(h->shard(1).num_rows(), 0);
   // Not remembered as applied: the retry at PS 1 applies it.
   EXPECT_EQ(scopes.For(1)->Begin(9, 3), PushDedup::Outcome::kNew);
   PushHandler later(&store, scopes.For(2), 1 << 20);

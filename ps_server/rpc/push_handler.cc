@@ -296,6 +296,24 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return std::make_pair(a.variable->layout->index, a.shard) <
                std::make_pair(b.variable->layout->index, b.shard);
       });
+  // A shard a handback (ShardStore::Demote) made a backup here since the
+  // items were resolved (a push stream takes a while to arrive): nothing
+  // of the push is applied, and it is refused before Prepare creates hash
+  // rows in that copy, which follows the new primary's stream now. (A
+  // handback landing while Prepare runs is caught under the locks below;
+  // the rows Prepare created then stay, with their initial values.)
+  auto handed_back = [&](const PendingShardUpdate& u) {
+    return absl::UnavailableError(absl::StrCat(
+        "push to '", u.variable->name(), "' shard ", u.shard, ": PS ",
+        store_->ps_task(), " no longer serves it (handed back to PS ",
+        u.variable->layout->shards[u.shard].ps_task,
+        "); nothing was applied: learn the routing and retry"));
+  };
+  if (kind_ != RequestKind::kReplica) {
+    for (const PendingShardUpdate& u : updates) {
+      if (!u.variable->IsPrimary(u.shard)) return handed_back(u);
+    }
+  }
   if (const absl::Status* failed =
           each_on(ThreadPool::ForLockingWork(), [&](size_t i) {
             PendingShardUpdate& u = updates[i];
@@ -315,18 +333,13 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       BufferPool::Default().Acquire(undo_floats * sizeof(float));
   for (const PendingShardUpdate& u : updates) u.target->mutex()->Lock();
   if (kind_ != RequestKind::kReplica) {
-    // Checked again under the locks: a handback (ShardStore::Demote) may
-    // have made a shard a backup here since the items were resolved.
+    // Checked again under the locks: the handback may have come since.
     for (const PendingShardUpdate& u : updates) {
       if (u.variable->IsPrimary(u.shard)) continue;
       for (auto it = updates.rbegin(); it != updates.rend(); ++it) {
         it->target->mutex()->Unlock();
       }
-      return absl::UnavailableError(absl::StrCat(
-          "push to '", u.variable->name(), "' shard ", u.shard, ": PS ",
-          store_->ps_task(), " no longer serves it (handed back to PS ",
-          u.variable->layout->shards[u.shard].ps_task,
-          "); nothing was applied: learn the routing and retry"));
+      return handed_back(u);
     }
   }
   const absl::Status* refused = each([&](size_t i) {
