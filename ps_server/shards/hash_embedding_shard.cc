@@ -192,7 +192,7 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
     for (size_t k = 0; k < missing.size(); ++k) {
       if (taken.found[k]) store_->Spill(missing[k], taken.row(k, stride_));
     }
-    CommitSpilledLocked();
+    CommitSpilledLocked(/*room_for_unwritten=*/false).IgnoreError();
     VLOG(1) << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
             << ": " << found << " spilled rows stay on disk: " << s;
     return false;
@@ -324,7 +324,11 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
     }
     // Room for the push plus 1% of the share, so that pushes on a full
     // shard do not each pay for a search.
-    EvictLeastRecentLocked(rows_ + count - max_rows_ + max_rows_ / 100, keep);
+    if (absl::Status s = EvictLeastRecentLocked(
+            rows_ + count - max_rows_ + max_rows_ / 100, keep);
+        !s.ok()) {
+      return NoRoomForSpillError(count, what, s);
+    }
     if (rows_ + count > max_rows_) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
@@ -353,7 +357,11 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
       // all it gets; the least recently updated make room.
       const int64_t held = static_cast<int64_t>(blocks_.size()) * kRowsPerBlock;
       if (evicts_at_memory_limit_ && pins_.load() == 0 && count <= held) {
-        EvictLeastRecentLocked(rows_ + count - held + held / 100, keep);
+        if (absl::Status s =
+                EvictLeastRecentLocked(rows_ + count - held + held / 100, keep);
+            !s.ok()) {
+          return NoRoomForSpillError(count, what, s);
+        }
         if (rows_ + count <= held) return absl::OkStatus();
       }
       if (pinned_full != nullptr) {
@@ -509,10 +517,20 @@ int64_t HashEmbeddingShard::SampleStepLocked(double fraction) {
   return steps[at];
 }
 
-void HashEmbeddingShard::EvictLeastRecentLocked(
+absl::Status HashEmbeddingShard::NoRoomForSpillError(
+    int64_t count, absl::string_view what, const absl::Status& spill) const {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "hash embedding '", layout_.spec.name(), "' shard ", shard_,
+      ": no room for ", count, " ", what,
+      " ids: the rows to evict for them could not be written to the SSD "
+      "tier (",
+      spill.message(), "); they stay in memory and nothing was applied"));
+}
+
+absl::Status HashEmbeddingShard::EvictLeastRecentLocked(
     int64_t need, absl::Span<const uint32_t> keep) {
   need = std::min(need, rows_);
-  if (need <= 0) return;
+  if (need <= 0) return absl::OkStatus();
   // The rows the push carries, a bit per row (moved with a row that an
   // eviction moves).
   std::vector<uint64_t> kept(rows_ / 64 + 1, 0);
@@ -550,7 +568,7 @@ void HashEmbeddingShard::EvictLeastRecentLocked(
   }
   evict_hand_ = rows_ > 0 ? pos : 0;
   if (evicted > 0) ++rows_epoch_;
-  CommitSpilledLocked();
+  return CommitSpilledLocked();
 }
 
 void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
@@ -860,7 +878,9 @@ int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
         }
       }
       if (moved) ++rows_epoch_;
-      CommitSpilledLocked();
+      // Rows the tier could not write are back in memory (at the end,
+      // where this sweep has looked already); the next sweep tries again.
+      if (!CommitSpilledLocked().ok()) break;
       if (next < 0) break;
     }
     // absl::Mutex is not fair: taking it again at once could keep pushes
@@ -895,8 +915,9 @@ void HashEmbeddingShard::ReserveTierIndex() {
     const int64_t keep = static_cast<int64_t>(blocks_.size()) - give_back;
     if (keep < 1) return;  // the shard keeps one block to work in
     if (rows_ > keep * kRowsPerBlock) {
-      EvictLeastRecentLocked(rows_ - keep * kRowsPerBlock, {});
-      CommitSpilledLocked();
+      if (!EvictLeastRecentLocked(rows_ - keep * kRowsPerBlock, {}).ok()) {
+        return;  // the rows stay in memory, and their blocks with them
+      }
       if (rows_ > keep * kRowsPerBlock) return;
     }
     blocks_.resize(keep);
@@ -912,16 +933,37 @@ void HashEmbeddingShard::RestoreVersion(int64_t version) {
   version_ = version;
 }
 
-void HashEmbeddingShard::CommitSpilledLocked() {
-  if (store_ == nullptr) return;
+absl::Status HashEmbeddingShard::CommitSpilledLocked(bool room_for_unwritten) {
+  if (store_ == nullptr) return absl::OkStatus();
   const int64_t staged = store_->staged_rows();
-  if (absl::Status s = store_->Commit(); !s.ok()) {
-    // Counted out of both tiers: exports read exactly the rows there are.
-    spilled_ -= staged;
-    LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
-               << shard_ << ": " << staged
-               << " rows evicted to the SSD tier are lost: " << s;
+  if (!room_for_unwritten) {
+    absl::Status s = store_->Commit();
+    if (!s.ok()) {
+      // Counted out of both tiers: exports read exactly the rows there are.
+      spilled_ -= staged;
+      LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
+                 << shard_ << ": " << staged
+                 << " rows the SSD tier could not take back (and memory has "
+                 << "no room for) are lost: " << s;
+    }
+    return s;
   }
+  // Back where they were evicted from: CreateRow takes the values and
+  // slots as a promotion would (counted back out of the tier's counts).
+  absl::Status s = store_->Commit([this](int64_t id, const float* row) {
+    mu_.AssertHeld();  // Commit calls back on this thread, under mu_
+    CreateRow(id, row, /*looked_up=*/true);
+  });
+  if (!s.ok()) {
+    admission_.evicted_rows -= staged;
+    admission_.promoted_rows -= staged;
+    ++rows_epoch_;
+    LOG_EVERY_N(WARNING, 100)
+        << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+        << ": " << staged << " rows to evict stay in memory: the SSD tier "
+        << "could not write them: " << s;
+  }
+  return s;
 }
 
 void HashEmbeddingShard::PinRows(bool pin) const {

@@ -227,10 +227,15 @@ class HashEmbeddingShard final : public RowShard {
                               bool allocate, absl::Span<const uint32_t> keep,
                               bool* pinned_full = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // MakeRoomLocked's error when eviction failed to write (`spill`).
+  absl::Status NoRoomForSpillError(int64_t count, absl::string_view what,
+                                   const absl::Status& spill) const;
   // Evicts `need` of the least recently updated rows, none in `keep` (or
   // fewer, if the others are all in it); advances the row epoch if it
-  // moved rows.
-  void EvictLeastRecentLocked(int64_t need, absl::Span<const uint32_t> keep)
+  // moved rows. An error: the SSD tier could not write the evicted rows,
+  // which stay in memory (CommitSpilledLocked).
+  absl::Status EvictLeastRecentLocked(int64_t need,
+                                      absl::Span<const uint32_t> keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The last-update step below which about `fraction` of the rows lie,
   // from kEvictionSample rows at random positions.
@@ -254,8 +259,14 @@ class HashEmbeddingShard final : public RowShard {
   // Drops row `row` (with an SSD tier: stages it for the store); the last
   // row moves into its place.
   void EvictRowLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the rows EvictRowLocked staged to the SSD tier.
-  void CommitSpilledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the rows EvictRowLocked staged to the SSD tier. If that fails
+  // (a full or failing disk) the rows are created in memory again, with
+  // their values and slots, where they came from (`room_for_unwritten`,
+  // true when the rows were just evicted: the room they left is there);
+  // else (rows a pull read from the store and had no room for) they are
+  // lost, logged. Returns the store's error.
+  absl::Status CommitSpilledLocked(bool room_for_unwritten = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The SSD tier's index grows with the rows spilled: its growth is
   // reserved from the PS's memory as the rows' blocks are. At
   // --memory_budget_mb, where the reservation is refused, the shard's last

@@ -3,6 +3,10 @@
 // every bit of their values and optimizer slots, pulls read spilled rows
 // (promoting them when memory has room), and a checkpoint (pinned export) holds
 // every row once, as it was pinned.
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -10,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/shards/hash_embedding_shard.h"
@@ -303,6 +308,69 @@ TEST(HashEmbeddingTierTest, TheTierIndexIsHeldWithinTheMemoryBudget) {
     for (int64_t k = 0; k < 50'000; ++k) ids[k] = (first + k) * 7919;
     ASSERT_EQ(tiered.Pull(ids), reference.Pull(ids)) << first;
   }
+}
+
+// The process may write no further into its files (RLIMIT_FSIZE; the
+// signal a write past it raises ignored): the SSD tier's appends fail with
+// EFBIG, as they would on a full disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &old_), 0);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = old_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  }
+  ~FileSizeLimit() {
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &old_), 0);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit old_;
+  void (*old_handler_)(int);
+};
+
+// A full or failing disk under the SSD tier loses no row: the rows an
+// eviction could not write stay in memory (values and slots), a push that
+// needed their room is refused with nothing applied, and once the disk
+// takes writes again training goes on bit for bit.
+TEST(HashEmbeddingTierTest, RowsTheTierCannotWriteStayInMemory) {
+  const std::string dir = TestDir("write_fails");
+  Table tiered(/*max_rows=*/100, dir);
+  Table reference(0, "");
+  TrainBoth(&tiered, &reference, 200, 0, 11);
+  const HashRowCounts before = tiered.shard->row_counts();
+  ASSERT_GT(before.spilled_rows, 100);
+  const int64_t in_memory = tiered.shard->num_rows() - before.spilled_rows;
+  struct stat file;
+  ASSERT_EQ(stat((dir + "/rows").c_str(), &file), 0);
+  {
+    FileSizeLimit full(static_cast<rlim_t>(file.st_size));
+    // 40 ids never seen: their rows need room, the eviction cannot write.
+    std::vector<int64_t> fresh(40);
+    for (int k = 0; k < 40; ++k) fresh[k] = 1'000'000 + k;
+    const absl::Status refused =
+        tiered.Push(fresh, std::vector<float>(40 * kDim, 1.0f), 200);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(),
+                                  "could not be written to the SSD tier"))
+        << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), "nothing was applied"))
+        << refused;
+    // A sweep of the rows above 90% of the share: written nowhere, kept.
+    tiered.shard->EvictIdleRows(200);
+    const HashRowCounts during = tiered.shard->row_counts();
+    EXPECT_EQ(during.spilled_rows, before.spilled_rows);
+    EXPECT_EQ(tiered.shard->num_rows() - during.spilled_rows, in_memory);
+    EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
+    EXPECT_EQ(tiered.Export(), reference.Export());
+  }
+  // The disk takes writes again: evictions spill, training goes on.
+  TrainBoth(&tiered, &reference, 100, 201, 12);
+  EXPECT_GT(tiered.shard->row_counts().spilled_rows, before.spilled_rows);
+  EXPECT_EQ(tiered.Export(), reference.Export());
 }
 
 }  // namespace

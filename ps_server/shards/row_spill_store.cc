@@ -155,10 +155,10 @@ int64_t RowSpillStore::staged_rows() const {
   return static_cast<int64_t>(staged_.size()) / record_bytes_;
 }
 
-absl::Status RowSpillStore::Commit() {
+absl::Status RowSpillStore::Commit(const Unwritten& unwritten) {
   if (staged_.empty()) return absl::OkStatus();
   const int64_t written = staged_rows();
-  absl::Status s = WriteStaged();
+  absl::Status s = WriteStaged(unwritten);
   if (!s.ok()) return s;
   if (pins_.load() > 0) return absl::OkStatus();  // records stay in place
   // Garbage is let grow to twice the live records (the file to three
@@ -172,7 +172,7 @@ absl::Status RowSpillStore::Commit() {
   return absl::OkStatus();
 }
 
-absl::Status RowSpillStore::WriteStaged() {
+absl::Status RowSpillStore::WriteStaged(const Unwritten& unwritten) {
   const int64_t count = staged_rows();
   std::vector<uint32_t> slots(count);
   std::vector<uint32_t> left_behind;  // segments filled by this write
@@ -234,6 +234,14 @@ absl::Status RowSpillStore::WriteStaged() {
   for (uint32_t segment : left_behind) {
     if (segment_live_[segment] == 0 && segment != active_segment_) {
       FreeSegment(segment);
+    }
+  }
+  if (!status.ok() && unwritten) {
+    std::vector<float> row(row_bytes_ / sizeof(float));
+    for (int64_t i = 0; i < count; ++i) {
+      const char* record = &staged_[i * record_bytes_];
+      std::memcpy(row.data(), record + sizeof(int64_t), row_bytes_);
+      unwritten(RecordId(record), row.data());
     }
   }
   staged_.clear();
@@ -300,7 +308,7 @@ absl::Status RowSpillStore::MoveLiveRecords(int budget) {
     }
     // Rewritten, each record's id points at its new place and the old one
     // is dropped, which frees this segment.
-    if (absl::Status s = WriteStaged(); !s.ok()) return s;
+    if (absl::Status s = WriteStaged(nullptr); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

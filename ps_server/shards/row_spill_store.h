@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,8 +61,11 @@ class RowSpillStore {
   //
   // Stages row `row` of `id`; Commit writes what was staged.
   void Spill(int64_t id, const float* row);
-  // Writes the staged rows; on an error they are not in the store.
-  absl::Status Commit();
+  // Writes the staged rows. On an error none of them is in the store, and
+  // `unwritten` (if given) gets each of them (id, row) before they are
+  // dropped from the stage, so that the caller can keep them.
+  using Unwritten = std::function<void(int64_t id, const float* row)>;
+  absl::Status Commit(const Unwritten& unwritten = nullptr);
   int64_t staged_rows() const;
 
   // Reads `id`'s row into `row` and drops it from the store; false if the
@@ -108,7 +112,7 @@ class RowSpillStore {
   // each holds ids[i].
   absl::Status ReadRecords(absl::Span<const uint32_t> slots,
                            absl::Span<const int64_t> ids, char* records) const;
-  absl::Status WriteStaged();
+  absl::Status WriteStaged(const Unwritten& unwritten);
   // Marks a record garbage; a segment left empty is reused (after the last
   // unpin while pinned).
   void DropRecord(uint32_t slot);
