@@ -172,14 +172,16 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
   if (std::find(rows, rows + ids.size(), kNoRow) == rows + ids.size()) {
     return true;
   }
+  // Which missing ids the tier holds (its index only), room for them,
+  // then the rows taken: a pull takes no row that memory cannot hold.
   TakenRows taken;
-  if (absl::Status s = TakeMissingLocked(ids, rows, &taken); !s.ok()) {
-    LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
-               << shard_ << ": a pull reads its spilled rows instead of "
-               << "promoting them: " << s;
+  CollectMissing(ids, rows, &taken);
+  const std::vector<int64_t>& missing = taken.ids;
+  if (absl::Status s =
+          store_->Read(missing, /*floats=*/0, nullptr, taken.found.get());
+      !s.ok()) {
     return false;
   }
-  const std::vector<int64_t>& missing = taken.ids;
   const int64_t found =
       std::count(taken.found.get(), taken.found.get() + missing.size(), true);
   if (found == 0) return true;  // never seen (or evicted without a tier)
@@ -187,15 +189,20 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
   if (absl::Status s = MakeRoomLocked(found, "promoted", /*allocate=*/false,
                                       absl::MakeConstSpan(rows, ids.size()));
       !s.ok()) {
-    // No room in memory (a row or memory limit without eviction): the rows
-    // go back to the store, and this pull reads them there.
-    for (size_t k = 0; k < missing.size(); ++k) {
-      if (taken.found[k]) store_->Spill(missing[k], taken.row(k, stride_));
-    }
-    CommitSpilledLocked(/*room_for_unwritten=*/false).IgnoreError();
+    // No room in memory (a row or memory limit without eviction, or a
+    // disk that cannot take the rows to evict): this pull reads the rows
+    // where they are.
     VLOG(1) << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
             << ": " << found << " spilled rows stay on disk: " << s;
     return false;
+  }
+  if (absl::Status s =
+          store_->TakeMany(missing, taken.rows.data(), taken.found.get());
+      !s.ok()) {
+    LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
+               << shard_ << ": a pull reads its spilled rows instead of "
+               << "promoting them: " << s;
+    return false;  // nothing taken
   }
   if (rows_epoch_ != epoch) FindRows(ids, rows);  // room made moved rows
   index_.reserve(rows_ + found);
@@ -210,8 +217,9 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
   return true;
 }
 
-absl::Status HashEmbeddingShard::TakeMissingLocked(
-    absl::Span<const int64_t> ids, const uint32_t* rows, TakenRows* taken) {
+void HashEmbeddingShard::CollectMissing(absl::Span<const int64_t> ids,
+                                        const uint32_t* rows,
+                                        TakenRows* taken) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] == kNoRow) taken->ids.push_back(ids[i]);
   }
@@ -221,6 +229,11 @@ absl::Status HashEmbeddingShard::TakeMissingLocked(
                    taken->ids.end());
   taken->rows.resize(taken->ids.size() * stride_);
   taken->found.reset(new bool[taken->ids.size()]());
+}
+
+absl::Status HashEmbeddingShard::TakeMissingLocked(
+    absl::Span<const int64_t> ids, const uint32_t* rows, TakenRows* taken) {
+  CollectMissing(ids, rows, taken);
   return store_->TakeMany(taken->ids, taken->rows.data(), taken->found.get());
 }
 
@@ -933,21 +946,9 @@ void HashEmbeddingShard::RestoreVersion(int64_t version) {
   version_ = version;
 }
 
-absl::Status HashEmbeddingShard::CommitSpilledLocked(bool room_for_unwritten) {
+absl::Status HashEmbeddingShard::CommitSpilledLocked() {
   if (store_ == nullptr) return absl::OkStatus();
   const int64_t staged = store_->staged_rows();
-  if (!room_for_unwritten) {
-    absl::Status s = store_->Commit();
-    if (!s.ok()) {
-      // Counted out of both tiers: exports read exactly the rows there are.
-      spilled_ -= staged;
-      LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
-                 << shard_ << ": " << staged
-                 << " rows the SSD tier could not take back (and memory has "
-                 << "no room for) are lost: " << s;
-    }
-    return s;
-  }
   // Back where they were evicted from: CreateRow takes the values and
   // slots as a promotion would (counted back out of the tier's counts).
   absl::Status s = store_->Commit([this](int64_t id, const float* row) {

@@ -173,6 +173,10 @@ class HashEmbeddingShard final : public RowShard {
       return &rows[k * stride];
     }
   };
+  // The ids of `ids` missing from memory (rows[i] == kNoRow), sorted and
+  // once each, into taken->ids, with room for their rows.
+  void CollectMissing(absl::Span<const int64_t> ids, const uint32_t* rows,
+                      TakenRows* taken) const;
   absl::Status TakeMissingLocked(absl::Span<const int64_t> ids,
                                  const uint32_t* rows, TakenRows* taken)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -261,12 +265,9 @@ class HashEmbeddingShard final : public RowShard {
   void EvictRowLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the rows EvictRowLocked staged to the SSD tier. If that fails
   // (a full or failing disk) the rows are created in memory again, with
-  // their values and slots, where they came from (`room_for_unwritten`,
-  // true when the rows were just evicted: the room they left is there);
-  // else (rows a pull read from the store and had no room for) they are
-  // lost, logged. Returns the store's error.
-  absl::Status CommitSpilledLocked(bool room_for_unwritten = true)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // their values and slots, in the room their eviction left. Returns the
+  // store's error.
+  absl::Status CommitSpilledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The SSD tier's index grows with the rows spilled: its growth is
   // reserved from the PS's memory as the rows' blocks are. At
   // --memory_budget_mb, where the reservation is refused, the shard's last

@@ -334,8 +334,9 @@ class FileSizeLimit {
 
 // A full or failing disk under the SSD tier loses no row: the rows an
 // eviction could not write stay in memory (values and slots), a push that
-// needed their room is refused with nothing applied, and once the disk
-// takes writes again training goes on bit for bit.
+// needed their room is refused with nothing applied, a pull reads spilled
+// rows on disk rather than take them, and once the disk takes writes
+// again training goes on bit for bit.
 TEST(HashEmbeddingTierTest, RowsTheTierCannotWriteStayInMemory) {
   const std::string dir = TestDir("write_fails");
   Table tiered(/*max_rows=*/100, dir);
@@ -359,6 +360,12 @@ TEST(HashEmbeddingTierTest, RowsTheTierCannotWriteStayInMemory) {
         << refused;
     EXPECT_TRUE(absl::StrContains(refused.message(), "nothing was applied"))
         << refused;
+    // A pull of long-spilled rows: promoting them would evict, which
+    // cannot write: they are read where they are, none taken.
+    std::vector<int64_t> cold;
+    for (int i = 1000; i < 1030; ++i) cold.push_back(i * 7919 - 5000);
+    EXPECT_EQ(tiered.Pull(cold), reference.Pull(cold));
+    EXPECT_EQ(tiered.shard->row_counts().spilled_rows, before.spilled_rows);
     // A sweep of the rows above 90% of the share: written nowhere, kept.
     tiered.shard->EvictIdleRows(200);
     const HashRowCounts during = tiered.shard->row_counts();
