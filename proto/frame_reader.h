@@ -100,15 +100,13 @@ class FrameReader {
   size_t message_bytes_ = 0;
 };
 
-// Visits a payload as float32 values in order: fn(const float* values,
-// size_t n, size_t index_of_first). The pointers are float-aligned; values
-// that straddle slices or sit at misaligned addresses are passed through a
-// small aligned copy. REQUIRES: payload.size() % 4 == 0.
+// Visits a payload as runs of float32 values in place: fn(const char*
+// bytes, size_t n, size_t index_of_first), `bytes` holding n values at
+// any alignment (read them with memcpy). Only a value that straddles two
+// slices is assembled (a run of 1). REQUIRES: payload.size() % 4 == 0.
 template <typename Fn>
-void ForEachFloatRun(const PayloadView& payload, Fn&& fn) {
-  constexpr size_t kScratchFloats = 4096;
-  alignas(64) float scratch[kScratchFloats];
-  char carry[sizeof(float)];
+void ForEachFloatBytes(const PayloadView& payload, Fn&& fn) {
+  alignas(float) char carry[sizeof(float)];
   size_t carried = 0;
   size_t index = 0;
   payload.ForEachChunk([&](const char* p, size_t n) {
@@ -119,26 +117,37 @@ void ForEachFloatRun(const PayloadView& payload, Fn&& fn) {
       p += take;
       n -= take;
       if (carried < sizeof(float)) return;
-      std::memcpy(scratch, carry, sizeof(float));
-      fn(static_cast<const float*>(scratch), size_t{1}, index);
+      fn(static_cast<const char*>(carry), size_t{1}, index);
       ++index;
       carried = 0;
     }
     const size_t whole = n / sizeof(float);
-    if (reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
-      if (whole > 0) fn(reinterpret_cast<const float*>(p), whole, index);
-      index += whole;
-    } else {
-      for (size_t done = 0; done < whole;) {
-        const size_t k = std::min(whole - done, kScratchFloats);
-        std::memcpy(scratch, p + done * sizeof(float), k * sizeof(float));
-        fn(static_cast<const float*>(scratch), k, index);
-        index += k;
-        done += k;
-      }
-    }
+    if (whole > 0) fn(p, whole, index);
+    index += whole;
     carried = n - whole * sizeof(float);
     std::memcpy(carry, p + whole * sizeof(float), carried);
+  });
+}
+
+// Visits a payload as float32 values in order: fn(const float* values,
+// size_t n, size_t index_of_first). The pointers are float-aligned; values
+// that straddle slices or sit at misaligned addresses are passed through a
+// small aligned copy. REQUIRES: payload.size() % 4 == 0.
+template <typename Fn>
+void ForEachFloatRun(const PayloadView& payload, Fn&& fn) {
+  constexpr size_t kScratchFloats = 4096;
+  alignas(64) float scratch[kScratchFloats];
+  ForEachFloatBytes(payload, [&](const char* p, size_t whole, size_t index) {
+    if (reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
+      fn(reinterpret_cast<const float*>(p), whole, index);
+      return;
+    }
+    for (size_t done = 0; done < whole;) {
+      const size_t k = std::min(whole - done, kScratchFloats);
+      std::memcpy(scratch, p + done * sizeof(float), k * sizeof(float));
+      fn(static_cast<const float*>(scratch), k, index + done);
+      done += k;
+    }
   });
 }
 
