@@ -299,6 +299,21 @@ absl::Status RowSpillStore::MoveLiveRecords(int budget) {
         !s.ok()) {
       return s;
     }
+    // Each live record must hold the id indexed at its place: one whose
+    // bytes changed under the store would be indexed, moved, under the id
+    // it holds now (over that id's own row). Such a segment stays.
+    for (uint32_t k = 0; k < segment_records_; ++k) {
+      if (!Live(first + k)) continue;
+      const int64_t id = RecordId(&segment_buffer_[k * record_bytes_]);
+      auto it = index_.find(id);
+      if (it == index_.end() || it->second != first + k) {
+        return absl::DataLossError(absl::StrCat(
+            "SSD tier store ", dir_, ": the record at byte ",
+            SlotOffset(first + k), " holds id ", id,
+            ", which is not indexed there (its bytes changed on disk); ",
+            "its segment is not moved"));
+      }
+    }
     for (uint32_t k = 0; k < segment_records_; ++k) {
       if (!Live(first + k)) continue;
       const char* record = &segment_buffer_[k * record_bytes_];

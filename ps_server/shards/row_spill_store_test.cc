@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -251,6 +252,59 @@ TEST(RowSpillStoreTest, AChangedRecordIsDataLossNamingTheId) {
   EXPECT_EQ(store.rows(), 10);
   ASSERT_TRUE(*store.Take(13, row.data()));
   EXPECT_EQ(row, RowOf(13, 4));
+}
+
+// Moving a segment's live records to the end checks each against the
+// index first: a record whose id was changed on disk to another live id's
+// would be indexed as that id's row, which would then read another row's
+// values with nothing to tell. The segment stays where it is instead.
+TEST(RowSpillStoreTest, AChangedRecordIsNotMovedOverAnotherId) {
+  constexpr int kFloats = 30;  // 128-byte records: 8,192 per segment
+  const std::string dir = TestDir("corrupt_move");
+  auto opened = RowSpillStore::Open(dir, kFloats);
+  ASSERT_TRUE(opened.ok());
+  RowSpillStore& store = **opened;
+  // Three segments; all taken but 100 rows in each (ids 5000..5099 in
+  // the first).
+  for (int64_t id = 0; id < 3 * 8192; ++id) {
+    store.Spill(id, RowOf(id, kFloats).data());
+  }
+  ASSERT_TRUE(store.Commit().ok());
+  std::vector<int64_t> taken;
+  for (int64_t id = 0; id < 3 * 8192; ++id) {
+    if (id % 8192 < 5000 || id % 8192 >= 5100) taken.push_back(id);
+  }
+  std::vector<float> rows(taken.size() * kFloats);
+  std::unique_ptr<bool[]> found(new bool[taken.size()]);
+  ASSERT_TRUE(store.TakeMany(taken, rows.data(), found.get()).ok());
+  // Id 5050's record (the first segment's 5,051st) now says 5049.
+  {
+    std::fstream file(dir + "/rows",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(5050 * 128);
+    const int64_t other = 5049;
+    file.write(reinterpret_cast<const char*>(&other), sizeof(other));
+  }
+  // New rows: the garbage outgrows the live rows enough that the
+  // emptiest segment (the first of three equally empty) is moved.
+  for (int64_t id = 100'000; id < 101'000; ++id) {
+    store.Spill(id, RowOf(id, kFloats).data());
+  }
+  ASSERT_TRUE(store.Commit().ok());
+  EXPECT_EQ(store.rows(), 1300);
+  std::vector<float> row(kFloats);
+  bool is_there = false;
+  for (int64_t id = 5000; id < 5100; ++id) {
+    const absl::Status read =
+        store.Read(absl::MakeConstSpan(&id, 1), kFloats, row.data(), &is_there);
+    if (id == 5050) {
+      EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss) << read;
+      continue;
+    }
+    ASSERT_TRUE(read.ok()) << id << ": " << read;
+    ASSERT_TRUE(is_there) << id;
+    EXPECT_EQ(row, RowOf(id, kFloats)) << id;
+  }
 }
 
 }  // namespace
