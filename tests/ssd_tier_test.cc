@@ -2,7 +2,11 @@
 // ps_server processes: a table four times its memory share trains with most
 // rows on disk, every row keeps its updates through spills and promotions,
 // the counts are reported, and a PS killed with SIGKILL restores both tiers
-// from its checkpoint.
+// from its checkpoint; a row the disk cannot give back fails what needs it
+// rather than restart from its initial value.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -282,6 +286,99 @@ TEST(SsdTierTest, TheSpilledRowsOfAKilledPsAreRemovedByTheNextPsStarted) {
     EXPECT_EQ(files.count(absl::StrCat("ps0-", cluster.pid(0))), 1u);
   }  // SIGTERM: the PS removes its own
   EXPECT_TRUE(FilesByDirectory(root).empty());
+}
+
+// Changes the id field of every record in the SSD tier's row files under
+// `tier_dir` that holds `from` to `to` (a disk giving back wrong bytes:
+// the store checks each record's id as it reads); returns how many.
+int RewriteRecordIds(const std::string& tier_dir, int64_t from, int64_t to) {
+  constexpr int64_t kRecordBytes = sizeof(int64_t) + kDim * sizeof(float);
+  int changed = 0;
+  std::error_code error;
+  for (const auto& f :
+       std::filesystem::recursive_directory_iterator(tier_dir, error)) {
+    if (!f.is_regular_file() || f.path().filename() != "rows") continue;
+    const int fd = open(f.path().c_str(), O_RDWR);
+    EXPECT_GE(fd, 0) << f.path();
+    const int64_t size = static_cast<int64_t>(f.file_size());
+    for (int64_t at = 0; at + kRecordBytes <= size; at += kRecordBytes) {
+      int64_t id = 0;
+      EXPECT_EQ(pread(fd, &id, sizeof(id), at), sizeof(id));
+      if (id != from) continue;
+      EXPECT_EQ(pwrite(fd, &to, sizeof(to), at), sizeof(to));
+      ++changed;
+    }
+    close(fd);
+  }
+  return changed;
+}
+
+// A spilled row the disk cannot give back fails the pulls and pushes that
+// need it -- a pull halfway through its stream included -- naming why and
+// changing nothing; it is not answered or restarted with its initial
+// value. The PS serves every other row on, and once the record reads
+// right again the row is there as trained.
+TEST(SsdTierTest, ARowTheDiskCannotGiveBackIsRefusedNotReplaced) {
+  LocalCluster::Options o;
+  o.num_ps = 1;
+  const std::string tier_dir = FreshTestDir("unreadable_tier");
+  o.extra_flags = {absl::StrCat("--ssd_tier_dir=", tier_dir)};
+  auto started = LocalCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ClientOptions small_messages = (*started)->MakeClientOptions();
+  small_messages.message_bytes = 16 << 10;  // a pull of 1,000 rows: 2+
+  auto connected = Client::Connect(small_messages);
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  Client* client = connected->get();
+  const VariableSpec spec = TieredSpec();
+  ASSERT_EQ(client->CreateVariables({spec}), absl::OkStatus());
+  Initializer init(spec.initializer());
+  // 3 x max_rows ids pushed once each (SGD: value - 0.25): the first
+  // pushed are on disk.
+  auto push = [&](const std::vector<int64_t>& ids) {
+    std::vector<float> grads(ids.size() * kDim, 0.25f);
+    return client->Push({PushOp::Rows("ids", ids, grads.data())});
+  };
+  for (int64_t first_id = 0; first_id < 3 * kMaxRows; first_id += 1000) {
+    std::vector<int64_t> ids(1000);
+    std::iota(ids.begin(), ids.end(), first_id);
+    ASSERT_EQ(push(ids), absl::OkStatus());
+  }
+  ASSERT_GE(Totals(client).spilled, 2 * kMaxRows - 100);
+  ASSERT_EQ(RewriteRecordIds(tier_dir, 0, ~int64_t{0}), 1);
+
+  // 999 rows in memory, then id 0: the first messages go out, then the
+  // pull fails.
+  std::vector<int64_t> ids(999);
+  std::iota(ids.begin(), ids.end(), 3 * kMaxRows - 999);
+  ids.push_back(0);
+  std::vector<float> values(ids.size() * kDim);
+  absl::Status pulled = client->PullRows("ids", ids, values.data());
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kDataLoss) << pulled;
+  EXPECT_TRUE(absl::StrContains(pulled.message(), "record of id 0")) << pulled;
+  EXPECT_TRUE(absl::StrContains(pulled.message(), "this pull")) << pulled;
+  absl::Status pushed = push({0, 1, 3 * kMaxRows - 1});
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kDataLoss) << pushed;
+  EXPECT_TRUE(absl::StrContains(pushed.message(), "nothing applied")) << pushed;
+  // Every other row, on disk or in memory, serves and trains on.
+  ids.pop_back();
+  ids.push_back(1);
+  ASSERT_EQ(push(ids), absl::OkStatus());
+  ASSERT_EQ(client->PullRows("ids", ids, values.data()), absl::OkStatus());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_NEAR(values[i * kDim], init.Value(ids[i], 0) - 0.5f, 1e-5f)
+        << "id " << ids[i];
+  }
+
+  // The record reads right again: id 0 holds its one push, and trains.
+  ASSERT_EQ(RewriteRecordIds(tier_dir, ~int64_t{0}, 0), 1);
+  float row[kDim];
+  ASSERT_EQ(client->PullRows("ids", {0}, row), absl::OkStatus());
+  EXPECT_NEAR(row[0], init.Value(0, 0) - 0.25f, 1e-5f);
+  ASSERT_EQ(push({0}), absl::OkStatus());
+  ASSERT_EQ(client->PullRows("ids", {0}, row), absl::OkStatus());
+  EXPECT_NEAR(row[0], init.Value(0, 0) - 0.5f, 1e-5f);
+  EXPECT_EQ(Totals(client).rows, 3 * kMaxRows);
 }
 
 }  // namespace

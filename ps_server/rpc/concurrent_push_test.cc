@@ -94,14 +94,14 @@ TEST(ConcurrentPushTest, ManyPushesAtOnceAllApplyExactly) {
   std::vector<float> w(8);
   ShardSlice all;
   all.count = 8;
-  store.Find("w")->shard(0).Read(all, w.data());
+  ASSERT_TRUE(store.Find("w")->shard(0).Read(all, w.data()).ok());
   EXPECT_EQ(w, std::vector<float>(8, expected));
   for (int shard = 0; shard < 4; ++shard) {
     std::vector<float> row(4);
     std::vector<int64_t> ids = {shard * 25 + 1};
     ShardSlice rows;
     rows.ids = ids;
-    store.Find("emb")->shard(shard).Read(rows, row.data());
+    ASSERT_TRUE(store.Find("emb")->shard(shard).Read(rows, row.data()).ok());
     EXPECT_EQ(row, std::vector<float>(4, expected)) << "emb shard " << shard;
     EXPECT_EQ(store.Find("emb")->shard(shard).version(), kThreads * kPushes);
   }
@@ -110,7 +110,7 @@ TEST(ConcurrentPushTest, ManyPushesAtOnceAllApplyExactly) {
     std::vector<int64_t> ids = {hash_ids[shard]};
     ShardSlice rows;
     rows.ids = ids;
-    store.Find("h")->shard(shard).Read(rows, row.data());
+    ASSERT_TRUE(store.Find("h")->shard(shard).Read(rows, row.data()).ok());
     EXPECT_EQ(row, std::vector<float>(2, expected)) << "h shard " << shard;
   }
 }

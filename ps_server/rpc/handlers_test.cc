@@ -82,7 +82,7 @@ class HandlersTest : public ::testing::Test {
     std::vector<float> v(6);
     ShardSlice all;
     all.count = 6;
-    store_.Find("w")->shard(0).Read(all, v.data());
+    EXPECT_TRUE(store_.Find("w")->shard(0).Read(all, v.data()).ok());
     return v;
   }
 
@@ -116,7 +116,7 @@ TEST_F(HandlersTest, OverflowInOneShardUndoesTheWholePush) {
     std::vector<int64_t> ids = {id};
     ShardSlice rows;
     rows.ids = ids;
-    store_.Find(name)->shard(shard).Read(rows, v.data());
+    EXPECT_TRUE(store_.Find(name)->shard(shard).Read(rows, v.data()).ok());
     return v;
   };
   // Row 60 of emb (shard 1) to -3e38 and a hash row to -1 (SGD, rate 1).
@@ -246,7 +246,7 @@ TEST_F(HandlersTest, RepeatedIdsInOnePushAreSummedFirst) {
   std::vector<int64_t> ids = {7, -3};
   ShardSlice rows;
   rows.ids = ids;
-  h.Read(rows, v.data());
+  ASSERT_TRUE(h.Read(rows, v.data()).ok());
   EXPECT_EQ(v, (std::vector<float>{-3, -3, -5, -5}));
 }
 

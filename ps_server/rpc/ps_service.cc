@@ -126,7 +126,10 @@ class ParameterServerService::PullReactor final
     service_->pull_.rows->Increment(static_cast<double>(responder_->rows()));
     service_->pull_.bytes_out->Increment(
         static_cast<double>(responder_->value_bytes()));
-    responder_->Next(&prepared_);
+    if (absl::Status s = responder_->Next(&prepared_); !s.ok()) {
+      service_->FinishFailed(this, "Pull", s);
+      return;
+    }
     Pump();
   }
 
@@ -135,13 +138,19 @@ class ParameterServerService::PullReactor final
   void Pump() {
     while (true) {
       bool last;
+      absl::Status prepared;
       {
         absl::MutexLock lock(&mu_);
+        prepared = prepare_status_;
         last = responder_->done();
         if (!last) {
           std::swap(writing_, prepared_);
           preparing_ = true;
         }
+      }
+      if (!prepared.ok()) {  // no write in flight: what was sent is dropped
+        service_->FinishFailed(this, "Pull", prepared);
+        return;
       }
       if (last) {
         StartWriteAndFinish(&prepared_, grpc::WriteOptions(), grpc::Status::OK);
@@ -151,7 +160,7 @@ class ParameterServerService::PullReactor final
       bool again, failed;
       {
         absl::MutexLock lock(&mu_);
-        responder_->Next(&prepared_);
+        prepare_status_ = responder_->Next(&prepared_);
         preparing_ = false;
         again = write_done_;
         failed = failed_;
@@ -178,6 +187,8 @@ class ParameterServerService::PullReactor final
   bool preparing_ ABSL_GUARDED_BY(mu_) = false;  // Pump is between writes
   bool write_done_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  // Why prepared_ could not be built (the pull then fails with it).
+  absl::Status prepare_status_ ABSL_GUARDED_BY(mu_);
 };
 
 // Collects a push's stream; validates each message as it arrives and applies

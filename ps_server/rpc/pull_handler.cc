@@ -44,15 +44,17 @@ absl::StatusOr<std::unique_ptr<PullResponder>> PullResponder::Create(
       continue;
     }
     PooledBuffer values = BufferPool::Default().Acquire(bytes);
-    r->range_versions_[i] = item.target().Read(
+    absl::StatusOr<int64_t> version = item.target().Read(
         item.slice(), reinterpret_cast<float*>(values.data()));
+    if (!version.ok()) return version.status();
+    r->range_versions_[i] = *version;
     r->range_values_[i] = std::move(values).ReleaseAsSlice();
     r->rows_ += 1;
   }
   return r;
 }
 
-void PullResponder::Next(grpc::ByteBuffer* message) {
+absl::Status PullResponder::Next(grpc::ByteBuffer* message) {
   FramePacker<PullResponseHeader> packer(limit_);
   while (item_ < items_.size()) {
     const ResolvedItem& item = items_[item_];
@@ -92,17 +94,18 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
       slice.ids =
           absl::MakeConstSpan(item.ids).subspan(first_row, take / row_bytes);
       PooledBuffer rows = BufferPool::Default().Acquire(take);
-      if (item.dtype == FLOAT32) {
-        piece->set_version(
-            item.target().Read(slice, reinterpret_cast<float*>(rows.data())));
-      } else {
-        // Read as float32, then narrowed into the message's buffer.
-        PooledBuffer floats =
-            BufferPool::Default().Acquire(values * sizeof(float));
-        piece->set_version(
-            item.target().Read(slice, reinterpret_cast<float*>(floats.data())));
-        NarrowValues(item.dtype, reinterpret_cast<const float*>(floats.data()),
-                     values, rows.data());
+      // Read as float32 (into a buffer of its own for a narrower dtype).
+      PooledBuffer floats;
+      if (item.dtype != FLOAT32) {
+        floats = BufferPool::Default().Acquire(values * sizeof(float));
+      }
+      float* read_to = reinterpret_cast<float*>(
+          item.dtype == FLOAT32 ? rows.data() : floats.data());
+      absl::StatusOr<int64_t> version = item.target().Read(slice, read_to);
+      if (!version.ok()) return version.status();
+      piece->set_version(*version);
+      if (item.dtype != FLOAT32) {
+        NarrowValues(item.dtype, read_to, values, rows.data());
       }
       piece->set_values_payload(
           packer.AddPayload(std::move(rows).ReleaseAsSlice()));
@@ -118,6 +121,7 @@ void PullResponder::Next(grpc::ByteBuffer* message) {
     header->set_sync_step(sync_step_);
   });
   *message = std::move(packer.messages().back());
+  return absl::OkStatus();
 }
 
 }  // namespace psrt

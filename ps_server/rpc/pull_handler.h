@@ -28,8 +28,9 @@ class PullResponder {
       size_t max_message_bytes);
 
   // Builds the next response message (the first may be empty: a pull of
-  // nothing still gets one answer).
-  void Next(grpc::ByteBuffer* message);
+  // nothing still gets one answer). An error (rows on an SSD tier that
+  // could not be read) ends the pull: the call fails with it.
+  absl::Status Next(grpc::ByteBuffer* message);
   bool done() const { return item_ == items_.size(); }
 
   // SYNC: written into every response header (PullResponseHeader.sync_step).

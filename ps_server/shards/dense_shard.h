@@ -59,7 +59,8 @@ class DenseShard final : public Shard {
   int64_t ValueFloats(const ShardSlice& slice) const override {
     return slice.count;
   }
-  int64_t Read(const ShardSlice& slice, float* out) const override {
+  absl::StatusOr<int64_t> Read(const ShardSlice& slice,
+                               float* out) const override {
     return Read(slice.offset, slice.count, out);
   }
   absl::Status Prepare(ShardUpdate* update, float scale) override;

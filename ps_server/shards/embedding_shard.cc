@@ -57,8 +57,8 @@ bool EmbeddingShard::HasRepeatedIds(const ShardUpdate& update) const {
   return false;
 }
 
-int64_t EmbeddingShard::Gather(absl::Span<const int64_t> ids,
-                               float* out) const {
+absl::StatusOr<int64_t> EmbeddingShard::Gather(absl::Span<const int64_t> ids,
+                                               float* out) const {
   absl::ReaderMutexLock lock(&mu_);
   const float* data = data_.get();
   auto gather = [&](int64_t begin, int64_t end) {

@@ -26,7 +26,8 @@ class EmbeddingShard final : public RowShard {
                  const Optimizer* optimizer, const Initializer& init,
                  bool initialize = true);
 
-  int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
+  absl::StatusOr<int64_t> Gather(absl::Span<const int64_t> ids,
+                                 float* out) const override;
   absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
   absl::Status ApplyRowsLocked(absl::Span<const int64_t> ids,
                                absl::Span<const PayloadView> grads,

@@ -69,7 +69,7 @@ struct AdmissionShard {
 
   float Value(int64_t id, int column = 0) {
     float out[2];
-    shard->Gather({id}, out);
+    EXPECT_TRUE(shard->Gather({id}, out).ok());
     return out[column];
   }
 

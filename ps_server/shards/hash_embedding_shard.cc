@@ -57,6 +57,22 @@ const float* HashEmbeddingShard::Row(uint32_t row) const {
 
 uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
                                        bool looked_up) {
+  // A spilled row comes back with its values and slots; one the tier holds
+  // but cannot read stays there, and no row is created.
+  std::vector<float> taken_row;
+  if (spilled == nullptr && store_ != nullptr && spilled_ > 0 && !looked_up) {
+    taken_row.resize(stride_);
+    absl::StatusOr<bool> taken = store_->Take(id, taken_row.data());
+    if (!taken.ok()) {
+      LOG_EVERY_N(ERROR, 100)
+          << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+          << ": id " << id << " gets no row in memory (its gradient is "
+          << "dropped, counted as unadmitted; the row stays in the SSD tier): "
+          << taken.status();
+      return kNoRow;
+    }
+    if (*taken) spilled = taken_row.data();
+  }
   const uint32_t row = static_cast<uint32_t>(rows_++);
   if (row / kRowsPerBlock == blocks_.size()) {
     AddBlockLocked();
@@ -71,17 +87,6 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
     std::memcpy(values, spilled, stride_ * sizeof(float));
     --spilled_;
     ++admission_.promoted_rows;
-  } else if (store_ != nullptr && spilled_ > 0 && !looked_up) {
-    // A spilled row comes back with its values and slots.
-    absl::StatusOr<bool> taken = store_->Take(id, values);
-    if (!taken.ok()) {
-      LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
-                 << shard_ << ": id " << id
-                 << " starts from its initial value: " << taken.status();
-    } else if (*taken) {
-      --spilled_;
-      ++admission_.promoted_rows;
-    }
   }
   // Room made by reserve(), not by the insert: an index whose growth
   // erased slots used up is rebuilt at the same size (reserve), where an
@@ -136,8 +141,8 @@ void HashEmbeddingShard::FindRows(absl::Span<const int64_t> ids,
   PoolParallelFor(static_cast<int64_t>(ids.size()), kParallelRows, find);
 }
 
-int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
-                                   float* out) const {
+absl::StatusOr<int64_t> HashEmbeddingShard::Gather(
+    absl::Span<const int64_t> ids, float* out) const {
   // Two passes, each with its memory prefetched ahead: the ids' index
   // slots, then their rows (both random reads of tables larger than the
   // caches).
@@ -149,7 +154,11 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
         store_ == nullptr || spilled_ == 0 ||
         std::find(rows.begin(), rows.end(), kNoRow) == rows.end();
     if (all_in_memory || pins_.load() > 0) {
-      CopyRowsLocked(ids, rows.data(), /*read_store=*/!all_in_memory, out);
+      if (absl::Status s = CopyRowsLocked(ids, rows.data(),
+                                          /*read_store=*/!all_in_memory, out);
+          !s.ok()) {
+        return s;
+      }
       return version_;
     }
   }
@@ -162,7 +171,11 @@ int64_t HashEmbeddingShard::Gather(absl::Span<const int64_t> ids,
   const bool promoted =
       const_cast<HashEmbeddingShard*>(this)->PromoteForPullLocked(ids,
                                                                   rows.data());
-  CopyRowsLocked(ids, rows.data(), /*read_store=*/!promoted, out);
+  if (absl::Status s =
+          CopyRowsLocked(ids, rows.data(), /*read_store=*/!promoted, out);
+      !s.ok()) {
+    return s;
+  }
   return version_;
 }
 
@@ -237,9 +250,10 @@ absl::Status HashEmbeddingShard::TakeMissingLocked(
   return store_->TakeMany(taken->ids, taken->rows.data(), taken->found.get());
 }
 
-void HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
-                                        const uint32_t* rows, bool read_store,
-                                        float* out) const {
+absl::Status HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
+                                                const uint32_t* rows,
+                                                bool read_store,
+                                                float* out) const {
   // Spilled rows are read from the SSD tier, all in one batch.
   std::vector<int32_t> on_disk;  // per id: its row in from_disk, or -1
   std::vector<float> from_disk;
@@ -257,8 +271,10 @@ void HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
     if (absl::Status s =
             store_->Read(missing, width_, from_disk.data(), found.get());
         !s.ok()) {
-      LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
-                 << shard_ << ": a pull reads initial values: " << s;
+      // Initial values in their place would train on as if those rows
+      // were new: the pull fails instead, and the rows stay on disk.
+      return UnreadableRowsError(static_cast<int64_t>(missing.size()), "pull",
+                                 s);
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       if (on_disk[i] >= 0 && !found[on_disk[i]]) on_disk[i] = -1;
@@ -286,6 +302,18 @@ void HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
     }
   };
   PoolParallelFor(static_cast<int64_t>(ids.size()), kParallelRows, copy);
+  return absl::OkStatus();
+}
+
+absl::Status HashEmbeddingShard::UnreadableRowsError(
+    int64_t count, absl::string_view what, const absl::Status& read) const {
+  return absl::Status(
+      read.code(),
+      absl::StrCat("hash embedding '", layout_.spec.name(), "' shard ", shard_,
+                   ": the SSD tier could not read back the rows of this ", what,
+                   "'s ", count, " ids missing from memory (", read.message(),
+                   "); they stay on disk and the ", what, " was refused",
+                   what == "pull" ? "" : ", nothing applied"));
 }
 
 int64_t HashEmbeddingShard::RowLimit() const {
@@ -423,10 +451,10 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
   TakenRows taken;
   if (store_ != nullptr && spilled_ > 0) {
     if (absl::Status s = TakeMissingLocked(ids, rows, &taken); !s.ok()) {
-      LOG(ERROR) << "hash embedding '" << layout_.spec.name() << "' shard "
-                 << shard_ << ": ids missing from memory start from their "
-                 << "initial values: " << s;
-      taken.ids.clear();
+      // Nothing was taken: the rows stay on disk rather than start again
+      // from their initial values (and be in both tiers).
+      return UnreadableRowsError(static_cast<int64_t>(taken.ids.size()),
+                                 "update", s);
     }
   }
   const std::vector<int64_t>& missing_ids = taken.ids;
@@ -487,6 +515,17 @@ absl::Status HashEmbeddingShard::CreateRowsThatFitLocked(
     if (it != index_.end()) rows[i] = it->second;
   }
   return absl::OkStatus();
+}
+
+uint32_t HashEmbeddingShard::CreateRowWithRoomLocked(int64_t id,
+                                                     bool looked_up) {
+  const bool new_block =
+      rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
+  const uint32_t row = CreateRow(id, nullptr, looked_up);
+  if (row == kNoRow && new_block && reserve_) {
+    reserve_(-block_bytes()).IgnoreError();  // gives back
+  }
+  return row;
 }
 
 bool HashEmbeddingShard::RoomForOneMoreLocked() {
@@ -596,9 +635,8 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
     if (sketch_ == nullptr) {
       // (Evicted since Prepare, or placed nowhere then: a shard at its
       // memory budget while a checkpoint read it.)
-      if (RoomForOneMoreLocked()) {
-        rows[i] = CreateRow(ids[i]);
-      } else {
+      if (!RoomForOneMoreLocked() ||
+          (rows[i] = CreateRowWithRoomLocked(ids[i], false)) == kNoRow) {
         ++admission_.unadmitted_gradients;
       }
       continue;
@@ -613,9 +651,10 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
       spilled = false;
     }
     const bool admitted = spilled || sketch_->Increment(ids[i]) >= min_count_;
-    if (admitted && RoomForOneMoreLocked()) {
-      // The store was asked already: only a spilled id is looked up again.
-      rows[i] = CreateRow(ids[i], nullptr, /*looked_up=*/!spilled);
+    if (admitted && RoomForOneMoreLocked() &&
+        // The store was asked already: only a spilled id is looked up again.
+        (rows[i] = CreateRowWithRoomLocked(ids[i], /*looked_up=*/!spilled)) !=
+            kNoRow) {
       if (!spilled) ++admission_.admitted_rows;
     } else {
       ++admission_.unadmitted_gradients;

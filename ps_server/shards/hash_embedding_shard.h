@@ -93,7 +93,8 @@ class HashEmbeddingShard final : public RowShard {
                      bool evict_at_memory_limit = false,
                      std::unique_ptr<RowSpillStore> spill_store = nullptr);
 
-  int64_t Gather(absl::Span<const int64_t> ids, float* out) const override;
+  absl::StatusOr<int64_t> Gather(absl::Span<const int64_t> ids,
+                                 float* out) const override;
   using RowShard::EnsureRows;
   absl::Status EnsureRows(absl::Span<const int64_t> ids,
                           std::vector<uint32_t>* rows,
@@ -154,7 +155,8 @@ class HashEmbeddingShard final : public RowShard {
   // Appends a row for `id` and returns its index: `spilled` (its row,
   // already taken from the SSD tier) if given, else the tier's row if it
   // has one (unless `looked_up`: the caller knows it has none), else an
-  // initialized row.
+  // initialized row. kNoRow, creating nothing, if the tier holds the row
+  // but could not read it (it stays there).
   uint32_t CreateRow(int64_t id, const float* spilled = nullptr,
                      bool looked_up = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row of each of `ids` (kNoRow where absent) into `rows`, each id's
@@ -189,10 +191,11 @@ class HashEmbeddingShard final : public RowShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gather's copy to out + i * width: rows[i]'s values, else (with
   // `read_store`) ids[i]'s row on disk, else its initial values (zeros for
-  // an id admission has not admitted, if so configured).
-  void CopyRowsLocked(absl::Span<const int64_t> ids, const uint32_t* rows,
-                      bool read_store, float* out) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // an id admission has not admitted, if so configured). An error if the
+  // disk could not be read (UnreadableRowsError).
+  absl::Status CopyRowsLocked(absl::Span<const int64_t> ids,
+                              const uint32_t* rows, bool read_store,
+                              float* out) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // ApplyRowsLocked on the rows of `ids`.
   absl::Status ApplyToRowsLocked(absl::Span<const int64_t> ids,
                                  absl::Span<const uint32_t> rows,
@@ -218,6 +221,10 @@ class HashEmbeddingShard final : public RowShard {
   // Whether one more row fits: within RowLimit, and its block (if it
   // needs a new one) reserved from the PS's memory.
   bool RoomForOneMoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CreateRow after RoomForOneMoreLocked, which it undoes on kNoRow (the
+  // block reserved for the row is given back).
+  uint32_t CreateRowWithRoomLocked(int64_t id, bool looked_up)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row limit: shape[0]'s share (or what a uint32 row index allows).
   int64_t RowLimit() const;
   // Room for `count` more rows (`what` names them in the error): within
@@ -231,6 +238,10 @@ class HashEmbeddingShard final : public RowShard {
                               bool allocate, absl::Span<const uint32_t> keep,
                               bool* pinned_full = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error of a `what` ("pull", "update") refused because the SSD tier
+  // failed (`read`) to read back `count` ids' rows, which stay there.
+  absl::Status UnreadableRowsError(int64_t count, absl::string_view what,
+                                   const absl::Status& read) const;
   // MakeRoomLocked's error when eviction failed to write (`spill`).
   absl::Status NoRoomForSpillError(int64_t count, absl::string_view what,
                                    const absl::Status& spill) const;

@@ -3,12 +3,16 @@
 // every bit of their values and optimizer slots, pulls read spilled rows
 // (promoting them when memory has room), and a checkpoint (pinned export) holds
 // every row once, as it was pinned.
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -73,7 +77,8 @@ struct Table {
 
   std::vector<float> Pull(const std::vector<int64_t>& ids) {
     std::vector<float> out(ids.size() * kDim);
-    shard->Gather(ids, out.data());
+    absl::StatusOr<int64_t> version = shard->Gather(ids, out.data());
+    EXPECT_TRUE(version.ok()) << version.status();
     return out;
   }
 
@@ -377,6 +382,102 @@ TEST(HashEmbeddingTierTest, RowsTheTierCannotWriteStayInMemory) {
   // The disk takes writes again: evictions spill, training goes on.
   TrainBoth(&tiered, &reference, 100, 201, 12);
   EXPECT_GT(tiered.shard->row_counts().spilled_rows, before.spilled_rows);
+  EXPECT_EQ(tiered.Export(), reference.Export());
+}
+
+// Overwrites the id field of every record in the SSD tier's row file
+// that holds one of `ids` with `to(id)`: a disk that gives back wrong
+// data for those rows (the store checks each record's id when it reads).
+// Returns how many records it changed.
+int RewriteRecordIds(const std::string& rows_file,
+                     const std::vector<int64_t>& ids,
+                     const std::function<int64_t(int64_t)>& to) {
+  constexpr int64_t kRecordBytes = sizeof(int64_t) + 2 * kDim * sizeof(float);
+  const int fd = open(rows_file.c_str(), O_RDWR);
+  EXPECT_GE(fd, 0) << rows_file;
+  struct stat file;
+  EXPECT_EQ(fstat(fd, &file), 0);
+  int changed = 0;
+  for (int64_t at = 0; at + kRecordBytes <= file.st_size; at += kRecordBytes) {
+    int64_t id;
+    EXPECT_EQ(pread(fd, &id, sizeof(id), at), sizeof(id));
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) continue;
+    const int64_t written = to(id);
+    EXPECT_EQ(pwrite(fd, &written, sizeof(written), at), sizeof(written));
+    ++changed;
+  }
+  close(fd);
+  return changed;
+}
+
+// A disk that cannot give spilled rows back loses none of them either: a
+// push or a pull that needs such a row is refused, naming why, with
+// nothing applied -- the row neither starts again from its initial value
+// nor ends up in both tiers -- while the rest of the table trains on; once
+// the disk reads right again, training goes on bit for bit.
+TEST(HashEmbeddingTierTest, RowsTheTierCannotReadStayOnDisk) {
+  const std::string dir = TestDir("read_fails");
+  Table tiered(/*max_rows=*/100, dir);
+  Table reference(0, "");
+  TrainBoth(&tiered, &reference, 200, 0, 21);
+  const HashRowCounts before = tiered.shard->row_counts();
+  ASSERT_GT(before.spilled_rows, 100);
+  // The tier's rows come first in an export: ten spilled ids.
+  std::vector<int64_t> spilled(before.spilled_rows);
+  int64_t version;
+  tiered.shard->PinRows(true);
+  ASSERT_EQ(tiered.shard->ExportRows(0, before.spilled_rows, spilled.data(),
+                                     nullptr, &version),
+            before.spilled_rows);
+  tiered.shard->PinRows(false);
+  const std::vector<int64_t> unreadable(spilled.begin(), spilled.begin() + 10);
+  auto flip = [](int64_t id) { return ~id; };
+  ASSERT_GE(RewriteRecordIds(dir + "/rows", unreadable, flip), 10);
+
+  // A push of an unreadable row, a new id and one in memory: refused.
+  const std::vector<int64_t> ids = {unreadable[3], 3'000'000, -5000};
+  const absl::Status refused =
+      tiered.Push(ids, std::vector<float>(ids.size() * kDim, 1.0f), 200);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(),
+                                "could not read back the rows of this update"))
+      << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "nothing applied"))
+      << refused;
+  // A pull of one: refused, not answered with initial values.
+  std::vector<float> out(2 * kDim);
+  const absl::StatusOr<int64_t> pulled =
+      tiered.shard->Gather({-5000, unreadable[5]}, out.data());
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kDataLoss)
+      << pulled.status();
+  EXPECT_TRUE(absl::StrContains(pulled.status().message(), "this pull"))
+      << pulled.status();
+  // Pushes and pulls of other rows go on (spilled ones included).
+  std::vector<int64_t> others;
+  for (int i = 0; i < 400 && others.size() < 60; ++i) {
+    const int64_t id = spilled[before.spilled_rows - 1 - i];
+    if (std::find(unreadable.begin(), unreadable.end(), id) ==
+        unreadable.end()) {
+      others.push_back(id);
+    }
+  }
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<int64_t> batch(others.begin() + 20 * k,
+                                     others.begin() + 20 * (k + 1));
+    const std::vector<float> grads(batch.size() * kDim, 0.5f - k);
+    ASSERT_TRUE(tiered.Push(batch, grads, 201 + k).ok());
+    ASSERT_TRUE(reference.Push(batch, grads, 201 + k).ok());
+    EXPECT_EQ(tiered.Pull(batch), reference.Pull(batch));
+  }
+
+  // The disk reads right again: the refused rows are there, as trained.
+  std::vector<int64_t> flipped(unreadable.size());
+  std::transform(unreadable.begin(), unreadable.end(), flipped.begin(), flip);
+  ASSERT_GE(RewriteRecordIds(dir + "/rows", flipped, flip), 10);
+  EXPECT_EQ(tiered.Pull(unreadable), reference.Pull(unreadable));
+  EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
+  EXPECT_EQ(tiered.Export(), reference.Export());  // each id once
+  TrainBoth(&tiered, &reference, 100, 204, 22);
   EXPECT_EQ(tiered.Export(), reference.Export());
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/frame_reader.h"
@@ -19,9 +20,11 @@ namespace psrt {
 class RowShard : public Shard {
  public:
   // Copies the rows of `ids` (duplicates allowed) to out, width floats each,
-  // all under one lock, and returns the shard's version.
+  // all under one lock, and returns the shard's version (an error: rows on
+  // an SSD tier that could not be read; see Shard::Read).
   // REQUIRES: every id routes to this shard.
-  virtual int64_t Gather(absl::Span<const int64_t> ids, float* out) const = 0;
+  virtual absl::StatusOr<int64_t> Gather(absl::Span<const int64_t> ids,
+                                         float* out) const = 0;
 
   // Makes sure rows exist for `ids` before an update (hash shards create
   // them; RESOURCE_EXHAUSTED if that would pass the shard's capacity, with
@@ -69,7 +72,8 @@ class RowShard : public Shard {
   int64_t ValueFloats(const ShardSlice& slice) const final {
     return static_cast<int64_t>(slice.ids.size()) * row_width();
   }
-  int64_t Read(const ShardSlice& slice, float* out) const final {
+  absl::StatusOr<int64_t> Read(const ShardSlice& slice,
+                               float* out) const final {
     return Gather(slice.ids, out);
   }
   absl::Status Prepare(ShardUpdate* update, float scale) final;

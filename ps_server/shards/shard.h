@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/frame_reader.h"
@@ -109,8 +110,11 @@ class Shard {
   // Floats a Read of `slice` writes.
   virtual int64_t ValueFloats(const ShardSlice& slice) const = 0;
   // Copies the values of `slice` to out under one lock and returns the
-  // shard's version. REQUIRES: the slice was checked against the shard.
-  virtual int64_t Read(const ShardSlice& slice, float* out) const = 0;
+  // shard's version; an error only where the values are on a disk that
+  // failed to give them back (a hash shard's SSD tier): nothing to send.
+  // REQUIRES: the slice was checked against the shard.
+  virtual absl::StatusOr<int64_t> Read(const ShardSlice& slice,
+                                       float* out) const = 0;
 
   // Applying one push to several shards, all or nothing:
   //   1. Prepare(&update, scale) on each, unlocked: repeated ids and

@@ -160,7 +160,10 @@ void BM_Gather(benchmark::State& state) {
   const auto batches = RandomBatches(1000000, 100000);
   std::vector<float> out(100000 * 16);
   size_t next = 0;
-  for (auto _ : state) table.shard->Gather(batches[next++ % 16], out.data());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        table.shard->Gather(batches[next++ % 16], out.data()).ok());
+  }
   state.SetItemsProcessed(state.iterations() * 100000);
 }
 BENCHMARK(BM_Gather)->Unit(benchmark::kMillisecond);
@@ -366,7 +369,7 @@ void BM_HashTierZipf(benchmark::State& state) {
   std::vector<float> warm(4096 * 16);
   for (int i = 0; i < 200; ++i) {
     draw(&ids);
-    table.shard->Gather(ids, warm.data());
+    benchmark::DoNotOptimize(table.shard->Gather(ids, warm.data()).ok());
     table.shard->EnsureRows(ids).IgnoreError();
   }
   std::vector<float> grads(4096 * 16, 0.01f);
@@ -378,7 +381,7 @@ void BM_HashTierZipf(benchmark::State& state) {
     state.PauseTiming();
     draw(&ids);
     state.ResumeTiming();
-    table.shard->Gather(ids, out.data());
+    benchmark::DoNotOptimize(table.shard->Gather(ids, out.data()).ok());
     ShardUpdate update;
     update.learning_rate = 0.01f;
     update.global_step = step++;
@@ -404,7 +407,10 @@ void BM_HashGather(benchmark::State& state) {
   const auto batches = table.Batches(100000);
   std::vector<float> out(100000 * dim);
   size_t next = 0;
-  for (auto _ : state) table.shard->Gather(batches[next++ % 16], out.data());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        table.shard->Gather(batches[next++ % 16], out.data()).ok());
+  }
   state.SetItemsProcessed(state.iterations() * 100000);
 }
 BENCHMARK(BM_HashGather)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
