@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!responder.ok()) return 0;
     grpc::ByteBuffer message;
     for (int i = 0; i < 10000 && !(*responder)->done(); ++i) {
-      (*responder)->Next(&message);
+      if (!(*responder)->Next(&message).ok()) break;
     }
     return 0;
   }

@@ -71,7 +71,11 @@ pids=()
 for src in "${sources[@]}"; do
   obj="$out/obj/$(echo "$src" | tr '/' '_').o"
   objects+=("$obj")
-  if [[ ! -f "$obj" || "$src" -nt "$obj" ]]; then
+  # Rebuilt when its source or any header is newer (a header's change, a
+  # virtual's return type say, must not link against stale objects).
+  if [[ ! -f "$obj" || "$src" -nt "$obj" ||
+    -n "$(find proto partitioner util ps_server storage ps_worker -name '*.h' \
+      -newer "$obj" -print -quit)" ]]; then
     # shellcheck disable=SC2086
     clang++ $cflags -fsanitize=fuzzer-no-link -c "$src" -o "$obj" &
     pids+=($!)
