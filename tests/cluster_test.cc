@@ -516,7 +516,16 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
     ASSERT_TRUE(client->PullDense("d", dense.data()).ok());
   }
   ASSERT_TRUE(client->PushRows("e", ids, rows.data()).ok());
+  // A call's latency is observed when gRPC is done with it (OnDone), which
+  // may come after the client has its answer: scraped until the third
+  // push's is in (a few ms; 10 s at most).
   auto metrics = FetchMetrics(cluster_->metrics_port(ps));
+  for (const absl::Time end = absl::Now() + absl::Seconds(10);
+       metrics.ok() && absl::Now() < end &&
+       MetricValue(*metrics, "psrt_request_seconds_count{method=\"Push\"}") < 3;
+       absl::SleepFor(absl::Milliseconds(20))) {
+    metrics = FetchMetrics(cluster_->metrics_port(ps));
+  }
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   const std::string& m = *metrics;
   auto value = [&](const std::string& sample) {
