@@ -517,22 +517,18 @@ absl::Status HashEmbeddingShard::CreateRowsThatFitLocked(
   return absl::OkStatus();
 }
 
-uint32_t HashEmbeddingShard::CreateRowWithRoomLocked(int64_t id,
-                                                     bool looked_up) {
-  const bool new_block =
+uint32_t HashEmbeddingShard::CreateRowIfRoomLocked(int64_t id, bool looked_up) {
+  const bool needs_block =
       rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
+  const bool reserves = needs_block && reserve_;
+  if (rows_ >= RowLimit() || (reserves && !reserve_(block_bytes()).ok())) {
+    return kNoRow;
+  }
   const uint32_t row = CreateRow(id, nullptr, looked_up);
-  if (row == kNoRow && new_block && reserve_) {
+  if (row == kNoRow && reserves) {
     reserve_(-block_bytes()).IgnoreError();  // gives back
   }
   return row;
-}
-
-bool HashEmbeddingShard::RoomForOneMoreLocked() {
-  const bool needs_block =
-      rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
-  return rows_ < RowLimit() &&
-         (!needs_block || !reserve_ || reserve_(block_bytes()).ok());
 }
 
 absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
@@ -635,10 +631,8 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
     if (sketch_ == nullptr) {
       // (Evicted since Prepare, or placed nowhere then: a shard at its
       // memory budget while a checkpoint read it.)
-      if (!RoomForOneMoreLocked() ||
-          (rows[i] = CreateRowWithRoomLocked(ids[i], false)) == kNoRow) {
-        ++admission_.unadmitted_gradients;
-      }
+      rows[i] = CreateRowIfRoomLocked(ids[i], /*looked_up=*/false);
+      if (rows[i] == kNoRow) ++admission_.unadmitted_gradients;
       continue;
     }
     // Another push may have taken the room Prepare saw: a new block is
@@ -651,13 +645,12 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
       spilled = false;
     }
     const bool admitted = spilled || sketch_->Increment(ids[i]) >= min_count_;
-    if (admitted && RoomForOneMoreLocked() &&
-        // The store was asked already: only a spilled id is looked up again.
-        (rows[i] = CreateRowWithRoomLocked(ids[i], /*looked_up=*/!spilled)) !=
-            kNoRow) {
-      if (!spilled) ++admission_.admitted_rows;
-    } else {
+    // The store was asked already: only a spilled id is looked up again.
+    if (admitted) rows[i] = CreateRowIfRoomLocked(ids[i], !spilled);
+    if (rows[i] == kNoRow) {
       ++admission_.unadmitted_gradients;
+    } else if (!spilled) {
+      ++admission_.admitted_rows;
     }
   }
 }

@@ -218,12 +218,11 @@ class HashEmbeddingShard final : public RowShard {
   absl::Status CreateRowsThatFitLocked(absl::Span<const int64_t> ids,
                                        uint32_t* rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether one more row fits: within RowLimit, and its block (if it
-  // needs a new one) reserved from the PS's memory.
-  bool RoomForOneMoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CreateRow after RoomForOneMoreLocked, which it undoes on kNoRow (the
-  // block reserved for the row is given back).
-  uint32_t CreateRowWithRoomLocked(int64_t id, bool looked_up)
+  // CreateRow(id, nullptr, looked_up) if one more row fits (within
+  // RowLimit, and its block, if it needs a new one, reserved from the
+  // PS's memory); kNoRow if not, or if CreateRow made none (the block
+  // reserved for it is given back).
+  uint32_t CreateRowIfRoomLocked(int64_t id, bool looked_up)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row limit: shape[0]'s share (or what a uint32 row index allows).
   int64_t RowLimit() const;
