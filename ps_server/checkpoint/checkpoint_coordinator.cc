@@ -28,7 +28,14 @@ void OnEachPs(int first, int n, const std::function<void(int)>& call) {
 CheckpointCoordinator::CheckpointCoordinator(ShardStore* store,
                                              const PsPeers* peers,
                                              CheckpointOptions options)
-    : store_(store), peers_(peers), options_(std::move(options)) {
+    : store_(store),
+      peers_(peers),
+      options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()) {
+  {
+    absl::MutexLock lock(&mu_);
+    last_time_ = clock_->Now();
+  }
   for (int t = 0; t < peers_->size(); ++t) {
     ps_addresses_.push_back(peers_->address(t));
   }
@@ -60,7 +67,7 @@ absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
                                options_.open_storage, options_.threads,
                                options_.max_bytes_per_sec);
   if (saved.ok()) {
-    SavedShards record{*name, 0, saved->seconds(), absl::Now()};
+    SavedShards record{*name, 0, saved->seconds(), clock_->Now()};
     for (const CheckpointFile& f : saved->files()) record.bytes += f.bytes();
     absl::MutexLock history_lock(&mu_);
     totals_.saved_bytes += record.bytes;
@@ -300,7 +307,7 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::Checkpoint(
     return response;
   }
   ++totals_.succeeded;
-  totals_.last_success = absl::Now();
+  totals_.last_success = clock_->Now();
   totals_.last_seconds = response->seconds();
   totals_.last_bytes = response->bytes();
   totals_.last_step = response->global_step();
@@ -315,7 +322,7 @@ CheckpointCoordinator::Totals CheckpointCoordinator::totals() const {
 absl::StatusOr<CheckpointResponse> CheckpointCoordinator::RunCheckpoint(
     bool final) {
   const std::string& root_uri = options_.uri;
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   auto root = options_.open_storage(root_uri);
   if (!root.ok()) return root.status();
   const int64_t step = store_->global_step();
@@ -358,7 +365,7 @@ absl::StatusOr<CheckpointResponse> CheckpointCoordinator::RunCheckpoint(
   response.set_global_step(manifest->global_step());
   response.set_bytes(manifest->total_bytes());
   response.set_files(manifest->files_size());
-  response.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  response.set_seconds(absl::ToDoubleSeconds(clock_->Now() - start));
   LOG(INFO) << "checkpoint " << uri << ": " << response.files() << " files, "
             << response.bytes() << " bytes, step " << response.global_step()
             << ", " << response.seconds() << " s";

@@ -18,6 +18,7 @@
 #include "ps_server/peers/ps_peers.h"
 #include "ps_server/shards/shard_store.h"
 #include "storage/storage.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -34,6 +35,9 @@ struct CheckpointOptions {
   // manifest (CommitCheckpoint), so a PS restarted on its host finds a
   // complete checkpoint there. Off: the storage is shared (S3, EFS).
   bool storage_per_host = false;
+  // Times checkpoints and their schedule (util/clock.h); null: the real
+  // clock.
+  Clock* clock = nullptr;
 };
 
 class CheckpointCoordinator {
@@ -102,6 +106,8 @@ class CheckpointCoordinator {
   Totals totals() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const CheckpointOptions& options() const { return options_; }
+  // The clock checkpoints and their schedule are timed by.
+  Clock* clock() const { return clock_; }
   const PsPeers& peers() const { return *peers_; }
 
  private:
@@ -129,11 +135,12 @@ class CheckpointCoordinator {
   ShardStore* const store_;
   const PsPeers* const peers_;
   const CheckpointOptions options_;
+  Clock* const clock_;
   std::function<bool(int)> failed_over_here_;  // null: no replicas
   std::vector<std::string> ps_addresses_;      // peers_' addresses, by task
   absl::Mutex save_mu_;                        // one local SaveShards at a time
   mutable absl::Mutex mu_;
-  absl::Time last_time_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  absl::Time last_time_ ABSL_GUARDED_BY(mu_);
   int64_t last_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<SavedShards> save_history_ ABSL_GUARDED_BY(mu_);
   Totals totals_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,5 @@
 #include "ps_server/checkpoint/checkpoint_schedule.h"
 
-#include "absl/time/clock.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -36,10 +35,11 @@ void ScheduledCheckpoints::Loop() {
   // Polled every 100 ms (two atomic reads) so that a checkpoint every N
   // steps lands near step N even when training runs hundreds of steps a
   // second.
-  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+  Clock* const clock = coordinator_->clock();
+  while (!clock->WaitForNotification(stop_, absl::Milliseconds(100))) {
     if (store_->Variables().empty() ||
         !Due(schedule_, store_->global_step(), coordinator_->last_step(),
-             absl::Now() - coordinator_->last_time())) {
+             clock->Now() - coordinator_->last_time())) {
       continue;
     }
     auto result = coordinator_->Checkpoint("");
@@ -47,7 +47,7 @@ void ScheduledCheckpoints::Loop() {
       LOG(ERROR) << "periodic checkpoint failed (training continues; next "
                     "try at the next interval): "
                  << result.status();
-      coordinator_->set_last(absl::Now(), coordinator_->last_step());
+      coordinator_->set_last(clock->Now(), coordinator_->last_step());
     }
   }
 }
@@ -74,10 +74,11 @@ bool TakeFinalCheckpoint(CheckpointCoordinator* coordinator,
   LOG(INFO) << "waiting up to " << absl::FormatDuration(schedule.final_wait)
             << " for PS 0's final checkpoint";
   const PsPeers& peers = coordinator->peers();
-  const absl::Time deadline = absl::Now() + schedule.final_wait;
+  Clock* const clock = coordinator->clock();
+  const absl::Time deadline = clock->Now() + schedule.final_wait;
   int unreachable = 0;
   while (!saved_by_ps0()) {
-    if (absl::Now() > deadline) {
+    if (clock->Now() > deadline) {
       LOG(WARNING) << "no final checkpoint from PS 0 within "
                    << absl::FormatDuration(schedule.final_wait) << "; stopping";
       return true;
@@ -88,7 +89,7 @@ bool TakeFinalCheckpoint(CheckpointCoordinator* coordinator,
                    << " is unreachable; stopping without a final checkpoint";
       return true;
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    clock->SleepFor(absl::Milliseconds(200));
   }
   LOG(INFO) << "PS 0 saved this PS's shards in its final checkpoint";
   return true;

@@ -2,7 +2,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/time/clock.h"
 #include "glog/logging.h"
 
 namespace psrt {
@@ -15,7 +14,8 @@ FailoverMonitor::FailoverMonitor(const PsPeers* peers, Membership* membership,
       membership_(membership),
       primaries_(std::move(primaries)),
       promote_(std::move(promote)),
-      options_(options) {
+      options_(options),
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()) {
   if (!primaries_.empty() && membership_->Enabled()) {
     thread_ = std::thread([this] { Run(); });
   }
@@ -32,21 +32,21 @@ void FailoverMonitor::Run() {
   // The term each primary had when last probed: a handback (a new even
   // term) makes it a primary to watch afresh.
   absl::flat_hash_map<int, int64_t> term_seen;
-  for (int p : primaries_) last_answer[p] = absl::Now();
-  while (!stop_.WaitForNotificationWithTimeout(options_.probe_every)) {
+  for (int p : primaries_) last_answer[p] = clock_->Now();
+  while (!clock_->WaitForNotification(stop_, options_.probe_every)) {
     for (int p : primaries_) {
       const int64_t term = membership_->term(p);
       if (term_seen[p] != term) {
         term_seen[p] = term;
         given_up.erase(p);
-        last_answer[p] = absl::Now();
+        last_answer[p] = clock_->Now();
       }
       if (membership_->IsFailed(p) || given_up.contains(p)) continue;
       if (peers_->Ping(p, options_.ping_timeout).ok()) {
-        last_answer[p] = absl::Now();
+        last_answer[p] = clock_->Now();
         continue;
       }
-      const absl::Duration silent = absl::Now() - last_answer[p];
+      const absl::Duration silent = clock_->Now() - last_answer[p];
       if (silent < options_.failover_after) continue;
       if (!membership_->MajorityFindsUnreachable(p, options_.ping_timeout)) {
         continue;

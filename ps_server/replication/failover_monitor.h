@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "ps_server/peers/ps_peers.h"
 #include "ps_server/replication/membership.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -27,6 +28,8 @@ class FailoverMonitor {
     absl::Duration probe_every = absl::Milliseconds(500);
     absl::Duration ping_timeout = absl::Seconds(1);
     absl::Duration failover_after = absl::Seconds(3);
+    // Times the probes and the silence (the real clock when null).
+    Clock* clock = nullptr;
   };
 
   // Watches `primaries` (those whose first backup this PS is). All
@@ -44,6 +47,7 @@ class FailoverMonitor {
   const std::vector<int> primaries_;
   const std::function<bool(int)> promote_;
   const Options options_;
+  Clock* const clock_;
   absl::Notification stop_;
   std::thread thread_;
 };

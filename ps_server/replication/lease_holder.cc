@@ -16,7 +16,8 @@ LeaseHolder::LeaseHolder(const PsPeers* peers, Membership* membership,
       membership_(membership),
       on_replaced_(std::move(on_replaced)),
       options_(options),
-      granted_at_(peers->size(), Clock::time_point::min()) {
+      clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+      granted_at_(peers->size(), absl::InfinitePast()) {
   for (int peer = 0; peer < peers_->size(); ++peer) {
     if (peer == peers_->self()) continue;
     threads_.emplace_back([this, peer] { Renew(peer); });
@@ -39,9 +40,7 @@ void LeaseHolder::Replaced(const std::string& why) {
 }
 
 void LeaseHolder::Reinstate(int granted_by, absl::Time asked) {
-  // The steady clock's reading at `asked`, from how long ago that was.
-  const Clock::time_point sent =
-      Clock::now() - absl::ToChronoNanoseconds(absl::Now() - asked);
+  const absl::Time sent = asked;
   absl::MutexLock lock(&mu_);
   replaced_ = false;
   if (granted_by >= 0 && granted_by < peers_->size() &&
@@ -51,9 +50,8 @@ void LeaseHolder::Reinstate(int granted_by, absl::Time asked) {
 }
 
 void LeaseHolder::Renew(int peer) {
-  const auto every = absl::ToChronoNanoseconds(options_.renew_every);
   do {
-    const Clock::time_point sent = Clock::now();
+    const absl::Time sent = clock_->Now();
     const int self = peers_->self();
     const int64_t own_term = membership_->term(self);
     auto answer = peers_->RenewLease(peer, own_term, options_.call_timeout);
@@ -87,45 +85,44 @@ void LeaseHolder::Renew(int peer) {
       // it took its shards back meanwhile -- says nothing about now.)
       Replaced(std::string(answer.status().message()));
     }
-    const Clock::time_point now = Clock::now();
+    const absl::Time now = clock_->Now();
     {
       absl::MutexLock lock(&mu_);
       HeldLocked(now);  // logs when the lease ends or returns
     }
-    const Clock::time_point next = sent + every;
-    if (next > now &&
-        stop_.WaitForNotificationWithTimeout(absl::FromChrono(next - now))) {
+    const absl::Time next = sent + options_.renew_every;
+    if (next > now && clock_->WaitForNotification(stop_, next - now)) {
       return;
     }
   } while (!stop_.HasBeenNotified());
 }
 
-LeaseHolder::Clock::time_point LeaseHolder::EndLocked() const {
+absl::Time LeaseHolder::EndLocked() const {
   // This PS plus the (majority - 1) PS that granted most recently.
   const int majority = peers_->size() / 2 + 1;
-  std::vector<Clock::time_point> grants;
+  std::vector<absl::Time> grants;
   for (int t = 0; t < peers_->size(); ++t) {
     if (t != peers_->self()) grants.push_back(granted_at_[t]);
   }
-  if (majority - 1 <= 0) return Clock::time_point::max();
+  if (majority - 1 <= 0) return absl::InfiniteFuture();
   std::nth_element(grants.begin(), grants.begin() + (majority - 2),
                    grants.end(), std::greater<>());
-  const Clock::time_point oldest_needed = grants[majority - 2];
-  if (oldest_needed == Clock::time_point::min()) return oldest_needed;
-  return oldest_needed + absl::ToChronoNanoseconds(options_.term);
+  const absl::Time oldest_needed = grants[majority - 2];
+  if (oldest_needed == absl::InfinitePast()) return oldest_needed;
+  return oldest_needed + options_.term;
 }
 
-int LeaseHolder::GrantingLocked(Clock::time_point now) const {
+int LeaseHolder::GrantingLocked(absl::Time now) const {
   int granting = 1;  // this PS
   for (int t = 0; t < peers_->size(); ++t) {
     if (t == peers_->self()) continue;
-    granting += granted_at_[t] != Clock::time_point::min() &&
-                now - granted_at_[t] < absl::ToChronoNanoseconds(options_.term);
+    granting += granted_at_[t] != absl::InfinitePast() &&
+                now - granted_at_[t] < options_.term;
   }
   return granting;
 }
 
-bool LeaseHolder::HeldLocked(Clock::time_point now) const {
+bool LeaseHolder::HeldLocked(absl::Time now) const {
   const bool held = !replaced_ && now < EndLocked();
   if (held != held_) {
     held_ = held;
@@ -149,7 +146,7 @@ bool LeaseHolder::HeldLocked(Clock::time_point now) const {
 
 absl::Status LeaseHolder::Check() const {
   absl::MutexLock lock(&mu_);
-  const Clock::time_point now = Clock::now();
+  const absl::Time now = clock_->Now();
   if (HeldLocked(now)) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
       "PS ", peers_->self(),

@@ -21,7 +21,6 @@
 #ifndef PSRT_PS_SERVER_REPLICATION_LEASE_HOLDER_H_
 #define PSRT_PS_SERVER_REPLICATION_LEASE_HOLDER_H_
 
-#include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
@@ -33,6 +32,7 @@
 #include "absl/time/time.h"
 #include "ps_server/peers/ps_peers.h"
 #include "ps_server/replication/membership.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -42,6 +42,8 @@ class LeaseHolder {
     absl::Duration renew_every = absl::Milliseconds(250);
     absl::Duration term = Membership::kLeaseTerm;
     absl::Duration call_timeout = absl::Seconds(1);
+    // Times the lease and the renewals (the real clock when null).
+    Clock* clock = nullptr;
   };
 
   // Renews with every other PS from construction on (membership must be
@@ -68,25 +70,24 @@ class LeaseHolder {
   void Reinstate(int granted_by, absl::Time asked) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  using Clock = std::chrono::steady_clock;
   void Renew(int peer);
   // When the lease ends: `term` after the majority-th latest grant.
-  Clock::time_point EndLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Time EndLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Replaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the lease holds at `now`; logs when that changes.
-  bool HeldLocked(Clock::time_point now) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HeldLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PS (this one included) whose grant is within the term at `now`.
-  int GrantingLocked(Clock::time_point now) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  int GrantingLocked(absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const PsPeers* const peers_;
   Membership* const membership_;
   const std::function<void(const std::string&)> on_replaced_;
   const Options options_;
+  Clock* const clock_;
   mutable absl::Mutex mu_;
-  // Per PS task: when the last granted renewal was sent (min: never).
-  std::vector<Clock::time_point> granted_at_ ABSL_GUARDED_BY(mu_);
+  // Per PS task: when the last granted renewal was sent (InfinitePast:
+  // never).
+  std::vector<absl::Time> granted_at_ ABSL_GUARDED_BY(mu_);
   mutable bool held_ ABSL_GUARDED_BY(mu_) = false;
   mutable int64_t lapses_ ABSL_GUARDED_BY(mu_) = 0;
   bool replaced_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,8 +10,11 @@
 
 namespace psrt {
 
-Membership::Membership(const PsPeers* peers, int replicas)
-    : peers_(peers), replicas_(replicas), term_(peers->size(), 0) {}
+Membership::Membership(const PsPeers* peers, int replicas, Clock* clock)
+    : peers_(peers),
+      replicas_(replicas),
+      clock_(clock != nullptr ? clock : Clock::Real()),
+      term_(peers->size(), 0) {}
 
 bool Membership::MajorityFindsUnreachable(int task,
                                           absl::Duration ping_timeout) {
@@ -46,10 +49,9 @@ absl::Status Membership::Grant(int task, int64_t task_term) {
         absl::StrCat("PS ", task, " failed over: its backup ", kReplacedMarker,
                      " it; PS ", peers_->self(), " grants it no lease"));
   }
-  const Clock::time_point now = Clock::now();
+  const absl::Time now = clock_->Now();
   auto vote = voted_out_.find(task);
-  if (vote != voted_out_.end() &&
-      now - vote->second < absl::ToChronoNanoseconds(kVoteHold)) {
+  if (vote != voted_out_.end() && now - vote->second < kVoteHold) {
     return absl::UnavailableError(absl::StrCat(
         "PS ", peers_->self(), " voted PS ", task, " unreachable less than ",
         absl::FormatDuration(kVoteHold),
@@ -62,14 +64,13 @@ absl::Status Membership::Grant(int task, int64_t task_term) {
 bool Membership::HoldsLeaseFromHere(int task) const {
   absl::MutexLock lock(&mu_);
   auto it = granted_.find(task);
-  return it != granted_.end() &&
-         Clock::now() - it->second < absl::ToChronoNanoseconds(kLeaseTerm);
+  return it != granted_.end() && clock_->Now() - it->second < kLeaseTerm;
 }
 
 bool Membership::VoteReachable(int task, bool pinged_ok) {
   if (pinged_ok || HoldsLeaseFromHere(task)) return true;
   absl::MutexLock lock(&mu_);
-  voted_out_[task] = Clock::now();
+  voted_out_[task] = clock_->Now();
   return false;
 }
 

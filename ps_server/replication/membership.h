@@ -24,7 +24,6 @@
 #ifndef PSRT_PS_SERVER_REPLICATION_MEMBERSHIP_H_
 #define PSRT_PS_SERVER_REPLICATION_MEMBERSHIP_H_
 
-#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -33,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ps_server/peers/ps_peers.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -44,8 +44,9 @@ class Membership {
   // enough for the failover the vote was for to finish and be gossiped.
   static constexpr absl::Duration kVoteHold = absl::Seconds(10);
 
-  // `peers` must outlive this.
-  Membership(const PsPeers* peers, int replicas);
+  // `peers` and `clock` (which times grants and votes; the real clock
+  // when null) must outlive this.
+  Membership(const PsPeers* peers, int replicas, Clock* clock = nullptr);
 
   bool Enabled() const { return replicas_ > 1 && peers_->size() >= 3; }
   int replicas() const { return replicas_; }
@@ -93,15 +94,15 @@ class Membership {
  private:
   const PsPeers* const peers_;
   const int replicas_;
+  Clock* const clock_;
   mutable absl::Mutex mu_;
   bool FailedLocked(int task) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return term_[task] % 2 == 1;
   }
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> term_ ABSL_GUARDED_BY(mu_);  // by task
-  using Clock = std::chrono::steady_clock;          // leases: never set back
-  absl::flat_hash_map<int, Clock::time_point> granted_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int, Clock::time_point> voted_out_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, absl::Time> granted_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, absl::Time> voted_out_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt
