@@ -5,6 +5,7 @@
 #include "grpcpp/impl/codegen/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "proto/byte_buffer_bytes.h"
+#include "ps_server/peers/grpc_peer_transport.h"
 #include "util/grpc_status.h"
 
 namespace psrt {
@@ -20,35 +21,20 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<PsPeers>> PsPeers::Create(
     std::vector<std::string> addresses, int self,
     const SecurityOptions& security) {
-  std::unique_ptr<PsPeers> peers(new PsPeers(std::move(addresses), self));
-  for (int t = 0; t < peers->size(); ++t) {
-    if (t == self) {
-      peers->stubs_.push_back(nullptr);
-      peers->channels_.push_back(nullptr);
-      continue;
-    }
-    // As clients do (clients/cpp/ps_connection.cc): a peer that restarts
-    // is found again within 2 s, and a connection attempt gets 5 s.
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
-    // A connection cut by a partition is found dead within about 4 s (a
-    // ping unanswered 2 s after 2 s of silence) and made again when the
-    // network returns, instead of calls hanging on it for TCP's minutes:
-    // a rejoin or a replication stream to a PS that comes back from a
-    // partition must reach it. Servers accept pings this often
-    // (GRPC_ARG_HTTP2_MAX_PING_STRIKES 0, server.cc).
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    auto channel = MakeChannel(peers->addresses_[t], security, args);
-    if (!channel.ok()) return channel.status();
-    peers->stubs_.push_back(ParameterServer::NewStub(*channel));
-    peers->channels_.push_back(*channel);
-  }
-  return peers;
+  auto transport = GrpcPeerTransport::Create(addresses, self, security);
+  if (!transport.ok()) return transport.status();
+  return Create(std::move(addresses), self, *std::move(transport));
+}
+
+std::unique_ptr<PsPeers> PsPeers::Create(
+    std::vector<std::string> addresses, int self,
+    std::unique_ptr<PeerTransport> transport) {
+  return std::unique_ptr<PsPeers>(
+      new PsPeers(std::move(addresses), self, std::move(transport)));
+}
+
+std::unique_ptr<ParameterServer::Stub> PsPeers::StubTo(int task) const {
+  return ParameterServer::NewStub(transport_->ChannelTo(task));
 }
 
 std::string PsPeers::Describe(int task) const {
@@ -60,7 +46,7 @@ absl::StatusOr<SaveShardsResponse> PsPeers::SaveShards(
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   SaveShardsResponse response;
-  const grpc::Status s = stubs_[task]->SaveShards(&context, request, &response);
+  const grpc::Status s = StubTo(task)->SaveShards(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }
@@ -72,7 +58,7 @@ absl::Status PsPeers::CommitCheckpoint(int task,
   SetDeadline(&context, timeout);
   CommitCheckpointResponse response;
   const grpc::Status s =
-      stubs_[task]->CommitCheckpoint(&context, request, &response);
+      StubTo(task)->CommitCheckpoint(&context, request, &response);
   return FromGrpcStatus(s);
 }
 
@@ -86,7 +72,7 @@ absl::StatusOr<StatsResponse> PsPeers::Stats(int task,
   SetDeadline(&context, timeout);
   StatsRequest request;
   StatsResponse response;
-  const grpc::Status s = stubs_[task]->GetStats(&context, request, &response);
+  const grpc::Status s = StubTo(task)->GetStats(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }
@@ -98,7 +84,7 @@ absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task, int suspect,
   SuspectRequest request;
   request.set_task(suspect);
   SuspectResponse response;
-  const grpc::Status s = stubs_[task]->Suspect(&context, request, &response);
+  const grpc::Status s = StubTo(task)->Suspect(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }
@@ -111,7 +97,7 @@ absl::StatusOr<LeaseResponse> PsPeers::RenewLease(
   request.set_from_task(self_);
   request.set_from_term(own_term);
   LeaseResponse response;
-  const grpc::Status s = stubs_[task]->RenewLease(&context, request, &response);
+  const grpc::Status s = StubTo(task)->RenewLease(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }
@@ -123,13 +109,13 @@ absl::StatusOr<std::string> PsPeers::ClientStream(
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   context.set_wait_for_ready(wait_for_ready);
+  const std::shared_ptr<grpc::Channel> channel = transport_->ChannelTo(task);
   const grpc::internal::RpcMethod method(
-      method_path, grpc::internal::RpcMethod::CLIENT_STREAMING,
-      channels_[task]);
+      method_path, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
   grpc::ByteBuffer response;
   std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          channels_[task].get(), method, &context, &response));
+          channel.get(), method, &context, &response));
   for (const grpc::ByteBuffer& message : messages) {
     if (!writer->Write(message)) break;  // Finish says why
   }
@@ -180,7 +166,7 @@ absl::StatusOr<RejoinResponse> PsPeers::Rejoin(
   RejoinRequest request;
   request.set_from_task(self_);
   RejoinResponse response;
-  const grpc::Status s = stubs_[task]->Rejoin(context, request, &response);
+  const grpc::Status s = StubTo(task)->Rejoin(context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }
@@ -190,7 +176,7 @@ absl::StatusOr<HandbackResponse> PsPeers::Handback(
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   HandbackResponse response;
-  const grpc::Status s = stubs_[task]->Handback(&context, request, &response);
+  const grpc::Status s = StubTo(task)->Handback(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }
@@ -202,7 +188,7 @@ absl::StatusOr<ListVariablesResponse> PsPeers::ListVariables(
   ListVariablesRequest request;
   ListVariablesResponse response;
   const grpc::Status s =
-      stubs_[task]->ListVariables(&context, request, &response);
+      StubTo(task)->ListVariables(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }

@@ -1,6 +1,7 @@
 // How one ps_server calls the other PS tasks of its cluster: the one place
-// that holds their channels and stubs (with the cluster's TLS and token)
-// and makes the calls, each with a deadline, its status converted to an
+// that makes those calls, over a PeerTransport (peer_transport.h: real
+// gRPC channels with the cluster's TLS and token, or a test's in-process
+// links), each with a deadline, its status converted to an
 // absl::Status (util/grpc_status.h). Checkpoint
 // coordination (SaveShards, CommitCheckpoint) and the shutdown wait for PS
 // 0 go through it; so will anything else a PS asks of another. Clients
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
+#include "ps_server/peers/peer_transport.h"
 #include "security/security.h"
 
 namespace psrt {
@@ -28,6 +30,11 @@ class PsPeers {
   static absl::StatusOr<std::unique_ptr<PsPeers>> Create(
       std::vector<std::string> addresses, int self,
       const SecurityOptions& security);
+  // The same over `transport` (tests: in_process_links.h); `addresses`
+  // only name the PS in messages.
+  static std::unique_ptr<PsPeers> Create(
+      std::vector<std::string> addresses, int self,
+      std::unique_ptr<PeerTransport> transport);
 
   int size() const { return static_cast<int>(addresses_.size()); }
   int self() const { return self_; }
@@ -82,13 +89,17 @@ class PsPeers {
       int task, const char* method_path,
       const std::vector<grpc::ByteBuffer>& messages, absl::Duration timeout,
       bool wait_for_ready = false) const;
-  PsPeers(std::vector<std::string> addresses, int self)
-      : addresses_(std::move(addresses)), self_(self) {}
+  PsPeers(std::vector<std::string> addresses, int self,
+          std::unique_ptr<PeerTransport> transport)
+      : addresses_(std::move(addresses)),
+        self_(self),
+        transport_(std::move(transport)) {}
+  // A stub on the transport's channel to `task` now.
+  std::unique_ptr<ParameterServer::Stub> StubTo(int task) const;
 
   const std::vector<std::string> addresses_;
   const int self_;
-  std::vector<std::unique_ptr<ParameterServer::Stub>> stubs_;  // null: self
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;       // null: self
+  const std::unique_ptr<PeerTransport> transport_;
 };
 
 }  // namespace psrt

@@ -31,6 +31,7 @@
 #include "ps_server/rpc/workers_seen.h"
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -145,15 +146,22 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // from and votes, RenewLease grants; `lease` (null: none, fewer than 3
   // PS) must be held to serve pulls and pushes. All must outlive the
   // service; call before serving.
+  // `clock` times what the lease holder must compare with its own
+  // readings (a handback's request); null: the real clock.
   void EnableReplication(Membership* membership, const PsPeers* peers,
-                         const LeaseHolder* lease) {
+                         const LeaseHolder* lease, Clock* clock = nullptr) {
     membership_ = membership;
     peers_ = peers;
     lease_ = lease;
+    if (clock != nullptr) clock_ = clock;
   }
   // Failover: `primary`'s shards are served here from now on, if this
   // PS's copy of them is in sync (else false, nothing changes).
   bool TakeOver(int primary);
+  // OK while this PS may acknowledge pulls and pushes; UNAVAILABLE once it
+  // was replaced by a backup (failover), while it holds no lease, or while
+  // its backups have not accepted its stream.
+  absl::Status CheckNotReplaced() const;
   // A new process of `primary` said hello while this PS's copy follows its
   // previous one (it restarted faster than a failover): if this PS is its
   // first live backup and in sync, it takes the shards over at once (the
@@ -239,11 +247,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   ReplicationLog* const replicator_;  // null: no replicas
   ReplicaApplier replica_applier_;
   Membership* membership_ = nullptr;
+  Clock* clock_ = Clock::Real();
   const PsPeers* peers_ = nullptr;
   const LeaseHolder* lease_ = nullptr;
-  // UNAVAILABLE once this PS was replaced by a backup (failover), while
-  // it holds no lease, or while its backups have not accepted its stream.
-  absl::Status CheckNotReplaced() const;
   // This PS's own shards' step barrier (SYNC, SSP).
   StepCoordinator coordinator_;
   // The barrier a pull or push with `header`'s for_ps waits on: this PS's

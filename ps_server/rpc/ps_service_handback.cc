@@ -286,7 +286,7 @@ absl::Status ParameterServerService::ReclaimShards(
   absl::Duration backoff = absl::Milliseconds(200);
   absl::Time asked;
   for (int attempt = 1; attempt <= kReclaimAttempts; ++attempt) {
-    asked = absl::Now();
+    asked = clock_->Now();
     answer = peers_->Handback(serving, request, kReclaimCallTimeout);
     if (answer.ok()) break;
     const absl::StatusCode code = answer.status().code();

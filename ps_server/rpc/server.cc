@@ -186,12 +186,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
               << " variables saved by " << m.num_ps()
               << " PS): each variable is filled when it is created";
   }
-  auto peers =
-      PsPeers::Create(options.cluster.ps, options.ps_task, options.security);
-  if (!peers.ok()) return peers.status();
-  server->peers_ = std::move(*peers);
-  server->membership_ =
-      std::make_unique<Membership>(server->peers_.get(), options.replicas);
+  Clock* const clock = options.clock != nullptr ? options.clock : Clock::Real();
+  if (options.peer_transport) {
+    server->peers_ = PsPeers::Create(options.cluster.ps, options.ps_task,
+                                     options.peer_transport(options.ps_task));
+  } else {
+    auto peers =
+        PsPeers::Create(options.cluster.ps, options.ps_task, options.security);
+    if (!peers.ok()) return peers.status();
+    server->peers_ = std::move(*peers);
+  }
+  server->membership_ = std::make_unique<Membership>(server->peers_.get(),
+                                                     options.replicas, clock);
   Replicator::MayDrop may_drop;
   if (server->membership_->Enabled()) {
     Membership* membership = server->membership_.get();
@@ -210,9 +216,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                                })
               << "; every push is acknowledged after they applied it";
   }
+  CheckpointOptions checkpoint_options = options.checkpoint;
+  if (checkpoint_options.clock == nullptr) checkpoint_options.clock = clock;
   server->checkpoints_ = std::make_unique<CheckpointCoordinator>(
-      server->store_.get(), server->peers_.get(), options.checkpoint);
-  server->checkpoints_->set_last(absl::Now(), server->store_->global_step());
+      server->store_.get(), server->peers_.get(), checkpoint_options);
+  server->checkpoints_->set_last(checkpoint_options.clock->Now(),
+                                 server->store_->global_step());
   // Secured clusters serve checkpoint RPCs only to their own hosts.
   if (!options.security.auth_token.empty() ||
       options.security.require_client_cert) {
@@ -270,14 +279,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       if (rejoiner != nullptr) rejoiner->Start();
     });
     if (server->membership_->Enabled()) {
+      LeaseHolder::Options lease_options = options.lease;
+      lease_options.clock = clock;
       server->lease_ = std::make_unique<LeaseHolder>(
           server->peers_.get(), server->membership_.get(),
           [replicator](const std::string& why) {
             replicator->MarkReplaced(why);
-          });
+          },
+          lease_options);
     }
-    server->service_->EnableReplication(
-        server->membership_.get(), server->peers_.get(), server->lease_.get());
+    server->service_->EnableReplication(server->membership_.get(),
+                                        server->peers_.get(),
+                                        server->lease_.get(), clock);
     // Watch the primaries this PS is the first backup of.
     std::vector<int> watched;
     const ReplicaPlacement& placement = server->store_->replicas();
@@ -299,7 +312,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
           membership->MarkFailed(primary);
           return true;
         },
-        FailoverMonitor::Options());
+        [&options, clock] {
+          FailoverMonitor::Options failover = options.failover;
+          failover.clock = clock;
+          return failover;
+        }());
     if (!server->membership_->Enabled()) {
       LOG(WARNING) << "--replicas=" << options.replicas << " with "
                    << options.cluster.num_ps()
@@ -318,8 +335,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (!options.reflection) {
     builder.SetOption(std::make_unique<WithoutPlugin>(kReflectionPlugin));
   }
-  builder.AddListeningPort(options.listen_address, *credentials,
-                           &server->port_);
+  if (!options.listen_address.empty()) {
+    builder.AddListeningPort(options.listen_address, *credentials,
+                             &server->port_);
+  }
   builder.RegisterService(server->service_.get());
   // Pull responses are cut to max_message_bytes; requests may be a little
   // larger (headers, ids), never unbounded.
@@ -340,7 +359,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   // one PS: the second one fails to start.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->grpc_server_ = builder.BuildAndStart();
-  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+  if (server->grpc_server_ == nullptr ||
+      (!options.listen_address.empty() && server->port_ == 0)) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (port in use? another ps_server running?)"));
@@ -378,6 +398,13 @@ Server::~Server() {
   // A restore still running in the background uses the restorer, which is
   // destroyed before the store.
   if (store_) store_->CancelFill();
+}
+
+void Server::SetNotServing() {
+  if (grpc_server_ == nullptr) return;
+  if (auto* health = grpc_server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);
+  }
 }
 
 void Server::Shutdown(absl::Time deadline) {

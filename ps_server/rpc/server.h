@@ -7,6 +7,7 @@
 #ifndef PSRT_PS_SERVER_RPC_SERVER_H_
 #define PSRT_PS_SERVER_RPC_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,7 @@
 #include "ps_server/checkpoint/checkpoint_restorer.h"
 #include "ps_server/metrics/metrics.h"
 #include "ps_server/metrics/metrics_http_server.h"
+#include "ps_server/peers/peer_transport.h"
 #include "ps_server/peers/ps_peers.h"
 #include "ps_server/replication/failover_monitor.h"
 #include "ps_server/replication/membership.h"
@@ -28,6 +30,7 @@
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
 #include "security/security.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -35,6 +38,8 @@ struct ServerOptions {
   ClusterSpec cluster;
   int ps_task = 0;
   // Address to listen on; port 0 picks a free one (see Server::port()).
+  // Empty: no port at all (a test's in-process PS, reached through
+  // in-process channels only: Server::grpc_server()).
   std::string listen_address = "0.0.0.0:2223";
   // "" disables the metrics endpoint; "host:0" picks a free port.
   std::string metrics_address;
@@ -63,6 +68,17 @@ struct ServerOptions {
   // How often hash embeddings with eviction (VariableSpec.eviction) are
   // swept for idle rows.
   absl::Duration eviction_interval = absl::Seconds(1);
+  // Where leases, votes and failover probes read time (util/clock.h);
+  // null: the real clock. Tests pass a SimulatedClock; it must outlive
+  // the server.
+  Clock* clock = nullptr;
+  // How this PS reaches the other PS (given its own task); unset: gRPC
+  // channels to cluster.ps with `security`. Tests connect PS of one
+  // process with InProcessLinks (ps_server/peers/in_process_links.h).
+  std::function<std::unique_ptr<PeerTransport>(int self)> peer_transport;
+  // Lease and failover timing (--replicas, 3 PS or more).
+  LeaseHolder::Options lease;
+  FailoverMonitor::Options failover;
 };
 
 class Server {
@@ -78,8 +94,17 @@ class Server {
   CheckpointCoordinator* checkpoints() { return checkpoints_.get(); }
   ParameterServerService* service() { return service_.get(); }
   Replicator* replicator() { return replicator_.get(); }
+  Membership* membership() { return membership_.get(); }
+  // Null without --replicas > 1 on 3 PS or more.
+  const LeaseHolder* lease() const { return lease_.get(); }
+  // The gRPC server (its InProcessChannel reaches this PS without a port).
+  grpc::Server* grpc_server() { return grpc_server_.get(); }
   const SecurityOptions& security() const { return options_.security; }
 
+  // Draining (SIGTERM): the health service answers NOT_SERVING from now
+  // on, so load balancers and Kubernetes' readiness probe stop sending
+  // work here, while the PS still serves (a final checkpoint).
+  void SetNotServing();
   // Stops serving; calls in flight get until `deadline` to finish.
   void Shutdown(absl::Time deadline);
   // Blocks until Shutdown has completed.

@@ -538,6 +538,11 @@ int ShardStore::Promote(int primary) {
   return promoted;
 }
 
+bool ShardStore::TookOver(int primary) {
+  absl::MutexLock lock(&create_mu_);
+  return took_over_.contains(primary);
+}
+
 int ShardStore::Demote(int primary) {
   absl::MutexLock create_lock(&create_mu_);
   took_over_.erase(primary);

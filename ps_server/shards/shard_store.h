@@ -171,6 +171,9 @@ class ShardStore {
   // (push_handler.cc), so no push applies to them here once this returns.
   // Returns how many shards changed role.
   int Demote(int primary) ABSL_LOCKS_EXCLUDED(create_mu_);
+  // This PS took `primary`'s shards over (Promote) and has not handed
+  // them back (Demote).
+  bool TookOver(int primary) ABSL_LOCKS_EXCLUDED(create_mu_);
   // This PS was replaced (its backup took its shards over): none of its
   // copies is served or saved any more.
   void Retire();

@@ -1,0 +1,155 @@
+#include "ps_server/rpc/in_process_cluster.h"
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace psrt {
+
+InProcessCluster::InProcessCluster(Options options)
+    : options_(options),
+      links_(options.num_ps),
+      client_ports_(options.num_ps, 0),
+      servers_(options.num_ps) {
+  for (int t = 0; t < options.num_ps; ++t) {
+    cluster_.ps.push_back(absl::StrCat("127.0.0.", t + 1, ":2223"));
+    cluster_.workers.push_back(absl::StrCat("127.0.0.", t + 1, ":2222"));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
+    Options options) {
+  std::unique_ptr<InProcessCluster> cluster(new InProcessCluster(options));
+  for (int t = 0; t < options.num_ps; ++t) {
+    auto server = cluster->MakeServer(t);
+    if (!server.ok()) return server.status();
+    cluster->servers_[t] = *std::move(server);
+  }
+  if (!cluster->Settle() || !cluster->AwaitStreams()) {
+    return absl::DeadlineExceededError(
+        "the in-process PS did not settle on the simulated clock, or their "
+        "backups did not accept their replication streams");
+  }
+  return cluster;
+}
+
+InProcessCluster::~InProcessCluster() {
+  for (int t = 0; t < num_ps(); ++t) links_.Kill(t);
+  // Their threads may wait on the clock: wake them as the servers stop.
+  for (auto& server : servers_) {
+    if (server != nullptr) server->Shutdown(absl::Now());
+  }
+  for (auto& server : servers_) server.reset();
+}
+
+absl::StatusOr<std::unique_ptr<Server>> InProcessCluster::MakeServer(int task) {
+  ServerOptions o;
+  o.cluster = cluster_;
+  o.ps_task = task;
+  o.replicas = options_.replicas;
+  o.reflection = false;
+  o.clock = &clock_;
+  o.lease = options_.lease;
+  o.failover = options_.failover;
+  o.peer_transport = [this](int self) { return links_.TransportFor(self); };
+  o.listen_address =
+      options_.client_ports
+          ? absl::StrCat("127.0.0.", task + 1, ":", client_ports_[task])
+          : "";
+  auto server = Server::Create(o);
+  if (!server.ok()) return server.status();
+  if (options_.client_ports) client_ports_[task] = (*server)->port();
+  links_.Attach(task, (*server)->grpc_server());
+  return server;
+}
+
+std::vector<std::string> InProcessCluster::client_addresses() const {
+  std::vector<std::string> out;
+  for (int t = 0; t < options_.num_ps; ++t) {
+    out.push_back(absl::StrCat("127.0.0.", t + 1, ":", client_ports_[t]));
+  }
+  return out;
+}
+
+void InProcessCluster::Kill(int task) {
+  links_.Kill(task);
+  servers_[task].reset();
+}
+
+absl::Status InProcessCluster::Restart(int task) {
+  Kill(task);
+  auto server = MakeServer(task);
+  if (!server.ok()) return server.status();
+  servers_[task] = *std::move(server);
+  if (!Settle()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("PS ", task, " did not settle after its restart"));
+  }
+  return absl::OkStatus();
+}
+
+int InProcessCluster::LoopThreads() {
+  int threads = 0;
+  for (int t = 0; t < num_ps(); ++t) {
+    Server* server = servers_[t].get();
+    if (server == nullptr || server->lease() == nullptr) continue;
+    threads += num_ps() - 1;  // a renewal thread per other PS
+    const ReplicaPlacement& placement = server->store()->replicas();
+    for (int primary : placement.BackedUpBy(t)) {
+      if (placement.BackupsOf(primary)[0] == t) {
+        ++threads;  // the failover monitor
+        break;
+      }
+    }
+  }
+  return threads;
+}
+
+bool InProcessCluster::AwaitStreams() {
+  // The replicators' hellos retry on real time (a PS made before its
+  // backup was attached was refused at first).
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  for (auto& server : servers_) {
+    if (server == nullptr) continue;
+    while (!server->replicator()->ready()) {
+      if (absl::Now() > give_up) return false;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  return true;
+}
+
+bool InProcessCluster::Settle() {
+  return clock_.AwaitWaiters(LoopThreads(), absl::Seconds(10));
+}
+
+void InProcessCluster::Advance(absl::Duration total,
+                               const std::function<void()>& each_step) {
+  for (absl::Duration done; done < total; done += options_.step) {
+    clock_.Advance(std::min(options_.step, total - done));
+    if (!Settle()) {
+      ADD_FAILURE() << "the PS threads did not settle at "
+                    << absl::FormatTime(clock_.Now());
+      return;
+    }
+    if (each_step) each_step();
+  }
+}
+
+bool InProcessCluster::AdvanceUntil(const std::function<bool()>& condition,
+                                    absl::Duration limit) {
+  for (absl::Duration done; done < limit; done += options_.step) {
+    if (condition()) return true;
+    Advance(options_.step);
+  }
+  return condition();
+}
+
+bool InProcessCluster::Serves(int task, int owner) {
+  Server* server = servers_[task].get();
+  if (server == nullptr) return false;
+  if (!server->service()->CheckNotReplaced().ok()) return false;
+  if (task == owner) return !server->store()->retired();
+  return server->store()->TookOver(owner);
+}
+
+}  // namespace psrt

@@ -1,0 +1,97 @@
+// For tests: a whole PS cluster in one process. Each PS is a real Server
+// (service, store, replicator, leases, failover monitor) reached by the
+// others through InProcessLinks (faults per link) and timed by one
+// SimulatedClock, so a test walks leases, votes, failovers and
+// partitions through simulated seconds in milliseconds, under ASan too.
+//
+// PS i is host 127.0.0.(i+1) in the cluster spec (replica placement puts
+// backups on other hosts). With `client_ports`, each PS also listens on
+// 127.0.0.(i+1):<free port> so a psrt::Client can push and pull
+// (client_addresses()); PS-to-PS calls stay in-process either way.
+//
+//   auto cluster = InProcessCluster::Start({.num_ps = 3, .replicas = 2});
+//   (*cluster)->links()->Partition({{0}, {1, 2}});
+//   (*cluster)->Advance(absl::Seconds(5), [&] { /* checks each step */ });
+#ifndef PSRT_PS_SERVER_RPC_IN_PROCESS_CLUSTER_H_
+#define PSRT_PS_SERVER_RPC_IN_PROCESS_CLUSTER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ps_server/peers/in_process_links.h"
+#include "ps_server/rpc/server.h"
+#include "util/simulated_clock.h"
+
+namespace psrt {
+
+class InProcessCluster {
+ public:
+  struct Options {
+    int num_ps = 3;
+    int replicas = 2;
+    bool client_ports = false;
+    // Timing (the clock is the cluster's own).
+    LeaseHolder::Options lease;
+    FailoverMonitor::Options failover;
+    // How far the clock moves in one step of Advance: the lease renewal
+    // period, so every renewal and probe happens at a step.
+    absl::Duration step = absl::Milliseconds(250);
+  };
+
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(
+      Options options);
+  ~InProcessCluster();
+
+  SimulatedClock* clock() { return &clock_; }
+  InProcessLinks* links() { return &links_; }
+  int num_ps() const { return options_.num_ps; }
+  // Null while PS `task` is killed.
+  Server* ps(int task) { return servers_[task].get(); }
+  // host:port of each PS's client port (client_ports only).
+  std::vector<std::string> client_addresses() const;
+
+  // PS `task` dies: its links are gone, then its server.
+  void Kill(int task);
+  // A new process of PS `task` (empty, as a restarted ps_server).
+  absl::Status Restart(int task);
+
+  // Moves the clock on by `total` in steps of options.step; after each
+  // step, once every live PS's loop threads (lease renewals, failover
+  // probes) have done their work and wait again, calls `each_step` (if
+  // set): the cluster as it is at that instant. Fails (ADD_FAILURE) if the
+  // threads do not settle within 10 s of real time.
+  void Advance(absl::Duration total,
+               const std::function<void()>& each_step = nullptr);
+  // Advances step by step until `condition` holds (true) or `limit` of
+  // simulated time passed (false).
+  bool AdvanceUntil(const std::function<bool()>& condition,
+                    absl::Duration limit);
+
+  // PS `task` acknowledges pulls and pushes for `owner`'s shards now: its
+  // own (it serves: not replaced, lease held) or those it took over.
+  bool Serves(int task, int owner);
+
+ private:
+  explicit InProcessCluster(Options options);
+  absl::StatusOr<std::unique_ptr<Server>> MakeServer(int task);
+  // Threads of live PS that wait on the clock between their steps.
+  int LoopThreads();
+  bool Settle();
+  // Polls (real time) until every live PS's backups accepted its stream.
+  bool AwaitStreams();
+
+  const Options options_;
+  SimulatedClock clock_;
+  InProcessLinks links_;
+  ClusterSpec cluster_;
+  std::vector<int> client_ports_;
+  std::vector<std::unique_ptr<Server>> servers_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_RPC_IN_PROCESS_CLUSTER_H_
