@@ -290,7 +290,9 @@ bool ServeUntilSignalled(psrt::Server* server, const sigset_t& signals) {
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
-    LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+              << ": the health service answers NOT_SERVING from now on";
+    server->SetNotServing();
     periodic.Stop();
     final_ok = psrt::TakeFinalCheckpoint(
         server->checkpoints(), *server->store(), schedule,

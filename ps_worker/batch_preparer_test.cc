@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -86,28 +87,34 @@ TEST(BatchPreparerTest, SameBatchesAsTheDatasetWithTheirIdsDeduplicated) {
 
 TEST(BatchPreparerTest, ReadsAtMostDepthBatchesAhead) {
   auto dataset = Open(WriteFile("ahead.txt", 2000, 3), 10);
+  constexpr int kDepth = 4;
   std::atomic<int> checked{0};
+  // Counted before each Next: the batch it takes frees a place only then.
+  std::atomic<int> taken{0};
   BatchPreparer preparer(
       dataset.get(),
       [&](const Batch&) {
-        ++checked;
+        // The bound at the moment each batch is read, not after a wait: the
+        // c-th batch is read only while fewer than kDepth wait untaken.
+        const int c = ++checked;
+        EXPECT_LE(c, taken.load() + kDepth) << "read too far ahead";
         return absl::OkStatus();
       },
-      4);
+      kDepth);
+  auto await_checked = [&](int n) {
+    for (const absl::Time end = absl::Now() + absl::Seconds(10);
+         checked < n && absl::Now() < end;) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  };
   PreparedBatch b;
-  ASSERT_TRUE(*preparer.Next(&b));
-  // One taken, 4 ready: 5 checked, and no more however long it waits.
-  for (int i = 0; i < 500 && checked < 5; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int step = 1; step <= 20; ++step) {
+    ++taken;
+    ASSERT_TRUE(*preparer.Next(&b));
+    // One more read ahead as each is taken, up to kDepth ahead.
+    await_checked(step + kDepth);
+    EXPECT_EQ(checked, step + kDepth);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(checked, 5);
-  ASSERT_TRUE(*preparer.Next(&b));
-  for (int i = 0; i < 500 && checked < 6; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(checked, 6);
 }
 
 TEST(BatchPreparerTest, ACheckErrorComesAfterTheBatchesBeforeIt) {

@@ -539,12 +539,15 @@ TEST(CheckpointTriggerTest, PeriodicCheckpointsKeepTheNewest) {
   EXPECT_GE(manifest->global_step(), 100);
 }
 
-// --checkpoint_every_secs: checkpoints at least that far apart while
-// training progresses, none while it is idle.
-TEST(CheckpointTriggerTest, EverySecondsWhileTrainingProgresses) {
+// --checkpoint_every_secs reaches ps_server's schedule: a training
+// cluster checkpoints by itself. (What only real processes show: the flag's
+// wiring. The schedule itself -- intervals to the tick, one more for the
+// last steps, none while idle -- is tested on a simulated clock in
+// ps_server/checkpoint:checkpoint_schedule_test.)
+TEST(CheckpointTriggerTest, EverySecondsFlagCheckpointsWhileTraining) {
   const std::string root = FreshTestDir("every_secs_root");
   auto cluster = StartCluster(
-      2, {absl::StrCat("--checkpoint_uri=", root), "--checkpoint_every_secs=2",
+      2, {absl::StrCat("--checkpoint_uri=", root), "--checkpoint_every_secs=1",
           "--keep_checkpoints=0", "--checkpoint_on_shutdown=false"});
   ASSERT_NE(cluster, nullptr);
   auto client = Connect(*cluster);
@@ -552,31 +555,20 @@ TEST(CheckpointTriggerTest, EverySecondsWhileTrainingProgresses) {
   std::atomic<bool> stop{false};
   std::thread training(
       [&] { TrainUntil(cluster->MakeClientOptions(), 1, stop, 0); });
-  absl::SleepFor(absl::Seconds(7));
+  auto storage = OpenStorage(root);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  int complete = 0;
+  for (const absl::Time end = absl::Now() + absl::Seconds(30);
+       complete < 2 && absl::Now() < end;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    auto listed = ListCheckpoints(**storage);
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    complete = 0;
+    for (const CheckpointListing& l : *listed) complete += l.complete;
+  }
   stop = true;
   training.join();
-  // The steps made since the last checkpoint get one more (within the
-  // interval plus the trigger's 1 s look), then nothing changes.
-  absl::SleepFor(absl::Seconds(4));
-  auto storage = OpenStorage(root);
-  auto during = ListCheckpoints(**storage);
-  ASSERT_TRUE(during.ok());
-  std::vector<int64_t> millis;
-  for (const CheckpointListing& l : *during) {
-    if (l.complete) millis.push_back(std::stoll(l.name.substr(16)));
-  }
-  // 7 s of training, one every 2 s (the trigger looks every second), and
-  // the last one for the steps after it.
-  EXPECT_GE(millis.size(), 3u);
-  EXPECT_LE(millis.size(), 5u);
-  for (size_t i = 1; i < millis.size(); ++i) {
-    EXPECT_GE(millis[i] - millis[i - 1], 2000) << "checkpoints too close";
-  }
-  // Idle: no step progresses, so no new checkpoint however long it waits.
-  absl::SleepFor(absl::Seconds(5));
-  auto idle = ListCheckpoints(**storage);
-  ASSERT_TRUE(idle.ok());
-  EXPECT_EQ(idle->size(), during->size());
+  EXPECT_GE(complete, 2) << "no periodic checkpoints within 30 s";
 }
 
 // --checkpoint_max_mb_per_sec caps how fast each PS writes: 32 MB of

@@ -1,5 +1,7 @@
 // A 2-PS cluster of real ps_server processes driven by several concurrent
 // clients: results equal to a reference computation.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -13,6 +15,7 @@
 #include "ps_server/optimizers/optimizer_reference.h"
 #include "ps_server/shards/initializer.h"
 #include "tests/local_cluster.h"
+#include "tests/process_rss.h"
 
 namespace psrt {
 namespace {
@@ -519,6 +522,7 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
   // A call's latency is observed when gRPC is done with it (OnDone), which
   // may come after the client has its answer: scraped until the third
   // push's is in (a few ms; 10 s at most).
+  const double cpu_before = CpuSeconds(cluster_->pid(ps));
   auto metrics = FetchMetrics(cluster_->metrics_port(ps));
   for (const absl::Time end = absl::Now() + absl::Seconds(10);
        metrics.ok() && absl::Now() < end &&
@@ -558,7 +562,13 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
   EXPECT_GT(value("process_start_time_seconds"), now - 600) << m;
   EXPECT_GT(value("process_resident_memory_bytes"), 4000) << m;
   EXPECT_GT(value("process_open_fds"), 3) << m;
-  EXPECT_GE(value("process_cpu_seconds_total"), 0) << m;
+  // The server's own CPU time, as the kernel counts it around the scrape
+  // (a tick of slack each side), not just a series that exists.
+  const double cpu_after = CpuSeconds(cluster_->pid(ps));
+  ASSERT_GT(cpu_before, 0);
+  const double tick = 1.0 / sysconf(_SC_CLK_TCK);
+  EXPECT_GE(value("process_cpu_seconds_total"), cpu_before - tick) << m;
+  EXPECT_LE(value("process_cpu_seconds_total"), cpu_after + tick) << m;
   EXPECT_NE(m.find("psrt_build_info{component=\"ps_server\","),
             std::string::npos)
       << m;
@@ -573,28 +583,45 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
       << *metrics;
 }
 
-// A 64 MiB dense variable moves through 1 MiB messages both ways.
-TEST_F(ClusterTest, LargeTensorsTravelInBoundedMessages) {
+// A 64 MiB dense variable moves through 1 MiB messages both ways. The
+// server runs with --max_message_bytes=1 MiB: gRPC refuses any request
+// over 2 MiB (the limit plus a header's room, server.cc), and pull
+// answers are cut to 1 MiB, so a push or pull that did not split the
+// tensor fails here.
+TEST(ClusterMessageTest, LargeTensorsTravelInBoundedMessages) {
+  LocalCluster::Options options;
+  options.num_ps = 1;
+  options.extra_flags = {"--max_message_bytes=1048576"};
+  auto cluster = LocalCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect((*cluster)->MakeClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
   constexpr int64_t kFloats = 16 << 20;  // 64 MiB
   VariableSpec s = Spec("big", DENSE, {kFloats}, 1, OptimizerSpec::SGD, 0.5f);
   s.mutable_initializer()->set_kind(InitializerSpec::CONSTANT);
   s.mutable_initializer()->set_value(3.0f);
-  auto client = NewClient();
-  ASSERT_EQ(client->CreateVariables({s}), absl::OkStatus());
+  ASSERT_EQ((*client)->CreateVariables({s}), absl::OkStatus());
   std::vector<float> grad(kFloats), values(kFloats);
   for (int64_t i = 0; i < kFloats; ++i) grad[i] = static_cast<float>(i % 1024);
-  ASSERT_TRUE(client->PushDense("big", grad.data()).ok());
-  ASSERT_TRUE(client->PullDense("big", values.data()).ok());
+  ASSERT_EQ((*client)->PushDense("big", grad.data()), absl::OkStatus());
+  ASSERT_EQ((*client)->PullDense("big", values.data()), absl::OkStatus());
   for (int64_t i = 0; i < kFloats; i += 4099) {
     ASSERT_EQ(values[i], 3.0f - 0.5f * static_cast<float>(i % 1024)) << i;
   }
   ASSERT_EQ(values[kFloats - 1], 3.0f - 0.5f * 1023);
-  // The servers' message limit (16 MiB by default) was never raised.
-  auto stats = client->Stats();
+  auto stats = (*client)->Stats();
   ASSERT_TRUE(stats.ok());
-  int64_t in = 0;
-  for (const auto& s : *stats) in += s.bytes_in();
-  EXPECT_GT(in, kFloats * 4);
+  EXPECT_GT((*stats)[0].bytes_in(), kFloats * 4);
+
+  // The bound is real: a client whose messages are 4 MiB is refused.
+  ClientOptions big_messages = (*cluster)->MakeClientOptions();
+  big_messages.message_bytes = 4 << 20;
+  big_messages.max_attempts = 1;
+  auto unsplit = Client::Connect(big_messages);
+  ASSERT_TRUE(unsplit.ok()) << unsplit.status();
+  ASSERT_EQ((*unsplit)->RefreshCatalog(), absl::OkStatus());
+  const absl::Status refused = (*unsplit)->PushDense("big", grad.data());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
 }
 
 // The harness itself: a PS that dies while starting is reported at once,

@@ -1,6 +1,9 @@
 #include "tests/process_rss.h"
 
+#include <unistd.h>
+
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +23,25 @@ int64_t RssBytes(pid_t pid) {
     std::getline(status, rest);
   }
   return -1;
+}
+
+double CpuSeconds(pid_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(file)),
+                   std::istreambuf_iterator<char>());
+  // The command (field 2) may hold spaces: fields are counted after ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  double utime = -1, stime = -1;
+  // Fields 3.. follow; utime and stime are fields 14 and 15.
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  if (utime < 0 || stime < 0) return -1;
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace psrt

@@ -1,4 +1,4 @@
-// Resident memory of a process, as the kernel reports it.
+// Resident memory and CPU time of a process, as the kernel reports them.
 #ifndef PSRT_TESTS_PROCESS_RSS_H_
 #define PSRT_TESTS_PROCESS_RSS_H_
 
@@ -10,6 +10,9 @@ namespace psrt {
 
 // VmRSS of `pid` in bytes; -1 if it cannot be read (the process is gone).
 int64_t RssBytes(pid_t pid);
+// User + system CPU seconds `pid` has used (/proc/PID/stat, in clock
+// ticks); -1 if it cannot be read.
+double CpuSeconds(pid_t pid);
 
 }  // namespace psrt
 

@@ -29,6 +29,30 @@ grpc::Status RawUnary(grpc::Channel* channel, const std::string& method,
                                            &response);
 }
 
+grpc::Status HealthCheck(grpc::Channel* channel, int* serving_status) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  grpc::internal::RpcMethod rpc("/grpc.health.v1.Health/Check",
+                                grpc::internal::RpcMethod::NORMAL_RPC);
+  grpc::Slice empty("");  // HealthCheckRequest{service: ""}
+  grpc::ByteBuffer request(&empty, 1), response;
+  grpc::Status s = grpc::internal::BlockingUnaryCall(channel, rpc, &context,
+                                                     request, &response);
+  if (!s.ok()) return s;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "unreadable answer");
+  }
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  // HealthCheckResponse{status = 1 (varint)}: 0x08 <status>; nothing for
+  // UNKNOWN (0).
+  *serving_status = bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
+  return s;
+}
+
 grpc::Status RawPull(grpc::Channel* channel, const std::string& bytes) {
   grpc::ClientContext context;
   SetDeadline(&context);

@@ -21,6 +21,10 @@ grpc::Status RawPull(grpc::Channel* channel, const std::string& bytes);
 grpc::Status RawPush(grpc::Channel* channel,
                      const std::vector<std::string>& messages);
 
+// grpc.health.v1.Health/Check for the whole server (service ""): the
+// answer's status (1 SERVING, 2 NOT_SERVING) in `*serving_status`.
+grpc::Status HealthCheck(grpc::Channel* channel, int* serving_status);
+
 }  // namespace psrt
 
 #endif  // PSRT_TESTS_RAW_RPC_H_

@@ -4,6 +4,8 @@
 // UNAUTHENTICATED; a client trusting another CA, or speaking plaintext to a
 // TLS server, cannot connect; under mutual TLS a client without a
 // certificate is refused.
+#include <signal.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
+#include "tests/raw_rpc.h"
 #include "tests/test_certificates.h"
 #include "tests/worker_output.h"
 
@@ -128,6 +131,45 @@ TEST_F(SecurityTest, MissingOrWrongTokenIsUnauthenticated) {
   auto lists = ClientWith(*cluster, Authorized(false))->ListVariables();
   ASSERT_TRUE(lists.ok());
   EXPECT_EQ((*lists)[0].variables_size(), 0);
+}
+
+// Kubernetes' gRPC probes carry no token: the health service answers
+// without one, and turns NOT_SERVING as soon as a PS is told to stop
+// (SIGTERM), while the PS goes on serving its final checkpoint.
+TEST_F(SecurityTest, HealthAnswersWithoutTheTokenAndDrainsOnSigterm) {
+  auto cluster = Start(false, {"--checkpoint_uri=" + File("ckpt_health"),
+                               "--final_checkpoint_wait_secs=60"});
+  ASSERT_NE(cluster, nullptr);
+  SecurityOptions no_token = Authorized(false);
+  no_token.auth_token.clear();
+  auto channel = MakeChannel(cluster->MakeClientOptions().ps_addresses[1],
+                             no_token, grpc::ChannelArguments());
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  int status = -1;
+  grpc::Status s = HealthCheck(channel->get(), &status);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(status, 1) << "SERVING";
+  // Without the token the service itself refuses: the probe is the only
+  // way in.
+  EXPECT_EQ(RawUnary(channel->get(), "GetStats", "").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // PS 1 waits for PS 0's final checkpoint (up to 60 s) once told to stop.
+  ASSERT_EQ(kill(cluster->pid(1), SIGTERM), 0);
+  for (const absl::Time end = absl::Now() + absl::Seconds(10);
+       status != 2 && absl::Now() < end;
+       absl::SleepFor(absl::Milliseconds(20))) {
+    s = HealthCheck(channel->get(), &status);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(status, 2) << "NOT_SERVING after SIGTERM";
+  // Still serving the cluster meanwhile.
+  ClientOptions ps1 = cluster->MakeClientOptions();
+  ps1.ps_addresses = {ps1.ps_addresses[1]};
+  ps1.max_attempts = 1;
+  auto client = Client::Connect(ps1);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE((*client)->Stats().ok());
 }
 
 TEST_F(SecurityTest, WrongCaAndPlaintextCannotConnect) {

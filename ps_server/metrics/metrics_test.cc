@@ -6,6 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,24 @@
 
 namespace psrt {
 namespace {
+
+// Connections waiting in the kernel's accept queue of the IPv4 socket
+// listening on `port` (/proc/net/tcp's rx_queue of a LISTEN socket); -1 if
+// there is no such socket.
+int AcceptBacklog(int port) {
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // the header
+  while (std::getline(tcp, line)) {
+    unsigned local_port = 0, state = 0, tx = 0, rx = 0;
+    if (std::sscanf(line.c_str(), " %*d: %*8x:%4x %*8x:%*4x %2x %8x:%8x",
+                    &local_port, &state, &tx, &rx) == 4 &&
+        static_cast<int>(local_port) == port && state == 0x0A) {
+      return static_cast<int>(rx);
+    }
+  }
+  return -1;
+}
 
 TEST(MetricsTest, RendersPrometheusText) {
   MetricsRegistry registry;
@@ -192,7 +213,13 @@ TEST(MetricsHttpServerTest, IdleConnectionsDoNotStarveTheScraper) {
     if (i % 2) (void)!write(fd, "GET /metr", 9);  // a request never finished
     idle.push_back(fd);
   }
-  usleep(100 * 1000);  // the idle connections take the threads first
+  // The idle connections take the threads first: every one accepted off
+  // the listening socket's queue before the scrape connects.
+  for (const absl::Time end = absl::Now() + absl::Seconds(10);
+       AcceptBacklog((*server)->port()) != 0 && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(AcceptBacklog((*server)->port()), 0);
   // Prometheus' default scrape_timeout is 10 s; the old server answered
   // after 30 s.
   std::string body;
