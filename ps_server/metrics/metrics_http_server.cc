@@ -1,8 +1,17 @@
 #include "ps_server/metrics/metrics_http_server.h"
 
+#include <arpa/inet.h>
 #include <civetweb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace psrt {
 
@@ -43,11 +52,57 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   mg_server_port ports[4];
   const int n = mg_get_server_ports(server->context_, 4, ports);
   server->port_ = n > 0 ? ports[0].port : 0;
+  // Where a connection reaches the listening socket from this host: its
+  // own address, or loopback for a wildcard bind.
+  const size_t colon = bind_address.rfind(':');
+  std::string host =
+      colon == std::string::npos ? "" : bind_address.substr(0, colon);
+  if (!host.empty() && host.front() == '[') host = host.substr(1);
+  if (!host.empty() && host.back() == ']') host.pop_back();
+  server->wake_host_ = host.empty() || host == "0.0.0.0" ? "127.0.0.1"
+                       : host == "::"                    ? "::1"
+                                                         : host;
   return server;
 }
 
+void MetricsHttpServer::WakeListener() const {
+  sockaddr_storage address{};
+  socklen_t length = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+  if (inet_pton(AF_INET, wake_host_.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port_);
+    length = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, wake_host_.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port_);
+    length = sizeof(*v6);
+  } else {
+    return;  // a host name: mg_stop takes its poll's second
+  }
+  const int fd = socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd < 0) return;
+  (void)!connect(fd, reinterpret_cast<sockaddr*>(&address), length);
+  close(fd);
+}
+
 MetricsHttpServer::~MetricsHttpServer() {
-  if (context_ != nullptr) mg_stop(context_);
+  if (context_ == nullptr) return;
+  // mg_stop waits for civetweb's master thread, which sees the stop only
+  // when its poll of the listening socket returns: up to a second on an
+  // idle server, which every ps_server exit paid. A connection to the
+  // port ends the poll at once.
+  std::atomic<bool> stopped{false};
+  std::thread stopper([this, &stopped] {
+    mg_stop(context_);
+    stopped = true;
+  });
+  while (!stopped) {
+    WakeListener();
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  stopper.join();
 }
 
 int MetricsHttpServer::HandleMetrics(::mg_connection* conn, void* self) {

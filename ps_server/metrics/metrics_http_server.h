@@ -41,11 +41,14 @@ class MetricsHttpServer {
   MetricsHttpServer() = default;
   static int HandleMetrics(::mg_connection* conn, void* self);
   static int HandleStatus(::mg_connection* conn, void* self);
+  // Connects to the listening port and hangs up (ends civetweb's poll).
+  void WakeListener() const;
 
   const MetricsRegistry* registry_ = nullptr;
   StatusPage status_page_;
   mg_context* context_ = nullptr;
   int port_ = 0;
+  std::string wake_host_;  // an address of the listening socket
 };
 
 }  // namespace psrt
