@@ -1,0 +1,171 @@
+// Pushes through a replicated cluster in one process (InProcessCluster: 3
+// real PS services, --replicas=2, on a simulated clock, PS-to-PS links
+// in-process; a psrt::Client on loopback ports): what a worker relies on
+// -- an acknowledged push is on the backup before the acknowledgement, so
+// a failover loses none, and the SYNC barrier applies a step once, when
+// every worker's push is in, across a failover too.
+#include <memory>
+#include <vector>
+
+#include "clients/cpp/client.h"
+#include "gtest/gtest.h"
+#include "ps_server/rpc/in_process_cluster.h"
+
+namespace psrt {
+namespace {
+
+constexpr int kFloats = 6;  // 2 per shard, 3 shards
+
+VariableSpec DenseSpec(float learning_rate) {
+  VariableSpec s;
+  s.set_name("d");
+  s.set_kind(DENSE);
+  s.add_shape(kFloats);
+  s.mutable_partition()->set_num_shards(3);
+  s.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  s.mutable_optimizer()->set_learning_rate(learning_rate);
+  return s;
+}
+
+class ReplicatedPushTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    InProcessCluster::Options options;
+    options.client_ports = true;
+    auto cluster = InProcessCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    cluster_->Advance(absl::Seconds(1));  // leases granted
+  }
+
+  std::unique_ptr<Client> NewClient(int worker_index = -1) {
+    ClientOptions o;
+    o.ps_addresses = cluster_->client_addresses();
+    o.worker_index = worker_index;
+    o.call_timeout = absl::Seconds(20);
+    // Retries after a kill wait on real time: keep them short.
+    o.initial_backoff = absl::Milliseconds(10);
+    o.max_backoff = absl::Milliseconds(50);
+    auto client = Client::Connect(o);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  // The shard of "d" whose primary is PS `task`.
+  int ShardOf(int task) {
+    const LocalVariable* v = cluster_->ps(task)->store()->Find("d");
+    for (int s = 0; v != nullptr && s < v->layout->num_shards(); ++s) {
+      if (v->IsPrimary(s)) return s;
+    }
+    ADD_FAILURE() << "PS " << task << " is primary of no shard of d";
+    return -1;
+  }
+
+  // Updates applied to shard `s` of "d" in PS `task`'s copy of it.
+  int64_t VersionAt(int task, int s) {
+    const LocalVariable* v = cluster_->ps(task)->store()->Find("d");
+    return v != nullptr && v->Holds(s) ? v->shard(s).version() : -1;
+  }
+
+  // Moves the clock until PS 1 serves PS 0's shards.
+  void FailOverPs0() {
+    ASSERT_TRUE(cluster_->AdvanceUntil([&] { return cluster_->Serves(1, 0); },
+                                       absl::Seconds(10)))
+        << "PS 1 did not take PS 0's shards over";
+  }
+
+  std::unique_ptr<InProcessCluster> cluster_;
+};
+
+// A lagging backup (every forward from PS 0 to PS 1 held 100 ms on the
+// link): each push is acknowledged only once PS 1's copy has it -- read
+// from PS 1's store the moment the client has its answer -- so killing PS
+// 0 after any acknowledged push loses nothing.
+TEST_F(ReplicatedPushTest, AnAcknowledgedPushIsOnTheBackupAndSurvivesAKill) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(client->CreateVariables({DenseSpec(1.0f)}), absl::OkStatus());
+  const int s0 = ShardOf(0);
+  ASSERT_GE(s0, 0);
+  cluster_->links()->Delay(0, 1, absl::Milliseconds(100));
+  const std::vector<float> grad(kFloats, 1.0f);
+  constexpr int kPushes = 5;
+  for (int i = 1; i <= kPushes; ++i) {
+    ASSERT_EQ(client->PushDense("d", grad.data()), absl::OkStatus());
+    EXPECT_EQ(VersionAt(1, s0), i)
+        << "push " << i << " was acknowledged before the backup had it";
+  }
+  cluster_->Kill(0);
+  FailOverPs0();
+  std::vector<float> values(kFloats);
+  ASSERT_EQ(client->PullDense("d", values.data()), absl::OkStatus());
+  for (int i = 0; i < kFloats; ++i) {
+    EXPECT_EQ(values[i], -1.0f * kPushes) << "element " << i;
+  }
+}
+
+// The SYNC barrier counts every worker: worker 0's push is held (nothing
+// applied), worker 1's completes the step, which applies the mean once.
+TEST_F(ReplicatedPushTest, ASyncStepAppliesOnceEveryWorkerPushed) {
+  auto setup = NewClient();
+  ASSERT_NE(setup, nullptr);
+  ASSERT_EQ(setup->CreateVariables({DenseSpec(0.5f)}), absl::OkStatus());
+  std::unique_ptr<Client> workers[2] = {NewClient(0), NewClient(1)};
+  for (auto& w : workers) ASSERT_TRUE(w->RefreshCatalog().ok());
+  StepOptions step;
+  step.consistency.set_mode(Consistency::SYNC);
+  step.consistency.set_workers(2);
+  step.consistency.set_timeout_seconds(20);
+  const std::vector<float> g0 = {4, 8, 2, 0, -4, 1}, g1 = {0, 8, 6, 2, 4, 3};
+  std::vector<float> out(kFloats);
+  for (int64_t k = 0; k < 3; ++k) {
+    step.step = k;
+    ASSERT_EQ(workers[0]->Push({PushOp::Dense("d", g0.data())}, step),
+              absl::OkStatus());
+    ASSERT_EQ(setup->PullDense("d", out.data()), absl::OkStatus());
+    for (int i = 0; i < kFloats; ++i) {
+      ASSERT_EQ(out[i], -0.5f * k * (g0[i] + g1[i]) / 2)
+          << "step " << k << " applied with one worker's push";
+    }
+    ASSERT_EQ(workers[1]->Push({PushOp::Dense("d", g1.data())}, step),
+              absl::OkStatus());
+    ASSERT_EQ(setup->PullDense("d", out.data()), absl::OkStatus());
+    for (int i = 0; i < kFloats; ++i) {
+      ASSERT_EQ(out[i], -0.5f * (k + 1) * (g0[i] + g1[i]) / 2)
+          << "step " << k << " element " << i;
+    }
+  }
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(VersionAt(t, ShardOf(t)), 3);
+}
+
+// A SYNC step whose primary fails half-way: worker 0's push of step 0 is
+// held on every PS (and forwarded as held to the backups); PS 0 is
+// killed; once PS 1 serves PS 0's shards, worker 1's push completes the
+// step there with the held push, and every shard applied the mean once.
+TEST_F(ReplicatedPushTest, ASyncStepCompletesAcrossItsPrimarysFailover) {
+  auto setup = NewClient();
+  ASSERT_NE(setup, nullptr);
+  ASSERT_EQ(setup->CreateVariables({DenseSpec(0.5f)}), absl::OkStatus());
+  std::unique_ptr<Client> workers[2] = {NewClient(0), NewClient(1)};
+  for (auto& w : workers) ASSERT_TRUE(w->RefreshCatalog().ok());
+  StepOptions step;
+  step.consistency.set_mode(Consistency::SYNC);
+  step.consistency.set_workers(2);
+  step.consistency.set_timeout_seconds(20);
+  step.step = 0;
+  const std::vector<float> g0 = {4, 8, 2, 0, -4, 1}, g1 = {0, 8, 6, 2, 4, 3};
+  ASSERT_EQ(workers[0]->Push({PushOp::Dense("d", g0.data())}, step),
+            absl::OkStatus());
+  cluster_->Kill(0);
+  FailOverPs0();
+  ASSERT_EQ(workers[1]->Push({PushOp::Dense("d", g1.data())}, step),
+            absl::OkStatus());
+  std::vector<float> out(kFloats);
+  ASSERT_EQ(setup->PullDense("d", out.data()), absl::OkStatus());
+  for (int i = 0; i < kFloats; ++i) {
+    EXPECT_EQ(out[i], -0.5f * (g0[i] + g1[i]) / 2) << "element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace psrt
