@@ -62,11 +62,13 @@ print_stage_table() {
 }
 
 # Test targets for the ASan pass: every test but those tagged heavy
-# (training-quality runs, the network-namespace suites, the cgroup fill:
-# they run once, in the optimized pass; ./run.sh soak runs them under ASan).
+# (training-quality runs, the network-namespace suites, the cgroup fill)
+# or no_asan (no C++ path of their own: the Python client's): they run
+# once, in the optimized pass; ./run.sh soak runs them under ASan too.
 asan_test_targets() {
   bazel query --noshow_progress \
-    'tests(//...) except attr(tags, "\bheavy\b", tests(//...))' 2>/dev/null
+    'tests(//...) except attr(tags, "\b(heavy|no_asan)\b", tests(//...))' \
+    2>/dev/null
 }
 
 # `bazel test ARGS...`, its output also saved in out/ci/NAME.log (for the

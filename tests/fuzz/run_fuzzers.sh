@@ -111,7 +111,7 @@ finish_one() {
   local t=${running[$pid]}
   unset "running[$pid]"
   if ((status == 0)); then
-    echo "fuzz: $t passed: $(grep -E "stat::number_of_executed_units" \
+    echo "fuzz: $t passed: $(grep -aE "stat::number_of_executed_units" \
       "$out/$t.log" | tail -n 1 | tr -s ' ')"
   else
     failed+=("$t")
