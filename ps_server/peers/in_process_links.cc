@@ -3,47 +3,8 @@
 #include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "grpcpp/support/client_interceptor.h"
 
 namespace psrt {
-
-// Counts each call of a link and holds it for the link's delay before its
-// first bytes go.
-class InProcessLinks::CountingInterceptorFactory
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
-  CountingInterceptorFactory(InProcessLinks* links, int from, int to)
-      : links_(links), from_(from), to_(to) {}
-
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      grpc::experimental::ClientRpcInfo*) override {
-    return new Interceptor(links_, from_, to_);
-  }
-
- private:
-  class Interceptor : public grpc::experimental::Interceptor {
-   public:
-    Interceptor(InProcessLinks* links, int from, int to)
-        : links_(links), from_(from), to_(to) {}
-    void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
-      if (m->QueryInterceptionHookPoint(
-              grpc::experimental::InterceptionHookPoints::
-                  PRE_SEND_INITIAL_METADATA)) {
-        absl::Duration delay;
-        links_->CountCall(from_, to_, &delay);
-        if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
-      }
-      m->Proceed();
-    }
-
-   private:
-    InProcessLinks* const links_;
-    const int from_, to_;
-  };
-
-  InProcessLinks* const links_;
-  const int from_, to_;
-};
 
 class InProcessLinks::Transport : public PeerTransport {
  public:
@@ -72,17 +33,10 @@ void InProcessLinks::Attach(int task, grpc::Server* server) {
   servers_[task] = server;
   for (int from = 0; from < num_ps_; ++from) {
     if (from == task) continue;
-    std::vector<
-        std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
-        interceptors;
-    interceptors.push_back(
-        std::make_unique<CountingInterceptorFactory>(this, from, task));
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    channels_[from * num_ps_ + task] =
-        server->experimental().InProcessChannelWithInterceptors(
-            args, std::move(interceptors));
+    channels_[from * num_ps_ + task] = server->InProcessChannel(args);
   }
 }
 
@@ -131,20 +85,21 @@ int64_t InProcessLinks::calls(int from, int to) const {
   return calls_[from * num_ps_ + to];
 }
 
-void InProcessLinks::CountCall(int from, int to, absl::Duration* delay) {
-  absl::MutexLock lock(&mu_);
-  ++calls_[from * num_ps_ + to];
-  *delay = delay_[from * num_ps_ + to];
-}
-
 std::shared_ptr<grpc::Channel> InProcessLinks::ChannelFor(int from, int to) {
-  absl::MutexLock lock(&mu_);
-  const int link = from * num_ps_ + to;
-  if (cut_[link] || channels_[link] == nullptr) {
+  // PsPeers asks for the channel once per call, just before making it:
+  // each call is counted, and delayed, here.
+  absl::Duration delay;
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    absl::MutexLock lock(&mu_);
+    const int link = from * num_ps_ + to;
     ++calls_[link];
-    return dead_;
+    delay = delay_[link];
+    channel =
+        cut_[link] || channels_[link] == nullptr ? dead_ : channels_[link];
   }
-  return channels_[link];
+  if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+  return channel;
 }
 
 std::unique_ptr<PeerTransport> InProcessLinks::TransportFor(int self) {

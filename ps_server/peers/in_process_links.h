@@ -10,7 +10,8 @@
 //   Cut(from, to)       calls from -> to fail at once (UNAVAILABLE), as
 //                       when a packet filter drops them; Heal undoes it;
 //   Partition(sides)    every link between two sides cut, both ways;
-//   Delay(from, to, d)  each call waits `d` of real time before it is sent;
+//   Delay(from, to, d)  each call waits `d` of real time before it is made
+//                       (on the calling thread);
 //   Kill(task)          `task`'s server is gone: every call to it fails
 //                       (the test shuts the server down itself).
 // Calls in flight when a link is cut complete; later ones fail.
@@ -57,10 +58,8 @@ class InProcessLinks {
 
  private:
   class Transport;
-  class CountingInterceptorFactory;
+  // The channel for one call from -> to (counted; held for the delay).
   std::shared_ptr<grpc::Channel> ChannelFor(int from, int to)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void CountCall(int from, int to, absl::Duration* delay)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const int num_ps_;

@@ -17,9 +17,9 @@ namespace psrt {
 class PeerTransport {
  public:
   virtual ~PeerTransport() = default;
-  // The channel to PS `task` (never this PS) for the next call; never
-  // null. May differ from call to call (a test's link cut or healed).
-  // Thread-safe.
+  // The channel to PS `task` (never this PS) for the next call; PsPeers
+  // asks once per call, just before making it. Never null. May differ from
+  // call to call (a test's link cut or healed). Thread-safe.
   virtual std::shared_ptr<grpc::Channel> ChannelTo(int task) const = 0;
 };
 

@@ -40,12 +40,11 @@ void LeaseHolder::Replaced(const std::string& why) {
 }
 
 void LeaseHolder::Reinstate(int granted_by, absl::Time asked) {
-  const absl::Time sent = asked;
   absl::MutexLock lock(&mu_);
   replaced_ = false;
   if (granted_by >= 0 && granted_by < peers_->size() &&
       granted_by != peers_->self()) {
-    granted_at_[granted_by] = std::max(granted_at_[granted_by], sent);
+    granted_at_[granted_by] = std::max(granted_at_[granted_by], asked);
   }
 }
 

@@ -75,18 +75,6 @@ void InProcessCluster::Kill(int task) {
   servers_[task].reset();
 }
 
-absl::Status InProcessCluster::Restart(int task) {
-  Kill(task);
-  auto server = MakeServer(task);
-  if (!server.ok()) return server.status();
-  servers_[task] = *std::move(server);
-  if (!Settle()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("PS ", task, " did not settle after its restart"));
-  }
-  return absl::OkStatus();
-}
-
 int InProcessCluster::LoopThreads() {
   int threads = 0;
   for (int t = 0; t < num_ps(); ++t) {

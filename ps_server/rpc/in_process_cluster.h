@@ -56,8 +56,6 @@ class InProcessCluster {
 
   // PS `task` dies: its links are gone, then its server.
   void Kill(int task);
-  // A new process of PS `task` (empty, as a restarted ps_server).
-  absl::Status Restart(int task);
 
   // Moves the clock on by `total` in steps of options.step; after each
   // step, once every live PS's loop threads (lease renewals, failover

@@ -74,7 +74,31 @@ class ReplicatedPushTest : public ::testing::Test {
         << "PS 1 did not take PS 0's shards over";
   }
 
+  // A client that creates "d" (SGD, learning rate 0.5) and two SYNC
+  // workers, 0 and 1.
+  void SyncWorkers() {
+    setup_ = NewClient();
+    ASSERT_NE(setup_, nullptr);
+    ASSERT_EQ(setup_->CreateVariables({DenseSpec(0.5f)}), absl::OkStatus());
+    for (int w = 0; w < 2; ++w) {
+      workers_[w] = NewClient(w);
+      ASSERT_NE(workers_[w], nullptr);
+      ASSERT_TRUE(workers_[w]->RefreshCatalog().ok());
+    }
+  }
+  static StepOptions SyncStep() {
+    StepOptions step;
+    step.consistency.set_mode(Consistency::SYNC);
+    step.consistency.set_workers(2);
+    step.consistency.set_timeout_seconds(20);
+    return step;
+  }
+  // The two workers' gradients.
+  const std::vector<float> g0 = {4, 8, 2, 0, -4, 1}, g1 = {0, 8, 6, 2, 4, 3};
+
   std::unique_ptr<InProcessCluster> cluster_;
+  std::unique_ptr<Client> setup_;
+  std::unique_ptr<Client> workers_[2];
 };
 
 // A lagging backup (every forward from PS 0 to PS 1 held 100 ms on the
@@ -107,16 +131,10 @@ TEST_F(ReplicatedPushTest, AnAcknowledgedPushIsOnTheBackupAndSurvivesAKill) {
 // The SYNC barrier counts every worker: worker 0's push is held (nothing
 // applied), worker 1's completes the step, which applies the mean once.
 TEST_F(ReplicatedPushTest, ASyncStepAppliesOnceEveryWorkerPushed) {
-  auto setup = NewClient();
-  ASSERT_NE(setup, nullptr);
-  ASSERT_EQ(setup->CreateVariables({DenseSpec(0.5f)}), absl::OkStatus());
-  std::unique_ptr<Client> workers[2] = {NewClient(0), NewClient(1)};
-  for (auto& w : workers) ASSERT_TRUE(w->RefreshCatalog().ok());
-  StepOptions step;
-  step.consistency.set_mode(Consistency::SYNC);
-  step.consistency.set_workers(2);
-  step.consistency.set_timeout_seconds(20);
-  const std::vector<float> g0 = {4, 8, 2, 0, -4, 1}, g1 = {0, 8, 6, 2, 4, 3};
+  SyncWorkers();
+  std::unique_ptr<Client>& setup = setup_;
+  std::unique_ptr<Client>* workers = workers_;
+  StepOptions step = SyncStep();
   std::vector<float> out(kFloats);
   for (int64_t k = 0; k < 3; ++k) {
     step.step = k;
@@ -143,17 +161,11 @@ TEST_F(ReplicatedPushTest, ASyncStepAppliesOnceEveryWorkerPushed) {
 // killed; once PS 1 serves PS 0's shards, worker 1's push completes the
 // step there with the held push, and every shard applied the mean once.
 TEST_F(ReplicatedPushTest, ASyncStepCompletesAcrossItsPrimarysFailover) {
-  auto setup = NewClient();
-  ASSERT_NE(setup, nullptr);
-  ASSERT_EQ(setup->CreateVariables({DenseSpec(0.5f)}), absl::OkStatus());
-  std::unique_ptr<Client> workers[2] = {NewClient(0), NewClient(1)};
-  for (auto& w : workers) ASSERT_TRUE(w->RefreshCatalog().ok());
-  StepOptions step;
-  step.consistency.set_mode(Consistency::SYNC);
-  step.consistency.set_workers(2);
-  step.consistency.set_timeout_seconds(20);
+  SyncWorkers();
+  std::unique_ptr<Client>& setup = setup_;
+  std::unique_ptr<Client>* workers = workers_;
+  StepOptions step = SyncStep();
   step.step = 0;
-  const std::vector<float> g0 = {4, 8, 2, 0, -4, 1}, g1 = {0, 8, 6, 2, 4, 3};
   ASSERT_EQ(workers[0]->Push({PushOp::Dense("d", g0.data())}, step),
             absl::OkStatus());
   cluster_->Kill(0);
