@@ -442,67 +442,6 @@ TEST_F(ClusterTest, SyncStepAppliesTheMeanOfEveryWorkersGradient) {
   }
 }
 
-// SSP with staleness 2: a worker may pull step t only once every worker
-// has pushed step t - 3; a faster one is held (and named after the
-// timeout), then released when the slowest catches up.
-TEST_F(ClusterTest, SspHoldsAFastWorkerAtMostStalenessStepsAheadAndReleasesIt) {
-  cluster_.reset();
-  cluster_ = std::move(*LocalCluster::Start({.num_ps = 2, .num_workers = 3}));
-  VariableSpec d = Spec("d", DENSE, {4}, 1, OptimizerSpec::SGD, 1.0f);
-  auto setup = NewClient();
-  ASSERT_EQ(setup->CreateVariables({d}), absl::OkStatus());
-  std::unique_ptr<Client> workers[3];
-  for (int w = 0; w < 3; ++w) {
-    ClientOptions o = cluster_->MakeClientOptions();
-    o.worker_index = w;
-    o.call_timeout = absl::Seconds(20);
-    workers[w] = std::move(*Client::Connect(o));
-    ASSERT_TRUE(workers[w]->RefreshCatalog().ok());
-  }
-  StepOptions step;
-  step.consistency.set_mode(Consistency::SSP);
-  step.consistency.set_workers(3);
-  step.consistency.set_staleness(2);
-  step.consistency.set_timeout_seconds(1);
-  std::vector<float> g(4, 1.0f), out(4);
-  // Workers 0 and 1 push steps 0..4; worker 2 pushes step 0 only.
-  for (int64_t k = 0; k < 5; ++k) {
-    step.step = k;
-    for (int w = 0; w < 2; ++w) {
-      ASSERT_TRUE(workers[w]->Push({PushOp::Dense("d", g.data())}, step).ok());
-    }
-  }
-  step.step = 0;
-  ASSERT_TRUE(workers[2]->Push({PushOp::Dense("d", g.data())}, step).ok());
-  // Worker 2 has pushed step 0 (clock 1): pulls up to step 1 + 2 = 3 go.
-  step.step = 3;
-  EXPECT_TRUE(workers[0]->Pull({PullOp::Dense("d", out.data())}, step).ok());
-  // Step 4 is 3 ahead of worker 2: held, then refused naming it.
-  step.step = 4;
-  absl::Status held = workers[0]->Pull({PullOp::Dense("d", out.data())}, step);
-  EXPECT_EQ(held.code(), absl::StatusCode::kDeadlineExceeded) << held;
-  EXPECT_NE(held.message().find("worker 2 (at step 1)"), std::string::npos)
-      << held;
-  // Released as soon as worker 2 pushes step 1.
-  step.consistency.set_timeout_seconds(15);
-  absl::Status released;
-  absl::Time returned;
-  std::thread pull([&] {
-    released = workers[1]->Pull({PullOp::Dense("d", out.data())}, step);
-    returned = absl::Now();
-  });
-  absl::SleepFor(absl::Milliseconds(500));
-  const absl::Time pushed = absl::Now();
-  StepOptions slow = step;
-  slow.step = 1;
-  ASSERT_TRUE(workers[2]->Push({PushOp::Dense("d", g.data())}, slow).ok());
-  pull.join();
-  EXPECT_TRUE(released.ok()) << released;
-  EXPECT_GE(returned, pushed)
-      << "the pull went ahead before worker 2 caught up";
-  EXPECT_EQ(out[0], -12.0f);  // 5 + 5 + 2 pushes of 1, all applied on arrival
-}
-
 // Every series docs/operations.md lists, from a live server, with values
 // that follow from what the test did.
 TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {

@@ -24,6 +24,12 @@ class RealClock : public Clock {
   void SleepFor(absl::Duration duration) const override {
     absl::SleepFor(duration);
   }
+  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& condition,
+                         absl::Time deadline) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    // On this clock's readings, which may drift from absl::Now().
+    return mu->AwaitWithTimeout(condition, deadline - Now());
+  }
 
  private:
   const absl::Time start_wall_;

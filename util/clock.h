@@ -11,6 +11,7 @@
 #ifndef PSRT_UTIL_CLOCK_H_
 #define PSRT_UTIL_CLOCK_H_
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
@@ -28,6 +29,14 @@ class Clock {
                                    absl::Duration timeout) const = 0;
   // Blocks for `duration` on this clock.
   virtual void SleepFor(absl::Duration duration) const = 0;
+  // With `mu` held (and held again on return): waits, releasing it, until
+  // `condition` holds (true) or `deadline` on this clock has come (false,
+  // unless `condition` holds by then). Loops that wait for "something
+  // changed, or the earliest deadline" use this instead of a CondVar.
+  virtual bool AwaitWithDeadline(absl::Mutex* mu,
+                                 const absl::Condition& condition,
+                                 absl::Time deadline) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 
   // The process's real clock (never destroyed).
   static Clock* Real();

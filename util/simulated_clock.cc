@@ -33,6 +33,26 @@ void SimulatedClock::SleepFor(absl::Duration duration) const {
   deadlines_.erase(waiting);
 }
 
+bool SimulatedClock::AwaitWithDeadline(absl::Mutex* mu,
+                                       const absl::Condition& condition,
+                                       absl::Time deadline) const {
+  std::multiset<absl::Time>::iterator waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    waiting = deadlines_.insert(deadline);
+  }
+  // Time moves under this clock's mutex, the condition under `mu`: wait on
+  // `mu` for a real millisecond at a time and look at the clock between.
+  // (Order: `mu`, then this clock's; Advance never takes `mu`.)
+  bool holds = condition.Eval();
+  while (!holds && Now() < deadline) {
+    holds = mu->AwaitWithTimeout(condition, absl::Milliseconds(1));
+  }
+  absl::MutexLock lock(&mu_);
+  deadlines_.erase(waiting);
+  return holds;
+}
+
 void SimulatedClock::Advance(absl::Duration duration) {
   absl::MutexLock lock(&mu_);
   if (duration > absl::ZeroDuration()) now_ += duration;
@@ -52,6 +72,15 @@ bool SimulatedClock::AwaitWaiters(int count,
   };
   absl::MutexLock lock(&mu_);
   return mu_.AwaitWithTimeout(absl::Condition(&enough), real_timeout);
+}
+
+bool SimulatedClock::AwaitWaiterFor(absl::Time instant,
+                                    absl::Duration real_timeout) const {
+  auto waited_for = [this, instant]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return deadlines_.count(instant) > 0;
+  };
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&waited_for), real_timeout);
 }
 
 }  // namespace psrt

@@ -29,6 +29,9 @@ class SimulatedClock : public Clock {
       ABSL_LOCKS_EXCLUDED(mu_);
   void SleepFor(absl::Duration duration) const override
       ABSL_LOCKS_EXCLUDED(mu_);
+  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& condition,
+                         absl::Time deadline) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Moves time forward by `duration` (>= 0) and wakes the waits it ends.
   void Advance(absl::Duration duration) ABSL_LOCKS_EXCLUDED(mu_);
@@ -40,6 +43,11 @@ class SimulatedClock : public Clock {
   // Advance, until the threads it woke have done their step and wait
   // again. False if they did not in time.
   bool AwaitWaiters(int count, absl::Duration real_timeout) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks, up to `real_timeout` of real time, until some thread waits for
+  // exactly `instant` (a timeout the test knows was just set). False if
+  // none did in time.
+  bool AwaitWaiterFor(absl::Time instant, absl::Duration real_timeout) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -82,6 +82,41 @@ TEST(SimulatedClockTest, AThreadWhoseInstantCameIsNotIdle) {
   waiter.join();
 }
 
+TEST(SimulatedClockTest, AwaitWithDeadlineEndsOnTheConditionOrTheDeadline) {
+  SimulatedClock clock;
+  absl::Mutex mu;
+  bool changed = false;
+  bool result = true;
+  std::thread waiter([&] {
+    absl::MutexLock lock(&mu);
+    result = clock.AwaitWithDeadline(&mu, absl::Condition(&changed),
+                                     clock.Now() + absl::Seconds(3));
+  });
+  ASSERT_TRUE(
+      clock.AwaitWaiterFor(clock.Now() + absl::Seconds(3), absl::Seconds(10)));
+  EXPECT_FALSE(clock.AwaitWaiterFor(clock.Now() + absl::Seconds(2),
+                                    absl::Milliseconds(5)));
+  clock.Advance(absl::Seconds(3) - absl::Nanoseconds(1));
+  ASSERT_TRUE(clock.AwaitWaiters(1, absl::Seconds(10)));  // not yet
+  clock.Advance(absl::Nanoseconds(1));
+  waiter.join();
+  EXPECT_FALSE(result);
+  // The condition ends it with no time passing.
+  std::thread second([&] {
+    absl::MutexLock lock(&mu);
+    result = clock.AwaitWithDeadline(&mu, absl::Condition(&changed),
+                                     absl::InfiniteFuture());
+  });
+  ASSERT_TRUE(clock.AwaitWaiters(1, absl::Seconds(10)));
+  {
+    absl::MutexLock lock(&mu);
+    changed = true;
+  }
+  second.join();
+  EXPECT_TRUE(result);
+  EXPECT_EQ(clock.waiters(), 0);
+}
+
 TEST(SimulatedClockTest, AwaitWaitersTimesOutWhenNobodyWaits) {
   SimulatedClock clock;
   EXPECT_FALSE(clock.AwaitWaiters(1, absl::Milliseconds(5)));
@@ -95,6 +130,11 @@ TEST(RealClockTest, NeverGoesBackAndTracksTheWallClock) {
   EXPECT_LT(absl::AbsDuration(a - absl::Now()), absl::Seconds(1));
   absl::Notification never;
   EXPECT_FALSE(clock->WaitForNotification(never, absl::Milliseconds(1)));
+  absl::Mutex mu;
+  bool never_true = false;
+  absl::MutexLock lock(&mu);
+  EXPECT_FALSE(clock->AwaitWithDeadline(&mu, absl::Condition(&never_true),
+                                        clock->Now() + absl::Milliseconds(1)));
 }
 
 }  // namespace

@@ -31,11 +31,13 @@ uint64_t RandomIncarnation() {
 }  // namespace
 
 Replicator::Replicator(const PsPeers* peers, std::vector<int> backups,
-                       MayDrop may_drop, absl::Duration call_timeout,
+                       MayDrop may_drop, Clock* clock,
+                       absl::Duration call_timeout,
                        absl::Duration give_up_after)
     : peers_(peers),
       may_drop_(std::move(may_drop)),
       call_timeout_(call_timeout),
+      clock_(clock),
       give_up_after_(give_up_after),
       incarnation_(RandomIncarnation()) {
   absl::MutexLock lock(&mu_);
@@ -299,7 +301,7 @@ absl::Status Replicator::Deliver(int task,
                                  const std::vector<grpc::ByteBuffer>& messages,
                                  uint64_t last, absl::Duration patience,
                                  bool rejoin_adds_it) {
-  const absl::Time give_up = absl::Now() + patience;
+  const absl::Time give_up = clock_->Now() + patience;
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
     auto answer = peers_->Replicate(task, messages, call_timeout_);
@@ -330,12 +332,14 @@ absl::Status Replicator::Deliver(int task,
       stopping = stopping_;
     }
     if (!transient || stopping) return error;
-    if (absl::Now() + backoff > give_up) {
+    if (clock_->Now() + backoff > give_up) {
       if (may_drop_ == nullptr || may_drop_(task)) return error;
       LOG_EVERY_N(WARNING, 10)
           << peers_->Describe(task) << " is unreachable from here (" << error
           << ") but not from most of the cluster: pushes wait";
     }
+    // The pace of retries is real time (a test's simulated clock may stand
+    // still); when to give up is the clock's.
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }

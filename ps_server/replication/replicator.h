@@ -38,6 +38,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "ps_server/peers/ps_peers.h"
 #include "ps_server/replication/replication_log.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -60,9 +61,11 @@ class Replicator final : public ReplicationLog {
 
   // `peers` must outlive the replicator; `backups` are this PS's backup
   // tasks (none: Append and WhenReplicated do nothing). `may_drop` null:
-  // any backup unreachable for `give_up_after` is dropped.
+  // any backup unreachable for `give_up_after` is dropped. `clock` times
+  // the patience with an unreachable backup (it must outlive the
+  // replicator); the retries within it are paced in real time.
   Replicator(const PsPeers* peers, std::vector<int> backups,
-             MayDrop may_drop = nullptr,
+             MayDrop may_drop = nullptr, Clock* clock = Clock::Real(),
              absl::Duration call_timeout = absl::Seconds(10),
              absl::Duration give_up_after = absl::Seconds(3));
   ~Replicator();
@@ -173,6 +176,7 @@ class Replicator final : public ReplicationLog {
   const PsPeers* const peers_;
   const MayDrop may_drop_;
   const absl::Duration call_timeout_;
+  Clock* const clock_;
   const absl::Duration give_up_after_;
   const uint64_t incarnation_;
   mutable absl::Mutex mu_;

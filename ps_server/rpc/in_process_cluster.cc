@@ -1,6 +1,9 @@
 #include "ps_server/rpc/in_process_cluster.h"
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace psrt {
@@ -12,7 +15,14 @@ InProcessCluster::InProcessCluster(Options options)
       servers_(options.num_ps) {
   for (int t = 0; t < options.num_ps; ++t) {
     cluster_.ps.push_back(absl::StrCat("127.0.0.", t + 1, ":2223"));
-    cluster_.workers.push_back(absl::StrCat("127.0.0.", t + 1, ":2222"));
+  }
+  // One worker per host, as in SageMaker's layout, unless told otherwise.
+  const int workers =
+      options.num_workers > 0 ? options.num_workers : options.num_ps;
+  for (int w = 0; w < workers; ++w) {
+    cluster_.workers.push_back(absl::StrCat("127.0.0.", w % options.num_ps + 1,
+                                            ":",
+                                            2222 + 100 * (w / options.num_ps)));
   }
 }
 
@@ -75,11 +85,22 @@ void InProcessCluster::Kill(int task) {
   servers_[task].reset();
 }
 
+absl::Status InProcessCluster::Restart(int task) {
+  if (servers_[task] != nullptr) Kill(task);
+  auto server = MakeServer(task);
+  if (!server.ok()) return server.status();
+  servers_[task] = *std::move(server);
+  return absl::OkStatus();
+}
+
 int InProcessCluster::LoopThreads() {
   int threads = 0;
   for (int t = 0; t < num_ps(); ++t) {
     Server* server = servers_[t].get();
-    if (server == nullptr || server->lease() == nullptr) continue;
+    if (server == nullptr) continue;
+    // The step barriers' timeout threads.
+    threads += server->service()->step_barriers();
+    if (server->lease() == nullptr) continue;
     threads += num_ps() - 1;  // a renewal thread per other PS
     const ReplicaPlacement& placement = server->store()->replicas();
     for (int primary : placement.BackedUpBy(t)) {
@@ -130,6 +151,26 @@ bool InProcessCluster::AdvanceUntil(const std::function<bool()>& condition,
     Advance(options_.step);
   }
   return condition();
+}
+
+absl::Status InProcessCluster::AdvanceDuring(
+    const std::function<absl::Status()>& call, absl::Duration limit) {
+  absl::Notification done;
+  absl::Status result;
+  std::thread caller([&] {
+    result = call();
+    done.Notify();
+  });
+  // A few real milliseconds pass at each step: the call's RPCs, and the
+  // retries paced in real time, go on meanwhile.
+  for (absl::Duration advanced;
+       !done.WaitForNotificationWithTimeout(absl::Milliseconds(2)) &&
+       advanced < limit;
+       advanced += options_.step) {
+    Advance(options_.step);
+  }
+  caller.join();
+  return result;
 }
 
 bool InProcessCluster::Serves(int task, int owner) {

@@ -33,6 +33,9 @@ class InProcessCluster {
   struct Options {
     int num_ps = 3;
     int replicas = 2;
+    // Workers in the cluster spec (what SYNC and SSP requests are checked
+    // against); 0: one per PS.
+    int num_workers = 0;
     bool client_ports = false;
     // Timing (the clock is the cluster's own).
     LeaseHolder::Options lease;
@@ -56,6 +59,10 @@ class InProcessCluster {
 
   // PS `task` dies: its links are gone, then its server.
   void Kill(int task);
+  // A new, empty process of PS `task` (it was killed): as a restarted
+  // ps_server, it learns it was replaced, rejoins as a backup and takes its
+  // shards back (handback).
+  absl::Status Restart(int task);
 
   // Moves the clock on by `total` in steps of options.step; after each
   // step, once every live PS's loop threads (lease renewals, failover
@@ -68,6 +75,12 @@ class InProcessCluster {
   // simulated time passed (false).
   bool AdvanceUntil(const std::function<bool()>& condition,
                     absl::Duration limit);
+  // Runs `call` (a client's pull or push) on a thread, advancing the clock
+  // step by step while it runs, up to `limit` of simulated time; returns
+  // its answer. For calls that wait on the PS's time: a push whose backup
+  // is gone is acknowledged once the primary gave up on it.
+  absl::Status AdvanceDuring(const std::function<absl::Status()>& call,
+                             absl::Duration limit);
 
   // PS `task` acknowledges pulls and pushes for `owner`'s shards now: its
   // own (it serves: not replaced, lease held) or those it took over.
@@ -76,7 +89,11 @@ class InProcessCluster {
  private:
   explicit InProcessCluster(Options options);
   absl::StatusOr<std::unique_ptr<Server>> MakeServer(int task);
-  // Threads of live PS that wait on the clock between their steps.
+  // Threads of live PS that wait on the clock between their steps: lease
+  // renewals, failover probes, step barriers' timeouts. (A rejoin's and a
+  // handback's retries are not counted: while a PS rejoins, a step may be
+  // looked at before its renewals are done; AdvanceUntil looks again at
+  // the next step.)
   int LoopThreads();
   bool Settle();
   // Polls (real time) until every live PS's backups accepted its stream.

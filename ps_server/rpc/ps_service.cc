@@ -372,7 +372,7 @@ ParameterServerService::ParameterServerService(
     ShardStore* store, MetricsRegistry* metrics, ServiceLimits limits,
     CheckpointCoordinator* checkpoints, std::string restored_from,
     std::string auth_token, ClusterMembers* checkpoint_callers,
-    ReplicationLog* replicator)
+    ReplicationLog* replicator, Clock* clock)
     : store_(store),
       metrics_(metrics),
       checkpoints_(checkpoints),
@@ -383,8 +383,9 @@ ParameterServerService::ParameterServerService(
       dedup_scopes_(store->num_ps()),
       replicator_(replicator),
       replica_applier_(store, &dedup_scopes_, limits.max_push_bytes),
+      clock_(clock != nullptr ? clock : Clock::Real()),
       coordinator_(store->ps_task(), limits.max_workers,
-                   dedup_scopes_.For(store->ps_task())),
+                   dedup_scopes_.For(store->ps_task()), clock_),
       workers_seen_(limits.max_workers),
       pull_(MakeMethodMetrics("Pull")),
       push_(MakeMethodMetrics("Push")),
@@ -1101,7 +1102,7 @@ void ParameterServerService::ResumeBarriersOf(int primary) {
     }
     // Resumed before calls can reach it.
     auto resumed = std::make_unique<StepCoordinator>(
-        for_ps, limits_.max_workers, dedup_scopes_.For(self));
+        for_ps, limits_.max_workers, dedup_scopes_.For(self), clock_);
     resumed->Resume(barrier.next_step, std::move(held), barrier.clocks);
     absl::MutexLock lock(&coordinators_mu_);
     auto& slot = taken_over_[for_ps];

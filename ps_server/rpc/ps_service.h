@@ -78,13 +78,16 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // `checkpoint_callers`: when set, the checkpoint RPCs (Checkpoint,
   // SaveShards, CommitCheckpoint) are served only to these peers; it must
   // outlive the service.
+  // `clock` times the step barrier's waits and a handback's pause (null:
+  // the real clock); it must outlive the service.
   ParameterServerService(ShardStore* store, MetricsRegistry* metrics,
                          ServiceLimits limits,
                          CheckpointCoordinator* checkpoints = nullptr,
                          std::string restored_from = "",
                          std::string auth_token = "",
                          ClusterMembers* checkpoint_callers = nullptr,
-                         ReplicationLog* replicator = nullptr);
+                         ReplicationLog* replicator = nullptr,
+                         Clock* clock = nullptr);
   // Answers the refusals still held for a handback (the server, shut down
   // before, waited for them at most kMaxHandbackHold).
   ~ParameterServerService() override;
@@ -146,14 +149,11 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // from and votes, RenewLease grants; `lease` (null: none, fewer than 3
   // PS) must be held to serve pulls and pushes. All must outlive the
   // service; call before serving.
-  // `clock` times what the lease holder must compare with its own
-  // readings (a handback's request); null: the real clock.
   void EnableReplication(Membership* membership, const PsPeers* peers,
-                         const LeaseHolder* lease, Clock* clock = nullptr) {
+                         const LeaseHolder* lease) {
     membership_ = membership;
     peers_ = peers;
     lease_ = lease;
-    if (clock != nullptr) clock_ = clock;
   }
   // Failover: `primary`'s shards are served here from now on, if this
   // PS's copy of them is in sync (else false, nothing changes).
@@ -162,6 +162,12 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // was replaced by a backup (failover), while it holds no lease, or while
   // its backups have not accepted its stream.
   absl::Status CheckNotReplaced() const;
+  // The step barriers this PS keeps (its own, those of PS it took over or
+  // handed back): each has a thread that always waits on the clock.
+  int step_barriers() ABSL_LOCKS_EXCLUDED(coordinators_mu_) {
+    absl::MutexLock lock(&coordinators_mu_);
+    return 1 + static_cast<int>(taken_over_.size() + handed_back_.size());
+  }
   // A new process of `primary` said hello while this PS's copy follows its
   // previous one (it restarted faster than a failover): if this PS is its
   // first live backup and in sync, it takes the shards over at once (the
@@ -247,7 +253,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   ReplicationLog* const replicator_;  // null: no replicas
   ReplicaApplier replica_applier_;
   Membership* membership_ = nullptr;
-  Clock* clock_ = Clock::Real();
+  Clock* const clock_;
   const PsPeers* peers_ = nullptr;
   const LeaseHolder* lease_ = nullptr;
   // This PS's own shards' step barrier (SYNC, SSP).
@@ -298,7 +304,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // the last one settles (its answer plus the new primary's start).
   absl::Time handback_settles_at_ ABSL_GUARDED_BY(settle_mu_) =
       absl::InfinitePast();
-  absl::CondVar settle_changed_;
+  // Bumped when the settle instant or the held refusals change (the
+  // answering thread looks again).
+  uint64_t settle_changes_ ABSL_GUARDED_BY(settle_mu_) = 0;
   struct HeldRefusal {
     absl::Time until;  // kMaxHandbackHold after it came
     std::function<void()> answer;

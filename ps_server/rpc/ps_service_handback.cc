@@ -107,13 +107,13 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
     auto it = taken_over_.find(from);
     if (it != taken_over_.end()) barrier = it->second.get();
   }
-  const absl::Time paused = absl::Now();
+  const absl::Time paused = clock_->Now();
   StartHoldingRefusals();
   // Undone: the refusals held meanwhile are answered at once.
   absl::Cleanup settle = [this] {
     absl::MutexLock lock(&settle_mu_);
-    handback_settles_at_ = absl::Now();
-    settle_changed_.SignalAll();
+    handback_settles_at_ = clock_->Now();
+    ++settle_changes_;
   };
   StepCoordinator::Handover handover;
   if (barrier != nullptr) {
@@ -125,12 +125,12 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
   // Every update applied to them here was logged under their locks, so
   // by now: the caller must have applied everything up to here.
   const uint64_t last = replicator_->next_sequence() - 1;
-  const absl::Time deadline = absl::Now() + kHandbackWait;
+  const absl::Time deadline = clock_->Now() + kHandbackWait;
   std::optional<uint64_t> acknowledged;
   while (true) {
     acknowledged = replicator_->AcknowledgedBy(from);
     if (acknowledged.has_value() && *acknowledged >= last) break;
-    if (!acknowledged.has_value() || absl::Now() > deadline) {
+    if (!acknowledged.has_value() || clock_->Now() > deadline) {
       store_->Promote(from);
       if (barrier != nullptr) barrier->Reopen();
       return absl::UnavailableError(absl::StrCat(
@@ -141,6 +141,7 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
           acknowledged.has_value() ? "" : ", and it is no backup any more",
           "): its shards stay on PS ", self, "; retry"));
     }
+    // A poll of the caller's progress, not a wait on time: real time.
     absl::SleepFor(absl::Microseconds(200));
   }
   replica_applier_.FollowHandedBack(from, r.incarnation(), r.stream_from());
@@ -163,15 +164,15 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
   std::move(settle).Cancel();
   {
     absl::MutexLock lock(&settle_mu_);
-    handback_settles_at_ = absl::Now() + kCallerStart;
+    handback_settles_at_ = clock_->Now() + kCallerStart;
     settling_for_.store(from, std::memory_order_release);
-    settle_changed_.SignalAll();
+    ++settle_changes_;
   }
   LOG(WARNING) << "PS " << self << " handed " << shards
                << " shard(s) back to PS " << from << " (its term " << term
                << "; step barrier at step " << handover.next_step << " with "
                << handover.held << " held push(es)): they were unserved here "
-               << "for " << absl::FormatDuration(absl::Now() - paused)
+               << "for " << absl::FormatDuration(clock_->Now() - paused)
                << " while PS " << from << " applied the last updates through "
                << last;
   out.set_shards(shards);
@@ -187,11 +188,11 @@ void ParameterServerService::HandbackSettledBy(int from) {
   absl::MutexLock lock(&settle_mu_);
   if (settling_for_.load() != from) return;
   settling_for_.store(-1);
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->Now();
   const absl::Duration after = kCallerStart - (handback_settles_at_ - now);
   if (now < handback_settles_at_) {
     handback_settles_at_ = now;
-    settle_changed_.SignalAll();
+    ++settle_changes_;
     LOG(INFO) << "handback to PS " << from << " settled: it serves, "
               << absl::FormatDuration(after) << " after the answer";
   } else {
@@ -211,10 +212,11 @@ bool ParameterServerService::HoldRefusal(const char* method,
     return false;
   }
   absl::MutexLock lock(&settle_mu_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->Now();
   // Past the settle (or none under way): the thread may have ended.
   if (now >= handback_settles_at_) return false;
   held_refusals_.push_back({now + kMaxHandbackHold, std::move(answer)});
+  ++settle_changes_;  // its cap may come before the settle
   return true;
 }
 
@@ -232,7 +234,7 @@ void ParameterServerService::StartHoldingRefusals() {
 void ParameterServerService::AnswerHeldRefusals() {
   settle_mu_.Lock();
   while (true) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock_->Now();
     const bool settled = now >= handback_settles_at_;
     std::vector<std::function<void()>> due;
     while (!held_refusals_.empty() &&
@@ -251,7 +253,11 @@ void ParameterServerService::AnswerHeldRefusals() {
     if (!held_refusals_.empty()) {
       wake = std::min(wake, held_refusals_.front().until);
     }
-    settle_changed_.WaitWithDeadline(&settle_mu_, wake);
+    const uint64_t seen = settle_changes_;
+    auto changed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(settle_mu_) {
+      return settle_changes_ != seen;
+    };
+    clock_->AwaitWithDeadline(&settle_mu_, absl::Condition(&changed), wake);
   }
   answering_refusals_ = false;
   settle_mu_.Unlock();
@@ -262,7 +268,7 @@ ParameterServerService::~ParameterServerService() {
   {
     absl::MutexLock lock(&settle_mu_);
     handback_settles_at_ = absl::InfinitePast();
-    settle_changed_.SignalAll();
+    ++settle_changes_;
   }
   if (settle_thread_.joinable()) settle_thread_.join();
 }
@@ -297,7 +303,7 @@ absl::Status ParameterServerService::ReclaimShards(
     LOG(WARNING) << "PS " << self << " asks " << peers_->Describe(serving)
                  << " for its shards back (try " << attempt << " of "
                  << kReclaimAttempts << "): " << answer.status();
-    absl::SleepFor(backoff);
+    clock_->SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
   if (!answer.ok()) {
@@ -307,7 +313,7 @@ absl::Status ParameterServerService::ReclaimShards(
                      peers_->Describe(serving), ": ", answer.status().message(),
                      "; it stays a backup of them"));
   }
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   membership_->Learn(self, answer->term());
   if (answer->step() > 0) store_->ObserveStep(answer->step() - 1);
   // Primary again before the barrier's held pushes are made pushes here;
@@ -336,7 +342,7 @@ absl::Status ParameterServerService::ReclaimShards(
                << " shard(s) again: " << peers_->Describe(serving) << " handed "
                << answer->shards() << " back (term " << answer->term()
                << ", step " << answer->step() << ") in "
-               << absl::FormatDuration(absl::Now() - start);
+               << absl::FormatDuration(clock_->Now() - start);
   return absl::OkStatus();
 }
 

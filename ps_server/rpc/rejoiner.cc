@@ -61,7 +61,7 @@ void Rejoiner::RunAttempts() {
     if (s.ok()) return;
     LOG(ERROR) << "PS " << peers_->self() << " rejoin attempt " << attempt
                << " of " << kAttempts << " failed: " << s;
-    if (stop_.WaitForNotificationWithTimeout(backoff)) return;
+    if (clock_->WaitForNotification(stop_, backoff)) return;
     backoff = std::min(backoff * 2, absl::Seconds(30));
   }
   LOG(ERROR) << "PS " << peers_->self() << " gave up rejoining: its copies "
@@ -158,7 +158,7 @@ absl::Status Rejoiner::RejoinOnce() {
   LOG(INFO) << "PS " << self << " rejoins from PS "
             << absl::StrJoin(sources, ", ") << " (its own shards served by PS "
             << own_serving << ")";
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   // Rejoined: take this PS's own shards back from the PS serving them.
   auto reclaim = [&] {
     if (on_rejoined_ && own_serving >= 0 && own_serving != self) {
@@ -197,7 +197,7 @@ absl::Status Rejoiner::RejoinOnce() {
   LOG(INFO) << "PS " << self << " rejoined as a backup: " << shards
             << " shard(s), " << bytes << " bytes from PS "
             << absl::StrJoin(sources, ", ") << " in "
-            << absl::FormatDuration(absl::Now() - start);
+            << absl::FormatDuration(clock_->Now() - start);
   reclaim();
   return absl::OkStatus();
 }

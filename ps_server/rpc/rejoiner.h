@@ -23,14 +23,17 @@
 #include "ps_server/peers/ps_peers.h"
 #include "ps_server/rpc/replica_applier.h"
 #include "ps_server/shards/shard_store.h"
+#include "util/clock.h"
 
 namespace psrt {
 
 class Rejoiner {
  public:
-  // All must outlive the rejoiner (or Stop it first).
-  Rejoiner(ShardStore* store, ReplicaApplier* applier, const PsPeers* peers)
-      : store_(store), applier_(applier), peers_(peers) {}
+  // All must outlive the rejoiner (or Stop it first). `clock` paces the
+  // attempts.
+  Rejoiner(ShardStore* store, ReplicaApplier* applier, const PsPeers* peers,
+           Clock* clock = Clock::Real())
+      : store_(store), applier_(applier), peers_(peers), clock_(clock) {}
   ~Rejoiner() { Stop(); }
   Rejoiner(const Rejoiner&) = delete;
   Rejoiner& operator=(const Rejoiner&) = delete;
@@ -56,6 +59,7 @@ class Rejoiner {
   ShardStore* const store_;
   ReplicaApplier* const applier_;
   const PsPeers* const peers_;
+  Clock* const clock_;
   std::function<void(int)> on_rejoined_;
   absl::Mutex mu_;
   bool running_ ABSL_GUARDED_BY(mu_) = false;

@@ -170,12 +170,59 @@ TEST_F(ReplicatedPushTest, ASyncStepCompletesAcrossItsPrimarysFailover) {
             absl::OkStatus());
   cluster_->Kill(0);
   FailOverPs0();
-  ASSERT_EQ(workers[1]->Push({PushOp::Dense("d", g1.data())}, step),
+  // PS 2's step is forwarded to its backup, PS 0, which is gone: PS 2
+  // acknowledges once it gave up on it (3 s on the clock, a majority
+  // agreeing PS 0 is unreachable).
+  ASSERT_EQ(cluster_->AdvanceDuring(
+                [&] {
+                  return workers[1]->Push({PushOp::Dense("d", g1.data())},
+                                          step);
+                },
+                absl::Seconds(30)),
             absl::OkStatus());
   std::vector<float> out(kFloats);
   ASSERT_EQ(setup->PullDense("d", out.data()), absl::OkStatus());
   for (int i = 0; i < kFloats; ++i) {
     EXPECT_EQ(out[i], -0.5f * (g0[i] + g1[i]) / 2) << "element " << i;
+  }
+}
+
+// PS 0 killed, its shards served by PS 1; pushes go on; a new PS 0
+// process rejoins as a backup (copies of its shards from PS 1 and of PS
+// 2's from PS 2) and takes its shards back (handback): then PS 0 alone
+// serves them, with every acknowledged push, and forwards to PS 1 again.
+TEST_F(ReplicatedPushTest, ARestartedPsRejoinsAndTakesItsShardsBackWhole) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(client->CreateVariables({DenseSpec(1.0f)}), absl::OkStatus());
+  const int s0 = ShardOf(0);
+  ASSERT_GE(s0, 0);
+  const std::vector<float> grad(kFloats, 1.0f);
+  auto push = [&] {
+    // PS 2's pushes wait while PS 0, its backup, is away (acknowledged
+    // once PS 2 gives up on it, or once it is back).
+    return cluster_->AdvanceDuring(
+        [&] { return client->PushDense("d", grad.data()); }, absl::Seconds(30));
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(push(), absl::OkStatus());
+  cluster_->Kill(0);
+  FailOverPs0();
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(push(), absl::OkStatus());
+
+  ASSERT_EQ(cluster_->Restart(0), absl::OkStatus());
+  ASSERT_TRUE(cluster_->AdvanceUntil(
+      [&] { return cluster_->Serves(0, 0) && !cluster_->Serves(1, 0); },
+      absl::Seconds(60)))
+      << "PS 0 did not take its shards back";
+  EXPECT_EQ(VersionAt(0, s0), 5);
+  EXPECT_EQ(VersionAt(1, s0), 5);
+  ASSERT_EQ(push(), absl::OkStatus());
+  EXPECT_EQ(VersionAt(0, s0), 6);
+  EXPECT_EQ(VersionAt(1, s0), 6) << "PS 0 does not forward to PS 1 again";
+  std::vector<float> values(kFloats);
+  ASSERT_EQ(client->PullDense("d", values.data()), absl::OkStatus());
+  for (int i = 0; i < kFloats; ++i) {
+    EXPECT_EQ(values[i], -6.0f) << "element " << i;
   }
 }
 

@@ -152,9 +152,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       ReplicaPlacement::Create(options.cluster.ps, options.replicas);
   if (!replicas.ok()) return replicas.status();
   const std::vector<int> backups = replicas->BackupsOf(options.ps_task);
+  Clock* const clock = options.clock != nullptr ? options.clock : Clock::Real();
   server->store_ = std::make_unique<ShardStore>(
       options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes,
-      *std::move(replicas));
+      *std::move(replicas), clock);
   if (options.evict_at_memory_limit) {
     if (options.memory_limit_bytes <= 0 || options.replicas > 1) {
       return absl::InvalidArgumentError(
@@ -186,7 +187,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
               << " variables saved by " << m.num_ps()
               << " PS): each variable is filled when it is created";
   }
-  Clock* const clock = options.clock != nullptr ? options.clock : Clock::Real();
   if (options.peer_transport) {
     server->peers_ = PsPeers::Create(options.cluster.ps, options.ps_task,
                                      options.peer_transport(options.ps_task));
@@ -206,7 +206,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     };
   }
   server->replicator_ = std::make_unique<Replicator>(
-      server->peers_.get(), backups, std::move(may_drop));
+      server->peers_.get(), backups, std::move(may_drop), clock);
   if (!backups.empty()) {
     LOG(INFO) << "--replicas=" << options.replicas << ": this PS's shards are "
               << "copied to "
@@ -235,7 +235,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       server->store_.get(), &server->registry_, options.limits,
       server->checkpoints_.get(), options.restore_uri,
       options.security.auth_token, server->checkpoint_callers_.get(),
-      server->replicator_.get());
+      server->replicator_.get(), clock);
   if (options.replicas > 1) {
     Replicator* replicator = server->replicator_.get();
     ShardStore* store = server->store_.get();
@@ -243,8 +243,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     // it rejoins as a backup of the PS serving them (3 PS or more).
     Rejoiner* rejoiner = nullptr;
     if (server->membership_->Enabled()) {
-      server->rejoiner_ = std::make_unique<Rejoiner>(
-          store, server->service_->replica_applier(), server->peers_.get());
+      server->rejoiner_ =
+          std::make_unique<Rejoiner>(store, server->service_->replica_applier(),
+                                     server->peers_.get(), clock);
       rejoiner = server->rejoiner_.get();
     }
     if (rejoiner != nullptr) {
@@ -288,9 +289,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
           },
           lease_options);
     }
-    server->service_->EnableReplication(server->membership_.get(),
-                                        server->peers_.get(),
-                                        server->lease_.get(), clock);
+    server->service_->EnableReplication(
+        server->membership_.get(), server->peers_.get(), server->lease_.get());
     // Watch the primaries this PS is the first backup of.
     std::vector<int> watched;
     const ReplicaPlacement& placement = server->store_->replicas();

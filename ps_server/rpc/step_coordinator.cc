@@ -8,8 +8,12 @@
 
 namespace psrt {
 
-StepCoordinator::StepCoordinator(int ps_task, int max_workers, PushDedup* dedup)
-    : ps_task_(ps_task), max_workers_(std::max(1, max_workers)), dedup_(dedup) {
+StepCoordinator::StepCoordinator(int ps_task, int max_workers, PushDedup* dedup,
+                                 Clock* clock)
+    : ps_task_(ps_task),
+      max_workers_(std::max(1, max_workers)),
+      dedup_(dedup),
+      clock_(clock) {
   timeouts_ = std::thread([this] { TimeoutLoop(); });
 }
 
@@ -67,7 +71,7 @@ StepCoordinator::~StepCoordinator() {
     stopping_ = true;
     for (auto& [token, w] : waiters_) pending.push_back(std::move(w.ready));
     waiters_.clear();
-    changed_.SignalAll();
+    ++changes_;
   }
   timeouts_.join();
   for (Ready& r : pending)
@@ -347,7 +351,7 @@ uint64_t StepCoordinator::WaitForPull(const PullRequestHeader& header,
   w.consistency = header.consistency();
   w.worker = header.worker_index();
   w.step = header.step();
-  w.since = absl::Now();
+  w.since = clock_->Now();
   const float timeout = header.consistency().timeout_seconds();
   w.deadline = w.since + absl::Seconds(timeout > 0 ? timeout : 60);
   absl::MutexLock lock(&mu_);
@@ -361,7 +365,7 @@ uint64_t StepCoordinator::WaitForPull(const PullRequestHeader& header,
   w.ready = std::move(ready);
   const uint64_t token = next_token_++;
   waiters_.emplace(token, std::move(w));
-  changed_.SignalAll();
+  ++changes_;
   return token;
 }
 
@@ -381,7 +385,7 @@ StepCoordinator::Handover StepCoordinator::Close(const std::string& why) {
     handover.held = static_cast<int>(contributions_.size());
     for (auto& [token, w] : waiters_) pending.push_back(std::move(w.ready));
     waiters_.clear();
-    changed_.SignalAll();
+    ++changes_;
   }
   for (Ready& r : pending) r(absl::UnavailableError(why));
   return handover;
@@ -402,8 +406,12 @@ void StepCoordinator::TimeoutLoop() {
   while (!stopping_) {
     absl::Time next = absl::InfiniteFuture();
     for (const auto& [token, w] : waiters_) next = std::min(next, w.deadline);
-    changed_.WaitWithDeadline(&mu_, next);
-    const absl::Time now = absl::Now();
+    const uint64_t seen = changes_;
+    auto changed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return changes_ != seen;
+    };
+    clock_->AwaitWithDeadline(&mu_, absl::Condition(&changed), next);
+    const absl::Time now = clock_->Now();
     std::vector<std::pair<Ready, absl::Status>> expired;
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->second.deadline <= now) {

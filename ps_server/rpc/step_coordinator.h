@@ -31,6 +31,7 @@
 #include "proto/ps.pb.h"
 #include "ps_server/rpc/push_dedup.h"
 #include "ps_server/rpc/push_handler.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -42,7 +43,9 @@ class StepCoordinator {
   // this PS's own, or after a failover those of the PS it took over.
   // `max_workers`: the cluster's worker count; requests declaring more are
   // refused (each declared worker costs memory and time here).
-  StepCoordinator(int ps_task, int max_workers, PushDedup* dedup);
+  // `clock` times the pulls' waits (it must outlive this).
+  StepCoordinator(int ps_task, int max_workers, PushDedup* dedup,
+                  Clock* clock = Clock::Real());
 
   // Steps above this are refused: no training runs this long, and a step
   // from the wire must neither overflow the global step nor name absurd
@@ -125,8 +128,11 @@ class StepCoordinator {
   const int ps_task_;
   const int max_workers_;
   PushDedup* const dedup_;
+  Clock* const clock_;
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // waiters added, or stopping
+  // Bumped when waiters are added or dropped, or it stops: the timeout
+  // loop looks at the deadlines again.
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   // SYNC
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
   int sync_workers_ ABSL_GUARDED_BY(mu_) = 0;

@@ -95,11 +95,12 @@ ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes)
                  ReplicaPlacement::Unreplicated(num_ps)) {}
 
 ShardStore::ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes,
-                       ReplicaPlacement replicas)
+                       ReplicaPlacement replicas, Clock* clock)
     : ps_task_(ps_task),
       num_ps_(num_ps),
       memory_limit_bytes_(memory_limit_bytes),
       replicas_(std::move(replicas)),
+      clock_(clock),
       map_(num_ps) {}
 
 absl::StatusOr<std::vector<const VariableSpec*>> ShardStore::CheckPositions(
@@ -329,7 +330,7 @@ absl::Status ShardStore::CheckNoneInProgress() {
   if (prepared_->fill != nullptr && prepared_->fill->done.HasBeenNotified()) {
     prepared_->deadline = prepared_->fill->finished_at + kPreparedTtl;
   }
-  if (absl::Now() > prepared_->deadline) {
+  if (clock_->Now() > prepared_->deadline) {
     LOG(WARNING) << "PS " << ps_task_ << ": creation " << prepared_->id
                  << " was prepared but never committed within " << kPreparedTtl
                  << "; discarding it";
@@ -400,13 +401,13 @@ absl::StatusOr<int> ShardStore::PrepareVariables(
             if (!status.ok()) break;
           }
           fill_ptr->status = status;
-          fill_ptr->finished_at = absl::Now();
+          fill_ptr->finished_at = clock_->Now();
           fill_ptr->done.Notify();
         });
   }
   prepared_.emplace(Prepared{
       creation_id,
-      fill != nullptr ? absl::InfiniteFuture() : absl::Now() + kPreparedTtl,
+      fill != nullptr ? absl::InfiniteFuture() : clock_->Now() + kPreparedTtl,
       *std::move(created), new_bytes, std::move(fill)});
   return static_cast<int>(map_.variables().size());
 }

@@ -29,6 +29,7 @@
 #include "ps_server/optimizers/optimizer.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/shard.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -68,8 +69,9 @@ class ShardStore {
   // `replicas`: where backup copies go (ReplicaPlacement::Unreplicated:
   // none); this PS allocates the shards it is primary or backup for.
   ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes = 0);
+  // `clock` times a prepared creation's TTL (it must outlive the store).
   ShardStore(int ps_task, int num_ps, int64_t memory_limit_bytes,
-             ReplicaPlacement replicas);
+             ReplicaPlacement replicas, Clock* clock = Clock::Real());
   ~ShardStore();
   ShardStore(const ShardStore&) = delete;
   // --memory_budget_mb: hash embeddings that reach memory_limit_bytes evict
@@ -199,6 +201,7 @@ class ShardStore {
   bool evict_at_memory_limit_ = false;
   std::string ssd_tier_dir_;
   const ReplicaPlacement replicas_;
+  Clock* const clock_;
   std::atomic<bool> retired_{false};  // Retire() was called
   // A copy of a shard placed on PS `primary` lives here.
   bool KeepsCopyOf(int primary) const {

@@ -2,10 +2,12 @@
 
 #include <atomic>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "ps_server/shards/hash_embedding_shard.h"
+#include "util/simulated_clock.h"
 
 namespace psrt {
 namespace {
@@ -140,6 +142,31 @@ TEST(ShardStoreTest, HashEmbeddingGrowthCountsAgainstTheMemoryLimit) {
   // And nothing more can be created either.
   EXPECT_TRUE(absl::IsResourceExhausted(
       store.CreateVariables(2, {Spec("more", 1 << 18, 1)}, 1).status()));
+}
+
+// A creation prepared but never committed (its coordinator died) holds
+// the store for kPreparedTtl on the store's clock, then is discarded with
+// its memory, so the next creation goes on; before then it is refused.
+TEST(ShardStoreTest, APreparedCreationIsDiscardedExactlyAfterItsTtl) {
+  SimulatedClock clock;
+  // 640 KiB each: under a 1 MiB limit the second fits only once the
+  // first one's memory is given back.
+  ShardStore store(0, 1, /*memory_limit_bytes=*/1 << 20,
+                   ReplicaPlacement::Unreplicated(1), &clock);
+  constexpr int64_t kRows = 160 << 10;
+  ASSERT_TRUE(store.PrepareVariables(11, 0, {Spec("a", kRows, 1)}, 1).ok());
+  clock.Advance(ShardStore::kPreparedTtl);
+  const auto refused = store.PrepareVariables(12, 0, {Spec("b", kRows, 1)}, 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "(11)"))
+      << refused.status();
+  clock.Advance(absl::Nanoseconds(1));
+  const auto prepared = store.PrepareVariables(12, 0, {Spec("b", kRows, 1)}, 1);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_FALSE(store.CommitVariables(11).ok());  // gone
+  ASSERT_TRUE(store.CommitVariables(12).ok());
+  EXPECT_EQ(store.Find("a"), nullptr);
+  EXPECT_NE(store.Find("b"), nullptr);
 }
 
 // PREPARE with the fill in the background: it returns before the fill
