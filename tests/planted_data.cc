@@ -24,7 +24,13 @@ PlantedData WritePlantedData(const std::string& dir, int64_t train_examples,
       " --train_examples=", train_examples, " --test_examples=", test_examples,
       " --format=tfrecord ", extra_flags);
   if (std::system(datagen.c_str()) != 0) return data;
+  return ReadPlantedData(dir);
+}
+
+PlantedData ReadPlantedData(const std::string& dir) {
+  PlantedData data;
   std::ifstream in(dir + "/planted.json");
+  if (!in) return data;
   std::stringstream json;
   json << in.rdbuf();
   data.summary = json.str();

@@ -20,6 +20,14 @@ PlantedData WritePlantedData(const std::string& dir, int64_t train_examples,
                              int64_t test_examples,
                              const std::string& extra_flags = "");
 
+// The set in `dir` that WritePlantedData (or the :planted_1m rule) wrote;
+// planted_auc -1 if it has no planted.json.
+PlantedData ReadPlantedData(const std::string& dir);
+
+// Where the :planted_1m rule of tests/BUILD put its 1M training and 100k
+// test examples (relative to a test's working directory).
+inline constexpr char kPlanted1mDir[] = "tests/planted_1m";
+
 // A number from planted.json, or -1.
 double PlantedNumber(const PlantedData& data, const std::string& key);
 

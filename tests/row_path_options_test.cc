@@ -168,7 +168,7 @@ TEST(RowPathOptionsTest, EveryCachedGradientReachesTheServersOnce) {
   }
 }
 
-TEST(RowPathOptionsTest, TrainingLearnsAsWellWithEachOptionOnHeldOutRecords) {
+TEST(RowPathOptionsTest, QualityTrainingLearnsAsWellWithEachOptionHeldOut) {
   const std::string dir = FreshTestDir("row_cache_auc");
   ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
                              dir + "/eval.tfrecords")

@@ -444,7 +444,7 @@ TEST(TrainDeepFmTest, WorkerServesItsMetricsWhileTraining) {
       << scraped;
 }
 
-TEST(TrainDeepFmTest, LossFallsOnTheSageMakerRecords) {
+TEST(TrainDeepFmTest, QualityLossFallsOnTheSageMakerRecords) {
   auto cluster = StartCluster(1, 1);
   ASSERT_NE(cluster, nullptr);
   auto runs = TrainHeldOut(cluster.get(), "deepfm_split", {});
