@@ -42,7 +42,7 @@ sources=(
   proto/slice_lease.cc
   partitioner/cluster_spec.cc partitioner/shard_map.cc partitioner/variable_spec.cc
   partitioner/replica_placement.cc
-  util/crc32c.cc util/wire_dtype.cc
+  util/clock.cc util/crc32c.cc util/wire_dtype.cc
   ps_server/optimizers/adagrad.cc ps_server/optimizers/adam.cc
   ps_server/optimizers/ftrl.cc ps_server/optimizers/momentum.cc
   ps_server/optimizers/optimizer.cc ps_server/optimizers/sgd.cc
