@@ -46,7 +46,7 @@ absl::StatusOr<ContinuousEvaluation> RunContinuousEvaluation(
   ContinuousEvaluation run;
   int64_t evaluated_pushes = -1;
   while (true) {
-    const absl::Time start = absl::Now();
+    const absl::Time start = trainer->clock()->Now();
     absl::StatusOr<Progress> progress = ReadProgress(trainer->client());
     absl::Status failed = progress.status();
     if (progress.ok() && progress->pushes != evaluated_pushes) {
@@ -79,7 +79,7 @@ absl::StatusOr<ContinuousEvaluation> RunContinuousEvaluation(
       }
       return failed;
     }
-    absl::SleepFor(interval - (absl::Now() - start));
+    trainer->clock()->SleepFor(interval - (trainer->clock()->Now() - start));
   }
 }
 

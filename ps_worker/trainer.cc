@@ -197,13 +197,13 @@ bool Trainer::Recoverable(const absl::Status& status) const {
 
 absl::Status Trainer::Recover(const absl::Status& cause,
                               TrainingResult* result) {
-  const absl::Time deadline = absl::Now() + options_.ps_recovery_timeout;
+  const absl::Time deadline = clock()->Now() + options_.ps_recovery_timeout;
   absl::Duration backoff = absl::Seconds(1);
   absl::Status last = cause;
   for (int attempt = 1;; ++attempt) {
     Log(absl::StrCat("PS failure: ", last.ToString(), "; attempt ", attempt,
                      " to recover in ", absl::FormatDuration(backoff)));
-    absl::SleepFor(backoff);
+    clock()->SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(10));
     last = client_->WaitForServers(absl::Seconds(10));
     if (last.ok()) last = client_->CreateVariables(model_->variables());
@@ -221,7 +221,7 @@ absl::Status Trainer::Recover(const absl::Status& cause,
       }
       return absl::OkStatus();
     }
-    if (absl::Now() > deadline) {
+    if (clock()->Now() > deadline) {
       return absl::Status(
           last.code(),
           absl::StrCat("the parameter servers did not recover within ",

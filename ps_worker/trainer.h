@@ -125,6 +125,12 @@ class Trainer {
   // What --metrics_port serves; updated while Run trains.
   const WorkerMetrics& metrics() const { return metrics_; }
   Client* client() const { return client_.get(); }
+  // What the worker's waits are timed by: recovery from a PS failure, the
+  // evaluator's interval (TrainerOptions.client.clock; null: real).
+  Clock* clock() const {
+    return options_.client.clock != nullptr ? options_.client.clock
+                                            : Clock::Real();
+  }
 
   // Evaluates the current parameters on options.eval.
   absl::StatusOr<EvalResult> Evaluate();

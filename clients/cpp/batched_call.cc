@@ -350,7 +350,7 @@ absl::Status BatchedCall::Wait() {
   absl::Time first_failure = absl::InfiniteFuture();
   auto within_failover = [&] {
     return context_.routing != nullptr && context_.routing->replicas() > 1 &&
-           absl::Now() - first_failure < options.failover_wait;
+           options.clock->Now() - first_failure < options.failover_wait;
   };
   while (true) {
     {
@@ -363,7 +363,9 @@ absl::Status BatchedCall::Wait() {
       if (call.rpc == nullptr) continue;
       const grpc::Status& s = call.rpc->status();
       if (s.ok()) continue;
-      if (Retryable(s)) first_failure = std::min(first_failure, absl::Now());
+      if (Retryable(s)) {
+        first_failure = std::min(first_failure, options.clock->Now());
+      }
       if (Retryable(s) &&
           (call.attempts < options.max_attempts || within_failover())) {
         retry.push_back(&call);
@@ -397,7 +399,7 @@ absl::Status BatchedCall::Wait() {
         context_.routing != nullptr &&
         context_.routing->Refresh(*context_.connections, absl::Seconds(1));
     if (!rerouted) {
-      std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff));
+      options.clock->SleepFor(backoff);
       rerouted =
           context_.routing != nullptr &&
           context_.routing->Refresh(*context_.connections, absl::Seconds(1));

@@ -33,7 +33,7 @@ grpc::Status CallWithRetry(const ClientOptions& options, Call&& call) {
         attempt >= options.max_attempts) {
       return s;
     }
-    absl::SleepFor(backoff);
+    options.clock->SleepFor(backoff);
     backoff = std::min(options.max_backoff, backoff * 2);
   }
 }
@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return absl::InvalidArgumentError("ClientOptions.message_bytes < 4096");
   }
   if (options.max_attempts < 1) options.max_attempts = 1;
+  if (options.clock == nullptr) options.clock = Clock::Real();
   // Read the certificates now so a bad path is an error here, not a
   // connection that never comes up.
   if (auto credentials = MakeChannelCredentials(options.security);
@@ -79,7 +80,7 @@ Client::Client(ClientOptions options)
       client_id_(std::random_device{}() * uint64_t{0x100000000} ^
                  std::random_device{}()),
       catalog_(static_cast<int>(options_.ps_addresses.size())),
-      routing_(options_.ps_addresses) {
+      routing_(options_.ps_addresses, options_.clock) {
   for (size_t i = 0; i < options_.ps_addresses.size(); ++i) {
     connections_.push_back(std::make_unique<PsConnection>(
         static_cast<int>(i), options_.ps_addresses[i], options_));
@@ -146,8 +147,9 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
   // catalog, send what is new at its end, and start over if PS 0 says the
   // catalog moved meanwhile, or holds another creation (which may be
   // restoring a large checkpoint: wait for up to kCreationWaitLimit).
-  const absl::Time give_up_at = absl::Now() + kCreationWaitLimit;
-  absl::Time next_wait_note = absl::Now() + absl::Seconds(10);
+  Clock* const clock = options_.clock;
+  const absl::Time give_up_at = clock->Now() + kCreationWaitLimit;
+  absl::Time next_wait_note = clock->Now() + absl::Seconds(10);
   for (int attempt = 0;; ++attempt) {
     if (absl::Status s = RefreshCatalogLocked(); !s.ok()) return s;
     // PS 0 orders concurrent creators and gets only what is new (at the
@@ -219,7 +221,7 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
         failed.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
     // Every PS restores (if it was started with --restore) at once; wait
     // for each, showing that the job is not stuck.
-    const absl::Time awaiting_since = absl::Now();
+    const absl::Time awaiting_since = clock->Now();
     absl::Time next_note = awaiting_since + absl::Seconds(10);
     for (size_t i = 0; failed_at == nullptr && i < prepared.size();) {
       CreateVariablesResponse response;
@@ -238,28 +240,28 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
         failed_at = prepared[i];
       } else if (!response.restoring()) {
         ++i;
-      } else if (absl::Now() >= next_note) {
+      } else if (clock->Now() >= next_note) {
         LOG(INFO) << "CreateVariables: " << prepared[i]->Describe()
                   << " is still restoring from its checkpoint ("
-                  << absl::ToInt64Seconds(absl::Now() - awaiting_since)
+                  << absl::ToInt64Seconds(clock->Now() - awaiting_since)
                   << " s; its log shows MB/s and the time left)";
-        next_note = absl::Now() + absl::Seconds(10);
+        next_note = clock->Now() + absl::Seconds(10);
       }
     }
     if (failed_at != nullptr) {
       for (const PsConnection* c : prepared) {
         (void)call(*c, request, CreateVariablesRequest::ABORT);
       }
-      if (lost_race && absl::Now() < give_up_at) {
+      if (lost_race && clock->Now() < give_up_at) {
         // Lost a race at PS 0 (the catalog moved, or another creation --
         // perhaps a long restore -- is in progress): nothing was created
         // anywhere; look again.
-        if (absl::Now() >= next_wait_note) {
+        if (clock->Now() >= next_wait_note) {
           LOG(INFO) << "CreateVariables: waiting for another creation on "
                     << failed_at->Describe() << ": " << failed.error_message();
-          next_wait_note = absl::Now() + absl::Seconds(10);
+          next_wait_note = clock->Now() + absl::Seconds(10);
         }
-        absl::SleepFor(absl::Milliseconds(std::min(20 * (attempt + 1), 1000)));
+        clock->SleepFor(absl::Milliseconds(std::min(20 * (attempt + 1), 1000)));
         continue;
       }
       absl::Status s = FromGrpc(failed, *failed_at, "CreateVariables");

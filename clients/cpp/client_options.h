@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
 #include "security/security.h"
+#include "util/clock.h"
 
 namespace psrt {
 
@@ -40,6 +41,11 @@ struct ClientOptions {
   // servers keep float32 whatever travels. FLOAT16 clamps finite
   // gradients and values beyond +-65504 (util/wire_dtype.h).
   WireDtype wire_dtype = FLOAT32;
+  // What the retries' backoff, failover_wait, the routing's refresh
+  // interval and a creation's waits are timed by (it must outlive the
+  // client); null: the real clock. Each attempt's deadline is gRPC's, on
+  // real time.
+  Clock* clock = nullptr;
 };
 
 }  // namespace psrt

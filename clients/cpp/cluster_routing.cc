@@ -9,8 +9,10 @@
 
 namespace psrt {
 
-ClusterRouting::ClusterRouting(std::vector<std::string> ps_addresses)
+ClusterRouting::ClusterRouting(std::vector<std::string> ps_addresses,
+                               Clock* clock)
     : addresses_(std::move(ps_addresses)),
+      clock_(clock),
       serving_(new std::atomic<int>[addresses_.size()]) {
   for (size_t i = 0; i < addresses_.size(); ++i) serving_[i].store(i);
 }
@@ -19,7 +21,7 @@ bool ClusterRouting::Refresh(
     const std::vector<std::unique_ptr<PsConnection>>& connections,
     absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  if (absl::Now() - last_refresh_ < kMinRefreshInterval) return false;
+  if (clock_->Now() - last_refresh_ < kMinRefreshInterval) return false;
   const int n = static_cast<int>(connections.size());
   std::vector<StatsResponse> answers(n);
   std::vector<bool> answered(n, false);
@@ -35,7 +37,7 @@ bool ClusterRouting::Refresh(
     });
   }
   for (std::thread& t : asks) t.join();
-  last_refresh_ = absl::Now();
+  last_refresh_ = clock_->Now();
   int replicas = 0;
   // Each PS's newest term any answer knows (odd: failed over, even: it
   // serves its shards, again after a handback).

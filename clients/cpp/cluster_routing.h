@@ -20,12 +20,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "clients/cpp/ps_connection.h"
+#include "util/clock.h"
 
 namespace psrt {
 
 class ClusterRouting {
  public:
-  explicit ClusterRouting(std::vector<std::string> ps_addresses);
+  // `clock` times the refresh interval (it must outlive the routing).
+  ClusterRouting(std::vector<std::string> ps_addresses,
+                 Clock* clock = Clock::Real());
 
   // The PS to send task `ps`'s requests to.
   int Serving(int ps) const {
@@ -44,6 +47,7 @@ class ClusterRouting {
 
  private:
   const std::vector<std::string> addresses_;
+  Clock* const clock_;
   std::unique_ptr<std::atomic<int>[]> serving_;
   std::atomic<int> replicas_{0};
   absl::Mutex mu_;
