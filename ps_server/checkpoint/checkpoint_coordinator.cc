@@ -65,7 +65,7 @@ absl::StatusOr<SaveShardsResponse> CheckpointCoordinator::SaveShards(
   absl::MutexLock lock(&save_mu_);
   auto saved = SaveLocalShards(*store_, JoinUri(options_.uri, *name),
                                options_.open_storage, options_.threads,
-                               options_.max_bytes_per_sec);
+                               options_.max_bytes_per_sec, clock_);
   if (saved.ok()) {
     SavedShards record{*name, 0, saved->seconds(), clock_->Now()};
     for (const CheckpointFile& f : saved->files()) record.bytes += f.bytes();

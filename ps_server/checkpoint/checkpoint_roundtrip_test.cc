@@ -4,9 +4,11 @@
 // tests/checkpoint_test.cc covers the same through ps_server processes.
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
@@ -16,6 +18,7 @@
 #include "ps_server/shards/shard_store.h"
 #include "storage/memory_storage.h"
 #include "util/crc32c.h"
+#include "util/simulated_clock.h"
 
 namespace psrt {
 namespace {
@@ -420,6 +423,48 @@ TEST_F(CheckpointRoundTripTest, MissingManifestIsNotRestorable) {
   auto restorer = CheckpointRestorer::Open(uri, open_);
   EXPECT_EQ(restorer.status().code(), absl::StatusCode::kNotFound)
       << restorer.status();
+}
+
+// --checkpoint_max_mbps: the writers are paced on the coordinator's clock.
+// 4 MiB of floats at 1 MiB/s takes 4 s of that clock (less the first 256
+// KiB chunk, which goes at once), whatever real time it took.
+TEST(CheckpointRateTest, ASaveWritesAtMostItsRateOnTheClock) {
+  VariableSpec big;
+  big.set_name("big");
+  big.set_kind(DENSE);
+  big.add_shape(1 << 20);
+  big.mutable_partition()->set_num_shards(1);
+  big.mutable_optimizer()->set_kind(OptimizerSpec::SGD);
+  big.mutable_optimizer()->set_learning_rate(0.1f);
+  Cluster cluster(1, {big});
+  ASSERT_TRUE(cluster.created[0].ok()) << cluster.created[0];
+  auto objects = std::make_shared<MemoryObjects>();
+  SimulatedClock clock;
+  constexpr int64_t kRate = 1 << 20;
+  absl::StatusOr<SaveShardsResponse> saved;
+  absl::Notification done;
+  const absl::Time start = clock.Now();
+  std::thread save([&] {
+    saved = SaveLocalShards(*cluster.ps[0], JoinUri(kRoot, "rate"),
+                            MemoryStorageOpener(objects), 1, kRate, &clock);
+    done.Notify();
+  });
+  // Time moves only while the writer waits for it.
+  while (!done.HasBeenNotified()) {
+    if (clock.AwaitWaiters(1, absl::Milliseconds(10))) {
+      clock.Advance(absl::Milliseconds(10));
+    }
+  }
+  save.join();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  int64_t bytes = 0;
+  for (const CheckpointFile& f : saved->files()) bytes += f.bytes();
+  ASSERT_GE(bytes, int64_t{4} << 20);
+  const absl::Duration took = clock.Now() - start;
+  const absl::Duration at_rate =
+      absl::Seconds(static_cast<double>(bytes) / kRate);
+  EXPECT_GE(took, at_rate - absl::Milliseconds(260)) << took;
+  EXPECT_LE(took, at_rate + absl::Milliseconds(20)) << took;
 }
 
 }  // namespace

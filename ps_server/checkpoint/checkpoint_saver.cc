@@ -23,22 +23,24 @@ constexpr int kCheckpointNice = 19;
 // Paces writers to a byte rate shared by all of them.
 class RateLimiter {
  public:
-  explicit RateLimiter(int64_t bytes_per_sec) : rate_(bytes_per_sec) {}
+  RateLimiter(int64_t bytes_per_sec, Clock* clock)
+      : rate_(bytes_per_sec), clock_(clock) {}
   void Acquire(int64_t bytes) {
     if (rate_ <= 0) return;
     absl::Time wake;
     {
       absl::MutexLock lock(&mu_);
-      const absl::Time now = absl::Now();
+      const absl::Time now = clock_->Now();
       if (next_ < now) next_ = now;
       wake = next_;
       next_ += absl::Seconds(static_cast<double>(bytes) / rate_);
     }
-    absl::SleepFor(wake - absl::Now());
+    clock_->SleepFor(wake - clock_->Now());
   }
 
  private:
   const int64_t rate_;
+  Clock* const clock_;
   absl::Mutex mu_;
   absl::Time next_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
@@ -68,8 +70,9 @@ class MeteredWriter final : public StorageWriter {
 
 absl::StatusOr<SaveShardsResponse> SaveLocalShards(
     const ShardStore& store, const std::string& checkpoint_uri,
-    const StorageOpener& open_storage, int threads, int64_t max_bytes_per_sec) {
-  RateLimiter limiter(max_bytes_per_sec);
+    const StorageOpener& open_storage, int threads, int64_t max_bytes_per_sec,
+    Clock* clock) {
+  RateLimiter limiter(max_bytes_per_sec, clock);
   const absl::Time start = absl::Now();
   auto storage = open_storage(checkpoint_uri);
   if (!storage.ok()) return storage.status();
