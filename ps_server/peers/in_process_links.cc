@@ -24,6 +24,7 @@ InProcessLinks::InProcessLinks(int num_ps)
                                 grpc::InsecureChannelCredentials())),
       servers_(num_ps, nullptr),
       cut_(num_ps * num_ps, false),
+      restarting_(num_ps, false),
       delay_(num_ps * num_ps, absl::ZeroDuration()),
       calls_(num_ps * num_ps, 0),
       channels_(num_ps * num_ps) {}
@@ -31,6 +32,7 @@ InProcessLinks::InProcessLinks(int num_ps)
 void InProcessLinks::Attach(int task, grpc::Server* server) {
   absl::MutexLock lock(&mu_);
   servers_[task] = server;
+  restarting_[task] = false;
   for (int from = 0; from < num_ps_; ++from) {
     if (from == task) continue;
     grpc::ChannelArguments args;
@@ -43,9 +45,15 @@ void InProcessLinks::Attach(int task, grpc::Server* server) {
 void InProcessLinks::Kill(int task) {
   absl::MutexLock lock(&mu_);
   servers_[task] = nullptr;
+  restarting_[task] = false;
   for (int from = 0; from < num_ps_; ++from) {
     channels_[from * num_ps_ + task] = nullptr;
   }
+}
+
+void InProcessLinks::Restarting(int task) {
+  absl::MutexLock lock(&mu_);
+  restarting_[task] = true;
 }
 
 void InProcessLinks::Cut(int from, int to) {
@@ -92,6 +100,10 @@ std::shared_ptr<grpc::Channel> InProcessLinks::ChannelFor(int from, int to) {
   std::shared_ptr<grpc::Channel> channel;
   {
     absl::MutexLock lock(&mu_);
+    auto attached = [this, to]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return !restarting_[to];
+    };
+    mu_.Await(absl::Condition(&attached));
     const int link = from * num_ps_ + to;
     ++calls_[link];
     delay = delay_[link];

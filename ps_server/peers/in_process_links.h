@@ -40,6 +40,10 @@ class InProcessLinks {
   void Attach(int task, grpc::Server* server) ABSL_LOCKS_EXCLUDED(mu_);
   // PS `task` is gone: calls to it fail until it is attached again.
   void Kill(int task) ABSL_LOCKS_EXCLUDED(mu_);
+  // A new server of `task` is being made (a restart): calls to it wait
+  // until it is attached, as calls to a process that is starting wait for
+  // its port, instead of failing while it makes them itself.
+  void Restarting(int task) ABSL_LOCKS_EXCLUDED(mu_);
   void Cut(int from, int to) ABSL_LOCKS_EXCLUDED(mu_);
   void Heal(int from, int to) ABSL_LOCKS_EXCLUDED(mu_);
   // Cuts every link between PS on different sides, both ways (PS on no
@@ -69,6 +73,7 @@ class InProcessLinks {
   std::vector<grpc::Server*> servers_ ABSL_GUARDED_BY(mu_);
   // By from * num_ps + to.
   std::vector<bool> cut_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> restarting_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Duration> delay_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

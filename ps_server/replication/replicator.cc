@@ -140,7 +140,9 @@ uint64_t Replicator::next_sequence() const {
   return next_sequence_;
 }
 
-Replicator::~Replicator() {
+Replicator::~Replicator() { Stop(); }
+
+void Replicator::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -150,7 +152,9 @@ Replicator::~Replicator() {
     absl::MutexLock lock(&mu_);
     for (auto& stream : streams_) streams.push_back(stream.get());
   }
-  for (Stream* stream : streams) stream->sender.join();
+  for (Stream* stream : streams) {
+    if (stream->sender.joinable()) stream->sender.join();
+  }
   // Nothing is served any more; release whoever still waits.
   std::multimap<uint64_t, std::function<void(absl::Status)>> left;
   {
@@ -249,7 +253,10 @@ void Replicator::WhenReplicated(uint64_t sequence,
   absl::Status outcome;
   {
     absl::MutexLock lock(&mu_);
-    if (!SettledLocked(sequence)) {
+    if (stopping_) {
+      outcome = absl::UnavailableError(
+          "PS shutting down before its backups acknowledged the push");
+    } else if (!SettledLocked(sequence)) {
       waiting_.emplace(sequence, std::move(done));
       return;
     }

@@ -70,6 +70,10 @@ class Replicator final : public ReplicationLog {
              absl::Duration give_up_after = absl::Seconds(3));
   ~Replicator();
   Replicator(const Replicator&) = delete;
+  // Stops forwarding (a backup still unreachable is waited for no more)
+  // and answers every push waiting for its backups, and any later one,
+  // UNAVAILABLE: a PS shutting down answers its pending calls.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   Replicator& operator=(const Replicator&) = delete;
 
   bool active() const override {

@@ -87,8 +87,12 @@ void InProcessCluster::Kill(int task) {
 
 absl::Status InProcessCluster::Restart(int task) {
   if (servers_[task] != nullptr) Kill(task);
+  links_.Restarting(task);
   auto server = MakeServer(task);
-  if (!server.ok()) return server.status();
+  if (!server.ok()) {
+    links_.Kill(task);
+    return server.status();
+  }
   servers_[task] = *std::move(server);
   return absl::OkStatus();
 }
@@ -149,6 +153,9 @@ bool InProcessCluster::AdvanceUntil(const std::function<bool()>& condition,
   for (absl::Duration done; done < limit; done += options_.step) {
     if (condition()) return true;
     Advance(options_.step);
+    // As in AdvanceDuring: work paced in real time (a rejoin's snapshot
+    // calls) goes on between the steps.
+    absl::SleepFor(kRealTimePerStep);
   }
   return condition();
 }
@@ -164,7 +171,7 @@ absl::Status InProcessCluster::AdvanceDuring(
   // A few real milliseconds pass at each step: the call's RPCs, and the
   // retries paced in real time, go on meanwhile.
   for (absl::Duration advanced;
-       !done.WaitForNotificationWithTimeout(absl::Milliseconds(2)) &&
+       !done.WaitForNotificationWithTimeout(kRealTimePerStep) &&
        advanced < limit;
        advanced += options_.step) {
     Advance(options_.step);

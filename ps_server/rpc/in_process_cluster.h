@@ -45,6 +45,9 @@ class InProcessCluster {
     absl::Duration step = absl::Milliseconds(250);
   };
 
+  // Real time let pass at each step of AdvanceUntil and AdvanceDuring.
+  static constexpr absl::Duration kRealTimePerStep = absl::Milliseconds(2);
+
   static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(
       Options options);
   ~InProcessCluster();
@@ -72,7 +75,8 @@ class InProcessCluster {
   void Advance(absl::Duration total,
                const std::function<void()>& each_step = nullptr);
   // Advances step by step until `condition` holds (true) or `limit` of
-  // simulated time passed (false).
+  // simulated time passed (false), letting kRealTimePerStep of real time
+  // pass at each step.
   bool AdvanceUntil(const std::function<bool()>& condition,
                     absl::Duration limit);
   // Runs `call` (a client's pull or push) on a thread, advancing the clock

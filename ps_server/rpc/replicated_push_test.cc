@@ -5,8 +5,10 @@
 // a failover loses none, and the SYNC barrier applies a step once, when
 // every worker's push is in, across a failover too.
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "clients/cpp/client.h"
 #include "gtest/gtest.h"
 #include "ps_server/rpc/in_process_cluster.h"
@@ -212,7 +214,7 @@ TEST_F(ReplicatedPushTest, ARestartedPsRejoinsAndTakesItsShardsBackWhole) {
   ASSERT_EQ(cluster_->Restart(0), absl::OkStatus());
   ASSERT_TRUE(cluster_->AdvanceUntil(
       [&] { return cluster_->Serves(0, 0) && !cluster_->Serves(1, 0); },
-      absl::Seconds(60)))
+      absl::Seconds(120)))
       << "PS 0 did not take its shards back";
   EXPECT_EQ(VersionAt(0, s0), 5);
   EXPECT_EQ(VersionAt(1, s0), 5);
@@ -224,6 +226,75 @@ TEST_F(ReplicatedPushTest, ARestartedPsRejoinsAndTakesItsShardsBackWhole) {
   for (int i = 0; i < kFloats; ++i) {
     EXPECT_EQ(values[i], -6.0f) << "element " << i;
   }
+}
+
+// The client's failover_wait runs on its clock (here the cluster's): with
+// PS 1 and PS 2 killed, PS 0 alone holds no lease and nobody serves any
+// shard; a push is retried, rerouting as it learns, for failover_wait of
+// that clock and no longer, then fails UNAVAILABLE.
+TEST_F(ReplicatedPushTest,
+       AClientRetriesAFailedOverPsForFailoverWaitOfItsClock) {
+  auto setup = NewClient();
+  ASSERT_NE(setup, nullptr);
+  ASSERT_EQ(setup->CreateVariables({DenseSpec(1.0f)}), absl::OkStatus());
+  ClientOptions o;
+  o.ps_addresses = cluster_->client_addresses();
+  o.call_timeout = absl::Seconds(20);
+  o.max_attempts = 2;
+  o.initial_backoff = absl::Milliseconds(100);
+  o.max_backoff = absl::Seconds(1);
+  o.failover_wait = absl::Seconds(30);
+  o.clock = cluster_->clock();
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->RefreshCatalog().ok());
+  cluster_->Kill(1);
+  cluster_->Kill(2);
+  // PS 0's lease runs out: it acknowledges nothing from then on.
+  ASSERT_TRUE(cluster_->AdvanceUntil([&] { return !cluster_->Serves(0, 0); },
+                                     absl::Seconds(10)));
+  const std::vector<float> grad(kFloats, 1.0f);
+  const absl::Time start = cluster_->clock()->Now();
+  const absl::Status pushed = cluster_->AdvanceDuring(
+      [&] { return (*client)->PushDense("d", grad.data()); },
+      absl::Seconds(90));
+  const absl::Duration retried = cluster_->clock()->Now() - start;
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kUnavailable) << pushed;
+  EXPECT_GE(retried, o.failover_wait);
+  // The last backoff (at most max_backoff) and the steps of the advance.
+  EXPECT_LE(retried, o.failover_wait + o.max_backoff + absl::Seconds(1));
+}
+
+// A push held by its primary for a backup that cannot be reached, with no
+// majority to vote it out (PS 0 and PS 1 killed; PS 2's backup is PS 0),
+// is answered UNAVAILABLE when that primary shuts down: gRPC's shutdown
+// waits for every call in flight, and used to wait for this one for ever.
+TEST_F(ReplicatedPushTest, AShutdownAnswersAPushWaitingForItsBackups) {
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  ASSERT_EQ(client->CreateVariables({DenseSpec(1.0f)}), absl::OkStatus());
+  const int s2 = ShardOf(2);
+  ASSERT_GE(s2, 0);
+  cluster_->Kill(0);
+  cluster_->Kill(1);
+  const std::vector<float> grad(kFloats, 1.0f);
+  absl::Status pushed;
+  absl::Notification answered;
+  std::thread push([&] {
+    pushed = client->PushDense("d", grad.data());
+    answered.Notify();
+  });
+  // Applied on PS 2, then held for PS 0.
+  for (int i = 0; i < 5000 && VersionAt(2, s2) < 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(VersionAt(2, s2), 1);
+  EXPECT_FALSE(answered.WaitForNotificationWithTimeout(absl::Milliseconds(50)))
+      << pushed;
+  cluster_->Kill(2);  // returns once its calls are answered
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  push.join();
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kUnavailable) << pushed;
 }
 
 }  // namespace

@@ -412,7 +412,20 @@ void Server::Shutdown(absl::Time deadline) {
     if (auto* health = grpc_server_->GetHealthCheckService()) {
       health->Shutdown();
     }
+    // gRPC's shutdown waits for every call in flight, and a push waits for
+    // its backups: one that cannot be reached (and is not voted out) would
+    // hold it for ever. At the deadline such pushes are answered
+    // UNAVAILABLE (the replicator stops).
+    absl::Notification shut_down;
+    std::thread stop_replicator([this, deadline, &shut_down] {
+      if (!shut_down.WaitForNotificationWithDeadline(deadline) &&
+          replicator_ != nullptr) {
+        replicator_->Stop();
+      }
+    });
     grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+    shut_down.Notify();
+    stop_replicator.join();
   }
   metrics_.reset();
 }
