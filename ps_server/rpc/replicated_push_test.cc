@@ -4,6 +4,7 @@
 // -- an acknowledged push is on the backup before the acknowledgement, so
 // a failover loses none, and the SYNC barrier applies a step once, when
 // every worker's push is in, across a failover too.
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -40,7 +41,10 @@ class ReplicatedPushTest : public ::testing::Test {
     cluster_->Advance(absl::Seconds(1));  // leases granted
   }
 
-  std::unique_ptr<Client> NewClient(int worker_index = -1) {
+  // `tweak`, if set, changes the options before the client connects.
+  std::unique_ptr<Client> NewClient(
+      int worker_index = -1,
+      const std::function<void(ClientOptions*)>& tweak = nullptr) {
     ClientOptions o;
     o.ps_addresses = cluster_->client_addresses();
     o.worker_index = worker_index;
@@ -48,6 +52,7 @@ class ReplicatedPushTest : public ::testing::Test {
     // Retries after a kill wait on real time: keep them short.
     o.initial_backoff = absl::Milliseconds(10);
     o.max_backoff = absl::Milliseconds(50);
+    if (tweak) tweak(&o);
     auto client = Client::Connect(o);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
@@ -237,17 +242,17 @@ TEST_F(ReplicatedPushTest,
   auto setup = NewClient();
   ASSERT_NE(setup, nullptr);
   ASSERT_EQ(setup->CreateVariables({DenseSpec(1.0f)}), absl::OkStatus());
-  ClientOptions o;
-  o.ps_addresses = cluster_->client_addresses();
-  o.call_timeout = absl::Seconds(20);
-  o.max_attempts = 2;
-  o.initial_backoff = absl::Milliseconds(100);
-  o.max_backoff = absl::Seconds(1);
-  o.failover_wait = absl::Seconds(30);
-  o.clock = cluster_->clock();
-  auto client = Client::Connect(o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->RefreshCatalog().ok());
+  ClientOptions o;  // what the bounds below read
+  auto client = NewClient(-1, [&](ClientOptions* options) {
+    options->max_attempts = 2;
+    options->initial_backoff = absl::Milliseconds(100);
+    options->max_backoff = absl::Seconds(1);
+    options->failover_wait = absl::Seconds(30);
+    options->clock = cluster_->clock();
+    o = *options;
+  });
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->RefreshCatalog().ok());
   cluster_->Kill(1);
   cluster_->Kill(2);
   // PS 0's lease runs out: it acknowledges nothing from then on.
@@ -256,8 +261,7 @@ TEST_F(ReplicatedPushTest,
   const std::vector<float> grad(kFloats, 1.0f);
   const absl::Time start = cluster_->clock()->Now();
   const absl::Status pushed = cluster_->AdvanceDuring(
-      [&] { return (*client)->PushDense("d", grad.data()); },
-      absl::Seconds(90));
+      [&] { return client->PushDense("d", grad.data()); }, absl::Seconds(90));
   const absl::Duration retried = cluster_->clock()->Now() - start;
   EXPECT_EQ(pushed.code(), absl::StatusCode::kUnavailable) << pushed;
   EXPECT_GE(retried, o.failover_wait);

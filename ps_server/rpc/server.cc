@@ -416,16 +416,19 @@ void Server::Shutdown(absl::Time deadline) {
     // its backups: one that cannot be reached (and is not voted out) would
     // hold it for ever. At the deadline such pushes are answered
     // UNAVAILABLE (the replicator stops).
+    // (No backups: nothing to stop, no thread.)
     absl::Notification shut_down;
-    std::thread stop_replicator([this, deadline, &shut_down] {
-      if (!shut_down.WaitForNotificationWithDeadline(deadline) &&
-          replicator_ != nullptr) {
-        replicator_->Stop();
-      }
-    });
+    std::thread stop_replicator;
+    if (replicator_ != nullptr && replicator_->active()) {
+      stop_replicator = std::thread([this, deadline, &shut_down] {
+        if (!shut_down.WaitForNotificationWithDeadline(deadline)) {
+          replicator_->Stop();
+        }
+      });
+    }
     grpc_server_->Shutdown(absl::ToChronoTime(deadline));
     shut_down.Notify();
-    stop_replicator.join();
+    if (stop_replicator.joinable()) stop_replicator.join();
   }
   metrics_.reset();
 }
