@@ -14,6 +14,8 @@ namespace psrt {
 namespace {
 
 constexpr size_t kMaxNameLength = 256;
+// 4 MiB of float32 per row (16 MiB with Adam's two slots).
+constexpr int64_t kMaxRowWidth = int64_t{1} << 20;
 
 absl::Status Invalid(const VariableSpec& spec, absl::string_view what) {
   return absl::InvalidArgumentError(
@@ -153,6 +155,14 @@ absl::Status NormalizeVariableSpec(VariableSpec* spec) {
     elements *= std::max<int64_t>(spec->shape(i), 1);
   }
   if (elements > 1e15) return Invalid(*spec, "more than 1e15 elements");
+  // A row is read, written and sent whole: its width bounds every buffer
+  // a pull or push of one id needs (with a capacity of 0, the element
+  // count above does not).
+  if ((spec->kind() == EMBEDDING || spec->kind() == HASH_EMBEDDING) &&
+      spec->shape_size() == 2 && spec->shape(1) > kMaxRowWidth) {
+    return Invalid(*spec, absl::StrCat("row width shape[1] = ", spec->shape(1),
+                                       " is above ", kMaxRowWidth, " floats"));
+  }
   switch (spec->kind()) {
     case DENSE:
       if (spec->partition().routing() != PartitionSpec::DIV) {

@@ -39,6 +39,15 @@ TEST(VariableSpecTest, RejectsBadSpecsNamingVariableAndField) {
       {[](VariableSpec* s) { s->set_shape(1, 0); },
        "shape[1] = 0 must be positive"},
       {[](VariableSpec* s) { s->add_shape(3); }, "[vocab, dim]"},
+      // A row no pull could answer (it crashed the PS on one id).
+      {[](VariableSpec* s) {
+         s->set_kind(HASH_EMBEDDING);
+         s->set_shape(0, 0);
+         s->set_shape(1, 100000000000000);
+       },
+       "row width shape[1] = 100000000000000 is above 1048576 floats"},
+      {[](VariableSpec* s) { s->set_shape(1, (1 << 20) + 1); },
+       "row width shape[1] = 1048577"},
       {[](VariableSpec* s) { s->set_kind(KIND_UNSPECIFIED); }, "kind must be"},
       {[](VariableSpec* s) {
          s->mutable_partition()->set_routing(PartitionSpec::HASH);

@@ -5,7 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace psrt {
 namespace {
@@ -13,11 +16,20 @@ namespace {
 constexpr size_t kAlignment = 64;
 constexpr int kNumClasses = 48;
 
+static_assert(BufferPool::kMaxBytes == size_t{1} << (kNumClasses - 1));
+
+// Null when the memory cannot be had.
 char* AllocateAligned(size_t bytes) {
-  void* p = std::aligned_alloc(
-      kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  if (p == nullptr) throw std::bad_alloc();
-  return static_cast<char*>(p);
+  return static_cast<char*>(std::aligned_alloc(
+      kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment));
+}
+
+absl::Status TooLarge(size_t bytes) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "cannot allocate a buffer of ", bytes, " bytes",
+      bytes > BufferPool::kMaxBytes
+          ? absl::StrCat(" (the most is ", BufferPool::kMaxBytes, ")")
+          : std::string(" (out of memory)")));
 }
 
 struct SliceOwner {
@@ -90,9 +102,17 @@ size_t BufferPool::SizeClass(size_t bytes) {
 }
 
 PooledBuffer BufferPool::Acquire(size_t bytes) {
+  absl::StatusOr<PooledBuffer> buffer = TryAcquire(bytes);
+  if (!buffer.ok()) throw std::bad_alloc();
+  return *std::move(buffer);
+}
+
+absl::StatusOr<PooledBuffer> BufferPool::TryAcquire(size_t bytes) {
+  if (bytes > kMaxBytes) return TooLarge(bytes);
   if (bytes < kMinPooledBytes) {
-    return PooledBuffer(this, AllocateAligned(bytes == 0 ? 1 : bytes), bytes,
-                        bytes);
+    char* p = AllocateAligned(bytes == 0 ? 1 : bytes);
+    if (p == nullptr) return TooLarge(bytes);
+    return PooledBuffer(this, p, bytes, bytes);
   }
   const size_t k = SizeClass(bytes);
   const size_t capacity = size_t{1} << k;
@@ -105,7 +125,9 @@ PooledBuffer BufferPool::Acquire(size_t bytes) {
       return PooledBuffer(this, p, bytes, capacity);
     }
   }
-  return PooledBuffer(this, AllocateAligned(capacity), bytes, capacity);
+  char* p = AllocateAligned(capacity);
+  if (p == nullptr) return TooLarge(bytes);
+  return PooledBuffer(this, p, bytes, capacity);
 }
 
 void BufferPool::Return(char* data, size_t capacity) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/slice.h"
 
@@ -62,6 +63,15 @@ class BufferPool {
   // still find it). Caches up to 1 GiB.
   static BufferPool& Default();
 
+  // The largest buffer the pool hands out (its largest size class).
+  static constexpr size_t kMaxBytes = size_t{1} << 47;
+
+  // A buffer of `bytes`; RESOURCE_EXHAUSTED (naming the size) beyond
+  // kMaxBytes or when the memory cannot be had. What servers call: sizes
+  // there come from the wire.
+  absl::StatusOr<PooledBuffer> TryAcquire(size_t bytes);
+  // TryAcquire for sizes the caller made itself; throws std::bad_alloc
+  // where TryAcquire fails.
   PooledBuffer Acquire(size_t bytes);
 
   size_t cached_bytes() const;

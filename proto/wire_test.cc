@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "proto/buffer_pool.h"
 #include "proto/frame_reader.h"
@@ -185,6 +186,25 @@ TEST(SliceLeaseTest, WaitsUntilGrpcReleasesEverySlice) {
   EXPECT_GE(std::chrono::steady_clock::now() - start,
             std::chrono::milliseconds(40));
   releaser.join();
+}
+
+// Sizes beyond the pool's largest class (a row width from the wire once
+// indexed past its classes: SIGSEGV) and sizes no allocator grants are
+// refused, not crashed on.
+TEST(BufferPoolTest, RefusesSizesBeyondItsClassesAndWhatCannotBeHad) {
+  BufferPool pool(size_t{8} << 20);
+  for (size_t bytes :
+       {BufferPool::kMaxBytes + 1, size_t{400000000000000}, ~size_t{0}}) {
+    absl::StatusOr<PooledBuffer> b = pool.TryAcquire(bytes);
+    ASSERT_FALSE(b.ok()) << bytes;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_TRUE(absl::StrContains(b.status().message(), std::to_string(bytes)))
+        << b.status();
+  }
+  EXPECT_THROW(pool.Acquire(BufferPool::kMaxBytes + 1), std::bad_alloc);
+  absl::StatusOr<PooledBuffer> ok = pool.TryAcquire(1 << 20);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->size(), size_t{1} << 20);
 }
 
 TEST(BufferPoolTest, ReusesLargeBuffersAndBoundsTheCache) {

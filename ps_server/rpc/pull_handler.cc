@@ -43,7 +43,10 @@ absl::StatusOr<std::unique_ptr<PullResponder>> PullResponder::Create(
       r->rows_ += static_cast<int64_t>(item.ids.size());
       continue;
     }
-    PooledBuffer values = BufferPool::Default().Acquire(bytes);
+    absl::StatusOr<PooledBuffer> space =
+        BufferPool::Default().TryAcquire(bytes);
+    if (!space.ok()) return space.status();
+    PooledBuffer values = *std::move(space);
     absl::StatusOr<int64_t> version = item.target().Read(
         item.slice(), reinterpret_cast<float*>(values.data()));
     if (!version.ok()) return version.status();
@@ -80,7 +83,10 @@ absl::Status PullResponder::Next(grpc::ByteBuffer* message) {
         piece->set_values_payload(
             packer.AddPayload(range_values_[item_].sub(first, first + take)));
       } else {
-        PooledBuffer wire = BufferPool::Default().Acquire(take);
+        absl::StatusOr<PooledBuffer> space =
+            BufferPool::Default().TryAcquire(take);
+        if (!space.ok()) return space.status();
+        PooledBuffer wire = *std::move(space);
         NarrowValues(item.dtype,
                      reinterpret_cast<const float*>(
                          range_values_[item_].begin() + first),
@@ -93,11 +99,16 @@ absl::Status PullResponder::Next(grpc::ByteBuffer* message) {
       ShardSlice slice;
       slice.ids =
           absl::MakeConstSpan(item.ids).subspan(first_row, take / row_bytes);
-      PooledBuffer rows = BufferPool::Default().Acquire(take);
+      absl::StatusOr<PooledBuffer> space =
+          BufferPool::Default().TryAcquire(take);
+      if (!space.ok()) return space.status();
+      PooledBuffer rows = *std::move(space);
       // Read as float32 (into a buffer of its own for a narrower dtype).
       PooledBuffer floats;
       if (item.dtype != FLOAT32) {
-        floats = BufferPool::Default().Acquire(values * sizeof(float));
+        space = BufferPool::Default().TryAcquire(values * sizeof(float));
+        if (!space.ok()) return space.status();
+        floats = *std::move(space);
       }
       float* read_to = reinterpret_cast<float*>(
           item.dtype == FLOAT32 ? rows.data() : floats.data());

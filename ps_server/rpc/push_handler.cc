@@ -329,8 +329,10 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // still need it).
   std::vector<float*> saved(updates.size(), nullptr);
   for (const PendingShardUpdate& u : updates) undo_floats += u.undo_floats;
-  PooledBuffer undo =
-      BufferPool::Default().Acquire(undo_floats * sizeof(float));
+  absl::StatusOr<PooledBuffer> undo_space =
+      BufferPool::Default().TryAcquire(undo_floats * sizeof(float));
+  if (!undo_space.ok()) return undo_space.status();
+  PooledBuffer undo = *std::move(undo_space);
   for (const PendingShardUpdate& u : updates) u.target->mutex()->Lock();
   if (kind_ != RequestKind::kReplica) {
     // Checked again under the locks: the handback may have come since.

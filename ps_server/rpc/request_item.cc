@@ -200,7 +200,12 @@ absl::Status ResolveGradient(const TensorItem& item, const FrameReader& frame,
   out->grad = frame.payload(item.grad_payload());
   const int64_t rows = static_cast<int64_t>(out->ids.size());
   const int64_t width = layout.row_width;
-  const int64_t expected = out->by_range ? item.count() : rows * width;
+  int64_t expected = item.count();
+  if (!out->by_range && __builtin_mul_overflow(rows, width, &expected)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(kind, item), rows, " ids x ", width,
+                     " per row overflows 64 bits"));
+  }
   const size_t value_bytes = WireValueBytes(out->dtype);
   if (out->grad.size() % value_bytes != 0 ||
       static_cast<int64_t>(out->grad.size() / value_bytes) != expected) {

@@ -6,6 +6,7 @@
 // fresh; updates prepared before a sweep land on their own rows. With
 // max_rows, the least recently updated rows make room for new ones.
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -316,6 +317,28 @@ TEST(HashEmbeddingMaxRowsTest, NewIdsEvictTheLeastRecentlyUpdatedRows) {
   for (int64_t id = 0; id < 1000; ++id) {
     ASSERT_EQ(a.Value(id), a.init->Value(id, 0)) << id;
   }
+}
+
+// Each shard's share of max_rows is rounded up without overflowing, even
+// at the largest max_rows a spec can hold.
+TEST(HashEmbeddingMaxRowsTest, TheLargestMaxRowsSplitsIntoHalvesOnTwoShards) {
+  VariableSpec spec;
+  spec.set_name("ids");
+  spec.set_kind(HASH_EMBEDDING);
+  spec.add_shape(0);
+  spec.add_shape(2);
+  spec.mutable_partition()->set_num_shards(2);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  spec.mutable_eviction()->set_max_rows(std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(NormalizeVariableSpec(&spec), absl::OkStatus());
+  ShardMap map(1);
+  ASSERT_EQ(map.Add(spec), absl::OkStatus());
+  const VariableLayout* layout = map.Find("ids");
+  ASSERT_EQ(layout->num_shards(), 2);
+  auto optimizer = CreateOptimizer(layout->spec.optimizer());
+  Initializer init(layout->spec.initializer());
+  HashEmbeddingShard shard(*layout, 0, optimizer.get(), init);
+  EXPECT_EQ(shard.max_rows(), int64_t{1} << 62);
 }
 
 // A hot set pushed every step survives the churn of fresh ids around it.

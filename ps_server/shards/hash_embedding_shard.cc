@@ -33,10 +33,12 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
                             layout.spec.admission().unadmitted_value() ==
                                 AdmissionSpec::ZEROS),
       ttl_steps_(layout.spec.eviction().ttl_steps()),
+      // Each shard's part, rounded up (without overflow near 2^63).
       max_rows_(
           layout.spec.eviction().max_rows() > 0
-              ? (layout.spec.eviction().max_rows() + layout.num_shards() - 1) /
-                    layout.num_shards()
+              ? layout.spec.eviction().max_rows() / layout.num_shards() +
+                    (layout.spec.eviction().max_rows() % layout.num_shards() !=
+                     0)
               : 0),
       evicts_at_memory_limit_(evict_at_memory_limit),
       tracks_steps_(ttl_steps_ > 0 || max_rows_ > 0 || evicts_at_memory_limit_),

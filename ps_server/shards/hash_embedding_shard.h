@@ -122,6 +122,8 @@ class HashEmbeddingShard final : public RowShard {
   int64_t row_width() const override { return width_; }
   bool exports_ids() const override { return true; }
   int64_t num_rows() const override;
+  // Eviction's bound on this shard's rows (its share of max_rows; 0: none).
+  int64_t max_rows() const { return max_rows_; }
   int64_t bytes() const override;
   int64_t version() const override;
 
