@@ -24,6 +24,19 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
+// What an endpoint answered, for an error message that goes to logs: an
+// AWS error's code and message, never the body itself (it may hold
+// secrets: an answer that is not what was asked for is not trusted).
+std::string DescribeAnswer(absl::string_view body) {
+  const std::string code = XmlFirst(body, "Code");
+  if (!code.empty()) {
+    std::string message = XmlFirst(body, "Message");
+    if (message.size() > 160) message = message.substr(0, 160) + "...";
+    return absl::StrCat(code, message.empty() ? "" : ": ", message);
+  }
+  return absl::StrCat("an answer of ", body.size(), " bytes, not shown");
+}
+
 // Parses the temporary credentials JSON both endpoints return.
 absl::StatusOr<AwsCredentials> ParseTemporary(absl::string_view json,
                                               absl::string_view source) {
@@ -33,8 +46,8 @@ absl::StatusOr<AwsCredentials> ParseTemporary(absl::string_view json,
   auto secret = JsonStringField(json, "SecretAccessKey");
   if (!key.ok() || !secret.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, " answered without AccessKeyId/SecretAccessKey: ",
-                     json.substr(0, 200)));
+        absl::StrCat(source, " answered without AccessKeyId/SecretAccessKey (",
+                     DescribeAnswer(json), ")"));
   }
   c.access_key_id = *key;
   c.secret_access_key = *secret;
@@ -97,7 +110,7 @@ absl::StatusOr<HttpResponse> Fetch(HttpRequest request,
   if (response->status != 200) {
     return absl::PermissionDeniedError(
         absl::StrCat(source, ": HTTP ", response->status, " from ", request.url,
-                     ": ", response->body.substr(0, 200)));
+                     " (", DescribeAnswer(response->body), ")"));
   }
   return response;
 }
@@ -188,9 +201,9 @@ absl::StatusOr<AwsCredentials> CredentialsFromWebIdentity() {
   c.secret_access_key = XmlFirst(response->body, "SecretAccessKey");
   c.session_token = XmlFirst(response->body, "SessionToken");
   if (c.access_key_id.empty() || c.secret_access_key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source,
-        " answered without credentials: ", response->body.substr(0, 200)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, " answered without credentials (",
+                     DescribeAnswer(response->body), ")"));
   }
   const std::string expiration = XmlFirst(response->body, "Expiration");
   std::string error;

@@ -128,6 +128,15 @@ class FakeCredentialServer {
             kTemporary);
       return 1;
     }
+    // Answers that hold no credentials but something secret.
+    if (uri == "/v2/leaky") {
+      Reply(conn, 200, "{\"Note\": \"LEAKED-SECRET aws_secret=abc\"}");
+      return 1;
+    }
+    if (uri == "/v2/leaky-error") {
+      Reply(conn, 500, "debug dump: LEAKED-SECRET");
+      return 1;
+    }
     // Container endpoint: the relative URI, with the authorization token.
     if (uri == "/v2/credentials/abc") {
       const char* auth = mg_get_header(conn, "Authorization");
@@ -352,6 +361,29 @@ TEST_F(AwsCredentialsTest, ContainerEndpointAsSageMakerProvidesIt) {
   auto bad = provider2.Get();
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("401"), std::string::npos)
+      << bad.status();
+}
+
+// An endpoint's answer is not echoed into the error (which goes to logs):
+// a body without credentials may still hold secrets.
+TEST_F(AwsCredentialsTest, ErrorsDoNotEchoTheEndpointsAnswer) {
+  FakeCredentialServer server;
+  setenv("PSRT_AWS_CONTAINER_CREDENTIALS_HOST", server.base().c_str(), 1);
+  setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/leaky", 1);
+  AwsCredentialsProvider provider;
+  auto bad = provider.Get();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_FALSE(absl::StrContains(bad.status().message(), "LEAKED-SECRET"))
+      << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "bytes, not shown"))
+      << bad.status();
+  setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/leaky-error", 1);
+  AwsCredentialsProvider provider2;
+  bad = provider2.Get();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_FALSE(absl::StrContains(bad.status().message(), "LEAKED-SECRET"))
+      << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "HTTP 500"))
       << bad.status();
 }
 

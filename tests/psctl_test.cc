@@ -270,6 +270,14 @@ TEST_F(PsctlTest, ExportWritesEachVariableWholeAsNumpy) {
   std::vector<float> grad(kDenseFloats);
   for (int64_t i = 0; i < kDenseFloats; ++i) grad[i] = 0.001f * (i % 1000);
   ASSERT_TRUE(client_->PushDense("w", grad.data()).ok());
+  // A scalar (shape []): it once crashed psctl export.
+  VariableSpec bias;
+  bias.set_name("bias");
+  bias.set_kind(DENSE);
+  bias.mutable_optimizer()->set_learning_rate(0.5f);
+  ASSERT_EQ(client_->CreateVariables({bias}), absl::OkStatus());
+  const float bias_grad = 3.0f;
+  ASSERT_TRUE(client_->PushDense("bias", &bias_grad).ok());
   ASSERT_EQ(Psctl({"checkpoint"}).exit_code, 0);
   const std::string out = FreshTestDir("psctl_export");
   auto run = RunPrograms("tools/psctl/psctl",
@@ -277,8 +285,12 @@ TEST_F(PsctlTest, ExportWritesEachVariableWholeAsNumpy) {
                           absl::StrCat("--out=", out), "export"},
                          {""}, absl::Seconds(60))[0];
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(absl::StrContains(run.output, "2 variables")) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "3 variables")) << run.output;
   std::string shape;
+  std::vector<float> b = ReadNpyFloats(out + "/bias.npy", &shape);
+  EXPECT_EQ(shape, "");
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_FLOAT_EQ(b[0], -1.5f);  // zero, one SGD step of 3 at 0.5
   std::vector<float> w = ReadNpyFloats(out + "/w.npy", &shape);
   EXPECT_EQ(shape, "100000,");
   ASSERT_EQ(w.size(), static_cast<size_t>(kDenseFloats));

@@ -1,5 +1,6 @@
 #include "ps_server/shards/shard_digest.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "partitioner/id_hash.h"
@@ -7,8 +8,19 @@
 
 namespace psrt {
 
+int64_t DigestChunkRows(const Shard& shard) {
+  // At most 4096 rows or 4 MiB a read (one row at least: a dense row can
+  // hold millions of floats), and no more rows than the shard has.
+  constexpr int64_t kMaxChunkRows = 4096;
+  constexpr int64_t kChunkBytes = int64_t{4} << 20;
+  const int64_t row_bytes =
+      std::max<int64_t>(1, shard.row_stride()) * sizeof(float);
+  return std::max<int64_t>(
+      1, std::min({kMaxChunkRows, kChunkBytes / row_bytes, shard.num_rows()}));
+}
+
 uint64_t ShardDigest(const Shard& shard) {
-  constexpr int64_t kChunkRows = 4096;
+  const int64_t kChunkRows = DigestChunkRows(shard);
   const int64_t stride = shard.row_stride();
   std::vector<int64_t> ids(kChunkRows);
   std::vector<float> rows(static_cast<size_t>(kChunkRows * stride));

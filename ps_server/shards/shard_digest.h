@@ -17,6 +17,11 @@ namespace psrt {
 // being updated meanwhile gives a digest of no single version.
 uint64_t ShardDigest(const Shard& shard);
 
+// The rows ShardDigest reads at a time: 4096 at most, 4 MiB at most (one
+// row at least), and no more than the shard holds. Its memory is this
+// many rows.
+int64_t DigestChunkRows(const Shard& shard);
+
 }  // namespace psrt
 
 #endif  // PSRT_PS_SERVER_SHARDS_SHARD_DIGEST_H_

@@ -169,6 +169,27 @@ TEST(ShardStoreTest, APreparedCreationIsDiscardedExactlyAfterItsTtl) {
   EXPECT_NE(store.Find("b"), nullptr);
 }
 
+// A creation's hold on the store is its TTL from its PREPARE, whoever
+// calls: a retried PREPARE of it (the same id, as its creator retries)
+// does not renew it, and neither do other creations' attempts.
+TEST(ShardStoreTest, APreparedCreationCannotBeRenewed) {
+  SimulatedClock clock;
+  ShardStore store(0, 1, /*memory_limit_bytes=*/0,
+                   ReplicaPlacement::Unreplicated(1), &clock);
+  ASSERT_TRUE(store.PrepareVariables(11, 0, {Spec("a", 16, 1)}, 1).ok());
+  for (int i = 0; i < 5; ++i) {
+    clock.Advance(ShardStore::kPreparedTtl / 5);
+    ASSERT_TRUE(store.PrepareVariables(11, 0, {Spec("a", 16, 1)}, 1).ok());
+    EXPECT_FALSE(store.PrepareVariables(12, 0, {Spec("b", 16, 1)}, 1).ok());
+    EXPECT_TRUE(store.AwaitPrepared(11, absl::ZeroDuration()).ok());
+  }
+  clock.Advance(absl::Nanoseconds(1));
+  ASSERT_TRUE(store.PrepareVariables(12, 0, {Spec("b", 16, 1)}, 1).ok())
+      << "the TTL counted from the first PREPARE";
+  EXPECT_FALSE(store.CommitVariables(11).ok());
+  EXPECT_TRUE(store.CommitVariables(12).ok());
+}
+
 // PREPARE with the fill in the background: it returns before the fill
 // ends; Commit refuses while it runs; Await reports it; another creation
 // is "in progress" meanwhile; a failed fill is the Await's and the

@@ -1,4 +1,6 @@
+#include <fstream>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -7,6 +9,7 @@
 #include "ps_server/shards/dense_shard.h"
 #include "ps_server/shards/embedding_shard.h"
 #include "ps_server/shards/hash_embedding_shard.h"
+#include "ps_server/shards/shard_digest.h"
 
 namespace psrt {
 namespace {
@@ -296,6 +299,78 @@ TEST(DenseShardTest, ConcurrentReadsNeverSeeHalfAnUpdate) {
   std::vector<float> v(1);
   shard.Read(4095, 1, v.data());
   EXPECT_EQ(v[0], -2000.0f);
+}
+
+// Peak resident memory (VmHWM) since the last ResetPeakResident.
+int64_t PeakResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  int64_t kb = 0;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      status >> kb;
+      return kb << 10;
+    }
+  }
+  return -1;
+}
+int64_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  int64_t kb = 0;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      status >> kb;
+      return kb << 10;
+    }
+  }
+  return -1;
+}
+void ResetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// psctl replicas digests every shard: a dense [2, 2e6] one (two rows of 8
+// MB) once needed 4096 rows' worth of buffer (32 GB: the call failed), and
+// a [2, 120000] one took 1.9 GB. The digest reads rows in chunks of at
+// most 4 MiB (one row at least), so its peak is under 2x the shard.
+TEST(ShardDigestTest, AWideDenseShardIsDigestedWithinTwiceItsSize) {
+  ShardMap map = MapWith(Spec(DENSE, {2, 2000000}, 1, OptimizerSpec::SGD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  DenseShard shard(layout, 0, opt.get(), init);
+  DenseShard copy(layout, 0, opt.get(), init);
+  EXPECT_EQ(DigestChunkRows(shard), 1);
+  const int64_t shard_bytes = 2 * 2000000 * sizeof(float);
+  ResetPeakResident();
+  const int64_t before = ResidentBytes();
+  const uint64_t digest = ShardDigest(shard);
+  const int64_t peak_growth = PeakResidentBytes() - before;
+  std::printf("digest of a %lld-byte shard: peak RSS growth %lld bytes\n",
+              static_cast<long long>(shard_bytes),
+              static_cast<long long>(peak_growth));
+  EXPECT_LT(peak_growth, 2 * shard_bytes);
+  EXPECT_EQ(ShardDigest(copy), digest) << "equal copies digest equal";
+  std::vector<float> grad(2000000, 0.0f);
+  grad[1999999] = 1.0f;
+  ShardUpdate update;
+  update.learning_rate = 1.0f;
+  update.ranges.push_back({2000000, 2000000, View(grad)});
+  ASSERT_EQ(shard.Prepare(&update, 1.0f), absl::OkStatus());
+  {
+    absl::MutexLock lock(shard.mutex());
+    std::vector<float> undo(shard.UndoFloats(update));
+    ASSERT_EQ(shard.ApplyLocked(update, undo.data()), absl::OkStatus());
+  }
+  EXPECT_NE(ShardDigest(shard), digest) << "one changed float shows";
+}
+
+TEST(ShardDigestTest, ChunksHoldNoMoreRowsThanTheShard) {
+  ShardMap map = MapWith(Spec(EMBEDDING, {10, 4}, 1, OptimizerSpec::ADAGRAD));
+  const VariableLayout& layout = *map.Find("v");
+  auto opt = CreateOptimizer(layout.spec.optimizer());
+  Initializer init(layout.spec.initializer());
+  EmbeddingShard shard(layout, 0, opt.get(), init);
+  EXPECT_EQ(DigestChunkRows(shard), 10);
 }
 
 }  // namespace

@@ -61,10 +61,13 @@ absl::StatusOr<Exported> ExportVariable(Storage& checkpoint,
                                         const VariableSpec& spec,
                                         const std::string& out_dir) {
   const bool hashed = spec.kind() == HASH_EMBEDDING;
+  // A scalar (shape []) is one row of one value, as the PS keeps it.
+  const bool scalar = spec.shape_size() == 0;
   const int64_t width =
-      std::accumulate(spec.shape().begin() + 1, spec.shape().end(), int64_t{1},
-                      std::multiplies<int64_t>());
-  const int64_t rows = spec.shape(0);
+      scalar ? 1
+             : std::accumulate(spec.shape().begin() + 1, spec.shape().end(),
+                               int64_t{1}, std::multiplies<int64_t>());
+  const int64_t rows = scalar ? 1 : spec.shape(0);
   // Sizes from the manifest are checked against each other before any
   // memory is sized by them: the files of a dense or embedding variable
   // hold its rows exactly once.
@@ -137,7 +140,7 @@ absl::StatusOr<Exported> ExportVariable(Storage& checkpoint,
       !s.ok()) {
     return s;
   }
-  e.rows = shape[0];
+  e.rows = shape.empty() ? 1 : shape[0];
   e.bytes += static_cast<int64_t>(values.size() * sizeof(float));
   e.json =
       absl::StrCat("{\"name\": ", JsonString(spec.name()),
