@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "cli/help.h"
 #include "cli/security_flags.h"
 #include "gflags/gflags.h"
@@ -26,6 +27,14 @@
 #include "ps_server/shards/ssd_tier_dir.h"
 #include "util/thread_pool.h"
 
+DEFINE_string(peer_secret_file, "",
+              "File holding the secret only the cluster's ps_server processes "
+              "share (never workers or clients): each PS proves with it which "
+              "PS it is on the calls it makes to the others (leases, "
+              "replication, rejoin, handback, checkpoints). Required on a "
+              "secured (--auth_token_file, --tls_require_client_cert) "
+              "cluster of 2 PS or more; empty: PS-to-PS calls are not "
+              "proven.");
 DEFINE_string(cluster, "",
               "Cluster spec: TF_CONFIG-style JSON inline (starting with '{') "
               "or a file. Empty: the TF_CONFIG environment variable, else a "
@@ -232,6 +241,21 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   auto security = psrt::SecurityOptionsFromFlags();
   if (!security.ok()) return security.status();
   options.security = *security;
+  if (!FLAGS_peer_secret_file.empty()) {
+    auto secret = psrt::ReadSecretFile(FLAGS_peer_secret_file);
+    if (!secret.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peer_secret_file: ", secret.status().message()));
+    }
+    options.security.peer_secret =
+        std::string(absl::StripAsciiWhitespace(*secret));
+    if (options.security.peer_secret.size() < 16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--peer_secret_file=", FLAGS_peer_secret_file, " holds ",
+          options.security.peer_secret.size(),
+          " characters: use at least 16 random ones (openssl rand -hex 32)"));
+    }
+  }
   if (FLAGS_grpc_reflection == "auto") {
     options.reflection = options.security.auth_token.empty();
     if (!options.reflection) {

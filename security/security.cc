@@ -83,6 +83,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
       return absl::InvalidArgumentError(
           "--tls_require_client_cert needs --tls_cert_file and --tls_key_file");
     }
+    if (!o.tls_ca_file.empty()) {
+      // The CA alone turns nothing on: the server would serve plaintext.
+      return absl::InvalidArgumentError(
+          "--tls_ca_file without --tls_cert_file and --tls_key_file: a "
+          "server serves TLS only with its own certificate and key, so it "
+          "would serve plaintext; add them, or drop --tls_ca_file");
+    }
     return grpc::InsecureServerCredentials();
   }
   if (o.tls_cert_file.empty() || o.tls_key_file.empty()) {

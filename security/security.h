@@ -28,8 +28,16 @@ struct SecurityOptions {
                             // certificates when require_client_cert)
   bool require_client_cert = false;  // mutual TLS
   std::string auth_token;            // shared secret; empty: no check
+  // ps_server only: the secret PS prove their task with on PS-to-PS calls
+  // (peer_identity.h). Never given to workers or clients.
+  std::string peer_secret;
 
+  // Channels to psrt servers use TLS.
   bool tls() const { return !tls_ca_file.empty() || !tls_cert_file.empty(); }
+  // A server serves TLS.
+  bool serves_tls() const {
+    return !tls_cert_file.empty() && !tls_key_file.empty();
+  }
 };
 
 // Credentials for channels to psrt servers. INVALID_ARGUMENT naming the

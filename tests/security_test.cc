@@ -26,17 +26,21 @@ class SecurityTest : public ::testing::Test {
     const char* tmp = std::getenv("TEST_TMPDIR");
     dir_ = new std::string(absl::StrCat(tmp ? tmp : "/tmp", "/certs"));
     ASSERT_EQ(MakeTestCertificates(*dir_), absl::OkStatus());
+    // The PS' own secret (workers never get it): 2 PS with a token need it.
+    std::ofstream(File("peer_secret")) << "peer-secret-of-the-test-cluster\n";
   }
 
   static std::string File(const std::string& name) {
     return absl::StrCat(*dir_, "/", name);
   }
   static std::vector<std::string> ServerFlags(bool mutual) {
-    std::vector<std::string> flags = {"--tls_cert_file=" + File("server.pem"),
-                                      "--tls_key_file=" + File("server.key"),
-                                      "--tls_ca_file=" + File("ca.pem"),
-                                      "--auth_token_file=" + File("token"),
-                                      "--metrics_bind_address=127.0.0.1"};
+    std::vector<std::string> flags = {
+        "--tls_cert_file=" + File("server.pem"),
+        "--tls_key_file=" + File("server.key"),
+        "--tls_ca_file=" + File("ca.pem"),
+        "--auth_token_file=" + File("token"),
+        "--peer_secret_file=" + File("peer_secret"),
+        "--metrics_bind_address=127.0.0.1"};
     if (mutual) flags.push_back("--tls_require_client_cert");
     return flags;
   }

@@ -3,6 +3,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "security/security.h"
 
 namespace psrt {
 
@@ -18,8 +19,9 @@ class InProcessLinks::Transport : public PeerTransport {
   const int self_;
 };
 
-InProcessLinks::InProcessLinks(int num_ps)
+InProcessLinks::InProcessLinks(int num_ps, std::string auth_token)
     : num_ps_(num_ps),
+      auth_token_(std::move(auth_token)),
       dead_(grpc::CreateChannel("unix:/nonexistent/psrt-cut-link",
                                 grpc::InsecureChannelCredentials())),
       servers_(num_ps, nullptr),
@@ -38,7 +40,17 @@ void InProcessLinks::Attach(int task, grpc::Server* server) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    channels_[from * num_ps_ + task] = server->InProcessChannel(args);
+    // As a real PS's channels (MakeChannel): the cluster's token on every
+    // call.
+    std::vector<
+        std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors;
+    if (auto token = MakeTokenInterceptorFactory(auth_token_)) {
+      interceptors.push_back(std::move(token));
+    }
+    channels_[from * num_ps_ + task] =
+        server->experimental().InProcessChannelWithInterceptors(
+            args, std::move(interceptors));
   }
 }
 

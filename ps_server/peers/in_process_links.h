@@ -33,7 +33,9 @@ namespace psrt {
 
 class InProcessLinks {
  public:
-  explicit InProcessLinks(int num_ps);
+  // `auth_token`: what every call carries (as a secured cluster's PS
+  // send it); empty: none.
+  explicit InProcessLinks(int num_ps, std::string auth_token = "");
 
   // PS `task` serves on `server` from now on (a restart attaches again).
   // `server` must stay alive until Kill(task) or another Attach.
@@ -67,6 +69,7 @@ class InProcessLinks {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const int num_ps_;
+  const std::string auth_token_;
   // A channel nobody answers on: calls fail at once (not wait_for_ready).
   const std::shared_ptr<grpc::Channel> dead_;
   mutable absl::Mutex mu_;

@@ -23,14 +23,16 @@ absl::StatusOr<std::unique_ptr<PsPeers>> PsPeers::Create(
     const SecurityOptions& security) {
   auto transport = GrpcPeerTransport::Create(addresses, self, security);
   if (!transport.ok()) return transport.status();
-  return Create(std::move(addresses), self, *std::move(transport));
+  return Create(std::move(addresses), self, *std::move(transport),
+                security.peer_secret);
 }
 
 std::unique_ptr<PsPeers> PsPeers::Create(
     std::vector<std::string> addresses, int self,
-    std::unique_ptr<PeerTransport> transport) {
-  return std::unique_ptr<PsPeers>(
-      new PsPeers(std::move(addresses), self, std::move(transport)));
+    std::unique_ptr<PeerTransport> transport, std::string peer_secret) {
+  return std::unique_ptr<PsPeers>(new PsPeers(std::move(addresses), self,
+                                              std::move(transport),
+                                              std::move(peer_secret)));
 }
 
 std::unique_ptr<ParameterServer::Stub> PsPeers::StubTo(int task) const {
@@ -45,6 +47,7 @@ absl::StatusOr<SaveShardsResponse> PsPeers::SaveShards(
     int task, const SaveShardsRequest& request, absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  identity_.Sign(&context, self_, "/psrt.ParameterServer/SaveShards");
   SaveShardsResponse response;
   const grpc::Status s = StubTo(task)->SaveShards(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
@@ -56,6 +59,7 @@ absl::Status PsPeers::CommitCheckpoint(int task,
                                        absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  identity_.Sign(&context, self_, "/psrt.ParameterServer/CommitCheckpoint");
   CommitCheckpointResponse response;
   const grpc::Status s =
       StubTo(task)->CommitCheckpoint(&context, request, &response);
@@ -70,6 +74,7 @@ absl::StatusOr<StatsResponse> PsPeers::Stats(int task,
                                              absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  identity_.Sign(&context, self_, "/psrt.ParameterServer/GetStats");
   StatsRequest request;
   StatsResponse response;
   const grpc::Status s = StubTo(task)->GetStats(&context, request, &response);
@@ -81,6 +86,7 @@ absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task, int suspect,
                                                  absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  identity_.Sign(&context, self_, "/psrt.ParameterServer/Suspect");
   SuspectRequest request;
   request.set_task(suspect);
   SuspectResponse response;
@@ -93,6 +99,7 @@ absl::StatusOr<LeaseResponse> PsPeers::RenewLease(
     int task, int64_t own_term, absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  identity_.Sign(&context, self_, "/psrt.ParameterServer/RenewLease");
   LeaseRequest request;
   request.set_from_task(self_);
   request.set_from_term(own_term);
@@ -108,6 +115,7 @@ absl::StatusOr<std::string> PsPeers::ClientStream(
     bool wait_for_ready) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  identity_.Sign(&context, self_, method_path);
   context.set_wait_for_ready(wait_for_ready);
   const std::shared_ptr<grpc::Channel> channel = transport_->ChannelTo(task);
   const grpc::internal::RpcMethod method(
@@ -163,6 +171,7 @@ absl::StatusOr<RejoinResponse> PsPeers::Rejoin(
   grpc::ClientContext own;
   if (context == nullptr) context = &own;
   SetDeadline(context, timeout);
+  identity_.Sign(context, self_, "/psrt.ParameterServer/Rejoin");
   RejoinRequest request;
   request.set_from_task(self_);
   RejoinResponse response;
@@ -175,6 +184,7 @@ absl::StatusOr<HandbackResponse> PsPeers::Handback(
     int task, const HandbackRequest& request, absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  identity_.Sign(&context, self_, "/psrt.ParameterServer/Handback");
   HandbackResponse response;
   const grpc::Status s = StubTo(task)->Handback(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
@@ -185,6 +195,7 @@ absl::StatusOr<ListVariablesResponse> PsPeers::ListVariables(
     int task, absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
+  identity_.Sign(&context, self_, "/psrt.ParameterServer/ListVariables");
   ListVariablesRequest request;
   ListVariablesResponse response;
   const grpc::Status s =

@@ -18,6 +18,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/peers/peer_transport.h"
+#include "security/peer_identity.h"
 #include "security/security.h"
 
 namespace psrt {
@@ -31,10 +32,12 @@ class PsPeers {
       std::vector<std::string> addresses, int self,
       const SecurityOptions& security);
   // The same over `transport` (tests: in_process_links.h); `addresses`
-  // only name the PS in messages.
+  // only name the PS in messages. Every call carries the proof, made from
+  // `peer_secret`, that it comes from PS `self` (security/peer_identity.h;
+  // empty: none).
   static std::unique_ptr<PsPeers> Create(
       std::vector<std::string> addresses, int self,
-      std::unique_ptr<PeerTransport> transport);
+      std::unique_ptr<PeerTransport> transport, std::string peer_secret = "");
 
   int size() const { return static_cast<int>(addresses_.size()); }
   int self() const { return self_; }
@@ -90,16 +93,18 @@ class PsPeers {
       const std::vector<grpc::ByteBuffer>& messages, absl::Duration timeout,
       bool wait_for_ready = false) const;
   PsPeers(std::vector<std::string> addresses, int self,
-          std::unique_ptr<PeerTransport> transport)
+          std::unique_ptr<PeerTransport> transport, std::string peer_secret)
       : addresses_(std::move(addresses)),
         self_(self),
-        transport_(std::move(transport)) {}
+        transport_(std::move(transport)),
+        identity_(std::move(peer_secret)) {}
   // A stub on the transport's channel to `task` now.
   std::unique_ptr<ParameterServer::Stub> StubTo(int task) const;
 
   const std::vector<std::string> addresses_;
   const int self_;
   const std::unique_ptr<PeerTransport> transport_;
+  const PeerIdentity identity_;
 };
 
 }  // namespace psrt

@@ -10,7 +10,7 @@ namespace psrt {
 
 InProcessCluster::InProcessCluster(Options options)
     : options_(options),
-      links_(options.num_ps),
+      links_(options.num_ps, options.auth_token),
       client_ports_(options.num_ps, 0),
       servers_(options.num_ps) {
   for (int t = 0; t < options.num_ps; ++t) {
@@ -57,6 +57,8 @@ absl::StatusOr<std::unique_ptr<Server>> InProcessCluster::MakeServer(int task) {
   o.ps_task = task;
   o.replicas = options_.replicas;
   o.reflection = false;
+  o.security.auth_token = options_.auth_token;
+  o.security.peer_secret = options_.peer_secret;
   o.clock = &clock_;
   o.lease = options_.lease;
   o.failover = options_.failover;

@@ -37,6 +37,10 @@ class InProcessCluster {
     // against); 0: one per PS.
     int num_workers = 0;
     bool client_ports = false;
+    // A secured cluster: every call must carry `auth_token` (PS-to-PS
+    // calls too), and PS prove their task with `peer_secret`.
+    std::string auth_token;
+    std::string peer_secret;
     // Timing (the clock is the cluster's own).
     LeaseHolder::Options lease;
     FailoverMonitor::Options failover;

@@ -13,6 +13,7 @@
 #include "proto/frame_reader.h"
 #include "ps_server/checkpoint/transfer_progress.h"
 #include "ps_server/metrics/status_page.h"
+#include "ps_server/rpc/out_of_memory.h"
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
 #include "ps_server/rpc/rejoin_source.h"
@@ -114,9 +115,14 @@ class ParameterServerService::PullReactor final
       token_ = 0;
     }
     absl::StatusOr<std::unique_ptr<PullResponder>> responder =
-        ready.ok() ? PullResponder::Create(*service_->store_, frame_,
-                                           service_->limits_.max_message_bytes)
-                   : ready;
+        ready.ok()
+            ? AnswerOutOfMemory("Pull",
+                                [&] {
+                                  return PullResponder::Create(
+                                      *service_->store_, frame_,
+                                      service_->limits_.max_message_bytes);
+                                })
+            : ready;
     if (!responder.ok()) {
       service_->FinishFailed(this, "Pull", responder.status());
       return;
@@ -160,7 +166,8 @@ class ParameterServerService::PullReactor final
       bool again, failed;
       {
         absl::MutexLock lock(&mu_);
-        prepare_status_ = responder_->Next(&prepared_);
+        prepare_status_ = AnswerOutOfMemory(
+            "Pull", [&] { return responder_->Next(&prepared_); });
         preparing_ = false;
         again = write_done_;
         failed = failed_;
@@ -211,7 +218,8 @@ class ParameterServerService::PushReactor final
 
   void OnReadDone(bool ok) override {
     if (ok) {
-      absl::Status s = handler_->AddMessage(message_);
+      absl::Status s = AnswerOutOfMemory(
+          "Push", [&] { return handler_->AddMessage(message_); });
       if (!s.ok()) {
         service_->FinishFailed(this, "Push", s);
         return;
@@ -310,7 +318,8 @@ class ParameterServerService::ReadAllReactor final
 
   void OnReadDone(bool ok) override {
     if (ok) {
-      absl::Status s = call_.AddMessage(message_);
+      absl::Status s = AnswerOutOfMemory(
+          method_, [&] { return call_.AddMessage(message_); });
       if (!s.ok()) {
         service_->FinishFailed(this, method_, s);
         return;
@@ -343,8 +352,9 @@ class ParameterServerService::ReadAllReactor final
 // (TakeOverRestarted) and told so.
 class ParameterServerService::ReplicateCall {
  public:
-  explicit ReplicateCall(ParameterServerService* service)
-      : service_(service), call_(&service->replica_applier_) {}
+  // `proven_from`: the PS the call proved to come from (-1: not proven).
+  ReplicateCall(ParameterServerService* service, int proven_from)
+      : service_(service), call_(&service->replica_applier_, proven_from) {}
   absl::Status AddMessage(const grpc::ByteBuffer& message) {
     return call_.AddMessage(message);
   }
@@ -380,7 +390,10 @@ ParameterServerService::ParameterServerService(
       auth_token_(std::move(auth_token)),
       checkpoint_callers_(checkpoint_callers),
       limits_(limits),
-      dedup_scopes_(store->num_ps()),
+      // Counted against the PS's memory limit (push_dedup.h).
+      dedup_scopes_(
+          store->num_ps(), PushDedup::kDefaultMaxEntries,
+          [store](int64_t bytes) { return store->ReserveMemory(bytes); }),
       replicator_(replicator),
       replica_applier_(store, &dedup_scopes_, limits.max_push_bytes),
       clock_(clock != nullptr ? clock : Clock::Real()),
@@ -650,7 +663,7 @@ grpc::ServerUnaryReactor* ParameterServerService::ServeUnary(
   }
   auto respond = [this, reactor, method, response_bytes, handle,
                   request = *std::move(request)] {
-    auto result = handle(request);
+    auto result = AnswerOutOfMemory(method, [&] { return handle(request); });
     if (result.ok()) {
       SerializeResponse(*result, response_bytes);
       reactor->Finish(grpc::Status::OK);
@@ -730,6 +743,49 @@ grpc::ServerUnaryReactor* ParameterServerService::CreateVariables(
       });
 }
 
+absl::StatusOr<int> ParameterServerService::CheckPeerCaller(
+    grpc::CallbackServerContext* context, const char* method) {
+  if (peer_identity_ != nullptr && peer_identity_->enabled()) {
+    auto task = peer_identity_->Verify(
+        context, absl::StrCat("/psrt.ParameterServer/", method),
+        store_->num_ps());
+    if (!task.ok()) {
+      LOG(WARNING) << "refused " << context->peer() << ": "
+                   << task.status().message();
+      return task.status();
+    }
+    if (*task == store_->ps_task()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          method, ": the call proves to come from this PS itself (PS ", *task,
+          "), which never calls itself"));
+    }
+    return task;
+  }
+  if (checkpoint_callers_ != nullptr) {
+    absl::Status s = checkpoint_callers_->Check(context->peer(), method);
+    if (!s.ok()) {
+      LOG(WARNING) << "refused: " << s.message();
+      return s;
+    }
+  }
+  return -1;
+}
+
+namespace {
+// A PS-to-PS request names its sender (`named`: from_task); the call
+// proved `proven` (-1: not proven, the cluster trusts its network).
+absl::Status CheckNamesCaller(int proven, int named, const char* method) {
+  if (proven < 0 || named == proven) return absl::OkStatus();
+  LOG(WARNING) << method << " naming PS " << named << " came from PS " << proven
+               << ": refused";
+  return absl::PermissionDeniedError(
+      absl::StrCat(method, " names PS ", named,
+                   " as its sender but the call proves to "
+                   "come from PS ",
+                   proven, ": a PS speaks only for itself"));
+}
+}  // namespace
+
 absl::Status ParameterServerService::CheckCheckpointCaller(
     grpc::CallbackServerContext* context, const char* method) {
   if (checkpoint_callers_ != nullptr) {
@@ -761,7 +817,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
 grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  absl::Status caller = CheckCheckpointCaller(context, "SaveShards");
+  absl::Status caller = CheckPeerCaller(context, "SaveShards").status();
+  if (caller.ok() && checkpoints_ == nullptr) {
+    caller = absl::UnimplementedError("checkpoints are not configured");
+  }
   return ServeUnary<SaveShardsRequest>(
       context, "SaveShards", request, response, /*detached=*/caller.ok(),
       [this, caller](
@@ -776,7 +835,10 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveShards(
 grpc::ServerUnaryReactor* ParameterServerService::CommitCheckpoint(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  absl::Status caller = CheckCheckpointCaller(context, "CommitCheckpoint");
+  absl::Status caller = CheckPeerCaller(context, "CommitCheckpoint").status();
+  if (caller.ok() && checkpoints_ == nullptr) {
+    caller = absl::UnimplementedError("checkpoints are not configured");
+  }
   return ServeUnary<CommitCheckpointRequest>(
       context, "CommitCheckpoint", request, response, /*detached=*/caller.ok(),
       [this, caller](const CommitCheckpointRequest& r)
@@ -988,10 +1050,12 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
 grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Replicate(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   absl::Status s = CheckToken(context, auth_token_);
-  if (s.ok()) s = CheckCheckpointCaller(context, "Replicate");
+  absl::StatusOr<int> caller = -1;
+  if (s.ok()) caller = CheckPeerCaller(context, "Replicate");
+  if (s.ok()) s = caller.status();
   if (!s.ok()) return new RejectReadReactor(this, "Replicate", s);
   return new ReadAllReactor<ReplicateCall>(this, "Replicate", response,
-                                           ReplicateCall(this));
+                                           ReplicateCall(this, *caller));
 }
 
 absl::Status ParameterServerService::CheckNotReplaced() const {
@@ -1131,7 +1195,7 @@ bool ParameterServerService::TakeOverRestarted(int primary) {
 grpc::ServerUnaryReactor* ParameterServerService::Suspect(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  absl::Status caller = CheckCheckpointCaller(context, "Suspect");
+  absl::Status caller = CheckPeerCaller(context, "Suspect").status();
   return ServeUnary<SuspectRequest>(
       context, "Suspect", request, response, /*detached=*/caller.ok(),
       [this,
@@ -1160,12 +1224,16 @@ grpc::ServerUnaryReactor* ParameterServerService::Suspect(
 grpc::ServerUnaryReactor* ParameterServerService::Rejoin(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  absl::Status caller = CheckCheckpointCaller(context, "Rejoin");
+  absl::StatusOr<int> caller = CheckPeerCaller(context, "Rejoin");
   // Detached: the snapshot takes as long as its shards take to send.
   return ServeUnary<RejoinRequest>(
       context, "Rejoin", request, response, /*detached=*/caller.ok(),
       [this, caller](const RejoinRequest& r) -> absl::StatusOr<RejoinResponse> {
-        if (!caller.ok()) return caller;
+        if (!caller.ok()) return caller.status();
+        if (absl::Status s = CheckNamesCaller(*caller, r.from_task(), "Rejoin");
+            !s.ok()) {
+          return s;
+        }
         if (peers_ == nullptr) {
           return absl::FailedPreconditionError(
               "Rejoin: this PS runs without replicas");
@@ -1178,13 +1246,18 @@ grpc::ServerUnaryReactor* ParameterServerService::Rejoin(
 grpc::ServerUnaryReactor* ParameterServerService::Handback(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  absl::Status caller = CheckCheckpointCaller(context, "Handback");
+  absl::StatusOr<int> caller = CheckPeerCaller(context, "Handback");
   // Detached: waits for the caller to apply the last updates of its shards.
   return ServeUnary<HandbackRequest>(
       context, "Handback", request, response, /*detached=*/caller.ok(),
       [this,
        caller](const HandbackRequest& r) -> absl::StatusOr<HandbackResponse> {
-        if (!caller.ok()) return caller;
+        if (!caller.ok()) return caller.status();
+        if (absl::Status s =
+                CheckNamesCaller(*caller, r.from_task(), "Handback");
+            !s.ok()) {
+          return s;
+        }
         return ServeHandback(r);
       });
 }
@@ -1193,21 +1266,28 @@ grpc::ServerReadReactor<grpc::ByteBuffer>*
 ParameterServerService::InstallSnapshot(grpc::CallbackServerContext* context,
                                         grpc::ByteBuffer* response) {
   absl::Status s = CheckToken(context, auth_token_);
-  if (s.ok()) s = CheckCheckpointCaller(context, "InstallSnapshot");
+  absl::StatusOr<int> caller = -1;
+  if (s.ok()) caller = CheckPeerCaller(context, "InstallSnapshot");
+  if (s.ok()) s = caller.status();
   if (!s.ok()) return new RejectReadReactor(this, "InstallSnapshot", s);
   return new ReadAllReactor<SnapshotInstaller>(
       this, "InstallSnapshot", response,
-      SnapshotInstaller(store_, &replica_applier_));
+      SnapshotInstaller(store_, &replica_applier_, *caller));
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::RenewLease(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  absl::Status caller = CheckCheckpointCaller(context, "RenewLease");
+  absl::StatusOr<int> caller = CheckPeerCaller(context, "RenewLease");
   return ServeUnary<LeaseRequest>(
       context, "RenewLease", request, response, /*detached=*/false,
       [this, caller](const LeaseRequest& r) -> absl::StatusOr<LeaseResponse> {
-        if (!caller.ok()) return caller;
+        if (!caller.ok()) return caller.status();
+        if (absl::Status s =
+                CheckNamesCaller(*caller, r.from_task(), "RenewLease");
+            !s.ok()) {
+          return s;
+        }
         if (membership_ == nullptr || peers_ == nullptr) {
           return absl::FailedPreconditionError(
               "RenewLease: this PS runs without replicas");

@@ -31,6 +31,7 @@
 #include "ps_server/rpc/workers_seen.h"
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
+#include "security/peer_identity.h"
 #include "util/clock.h"
 
 namespace psrt {
@@ -155,6 +156,12 @@ class ParameterServerService final : public ParameterServerCallbackBase {
     peers_ = peers;
     lease_ = lease;
   }
+  // PS-to-PS calls (Replicate, RenewLease, Rejoin, ...) must prove which
+  // PS makes them (security/peer_identity.h) when `identity` is enabled.
+  // Must outlive the service; call before serving.
+  void set_peer_identity(const PeerIdentity* identity) {
+    peer_identity_ = identity;
+  }
   // Failover: `primary`'s shards are served here from now on, if this
   // PS's copy of them is in sync (else false, nothing changes).
   bool TakeOver(int primary);
@@ -207,6 +214,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // The HTML of the status page (/statusz on the metrics port).
   std::string StatusPageHtml() const;
 
+  // Bytes the push de-dup tables count (push_dedup.h).
+  int64_t dedup_bytes() const { return dedup_scopes_.bytes(); }
+
   // A SaveShards marked final (PS 0's shutdown checkpoint) has completed.
   bool final_checkpoint_saved() const { return final_saved_.load(); }
 
@@ -224,6 +234,12 @@ class ParameterServerService final : public ParameterServerCallbackBase {
                                        grpc::ByteBuffer* response_bytes,
                                        bool detached, Handle handle);
   // OK if `context`'s peer may call the checkpoint RPC `method`.
+  // A PS-to-PS method's caller: the PS task it proves to be (peer
+  // identity enabled), or -1 (none: a secured PS then takes the call only
+  // from a cluster host, as the checkpoint RPCs). PERMISSION_DENIED
+  // otherwise, logged.
+  absl::StatusOr<int> CheckPeerCaller(grpc::CallbackServerContext* context,
+                                      const char* method);
   absl::Status CheckCheckpointCaller(grpc::CallbackServerContext* context,
                                      const char* method);
 
@@ -245,8 +261,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   const std::string restored_from_;
   // The shards served are the checkpoint's: said once in the log.
   mutable std::atomic<bool> told_serving_restored_{false};
-  const std::string auth_token_;              // empty: no check
-  ClusterMembers* const checkpoint_callers_;  // null: anyone with the token
+  const std::string auth_token_;                 // empty: no check
+  ClusterMembers* const checkpoint_callers_;     // null: anyone with the token
+  const PeerIdentity* peer_identity_ = nullptr;  // null: PS not proven
   std::atomic<bool> final_saved_{false};
   const ServiceLimits limits_;
   DedupScopes dedup_scopes_;

@@ -89,6 +89,12 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
     absl::Status s = frame.Parse(message);
     if (s.ok()) s = frame.ParseHeader(&header_);
     if (!s.ok()) return s;
+    if (proven_from_ >= 0 && header_.from_task() != proven_from_) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("Replicate names PS ", header_.from_task(),
+                       " as its sender but the call proves to come from PS ",
+                       proven_from_, ": a PS speaks only for itself"));
+    }
     if (s = applier_->CheckHeader(header_); !s.ok()) return s;
     // A fenced primary's items name shards this PS now serves: say why
     // they are refused before resolving them.

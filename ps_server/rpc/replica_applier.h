@@ -62,7 +62,10 @@ class ReplicaApplier {
   // One Replicate call: its messages in order, then Finish.
   class Call {
    public:
-    explicit Call(ReplicaApplier* applier) : applier_(applier) {}
+    // `proven_from`: the PS the call proved to come from (peer identity;
+    // -1: not proven): a header naming another sender is refused.
+    explicit Call(ReplicaApplier* applier, int proven_from = -1)
+        : applier_(applier), proven_from_(proven_from) {}
     absl::Status AddMessage(const grpc::ByteBuffer& message);
     absl::StatusOr<ReplicateResponse> Finish();
     // The sender, once the header arrived (-1 before).
@@ -70,6 +73,7 @@ class ReplicaApplier {
 
    private:
     ReplicaApplier* const applier_;
+    const int proven_from_;
     bool have_header_ = false;
     ReplicationHeader header_;
     std::vector<std::unique_ptr<PushHandler>> updates_;

@@ -47,7 +47,9 @@ bool IsLoopbackHost(absl::string_view host) {
 // Anyone who reaches an unsecured port can read and change every parameter
 // and trigger checkpoints: say so where operators look.
 void WarnIfExposed(const ServerOptions& options) {
-  if (!options.security.auth_token.empty() || options.security.tls()) return;
+  if (!options.security.auth_token.empty() || options.security.serves_tls()) {
+    return;
+  }
   const size_t colon = options.listen_address.rfind(':');
   const absl::string_view host =
       absl::string_view(options.listen_address).substr(0, colon);
@@ -146,6 +148,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                      options.cluster.num_ps(), " PS tasks"));
   }
   options.limits.max_workers = std::max(1, options.cluster.num_workers());
+  const SecurityOptions& security = options.security;
+  if ((!security.auth_token.empty() || security.require_client_cert) &&
+      options.cluster.num_ps() > 1 && security.peer_secret.empty()) {
+    // Workers hold the token (and client certificates): without a secret
+    // of the PS alone, any of them could speak as a PS to the others.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this cluster of ", options.cluster.num_ps(),
+        " PS is secured (auth token or client certificates) but has no "
+        "--peer_secret_file: give every ps_server the same secret file, "
+        "which workers and clients never get, so that a PS proves which PS "
+        "it is on the calls it makes to the others (docs/operations.md, "
+        "Security model)"));
+  }
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   auto replicas =
@@ -187,9 +202,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
               << " variables saved by " << m.num_ps()
               << " PS): each variable is filled when it is created";
   }
+  server->peer_identity_ =
+      std::make_unique<PeerIdentity>(options.security.peer_secret);
   if (options.peer_transport) {
     server->peers_ = PsPeers::Create(options.cluster.ps, options.ps_task,
-                                     options.peer_transport(options.ps_task));
+                                     options.peer_transport(options.ps_task),
+                                     options.security.peer_secret);
   } else {
     auto peers =
         PsPeers::Create(options.cluster.ps, options.ps_task, options.security);
@@ -236,6 +254,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       server->checkpoints_.get(), options.restore_uri,
       options.security.auth_token, server->checkpoint_callers_.get(),
       server->replicator_.get(), clock);
+  server->service_->set_peer_identity(server->peer_identity_.get());
+  {
+    ParameterServerService* service = server->service_.get();
+    server->registry_.AddGauge(
+        "psrt_push_dedup_bytes",
+        "Memory the push de-duplication tables count against the PS's "
+        "memory limit (bounded: the oldest pushes are forgotten first)",
+        {}, [service] { return static_cast<double>(service->dedup_bytes()); });
+  }
   if (options.replicas > 1) {
     Replicator* replicator = server->replicator_.get();
     ShardStore* store = server->store_.get();

@@ -29,6 +29,7 @@
 #include "ps_server/shards/row_evictor.h"
 #include "ps_server/shards/shard_store.h"
 #include "security/cluster_members.h"
+#include "security/peer_identity.h"
 #include "security/security.h"
 #include "util/clock.h"
 
@@ -124,6 +125,7 @@ class Server {
   std::unique_ptr<LeaseHolder> lease_;      // null: no failover
   std::unique_ptr<CheckpointCoordinator> checkpoints_;
   std::unique_ptr<ClusterMembers> checkpoint_callers_;
+  std::unique_ptr<PeerIdentity> peer_identity_;  // outlives service_
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<FailoverMonitor> failover_;  // stopped before service_
   std::unique_ptr<RowEvictor> evictor_;        // stopped before store_

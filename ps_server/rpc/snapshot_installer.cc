@@ -24,6 +24,12 @@ absl::Status SnapshotInstaller::AddMessage(const grpc::ByteBuffer& message) {
   if (s.ok()) s = frame.ParseHeader(&chunk);
   if (!s.ok()) return s;
   const int self = store_->ps_task();
+  if (proven_from_ >= 0 && chunk.from_task() != proven_from_) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("InstallSnapshot names PS ", chunk.from_task(),
+                     " as its sender but the call proves to come from PS ",
+                     proven_from_, ": a PS speaks only for itself"));
+  }
   if (from_ < 0) {
     if (chunk.from_task() < 0 || chunk.from_task() >= store_->num_ps() ||
         chunk.from_task() == self) {

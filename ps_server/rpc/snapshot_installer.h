@@ -22,9 +22,12 @@ namespace psrt {
 
 class SnapshotInstaller {
  public:
-  // Both must outlive the installer.
-  SnapshotInstaller(ShardStore* store, ReplicaApplier* applier)
-      : store_(store), applier_(applier) {}
+  // Both must outlive the installer. `proven_from`: the PS the call proved
+  // to come from (peer identity; -1: not proven): chunks naming another
+  // sender are refused.
+  SnapshotInstaller(ShardStore* store, ReplicaApplier* applier,
+                    int proven_from = -1)
+      : store_(store), applier_(applier), proven_from_(proven_from) {}
 
   absl::Status AddMessage(const grpc::ByteBuffer& message);
   absl::StatusOr<InstallSnapshotResponse> Finish();
@@ -32,6 +35,7 @@ class SnapshotInstaller {
  private:
   ShardStore* const store_;
   ReplicaApplier* const applier_;
+  int proven_from_;
   int from_ = -1;
   const LocalVariable* variable_ = nullptr;
   int shard_ = -1;

@@ -10,9 +10,17 @@
 
 namespace psrt {
 
-inline std::unique_ptr<ShardStore> MakeFuzzStore() {
+// `replicated`: --replicas=2 over two hosts, so this PS (0) also keeps the
+// backup copies of PS 1's shards, which PS 1's Replicate and
+// InstallSnapshot calls write.
+inline std::unique_ptr<ShardStore> MakeFuzzStore(bool replicated = false) {
   // 64 MiB at most: a fuzzed CreateVariables cannot take the machine.
-  auto store = std::make_unique<ShardStore>(0, 2, int64_t{64} << 20);
+  auto store = replicated
+                   ? std::make_unique<ShardStore>(
+                         0, 2, int64_t{64} << 20,
+                         *ReplicaPlacement::Create({"ps0:2223", "ps1:2223"}, 2),
+                         Clock::Real())
+                   : std::make_unique<ShardStore>(0, 2, int64_t{64} << 20);
   std::vector<VariableSpec> specs(4);
   specs[0].set_name("w");
   specs[0].set_kind(DENSE);

@@ -16,8 +16,9 @@ seconds="${1:-30}"
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(request_fuzzer unary_request_fuzzer checkpoint_files_fuzzer
-           s3_response_fuzzer record_reader_fuzzer example_cache_fuzzer)
+  targets=(request_fuzzer unary_request_fuzzer peer_request_fuzzer
+           checkpoint_files_fuzzer s3_response_fuzzer record_reader_fuzzer
+           example_cache_fuzzer)
 fi
 out=out/fuzz
 mkdir -p "$out/gen" "$out/obj" "$out/crashes"
@@ -56,7 +57,7 @@ sources=(
   util/memory_headroom.cc
   ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc
   ps_server/rpc/push_handler.cc ps_server/rpc/push_dedup.cc
-  ps_server/rpc/replica_applier.cc
+  ps_server/rpc/replica_applier.cc ps_server/rpc/snapshot_installer.cc
   ps_server/checkpoint/checkpoint_catalog.cc ps_server/checkpoint/shard_file.cc
   storage/storage.cc storage/file_storage.cc
   storage/s3_storage.cc storage/s3_xml.cc
@@ -85,7 +86,7 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 
 # Each target is linked, then run, on its own core: with nproc cores the
-# targets run nproc at a time (CI's 2 cores: 6 targets in 3 rounds).
+# targets run nproc at a time (CI's 2 cores: 7 targets in 4 rounds).
 fuzz_one() {
   local t=$1
   # shellcheck disable=SC2086

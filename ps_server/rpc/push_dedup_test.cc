@@ -1,0 +1,110 @@
+// The push de-dup table under a flood of clients: bounded in entries and
+// bytes, the oldest forgotten first, its memory taken from the PS's limit
+// (and given up when refused). Before these bounds, 80,000 pushes from new
+// client ids held 81 MB for good, uncounted.
+#include "ps_server/rpc/push_dedup.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace psrt {
+namespace {
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+void ApplyOne(PushDedup* dedup, uint64_t client, uint64_t request) {
+  ASSERT_EQ(dedup->Begin(client, request), PushDedup::Outcome::kNew);
+  dedup->Finish(client, request, /*applied=*/true);
+}
+
+TEST(PushDedupTest, ARetryIsFoundAndAFailedPushForgotten) {
+  PushDedup dedup;
+  ApplyOne(&dedup, 7, 1);
+  EXPECT_EQ(dedup.Begin(7, 1), PushDedup::Outcome::kApplied);
+  EXPECT_EQ(dedup.Begin(7, 2), PushDedup::Outcome::kNew);
+  EXPECT_EQ(dedup.Begin(7, 2), PushDedup::Outcome::kInProgress);
+  dedup.Finish(7, 2, /*applied=*/false);
+  EXPECT_EQ(dedup.Begin(7, 2), PushDedup::Outcome::kNew);
+  dedup.Finish(7, 2, /*applied=*/false);
+  EXPECT_EQ(dedup.entries(), 1u);
+  EXPECT_EQ(dedup.clients(), 1u);
+}
+
+TEST(PushDedupTest, OneHundredThousandNewClientsStayWithinTheBound) {
+  constexpr size_t kMax = 20000;
+  int64_t reserved = 0;
+  PushDedup dedup(kMax, [&](int64_t bytes) {
+    reserved += bytes;
+    return absl::OkStatus();
+  });
+  const int64_t rss_before = ResidentBytes();
+  for (uint64_t client = 1; client <= 100000; ++client) {
+    ApplyOne(&dedup, client, 1);
+  }
+  const int64_t grown = ResidentBytes() - rss_before;
+  EXPECT_EQ(dedup.entries(), kMax);
+  EXPECT_EQ(dedup.clients(), kMax);
+  const int64_t bound =
+      kMax * (PushDedup::kBytesPerEntry + PushDedup::kBytesPerClient);
+  EXPECT_EQ(dedup.bytes(), bound);
+  // What it took from the limit covers it, within a step and two.
+  EXPECT_EQ(reserved, dedup.reserved_bytes());
+  EXPECT_GE(reserved, bound);
+  EXPECT_LE(reserved, bound + 3 * PushDedup::kReserveStep);
+  // Resident memory grew by about what the table counts (the allocator
+  // keeps what forgotten clients freed for the next ones).
+  std::printf("100000 new clients: table counts %lld bytes, RSS grew %lld\n",
+              static_cast<long long>(bound), static_cast<long long>(grown));
+  EXPECT_LE(grown, 2 * bound + (4 << 20));
+  // The newest are remembered, the oldest forgotten.
+  EXPECT_EQ(dedup.Begin(100000, 1), PushDedup::Outcome::kApplied);
+  EXPECT_EQ(dedup.Begin(100000 - kMax + 1, 1), PushDedup::Outcome::kApplied);
+  EXPECT_EQ(dedup.Begin(100000 - kMax, 1), PushDedup::Outcome::kNew);
+  dedup.Finish(100000 - kMax, 1, /*applied=*/false);
+}
+
+TEST(PushDedupTest, ARefusedReservationForgetsInsteadOfGrowing) {
+  int64_t reserved = 0;
+  const int64_t limit = 2 * PushDedup::kReserveStep;
+  PushDedup dedup(1 << 20, [&](int64_t bytes) {
+    if (reserved + bytes > limit) {
+      return absl::ResourceExhaustedError("memory limit");
+    }
+    reserved += bytes;
+    return absl::OkStatus();
+  });
+  for (uint64_t client = 1; client <= 50000; ++client) {
+    ApplyOne(&dedup, client, 1);
+  }
+  EXPECT_EQ(reserved, limit);
+  EXPECT_LE(dedup.bytes(), limit);
+  EXPECT_GT(dedup.entries(), 0u);
+  EXPECT_EQ(dedup.Begin(50000, 1), PushDedup::Outcome::kApplied);
+}
+
+TEST(PushDedupTest, ItsMemoryIsGivenBackWhenItGoes) {
+  int64_t reserved = 0;
+  {
+    PushDedup dedup(PushDedup::kDefaultMaxEntries, [&](int64_t bytes) {
+      reserved += bytes;
+      return absl::OkStatus();
+    });
+    for (uint64_t client = 1; client <= 10000; ++client) {
+      ApplyOne(&dedup, client, 1);
+    }
+    EXPECT_GT(reserved, 0);
+  }
+  EXPECT_EQ(reserved, 0);
+}
+
+}  // namespace
+}  // namespace psrt
