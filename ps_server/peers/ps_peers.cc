@@ -84,11 +84,18 @@ absl::StatusOr<StatsResponse> PsPeers::Stats(int task,
 
 absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task, int suspect,
                                                  absl::Duration timeout) const {
+  SuspectRequest request;
+  request.set_task(suspect);
+  return Suspect(task, std::move(request), timeout);
+}
+
+absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task,
+                                                 SuspectRequest request,
+                                                 absl::Duration timeout) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   identity_.Sign(&context, self_, "/psrt.ParameterServer/Suspect");
-  SuspectRequest request;
-  request.set_task(suspect);
+  request.set_from_task(self_);
   SuspectResponse response;
   const grpc::Status s = StubTo(task)->Suspect(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);
@@ -96,13 +103,15 @@ absl::StatusOr<SuspectResponse> PsPeers::Suspect(int task, int suspect,
 }
 
 absl::StatusOr<LeaseResponse> PsPeers::RenewLease(
-    int task, int64_t own_term, absl::Duration timeout) const {
+    int task, int64_t own_term, absl::Duration timeout,
+    const StreamView& view) const {
   grpc::ClientContext context;
   SetDeadline(&context, timeout);
   identity_.Sign(&context, self_, "/psrt.ParameterServer/RenewLease");
   LeaseRequest request;
   request.set_from_task(self_);
   request.set_from_term(own_term);
+  *request.mutable_view() = view;
   LeaseResponse response;
   const grpc::Status s = StubTo(task)->RenewLease(&context, request, &response);
   if (!s.ok()) return FromGrpcStatus(s);

@@ -59,10 +59,15 @@ class PsPeers {
   // Asks PS `task` whether it can reach PS `suspect`.
   absl::StatusOr<SuspectResponse> Suspect(int task, int suspect,
                                           absl::Duration timeout) const;
+  // The same with a drop's or a takeover's fields (`request.task` is the
+  // suspect; from_task is set here).
+  absl::StatusOr<SuspectResponse> Suspect(int task, SuspectRequest request,
+                                          absl::Duration timeout) const;
   // Asks PS `task` for a lease (lease_holder.h); `own_term`: this PS's
   // term as it knows it (membership.h).
-  absl::StatusOr<LeaseResponse> RenewLease(int task, int64_t own_term,
-                                           absl::Duration timeout) const;
+  absl::StatusOr<LeaseResponse> RenewLease(
+      int task, int64_t own_term, absl::Duration timeout,
+      const StreamView& view = StreamView()) const;
   // Asks PS `task`, which serves this PS's shards since a failover, to
   // hand them back (HandbackRequest).
   absl::StatusOr<HandbackResponse> Handback(int task,

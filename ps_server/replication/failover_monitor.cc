@@ -48,7 +48,21 @@ void FailoverMonitor::Run() {
       }
       const absl::Duration silent = clock_->Now() - last_answer[p];
       if (silent < options_.failover_after) continue;
-      if (!membership_->MajorityFindsUnreachable(p, options_.ping_timeout)) {
+      SuspectRequest vote;
+      vote.set_task(p);
+      vote.set_takeover(true);
+      const Membership::Vote decided =
+          membership_->Decide(std::move(vote), options_.ping_timeout);
+      if (!decided.majority) continue;
+      if (!Membership::Lists(decided.newest, peers_->self())) {
+        // Dropped from p's stream (p acknowledged pushes without it): this
+        // copy lacks them, so p's shards wait for p or a current copy.
+        LOG_EVERY_N(ERROR, 20)
+            << peers_->Describe(p) << " is unreachable, but it dropped this "
+            << "PS as its backup (stream view " << decided.newest.version()
+            << " lists " << decided.newest.in_sync_size()
+            << " other backup(s)): this copy lacks pushes it acknowledged, "
+               "so this PS does not take its shards over";
         continue;
       }
       LOG(ERROR) << peers_->Describe(p) << " has not answered for "

@@ -53,7 +53,9 @@ void LeaseHolder::Renew(int peer) {
     const absl::Time sent = clock_->Now();
     const int self = peers_->self();
     const int64_t own_term = membership_->term(self);
-    auto answer = peers_->RenewLease(peer, own_term, options_.call_timeout);
+    auto answer =
+        peers_->RenewLease(peer, own_term, options_.call_timeout,
+                           options_.view ? options_.view() : StreamView());
     if (answer.ok()) {
       {
         absl::MutexLock lock(&mu_);

@@ -44,6 +44,9 @@ class LeaseHolder {
     absl::Duration call_timeout = absl::Seconds(1);
     // Times the lease and the renewals (the real clock when null).
     Clock* clock = nullptr;
+    // This PS's stream view, sent with every renewal (membership.h);
+    // unset: none.
+    std::function<StreamView()> view;
   };
 
   // Renews with every other PS from construction on (membership must be

@@ -18,23 +18,61 @@ Membership::Membership(const PsPeers* peers, int replicas, Clock* clock)
 
 bool Membership::MajorityFindsUnreachable(int task,
                                           absl::Duration ping_timeout) {
+  SuspectRequest request;
+  request.set_task(task);
+  return Decide(std::move(request), ping_timeout).majority;
+}
+
+Membership::Vote Membership::Decide(SuspectRequest request,
+                                    absl::Duration ping_timeout) {
   const int n = peers_->size();
+  const int task = request.task();
   // This PS's own vote, under the same rule as its answers to Suspect.
   std::atomic<int> unreachable{VoteReachable(task, false) ? 0 : 1};
+  absl::Mutex newest_mu;
+  Vote vote;
+  vote.newest = ViewOf(task);
   std::vector<std::thread> voters;
   for (int voter = 0; voter < n; ++voter) {
     if (voter == task || voter == peers_->self()) continue;
     voters.emplace_back([&, voter] {
-      auto answer = peers_->Suspect(voter, task, 2 * ping_timeout);
-      if (answer.ok() && !answer->reachable()) ++unreachable;
+      auto answer = peers_->Suspect(voter, request, 2 * ping_timeout);
+      if (!answer.ok()) return;
+      if (!answer->reachable()) ++unreachable;
+      absl::MutexLock lock(&newest_mu);
+      if (answer->view().version() > vote.newest.version()) {
+        vote.newest = answer->view();
+      }
     });
   }
   for (std::thread& t : voters) t.join();
-  const bool majority = unreachable.load() > n / 2;
+  vote.majority = unreachable.load() > n / 2;
   LOG(WARNING) << peers_->Describe(task) << " is unreachable from "
                << unreachable.load() << " of " << n << " PS (this one "
-               << "included): " << (majority ? "" : "not ") << "a majority";
-  return majority;
+               << "included): " << (vote.majority ? "" : "not ")
+               << "a majority";
+  return vote;
+}
+
+void Membership::RecordView(int primary, const StreamView& view) {
+  absl::MutexLock lock(&mu_);
+  if (primary < 0 || primary >= static_cast<int>(term_.size())) return;
+  StreamView& held = views_[primary];
+  if (view.version() > held.version()) held = view;
+}
+
+StreamView Membership::ViewOf(int primary) const {
+  absl::MutexLock lock(&mu_);
+  auto it = views_.find(primary);
+  return it == views_.end() ? StreamView() : it->second;
+}
+
+bool Membership::Lists(const StreamView& view, int backup) {
+  if (view.version() == 0) return true;
+  for (int t : view.in_sync()) {
+    if (t == backup) return true;
+  }
+  return false;
 }
 
 absl::Status Membership::Grant(int task, int64_t task_term) {

@@ -21,6 +21,15 @@
 // shares no PS with a majority that granted p its current lease: by the
 // time p's shards are taken over, p's lease has ended (clocks advancing at
 // the same rate; the lease is timed from before its renewal was sent).
+//
+// Stream views make a takeover safe against a stale copy: a primary that
+// drops a backup (it cannot reach it) puts the view it will have without
+// it into the drop's vote, so a majority records it before any push is
+// acknowledged without that backup; a backup asks for the views with its
+// takeover vote and takes over only if the newest lists it. The two
+// majorities share a PS, so the newest view a takeover sees is at least
+// the drop's. Renewals carry the primary's current view (a backup in
+// sync again after a rejoin is listed again).
 #ifndef PSRT_PS_SERVER_REPLICATION_MEMBERSHIP_H_
 #define PSRT_PS_SERVER_REPLICATION_MEMBERSHIP_H_
 
@@ -55,6 +64,24 @@ class Membership {
   // (each waits up to `ping_timeout`); true if this PS and the ones that
   // cannot are a majority of all PS. Blocks up to about 2 * ping_timeout.
   bool MajorityFindsUnreachable(int task, absl::Duration ping_timeout);
+
+  // The same vote, with a drop's or a takeover's fields (SuspectRequest):
+  // `majority` as above; for a takeover, `newest` is the newest stream
+  // view of `request.task` among the answers and this PS's own record.
+  struct Vote {
+    bool majority = false;
+    StreamView newest;
+  };
+  Vote Decide(SuspectRequest request, absl::Duration ping_timeout);
+
+  // A primary's stream view (which backups it acknowledges pushes with),
+  // from its drop vote or lease renewal: kept if newer than the one held.
+  void RecordView(int primary, const StreamView& view) ABSL_LOCKS_EXCLUDED(mu_);
+  // The newest view of `primary` recorded here (version 0: none).
+  StreamView ViewOf(int primary) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `view` lets `backup` take over: it lists it, or none was
+  // recorded (every placed backup starts in sync).
+  static bool Lists(const StreamView& view, int backup);
 
   // RenewLease from `task`, which knows its own term as `task_term` (this
   // PS learns it first): OK (the grant is recorded) unless `task` failed
@@ -103,6 +130,7 @@ class Membership {
   std::vector<int64_t> term_ ABSL_GUARDED_BY(mu_);  // by task
   absl::flat_hash_map<int, absl::Time> granted_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, absl::Time> voted_out_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, StreamView> views_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt

@@ -52,8 +52,37 @@ Replicator::Replicator(const PsPeers* peers, std::vector<int> backups,
   has_streams_.store(!streams_.empty(), std::memory_order_release);
 }
 
+StreamView Replicator::View() {
+  absl::MutexLock lock(&mu_);
+  return ViewLocked();
+}
+
+StreamView Replicator::ViewLocked() {
+  std::vector<int> in_sync;
+  for (const auto& s : streams_) {
+    const BackupState& b = s->state;
+    if (b.in_sync && !b.catching_up &&
+        std::find(dropping_.begin(), dropping_.end(), b.task) ==
+            dropping_.end()) {
+      in_sync.push_back(b.task);
+    }
+  }
+  std::sort(in_sync.begin(), in_sync.end());
+  const bool same = view_.version() != 0 &&
+                    std::equal(in_sync.begin(), in_sync.end(),
+                               view_.in_sync().begin(), view_.in_sync().end());
+  if (!same) {
+    view_.set_version(
+        std::max(view_.version() + 1, absl::ToUnixMicros(clock_->Now())));
+    view_.mutable_in_sync()->Assign(in_sync.begin(), in_sync.end());
+  }
+  return view_;
+}
+
 Replicator::Stream* Replicator::RestartStreamLocked(int task,
                                                     bool catching_up) {
+  dropping_.erase(std::remove(dropping_.begin(), dropping_.end(), task),
+                  dropping_.end());
   Stream* stream = nullptr;
   for (auto& s : streams_) {
     if (s->state.task == task) stream = s.get();
@@ -340,7 +369,20 @@ absl::Status Replicator::Deliver(int task,
     }
     if (!transient || stopping) return error;
     if (clock_->Now() + backoff > give_up) {
-      if (may_drop_ == nullptr || may_drop_(task)) return error;
+      if (may_drop_ == nullptr) return error;
+      StreamView without;
+      {
+        absl::MutexLock lock(&mu_);
+        dropping_.push_back(task);
+        without = ViewLocked();
+      }
+      // Out of the view from now on: a renewal cannot list it again
+      // before the drop is done (StopLocked), or undone (a rejoin).
+      if (may_drop_(task, without)) return error;
+      {
+        absl::MutexLock lock(&mu_);
+        dropping_.erase(std::find(dropping_.begin(), dropping_.end(), task));
+      }
       LOG_EVERY_N(WARNING, 10)
           << peers_->Describe(task) << " is unreachable from here (" << error
           << ") but not from most of the cluster: pushes wait";

@@ -57,7 +57,10 @@ class Replicator final : public ReplicationLog {
   // Whether a backup this PS cannot reach may be dropped: a majority of
   // the cluster must find it unreachable (membership.h), or a backup that
   // is alive could take over this PS's shards while this PS goes on alone.
-  using MayDrop = std::function<bool(int task)>;
+  // `without`: the stream view this PS will have once `task` is dropped,
+  // for the voters to record (membership.h) before a push is acknowledged
+  // without it.
+  using MayDrop = std::function<bool(int task, const StreamView& without)>;
 
   // `peers` must outlive the replicator; `backups` are this PS's backup
   // tasks (none: Append and WhenReplicated do nothing). `may_drop` null:
@@ -123,6 +126,10 @@ class Replicator final : public ReplicationLog {
   // it splits the updates of that shard: those below are applied to it.
   uint64_t next_sequence() const override ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<BackupState> Backups() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Which backups this PS acknowledges pushes with now (in sync, not
+  // catching up, not being dropped); its version grows with every change
+  // (and across restarts: it starts from the clock's microseconds).
+  StreamView View() ABSL_LOCKS_EXCLUDED(mu_);
   // Updates acknowledged to workers while some backup was out of sync.
   int64_t unreplicated_updates() const ABSL_LOCKS_EXCLUDED(mu_);
   // Replicate calls made and updates they carried (batching shows as the
@@ -197,6 +204,10 @@ class Replicator final : public ReplicationLog {
   std::multimap<uint64_t, std::function<void(absl::Status)>> waiting_
       ABSL_GUARDED_BY(mu_);
   std::string replaced_by_ ABSL_GUARDED_BY(mu_);  // empty: not replaced
+  // Backups a drop vote is for (left out of the view from the vote on).
+  std::vector<int> dropping_ ABSL_GUARDED_BY(mu_);
+  StreamView view_ ABSL_GUARDED_BY(mu_);
+  StreamView ViewLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::function<void()> on_replaced_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1195,12 +1195,12 @@ bool ParameterServerService::TakeOverRestarted(int primary) {
 grpc::ServerUnaryReactor* ParameterServerService::Suspect(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  absl::Status caller = CheckPeerCaller(context, "Suspect").status();
+  absl::StatusOr<int> caller = CheckPeerCaller(context, "Suspect");
   return ServeUnary<SuspectRequest>(
       context, "Suspect", request, response, /*detached=*/caller.ok(),
       [this,
        caller](const SuspectRequest& r) -> absl::StatusOr<SuspectResponse> {
-        if (!caller.ok()) return caller;
+        if (!caller.ok()) return caller.status();
         if (peers_ == nullptr) {
           return absl::FailedPreconditionError(
               "Suspect: this PS runs without replicas");
@@ -1211,7 +1211,17 @@ grpc::ServerUnaryReactor* ParameterServerService::Suspect(
               "Suspect: task ", r.task(), " is not another PS of this ",
               peers_->size(), "-PS cluster"));
         }
+        if (absl::Status s =
+                CheckNamesCaller(*caller, r.from_task(), "Suspect");
+            !s.ok()) {
+          return s;
+        }
         SuspectResponse out;
+        // A drop: the caller's view without the suspect, recorded before
+        // it acknowledges a push without it. A takeover: what this PS
+        // knows of the suspect's stream.
+        if (r.drop()) membership_->RecordView(r.from_task(), r.view());
+        if (r.takeover()) *out.mutable_view() = membership_->ViewOf(r.task());
         // A PS that holds a lease from here is reachable whatever the
         // ping says; an unreachable answer is a vote (membership.h).
         const bool pinged = membership_->HoldsLeaseFromHere(r.task()) ||
@@ -1298,6 +1308,9 @@ grpc::ServerUnaryReactor* ParameterServerService::RenewLease(
               "RenewLease: from_task ", r.from_task(),
               " is not another PS of this ", peers_->size(), "-PS cluster"));
         }
+        // Its stream view, before the grant: a replaced PS's view is as
+        // true as any (the newer version wins).
+        membership_->RecordView(r.from_task(), r.view());
         if (absl::Status s = membership_->Grant(r.from_task(), r.from_term());
             !s.ok()) {
           return s;

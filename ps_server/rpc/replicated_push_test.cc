@@ -32,9 +32,14 @@ VariableSpec DenseSpec(float learning_rate) {
 
 class ReplicatedPushTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartCluster(); }
+  // (Again, with `tweak` applied to the options.)
+  void StartCluster(
+      const std::function<void(InProcessCluster::Options*)>& tweak = nullptr) {
+    cluster_.reset();
     InProcessCluster::Options options;
     options.client_ports = true;
+    if (tweak) tweak(&options);
     auto cluster = InProcessCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = std::move(*cluster);
@@ -299,6 +304,62 @@ TEST_F(ReplicatedPushTest, AShutdownAnswersAPushWaitingForItsBackups) {
   ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   push.join();
   EXPECT_EQ(pushed.code(), absl::StatusCode::kUnavailable) << pushed;
+}
+
+// A backup its primary dropped (cut off from the majority while pushes
+// went on) holds a stale copy: the drop's vote left the primary's stream
+// view without it on the voters, so when the primary then dies the stale
+// copy does not take over, and the shards wait instead of coming back
+// without the pushes acknowledged since the drop.
+TEST_F(ReplicatedPushTest, ADroppedBackupDoesNotTakeOverBehindAckedPushes) {
+  // PS 1's own shards are not failed over while it is cut off (it would
+  // then rejoin, which marks its copy stale by itself): only the drop can
+  // tell it.
+  StartCluster([](InProcessCluster::Options* o) {
+    o->failover.failover_after = absl::Seconds(30);
+  });
+  auto client = NewClient();
+  ASSERT_NE(client, nullptr);
+  VariableSpec spec = DenseSpec(1.0f);
+  spec.set_name("p0");  // one shard: on PS 0, copied to PS 1
+  spec.set_shape(0, 2);
+  spec.mutable_partition()->set_num_shards(1);
+  ASSERT_EQ(client->CreateVariables({spec}), absl::OkStatus());
+  const LocalVariable* on_ps0 = cluster_->ps(0)->store()->Find("p0");
+  ASSERT_TRUE(on_ps0 != nullptr && on_ps0->IsPrimary(0));
+  const std::vector<float> grad(2, 1.0f);
+  ASSERT_EQ(client->PushDense("p0", grad.data()), absl::OkStatus());
+  auto version_at = [&](int task) {
+    const LocalVariable* v = cluster_->ps(task)->store()->Find("p0");
+    return v != nullptr && v->Holds(0) ? v->shard(0).version() : -1;
+  };
+  ASSERT_EQ(version_at(1), 1);
+  // PS 1 alone: PS 0 and PS 2 vote it out and PS 0 drops it, then goes on
+  // acknowledging.
+  cluster_->links()->Partition({{1}, {0, 2}});
+  constexpr int kPushes = 3;
+  for (int i = 0; i < kPushes; ++i) {
+    ASSERT_EQ(cluster_->AdvanceDuring(
+                  [&] { return client->PushDense("p0", grad.data()); },
+                  absl::Seconds(60)),
+              absl::OkStatus())
+        << "push " << i;
+  }
+  EXPECT_EQ(version_at(0), 1 + kPushes);
+  EXPECT_EQ(version_at(1), 1) << "the dropped copy lacks the acked pushes";
+  const StreamView recorded = cluster_->ps(2)->membership()->ViewOf(0);
+  EXPECT_GT(recorded.version(), 0);
+  EXPECT_FALSE(Membership::Lists(recorded, 1))
+      << "PS 2 holds PS 0's view without PS 1";
+  // PS 0 dies; PS 1 is back with the majority.
+  cluster_->Kill(0);
+  cluster_->links()->HealAll();
+  cluster_->Advance(absl::Seconds(60), [&] {
+    ASSERT_FALSE(cluster_->Serves(1, 0))
+        << "the stale copy took PS 0's shards over at "
+        << cluster_->clock()->Now();
+  });
+  EXPECT_FALSE(cluster_->ps(1)->membership()->IsFailed(0));
 }
 
 }  // namespace

@@ -219,8 +219,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   Replicator::MayDrop may_drop;
   if (server->membership_->Enabled()) {
     Membership* membership = server->membership_.get();
-    may_drop = [membership](int task) {
-      return membership->MajorityFindsUnreachable(task, absl::Seconds(1));
+    may_drop = [membership](int task, const StreamView& without) {
+      SuspectRequest vote;
+      vote.set_task(task);
+      vote.set_drop(true);
+      *vote.mutable_view() = without;
+      return membership->Decide(std::move(vote), absl::Seconds(1)).majority;
     };
   }
   server->replicator_ = std::make_unique<Replicator>(
@@ -309,6 +313,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     if (server->membership_->Enabled()) {
       LeaseHolder::Options lease_options = options.lease;
       lease_options.clock = clock;
+      lease_options.view = [replicator] { return replicator->View(); };
       server->lease_ = std::make_unique<LeaseHolder>(
           server->peers_.get(), server->membership_.get(),
           [replicator](const std::string& why) {
