@@ -96,12 +96,15 @@ struct PushTimes {
   }
   // The longest push in flight at some moment of [from, to], and how many
   // pushes were.
-  std::pair<absl::Duration, int> SlowestAcross(absl::Time from, absl::Time to) {
+  // Only pushes started at `started_from` or later count (default: all).
+  std::pair<absl::Duration, int> SlowestAcross(
+      absl::Time from, absl::Time to,
+      absl::Time started_from = absl::InfinitePast()) {
     absl::MutexLock lock(&mu);
     absl::Duration slowest;
     int count = 0;
     for (const auto& [end, took] : ended) {
-      if (end >= from && end - took <= to) {
+      if (end >= from && end - took <= to && end - took >= started_from) {
         slowest = std::max(slowest, took);
         ++count;
       }
@@ -837,8 +840,12 @@ void KillRestartAndRejoin(bool wait_for_failover) {
                                 std::regex("unserved here for ([^ ]+)$")) &&
               absl::ParseDuration(unserved[1].str(), &demoted_for))
       << handed->second;
+  // Of the pushes started from 100 ms before the rejoin on: one begun
+  // while PS 1 was down may still be in its retry backoff (seconds) when
+  // a quick rejoin hands back, and measures the failover, not this.
   const auto [across, in_flight] =
-      push_times.SlowestAcross(handed->first - demoted_for, settled->first);
+      push_times.SlowestAcross(handed->first - demoted_for, settled->first,
+                               rejoined_at - absl::Milliseconds(100));
   const absl::Duration usual =
       push_times.SlowestWithin(killed - absl::Milliseconds(1500), killed);
   std::printf(
