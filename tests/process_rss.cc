@@ -10,11 +10,13 @@
 
 namespace psrt {
 
-int64_t RssBytes(pid_t pid) {
+namespace {
+// A "Vm...:" line of /proc/PID/status, in bytes; -1 if absent.
+int64_t StatusBytes(pid_t pid, const std::string& field) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
   std::string key;
   while (status >> key) {
-    if (key == "VmRSS:") {
+    if (key == field) {
       int64_t kb;
       status >> kb;
       return kb * 1024;
@@ -24,6 +26,13 @@ int64_t RssBytes(pid_t pid) {
   }
   return -1;
 }
+}  // namespace
+
+int64_t RssBytes(pid_t pid) { return StatusBytes(pid, "VmRSS:"); }
+
+int64_t PeakRssBytes(pid_t pid) { return StatusBytes(pid, "VmHWM:"); }
+
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 double CpuSeconds(pid_t pid) {
   std::ifstream file(absl::StrCat("/proc/", pid, "/stat"));

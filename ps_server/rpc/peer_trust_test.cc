@@ -69,16 +69,32 @@ void Prepare(grpc::ClientContext* context, const Caller& caller,
   }
 }
 
+// One unary call `call` (named `method`) to PS `to`, made as `caller`.
+template <typename Request, typename Response>
+grpc::Status Unary(InProcessCluster* cluster, int to, const Caller& caller,
+                   const char* method,
+                   grpc::Status (ParameterServer::Stub::*call)(
+                       grpc::ClientContext*, const Request&, Response*),
+                   const Request& request) {
+  grpc::ClientContext context;
+  Prepare(&context, caller, method);
+  Response response;
+  return (StubTo(cluster, to).get()->*call)(&context, request, &response);
+}
+
 // One client-streaming call of one Frame whose header is `header`.
 template <typename Response>
-grpc::Status StreamOne(std::unique_ptr<grpc::ClientWriter<Frame>> (
+grpc::Status StreamOne(InProcessCluster* cluster, int to, const Caller& caller,
+                       const char* method,
+                       std::unique_ptr<grpc::ClientWriter<Frame>> (
                            ParameterServer::Stub::*call)(grpc::ClientContext*,
                                                          Response*),
-                       ParameterServer::Stub* stub,
-                       grpc::ClientContext* context,
                        const google::protobuf::Message& header) {
+  grpc::ClientContext context;
+  Prepare(&context, caller, method);
+  auto stub = StubTo(cluster, to);
   Response response;
-  auto writer = (stub->*call)(context, &response);
+  auto writer = (stub.get()->*call)(&context, &response);
   Frame frame;
   frame.set_header(header.SerializeAsString());
   writer->Write(frame);
@@ -124,14 +140,11 @@ TEST(PeerTrustTest, AForgedRenewLeaseRetiresNobody) {
   ASSERT_NE(cluster, nullptr);
   for (const Caller& caller : Forgers()) {
     // "PS 1 at term 1" (failed over): PS 1 would learn it was replaced.
-    grpc::ClientContext context;
-    Prepare(&context, caller, "RenewLease");
     LeaseRequest request;
     request.set_from_task(1);
     request.set_from_term(1);
-    LeaseResponse response;
-    const grpc::Status s =
-        StubTo(cluster.get(), 0)->RenewLease(&context, request, &response);
+    const grpc::Status s = Unary(cluster.get(), 0, caller, "RenewLease",
+                                 &ParameterServer::Stub::RenewLease, request);
     ExpectRefused(s, "RenewLease with " + caller.what);
     if (caller.proves_task < 0) {
       EXPECT_TRUE(absl::StrContains(s.error_message(), "no PS's proof"))
@@ -151,14 +164,11 @@ TEST(PeerTrustTest, AForgedRejoinDropsNoBackup) {
   ASSERT_NE(cluster, nullptr);
   for (const Caller& caller : Forgers()) {
     // "PS 1 (PS 0's backup) restarted": PS 0 would restart its stream.
-    grpc::ClientContext context;
-    Prepare(&context, caller, "Rejoin");
     RejoinRequest request;
     request.set_from_task(1);
-    RejoinResponse response;
-    ExpectRefused(
-        StubTo(cluster.get(), 0)->Rejoin(&context, request, &response),
-        "Rejoin with " + caller.what);
+    ExpectRefused(Unary(cluster.get(), 0, caller, "Rejoin",
+                        &ParameterServer::Stub::Rejoin, request),
+                  "Rejoin with " + caller.what);
     ExpectUntouched(cluster.get(), "a forged Rejoin, " + caller.what);
   }
 }
@@ -168,14 +178,11 @@ TEST(PeerTrustTest, AForgedReplicateHelloTakesNothingOver) {
   ASSERT_NE(cluster, nullptr);
   for (const Caller& caller : Forgers()) {
     // "PS 0 restarted" (a new incarnation), to its backup PS 1.
-    grpc::ClientContext context;
-    Prepare(&context, caller, "Replicate");
     ReplicationHeader hello;
     hello.set_from_task(0);
     hello.set_incarnation(0x5eed1234);
-    auto stub = StubTo(cluster.get(), 1);
-    ExpectRefused(StreamOne(&ParameterServer::Stub::Replicate, stub.get(),
-                            &context, hello),
+    ExpectRefused(StreamOne(cluster.get(), 1, caller, "Replicate",
+                            &ParameterServer::Stub::Replicate, hello),
                   "Replicate hello with " + caller.what);
     ExpectUntouched(cluster.get(), "a forged Replicate hello, " + caller.what);
   }
@@ -185,16 +192,13 @@ TEST(PeerTrustTest, AForgedHandbackHandsNothingBack) {
   auto cluster = StartSecuredCluster();
   ASSERT_NE(cluster, nullptr);
   for (const Caller& caller : Forgers()) {
-    grpc::ClientContext context;
-    Prepare(&context, caller, "Handback");
     HandbackRequest request;
     request.set_from_task(0);
     request.set_incarnation(0x5eed1234);
     request.set_stream_from(1);
-    HandbackResponse response;
-    ExpectRefused(
-        StubTo(cluster.get(), 1)->Handback(&context, request, &response),
-        "Handback with " + caller.what);
+    ExpectRefused(Unary(cluster.get(), 1, caller, "Handback",
+                        &ParameterServer::Stub::Handback, request),
+                  "Handback with " + caller.what);
     ExpectUntouched(cluster.get(), "a forged Handback, " + caller.what);
   }
 }
@@ -203,15 +207,12 @@ TEST(PeerTrustTest, AForgedInstallSnapshotInstallsNothing) {
   auto cluster = StartSecuredCluster();
   ASSERT_NE(cluster, nullptr);
   for (const Caller& caller : Forgers()) {
-    grpc::ClientContext context;
-    Prepare(&context, caller, "InstallSnapshot");
     SnapshotChunk chunk;
     chunk.set_from_task(0);
     chunk.set_variable("w");
     chunk.set_last(true);
-    auto stub = StubTo(cluster.get(), 1);
-    ExpectRefused(StreamOne(&ParameterServer::Stub::InstallSnapshot, stub.get(),
-                            &context, chunk),
+    ExpectRefused(StreamOne(cluster.get(), 1, caller, "InstallSnapshot",
+                            &ParameterServer::Stub::InstallSnapshot, chunk),
                   "InstallSnapshot with " + caller.what);
     ExpectUntouched(cluster.get(), "a forged InstallSnapshot, " + caller.what);
   }
@@ -221,25 +222,14 @@ TEST(PeerTrustTest, AWorkerCannotVoteOrDriveShardSaves) {
   auto cluster = StartSecuredCluster();
   ASSERT_NE(cluster, nullptr);
   const Caller worker = Forgers()[0];
-  {
-    grpc::ClientContext context;
-    Prepare(&context, worker, "Suspect");
-    SuspectRequest request;
-    request.set_task(0);
-    SuspectResponse response;
-    ExpectRefused(
-        StubTo(cluster.get(), 1)->Suspect(&context, request, &response),
-        "Suspect");
-  }
-  {
-    grpc::ClientContext context;
-    Prepare(&context, worker, "SaveShards");
-    SaveShardsRequest request;
-    SaveShardsResponse response;
-    ExpectRefused(
-        StubTo(cluster.get(), 1)->SaveShards(&context, request, &response),
-        "SaveShards");
-  }
+  SuspectRequest suspect;
+  suspect.set_task(0);
+  ExpectRefused(Unary(cluster.get(), 1, worker, "Suspect",
+                      &ParameterServer::Stub::Suspect, suspect),
+                "Suspect");
+  ExpectRefused(Unary(cluster.get(), 1, worker, "SaveShards",
+                      &ParameterServer::Stub::SaveShards, SaveShardsRequest()),
+                "SaveShards");
   // A proof of the right task for another method does not carry over.
   grpc::ClientContext context;
   Prepare(&context, {"PS 1's Suspect proof", -1}, "RenewLease");

@@ -7,19 +7,12 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "gtest/gtest.h"
+#include "tests/process_rss.h"
 
 namespace psrt {
 namespace {
-
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
 
 void ApplyOne(PushDedup* dedup, uint64_t client, uint64_t request) {
   ASSERT_EQ(dedup->Begin(client, request), PushDedup::Outcome::kNew);
@@ -46,11 +39,11 @@ TEST(PushDedupTest, OneHundredThousandNewClientsStayWithinTheBound) {
     reserved += bytes;
     return absl::OkStatus();
   });
-  const int64_t rss_before = ResidentBytes();
+  const int64_t rss_before = RssBytes(getpid());
   for (uint64_t client = 1; client <= 100000; ++client) {
     ApplyOne(&dedup, client, 1);
   }
-  const int64_t grown = ResidentBytes() - rss_before;
+  const int64_t grown = RssBytes(getpid()) - rss_before;
   EXPECT_EQ(dedup.entries(), kMax);
   EXPECT_EQ(dedup.clients(), kMax);
   const int64_t bound =

@@ -1,4 +1,5 @@
-#include <fstream>
+#include <unistd.h>
+
 #include <numeric>
 #include <string>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "ps_server/shards/embedding_shard.h"
 #include "ps_server/shards/hash_embedding_shard.h"
 #include "ps_server/shards/shard_digest.h"
+#include "tests/process_rss.h"
 
 namespace psrt {
 namespace {
@@ -301,33 +303,6 @@ TEST(DenseShardTest, ConcurrentReadsNeverSeeHalfAnUpdate) {
   EXPECT_EQ(v[0], -2000.0f);
 }
 
-// Peak resident memory (VmHWM) since the last ResetPeakResident.
-int64_t PeakResidentBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  int64_t kb = 0;
-  while (status >> key) {
-    if (key == "VmHWM:") {
-      status >> kb;
-      return kb << 10;
-    }
-  }
-  return -1;
-}
-int64_t ResidentBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  int64_t kb = 0;
-  while (status >> key) {
-    if (key == "VmRSS:") {
-      status >> kb;
-      return kb << 10;
-    }
-  }
-  return -1;
-}
-void ResetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
 // psctl replicas digests every shard: a dense [2, 2e6] one (two rows of 8
 // MB) once needed 4096 rows' worth of buffer (32 GB: the call failed), and
 // a [2, 120000] one took 1.9 GB. The digest reads rows in chunks of at
@@ -341,10 +316,10 @@ TEST(ShardDigestTest, AWideDenseShardIsDigestedWithinTwiceItsSize) {
   DenseShard copy(layout, 0, opt.get(), init);
   EXPECT_EQ(DigestChunkRows(shard), 1);
   const int64_t shard_bytes = 2 * 2000000 * sizeof(float);
-  ResetPeakResident();
-  const int64_t before = ResidentBytes();
+  ResetPeakRss();
+  const int64_t before = RssBytes(getpid());
   const uint64_t digest = ShardDigest(shard);
-  const int64_t peak_growth = PeakResidentBytes() - before;
+  const int64_t peak_growth = PeakRssBytes(getpid()) - before;
   std::printf("digest of a %lld-byte shard: peak RSS growth %lld bytes\n",
               static_cast<long long>(shard_bytes),
               static_cast<long long>(peak_growth));
