@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 main_job() {
-  tools/install_deps.sh
+  tools/install_deps.sh main
   bazel build //ps_server //ps_worker //tools/ctr_datagen //tools/psctl
   # 1M training examples (>1M distinct ids) from a planted click model; it
   # prints the best AUC any model can reach on the test set.
@@ -82,7 +82,7 @@ bazel_test_logged() {
 
 run_tests() {
   trap print_stage_table EXIT
-  stage install tools/install_deps.sh
+  stage install tools/install_deps.sh test
   # Style and lock discipline first (about a minute): clang-format, black
   # and flake8, and clang's thread-safety analysis of the ABSL_GUARDED_BY
   # annotations.
@@ -111,7 +111,7 @@ run_tests() {
 # fails on its own checks; the whole takes hours on 2 cores.
 run_soak() {
   trap print_stage_table EXIT
-  stage install tools/install_deps.sh
+  stage install tools/install_deps.sh test
   # Every test under ASan, heavy ones included: the whole network-namespace
   # suites, training quality, the cgroup fill.
   stage "asan all" bazel_test_logged asan-tests --config=asan \

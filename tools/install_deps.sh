@@ -1,45 +1,74 @@
 #!/usr/bin/env bash
-# Installs, from Debian's archive, everything psrt builds and tests with.
+# Installs, from Debian's archive, what psrt builds, runs and tests with.
 # Idempotent: installs only what is missing. Needs root (or sudo).
-#   tools/install_deps.sh            build and test dependencies
-#   (PyTorch is included: the Python client's tests and the benchmarks use it.)
-#   (LevelDB and LMDB too: tools/bench/kv_store_choice.cc compares them with
-#   RocksDB, and the thread-safety check compiles every source.)
+#   tools/install_deps.sh main   what ./run.sh main needs: the build
+#                                toolchain, the libraries the binaries link,
+#                                python3 for deploy/local/launch.py
+#   tools/install_deps.sh test   main, plus what the tests, lint, fuzzers,
+#                                benchmarks and the image test add (the
+#                                default, and what ./run.sh test runs)
+# It ends by saying how many packages it installed and their size.
 set -euo pipefail
 
-packages=(
+set_name=${1:-test}
+main_packages=(
   bazel-bootstrap bazel-rules-java pkg-config g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev libgoogle-glog-dev libgflags-dev
   libcivetweb-dev libcurl4-openssl-dev libssl-dev prometheus-cpp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
-  zlib1g-dev dataset-fashion-mnist liburing-dev librocksdb-dev libleveldb-dev liblmdb-dev
-  awscli
-  python3-torch python3-setuptools python3-pip python3-wheel python3-yaml
-  iproute2 procps rhash iperf3 chromium qemu-user
-  clang libclang-rt-14-dev clang-format universal-ctags black flake8
+  zlib1g-dev liburing-dev python3
 )
+# The tests' own: GoogleTest and Benchmark; the Python client's tests
+# (PyTorch among them); the S3 CLI and s3rver's Node.js; namespaces
+# (iproute2); checksums, iperf3 and Chromium for the benchmarks and the
+# status page; qemu-user for the CPU-baseline check; clang (ASan, libFuzzer,
+# thread-safety analysis), clang-format, black and flake8 for lint, with git
+# to list the files; mmdebstrap, umoci and skopeo for the container image;
+# LevelDB, LMDB and RocksDB for tools/bench/kv_store_choice.cc.
+test_packages=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-grpcio python3-protobuf python3-numpy python3-pytest
+  python3-torch python3-setuptools python3-pip python3-wheel python3-yaml
+  dataset-fashion-mnist awscli
+  iproute2 procps rhash iperf3 chromium qemu-user
+  clang libclang-rt-14-dev clang-format universal-ctags black flake8 git
+  mmdebstrap umoci skopeo
+  librocksdb-dev libleveldb-dev liblmdb-dev
+)
+case "$set_name" in
+  main) packages=("${main_packages[@]}") ;;
+  test) packages=("${main_packages[@]}" "${test_packages[@]}") ;;
+  -h | --help)
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *)
+    echo "install_deps: unknown set '$set_name' (main or test)" >&2
+    exit 2
+    ;;
+esac
 # Node.js and npm run s3rver, the S3 server the checkpoint tests use. A
 # machine with Node from elsewhere (e.g. NodeSource, which bundles npm)
 # keeps it.
-if ! command -v npm >/dev/null; then
+if [[ $set_name == test ]] && ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  sudo="sudo"
+fi
+
 # From the npm registry, pinned, into /opt/psrt-node: s3rver (the S3
 # server the checkpoint tests use; tests find it there or at
-# $PSRT_S3RVER), and kubernetes-models + js-yaml (the Kubernetes API
-# schemas tests/deploy/test_kubernetes.py validates the manifests with).
+# $PSRT_S3RVER), and kubernetes-models, the Prometheus operator's models
+# and js-yaml (the Kubernetes API and PodMonitor schemas
+# tests/deploy/test_kubernetes.py validates the manifests with).
 install_node_tools() {
+  [[ $set_name == test ]] || return 0
   local prefix=/opt/psrt-node
-  local wanted=(s3rver@3.7.1 kubernetes-models@5.1.0 js-yaml@4.1.0)
+  local wanted=(s3rver@3.7.1 kubernetes-models@5.1.0 js-yaml@4.1.0
+    @kubernetes-models/prometheus-operator@6.0.0)
   local missing_tools=()
   for tool in "${wanted[@]}"; do
     local name=${tool%@*} version=${tool##*@}
@@ -53,22 +82,34 @@ install_node_tools() {
   $sudo npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "${wanted[@]}"
 }
 
-sudo=""
-if [[ $(id -u) -ne 0 ]]; then
-  sudo="sudo"
-fi
+# Installed packages and their size in KiB, "count kib".
+installed_footprint() {
+  dpkg-query -W -f='${db:Status-Abbrev} ${Installed-Size}\n' 2>/dev/null |
+    awk '$1 == "ii" { n++; kib += $2 } END { print n + 0, kib + 0 }'
+}
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
 if ((${#missing[@]} == 0)); then
-  echo "install_deps: all ${#packages[@]} packages present"
+  echo "install_deps ($set_name): all ${#packages[@]} packages present; installed nothing"
   install_node_tools
   exit 0
 fi
 
-if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "install_deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
+if [[ -n $sudo ]] && ! command -v sudo >/dev/null; then
+  echo "install_deps: need root or sudo to install: ${missing[*]}" >&2
+  exit 1
 fi
-echo "install_deps: installing ${missing[*]}"
+read -r count_before kib_before < <(installed_footprint)
+echo "install_deps ($set_name): installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+read -r count_after kib_after < <(installed_footprint)
+echo "install_deps ($set_name): installed $((count_after - count_before)) packages" \
+  "($(((kib_after - kib_before) / 1024)) MiB) for the ${#missing[@]} named: ${missing[*]}"
 install_node_tools

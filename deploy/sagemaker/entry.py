@@ -9,7 +9,8 @@ this script then
      (/opt/ml/input/config/hyperparameters.json) and the channels
      (SM_CHANNEL_<NAME>, or /opt/ml/input/data/<name>; Pipe mode from
      inputdataconfig.json: FIFOs <name>_<epoch>);
-  2. builds TF_CONFIG (ps = every host's :2222, worker = every host's :2223;
+  2. builds TF_CONFIG (ps = every host's :2223, worker = every host's :2222,
+     as SageMaker's TensorFlow toolkit lays them out;
      this host is ps i and worker i, i = its position in the host list;
      worker 0 on algo-1 is the chief);
   3. starts ps_server (checkpoints to hyperparameter checkpoint_uri, else
@@ -46,7 +47,7 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-PS_PORT, WORKER_PORT, STATUS_PORT = 2222, 2223, 2224
+PS_PORT, WORKER_PORT, STATUS_PORT = 2223, 2222, 2224
 # Hyperparameters that configure this script, not ps_worker.
 OWN_KEYS = {"checkpoint_uri", "wait_for_workers_secs", "train_channel", "eval_channel", "restarts"}
 # Hyperparameters SageMaker's framework estimators add on their own

@@ -114,3 +114,12 @@ def test_sharded_by_s3_key_channels_are_not_split_again(entry, tmp_path, monkeyp
     assert [f for f in worker_flags if f.startswith("--data_sharding")] == [
         "--data_sharding=record"
     ]
+
+
+def test_ports_are_laid_out_as_sagemakers_tensorflow_toolkit_does(entry, tmp_path, monkeypatch):
+    # sagemaker-tensorflow-training: ps on 2223, master/worker on 2222.
+    root = opt_ml(tmp_path, monkeypatch, {"model": "lr"})
+    spec = json.loads(entry.Config(root).tf_config("ps"))
+    assert spec["cluster"]["ps"] == ["algo-1:2223", "algo-2:2223"]
+    assert spec["cluster"]["worker"] == ["algo-1:2222", "algo-2:2222"]
+    assert spec["task"] == {"type": "ps", "index": 0}

@@ -1,4 +1,5 @@
-// Validates Kubernetes manifests against the API's schemas, as the API
+// Validates Kubernetes manifests against the API's schemas (and the
+// Prometheus operator's PodMonitor against its CRD's schema), as the API
 // server would before accepting them: each document of each YAML file
 // given is checked by the kubernetes-models class of its apiVersion and
 // kind (JSON schemas generated from Kubernetes' OpenAPI spec: required
@@ -10,17 +11,27 @@
 //   cd /opt/psrt-node && node --input-type=module - FILE... < validate_manifests.mjs
 import fs from "node:fs";
 import yaml from "js-yaml";
-import { ConfigMap, Service, PodTemplateSpec } from "kubernetes-models/v1";
+import {
+  ConfigMap,
+  PersistentVolumeClaim,
+  PodTemplateSpec,
+  Secret,
+  Service,
+} from "kubernetes-models/v1";
 import { StatefulSet } from "kubernetes-models/apps/v1";
 import { Job } from "kubernetes-models/batch/v1";
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1";
+import { PodMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
 
 const classes = {
   "v1/ConfigMap": ConfigMap,
+  "v1/PersistentVolumeClaim": PersistentVolumeClaim,
+  "v1/Secret": Secret,
   "v1/Service": Service,
   "apps/v1/StatefulSet": StatefulSet,
   "batch/v1/Job": Job,
   "policy/v1/PodDisruptionBudget": PodDisruptionBudget,
+  "monitoring.coreos.com/v1/PodMonitor": PodMonitor,
 };
 
 function checkTfJob(doc) {
