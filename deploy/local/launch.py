@@ -12,7 +12,9 @@ puts them; every process gets its own ports and TF_CONFIG.
 The worker command runs once per worker with TF_CONFIG set ({"task":
 {"type": "worker", "index": i}}) and "{index}" in its arguments replaced by
 i. Logs go to --logs/<role>_<index>.log; worker output is also echoed with a
-prefix. With --ps_flag=--replicas=2 (3 hosts or more) a ps_server that dies
+prefix. Without --netns host i is the loopback address 127.0.0.<i+1> (its
+ps_server binds only that address; no root needed), every process on its
+own ports. With --ps_flag=--replicas=2 (3 hosts or more) a ps_server that dies
 is replaced by its backup and the job goes on without it (with
 --restart_ps=N it is started again and rejoins as a backup). With
 --restart_ps=N a ps_server that dies is started again (up to N
@@ -104,6 +106,13 @@ class Process:
                 pass
 
 
+def loopback_host(i):
+    """Host i's address without namespaces: 127.0.0.1, 127.0.0.2, ..."""
+    if not 0 <= i < 254:
+        raise SystemExit("launch: at most 254 hosts without --netns")
+    return f"127.0.0.{i + 1}"
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -183,15 +192,20 @@ def main():
         ps_ports = ports[: args.hosts]
         metrics_ports = ports[args.hosts : 2 * args.hosts]
         worker_ports = ports[2 * args.hosts : 2 * args.hosts + workers]
-        # (127.0.0.1, not localhost: c-ares leaks its "localhost" lookup at
-        # exit, which LeakSanitizer reports in the ASan builds.)
+        # Host i is 127.0.0.<i+1> (Linux routes all of 127/8 to loopback, no
+        # root needed): each ps_server binds its host's address only, so
+        # hosts differ as --replicas needs them to. (Addresses, not
+        # localhost: c-ares leaks its "localhost" lookup at exit, which
+        # LeakSanitizer reports in the ASan builds.)
+        addresses = [loopback_host(i) for i in range(args.hosts)]
         cluster = {
-            "ps": [f"127.0.0.1:{p}" for p in ps_ports],
-            "worker": [f"127.0.0.1:{p}" for p in worker_ports],
+            "ps": [f"{addresses[i]}:{p}" for i, p in enumerate(ps_ports)],
+            "worker": [f"{addresses[j % args.hosts]}:{p}" for j, p in enumerate(worker_ports)],
         }
         print(
-            f"launch: {args.hosts} ps_server(s) on ports {ps_ports} "
-            f"(metrics {metrics_ports}), {workers} worker(s); logs in {args.logs}",
+            f"launch: {args.hosts} host(s) on loopback addresses "
+            f"{addresses[0]}..{addresses[-1]}, ps_servers at {cluster['ps']} "
+            f"(metrics ports {metrics_ports}), {workers} worker(s); logs in {args.logs}",
             flush=True,
         )
     try:
@@ -221,6 +235,9 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
     for i in range(args.hosts):
         env = dict(os.environ, TF_CONFIG=tf_config("ps", i))
         argv = on_host(i) + [server, f"--metrics_port={metrics_ports[i]}"]
+        if network is None:
+            address = loopback_host(i)
+            argv += [f"--bind_address={address}", f"--metrics_bind_address={address}"]
         servers.append(Process("ps", i, argv + args.ps_flag, env, args.logs, echo=False))
     workers_procs = []
     for i in range(workers):

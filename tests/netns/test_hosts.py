@@ -250,10 +250,10 @@ def test_killed_ps_is_restarted_and_restores(data, tmp_path, victim):
         assert int(row[0]) == 400
 
 
-@needs_netns
 def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
-    """--replicas=2 on 3 hosts: PS 1 killed with SIGKILL mid-training. Its
-    backup (PS 2, on algo-3) takes its shards over within seconds; every
+    """--replicas=2 on 3 hosts without namespaces (the launcher's loopback
+    hosts 127.0.0.1-3, no root): PS 1 killed with SIGKILL mid-training. Its
+    backup (PS 2, on 127.0.0.3) takes its shards over within seconds; every
     worker, the one on the dead PS's host included, finishes its steps with
     no PS recovery and no lost push; the launcher starts PS 1 again and it
     rejoins as a backup (copies from PS 0 and PS 2, whose pushes wait for
@@ -261,13 +261,16 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     (handback); the final checkpoint holds every shard."""
     ckpt = os.path.join(tmp_path, "ckpt")
     port = 26600
-    proc = launch_replicated(
+    proc = launch(
         tmp_path,
         data,
-        "psrtt5",
-        "10.83.0",
-        port,
-        [f"--ps_flag=--checkpoint_uri={ckpt}"],
+        3,
+        [
+            f"--base_port={port}",
+            "--restart_ps=1",
+            "--ps_flag=--replicas=2",
+            f"--ps_flag=--checkpoint_uri={ckpt}",
+        ],
         ["--epochs=0", "--max_steps=300"],
     )
     try:
@@ -277,6 +280,7 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
         proc.kill()
         raise
     out = finish(proc)
+    assert "3 host(s) on loopback addresses 127.0.0.1..127.0.0.3" in out, out[-4000:]
     assert "ps1 exited (status -9); with replicas" in out, out[-4000:]
     assert "to rejoin as a backup" in out, out[-4000:]
     ps1 = read(os.path.join(tmp_path, "ps_1.log"))
