@@ -15,7 +15,7 @@ WorkerMetrics::WorkerMetrics(const std::string& worker) {
   const char* names[kNumPhases] = {"data", "pull", "compute", "push"};
   for (int p = 0; p < kNumPhases; ++p) {
     phases_[p] = registry_.GetHistogram(
-        "psrt_worker_step_phase_seconds",
+        "psrt_worker_step_phase_duration_seconds",
         "Time a step waited for its batch (data), its parameters (pull), "
         "the model (compute) and the push window (push)",
         {{"worker", worker}, {"phase", names[p]}});

@@ -207,6 +207,13 @@ TEST_F(BadInputTest, NonFiniteGradientsAreRejectedAndCounted) {
                 *metrics,
                 "psrt_errors_total{code=\"INVALID_ARGUMENT\",method=\"Push\"}"),
             2);
+  EXPECT_EQ(
+      MetricValue(*metrics,
+                  "grpc_server_handled_total{grpc_code=\"INVALID_ARGUMENT\","
+                  "grpc_method=\"Push\",grpc_service=\"psrt."
+                  "ParameterServer\",grpc_type=\"client_stream\"}"),
+      2)
+      << *metrics;
   stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ((*stats)[0].rejected_nonfinite_pushes(), 2);

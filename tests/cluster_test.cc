@@ -465,7 +465,8 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
   auto metrics = FetchMetrics(cluster_->metrics_port(ps));
   for (const absl::Time end = absl::Now() + absl::Seconds(10);
        metrics.ok() && absl::Now() < end &&
-       MetricValue(*metrics, "psrt_request_seconds_count{method=\"Push\"}") < 3;
+       MetricValue(*metrics,
+                   "psrt_request_duration_seconds_count{method=\"Push\"}") < 3;
        absl::SleepFor(absl::Milliseconds(20))) {
     metrics = FetchMetrics(cluster_->metrics_port(ps));
   }
@@ -480,9 +481,38 @@ TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
   EXPECT_GE(value("psrt_received_bytes_total{method=\"Push\"}"), 3 * 4000) << m;
   EXPECT_EQ(value("psrt_sent_bytes_total{method=\"Pull\"}"), 3 * 4000) << m;
   EXPECT_EQ(value("psrt_rows_total{method=\"Push\"}"), 3) << m;
-  EXPECT_EQ(value("psrt_request_seconds_count{method=\"Push\"}"), 3) << m;
-  EXPECT_GT(value("psrt_request_seconds_sum{method=\"Push\"}"), 0) << m;
-  EXPECT_EQ(value("psrt_push_apply_seconds_count"), 3) << m;
+  EXPECT_EQ(value("psrt_request_duration_seconds_count{method=\"Push\"}"), 3)
+      << m;
+  EXPECT_GT(value("psrt_request_duration_seconds_sum{method=\"Push\"}"), 0)
+      << m;
+  EXPECT_EQ(value("psrt_push_apply_duration_seconds_count"), 3) << m;
+  // gRPC's standard server series, as its Prometheus interceptors name
+  // them (every call, by type, service, method and code).
+  const std::string push_labels =
+      "grpc_method=\"Push\",grpc_service=\"psrt.ParameterServer\","
+      "grpc_type=\"client_stream\"";
+  const std::string pull_labels =
+      "grpc_method=\"Pull\",grpc_service=\"psrt.ParameterServer\","
+      "grpc_type=\"server_stream\"";
+  EXPECT_EQ(value(absl::StrCat("grpc_server_started_total{", push_labels, "}")),
+            3)
+      << m;
+  EXPECT_EQ(value(absl::StrCat("grpc_server_handled_total{grpc_code=\"OK\",",
+                               push_labels, "}")),
+            3)
+      << m;
+  EXPECT_EQ(value(absl::StrCat("grpc_server_handled_total{grpc_code=\"OK\",",
+                               pull_labels, "}")),
+            3)
+      << m;
+  EXPECT_EQ(value(absl::StrCat("grpc_server_handling_seconds_count{",
+                               push_labels, "}")),
+            3)
+      << m;
+  EXPECT_GT(value(absl::StrCat("grpc_server_handling_seconds_sum{", push_labels,
+                               "}")),
+            0)
+      << m;
   EXPECT_EQ(value("psrt_rejected_nonfinite_pushes_total"), 0) << m;
   EXPECT_EQ(value(absl::StrCat("psrt_parameter_bytes{ps_task=\"", ps, "\"}")),
             4000)

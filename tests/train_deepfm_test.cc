@@ -412,9 +412,9 @@ TEST(TrainDeepFmTest, WorkerServesItsMetricsWhileTraining) {
   // Each phase is observed before its step counts as done (a step ahead at
   // most), between this scrape's step count and the next one's.
   for (const char* phase : {"data", "pull", "compute", "push"}) {
-    const double n =
-        value(absl::StrCat("psrt_worker_step_phase_seconds_count{phase=\"",
-                           phase, "\",worker=\"0\"}"));
+    const double n = value(
+        absl::StrCat("psrt_worker_step_phase_duration_seconds_count{phase=\"",
+                     phase, "\",worker=\"0\"}"));
     EXPECT_GE(n, steps) << phase << "\n" << scraped;
     EXPECT_LE(n, steps_after + 1) << phase;
   }

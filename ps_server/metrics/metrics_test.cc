@@ -48,8 +48,9 @@ TEST(MetricsTest, RendersPrometheusText) {
   double cpu = 1.5;
   registry.AddCounterFunction("process_cpu_seconds_total", "cpu", {},
                               [&cpu] { return cpu; });
-  prometheus::Histogram* h = registry.GetHistogram(
-      "psrt_request_seconds", "latency", {{"method", "Pull"}}, {0.001, 0.01});
+  prometheus::Histogram* h =
+      registry.GetHistogram("psrt_request_duration_seconds", "latency",
+                            {{"method", "Pull"}}, {0.001, 0.01});
   h->Observe(0.0005);
   h->Observe(0.005);
   h->Observe(5);
@@ -63,15 +64,16 @@ TEST(MetricsTest, RendersPrometheusText) {
   EXPECT_TRUE(has("psrt_parameter_bytes 1024\n")) << text;
   EXPECT_TRUE(has("# TYPE process_cpu_seconds_total counter\n")) << text;
   EXPECT_TRUE(has("process_cpu_seconds_total 1.5\n")) << text;
-  EXPECT_TRUE(
-      has("psrt_request_seconds_bucket{method=\"Pull\",le=\"0.001\"} 1\n"))
+  EXPECT_TRUE(has(
+      "psrt_request_duration_seconds_bucket{method=\"Pull\",le=\"0.001\"} 1\n"))
       << text;
+  EXPECT_TRUE(has(
+      "psrt_request_duration_seconds_bucket{method=\"Pull\",le=\"0.01\"} 2\n"));
+  EXPECT_TRUE(has(
+      "psrt_request_duration_seconds_bucket{method=\"Pull\",le=\"+Inf\"} 3\n"));
+  EXPECT_TRUE(has("psrt_request_duration_seconds_count{method=\"Pull\"} 3\n"));
   EXPECT_TRUE(
-      has("psrt_request_seconds_bucket{method=\"Pull\",le=\"0.01\"} 2\n"));
-  EXPECT_TRUE(
-      has("psrt_request_seconds_bucket{method=\"Pull\",le=\"+Inf\"} 3\n"));
-  EXPECT_TRUE(has("psrt_request_seconds_count{method=\"Pull\"} 3\n"));
-  EXPECT_TRUE(has("psrt_request_seconds_sum{method=\"Pull\"} 5.0055\n"))
+      has("psrt_request_duration_seconds_sum{method=\"Pull\"} 5.0055\n"))
       << text;
   // Computed when scraped.
   cpu = 2.25;

@@ -407,7 +407,7 @@ ParameterServerService::ParameterServerService(
           "psrt_rejected_nonfinite_pushes_total",
           "Pushes rejected because a gradient held NaN or Inf")),
       push_apply_seconds_(metrics->GetHistogram(
-          "psrt_push_apply_seconds",
+          "psrt_push_apply_duration_seconds",
           "Time from a push's last message to its update being applied")) {
   metrics->AddGauge("psrt_parameter_bytes",
                     "Bytes of parameters and optimizer slots held by this PS",
@@ -597,7 +597,8 @@ MethodMetrics ParameterServerService::MakeMethodMetrics(const char* method) {
                            "Tensor bytes sent in responses", labels),
       metrics_->GetCounter("psrt_rows_total",
                            "Embedding rows (and dense items) moved", labels),
-      metrics_->GetHistogram("psrt_request_seconds", "RPC latency", labels),
+      metrics_->GetHistogram("psrt_request_duration_seconds", "RPC latency",
+                             labels),
   };
 }
 

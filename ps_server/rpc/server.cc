@@ -14,6 +14,7 @@
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/impl/server_builder_plugin.h"
 #include "grpcpp/server_builder.h"
+#include "ps_server/metrics/grpc_server_metrics.h"
 
 namespace psrt {
 namespace {
@@ -372,6 +373,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                              &server->port_);
   }
   builder.RegisterService(server->service_.get());
+  // grpc_server_{started,handled}_total and grpc_server_handling_seconds,
+  // as gRPC's Prometheus interceptors name them.
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(MakeGrpcServerMetricsFactory(&server->registry_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Pull responses are cut to max_message_bytes; requests may be a little
   // larger (headers, ids), never unbounded.
   builder.SetMaxReceiveMessageSize(
