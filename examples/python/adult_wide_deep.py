@@ -6,14 +6,21 @@ processes. The psrt version differs from the local one by the lines marked
 
     # locally
     examples/python/adult_wide_deep.py --data=testdata/adult --local
-    # on a cluster: every worker runs this (worker i of n trains shard i)
+    # on a local cluster: 2 hosts, each a ps_server and a worker running
+    # this script (cluster and worker index from the TF_CONFIG the launcher
+    # sets; worker i of n trains shard i); --mode=sync: each step's
+    # gradients of both workers are averaged into one update
+    deploy/local/launch.py --hosts=2 -- \
+        examples/python/adult_wide_deep.py --data=testdata/adult --mode=sync
+    # or started by hand on each host
     examples/python/adult_wide_deep.py --data=testdata/adult \
         --cluster='{"cluster": {"ps": ["localhost:2223", "localhost:2224"]}}' \
         --worker_index=0 --num_workers=2
     # then evaluate what the servers hold
     examples/python/adult_wide_deep.py --data=testdata/adult --cluster=... --evaluate_only
 
-Prints one line per epoch and `test_accuracy=<x>` at the end.
+Prints one line per epoch and `test_accuracy=<x>` at the end (in sync mode
+every worker evaluates the same final parameters).
 """
 import argparse
 import os
@@ -97,9 +104,16 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="testdata/adult")
     p.add_argument("--local", action="store_true", help="train without psrt")
-    p.add_argument("--cluster", default=None, help="TF_CONFIG-style JSON (psrt mode)")
-    p.add_argument("--worker_index", type=int, default=0)
-    p.add_argument("--num_workers", type=int, default=1)
+    p.add_argument(
+        "--cluster", default=None, help="TF_CONFIG-style JSON (psrt mode; default $TF_CONFIG)"
+    )
+    p.add_argument(
+        "--worker_index", type=int, default=None, help="default: psrt.worker_info() (TF_CONFIG)"
+    )
+    p.add_argument("--num_workers", type=int, default=None, help="default: psrt.worker_info()")
+    p.add_argument(
+        "--mode", choices=["async", "sync"], default="async", help="psrt: how workers combine"
+    )
     p.add_argument("--evaluate_only", action="store_true")
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--batch_size", type=int, default=128)
@@ -112,6 +126,8 @@ def main():
         read(os.path.join(args.data, "adult.data")), read(os.path.join(args.data, "adult.test"))
     )
     fields, dense_dim = train[0].shape[1], train[1].shape[1]
+    if args.local:
+        args.worker_index, args.num_workers = 0, 1
 
     if args.local:
         wide = torch.nn.Embedding(vocab, 1, sparse=True)
@@ -129,7 +145,11 @@ def main():
         import psrt  # psrt:
         import psrt.torch  # psrt:
 
-        client = psrt.Client(args.cluster)  # psrt:
+        info = psrt.worker_info()  # psrt: which worker, from TF_CONFIG or torchrun
+        if args.worker_index is not None or args.num_workers is not None:
+            info = psrt.WorkerInfo(args.worker_index or 0, args.num_workers or 1, 0)
+        args.worker_index, args.num_workers = info.rank, info.world_size
+        client = psrt.Client(args.cluster, mode=args.mode, worker=info)  # psrt:
         wide = psrt.torch.Embedding(
             client,
             "wd/wide",
@@ -146,11 +166,16 @@ def main():
         dense = psrt.torch.DenseParameters(
             client, model.mlp, prefix="wd/mlp/", optimizer="adam", learning_rate=1e-3  # psrt:
         )
+        steps = psrt.torch.Steps(client, [wide, deep, dense])  # psrt: one push a step
+    step = 0
 
     if not args.evaluate_only:
         # This worker's shard of the training data.
         n = train[0].shape[0]
         mine = np.arange(args.worker_index, n, args.num_workers)
+        # Every worker takes as many steps (sync mode waits for all of them
+        # each step): the smallest shard's size.
+        mine = mine[: n // args.num_workers]
         rng = np.random.default_rng(args.seed + args.worker_index)
         loss_fn = torch.nn.BCEWithLogitsLoss()
         for epoch in range(args.epochs):
@@ -163,7 +188,7 @@ def main():
                     sparse_opt.zero_grad()
                     dense_opt.zero_grad()
                 else:
-                    dense.pull()  # psrt:
+                    steps.pull(step)  # psrt: this step's dense weights
                     model.mlp.zero_grad()
                 loss = loss_fn(model(ids, x), y)
                 loss.backward()
@@ -171,18 +196,14 @@ def main():
                     sparse_opt.step()
                     dense_opt.step()
                 else:
-                    dense.push()  # psrt:
+                    steps.push()  # psrt: rows' and dense gradients, one push
+                step += 1
                 total += loss.item() * idx.size
             print(
                 f"worker {args.worker_index} epoch {epoch} loss={total / mine.size:.5f}", flush=True
             )
-        if not args.local:
-            dense.flush()  # psrt:
-            wide.flush()
-            deep.flush()
-
     if not args.local:
-        dense.pull()  # psrt: evaluate what the servers hold
+        steps.pull(step)  # psrt: evaluate what the servers hold (sync: after every step)
     model.eval()
     with torch.no_grad():
         logits = model(*(torch.from_numpy(t) for t in test[:2]))

@@ -16,6 +16,7 @@ from . import wire_dtype as wire
 from ._proto import ps_pb2, ps_pb2_grpc
 from .routing import Routing
 from .shard_map import DENSE, ShardMap, normalize
+from .worker_info import WorkerInfo, worker_info
 
 # What the client accepts for ids and gradients.
 ArrayLike = Union[np.ndarray, Sequence[Any]]
@@ -70,6 +71,14 @@ CREATION_WAIT_LIMIT_SECS = 30 * 60
 class _LostCreationRace(PsError):
     """PS 0 refused to prepare a creation (another is in progress there, or
     the catalog moved); nothing was created anywhere, so it may be retried."""
+
+
+# Client(mode=...) -> Consistency.Mode.
+_MODES = {
+    "async": ps_pb2.Consistency.ASYNC,
+    "sync": ps_pb2.Consistency.SYNC,
+    "ssp": ps_pb2.Consistency.SSP,
+}
 
 
 def load_cluster(cluster=None):
@@ -194,6 +203,10 @@ class Client:
         auth_token: Optional[str] = None,
         wire_dtype: str = "fp32",
         failover_wait: float = 30.0,
+        mode: str = "async",
+        staleness: int = 0,
+        sync_timeout: float = 600.0,
+        worker: Optional[WorkerInfo] = None,
     ) -> None:
         """TLS: tls_ca_file (PEM CA of the servers' certificates), plus
         tls_cert_file/tls_key_file for mutual TLS. auth_token (default
@@ -205,7 +218,38 @@ class Client:
         servers run with --replicas > 1, how long (seconds from a pull's or
         push's first failure) it keeps retrying while a backup takes the
         failed PS's shards over; its calls then go to that backup, and a
-        retried push is applied once (psrt/routing.py)."""
+        retried push is applied once (psrt/routing.py).
+
+        mode: how this worker's pulls and pushes take part in training
+        steps, as ps_worker --mode: "async" (pushes apply on arrival), "sync"
+        (each step's pushes from all workers are averaged into one update;
+        a pull for step k waits until step k - 1 is applied) or "ssp" (a
+        pull for step k waits until every worker pushed step k - staleness
+        - 1). In sync and ssp every pull and push passes its step and every
+        push reaches every PS (empty where it has nothing for one), so use
+        one push per step: psrt.torch.Steps does. worker: which worker this
+        is and how many there are (sync and ssp; default psrt.worker_info(),
+        from torchrun's or TF_CONFIG's variables). sync_timeout: how long a pull
+        waits for the other workers before failing, naming them."""
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
+        if not (isinstance(staleness, int) and 0 <= staleness <= 1 << 20):
+            raise ValueError(f"staleness must be an integer in [0, 2^20], got {staleness!r}")
+        if not (isinstance(sync_timeout, numbers.Real) and 0 < sync_timeout <= 86400):
+            raise ValueError(f"sync_timeout must be in (0, 86400] seconds, got {sync_timeout!r}")
+        self.mode = mode
+        if worker is None:  # async pushes name no worker: no environment needed
+            worker = worker_info() if mode != "async" else WorkerInfo(0, 1, 0)
+        self.worker = worker
+        self._consistency = ps_pb2.Consistency(
+            mode=_MODES[mode],
+            workers=self.worker.world_size,
+            staleness=staleness,
+            timeout_seconds=sync_timeout,
+        )
+        # After a sync pull: the lowest step not yet applied on the shards
+        # it read (a worker that starts late resumes from it).
+        self.sync_step = 0
         self._wire_dtype = wire.parse(wire_dtype)
         self.addresses = load_cluster(cluster)
         self.timeout = timeout
@@ -647,6 +691,7 @@ class Client:
         Returns name -> array ([len(ids), dim] or the variable's shape)."""
         per_ps = [[] for _ in range(self.num_ps)]  # _PullPiece lists
         results, finish = {}, []
+        sync_steps = {} if self.mode == "sync" else None  # PS -> its sync_step
         for name, ids in ops.items():
             v = self.layout(name)
             if v.kind == DENSE:
@@ -687,8 +732,10 @@ class Client:
             if not items:
                 continue
             parts = self._split_pull(items, len(self._pull[ps]))
-            jobs += [(ps, part, step, c) for c, part in enumerate(parts)]
+            jobs += [(ps, part, step, c, sync_steps) for c, part in enumerate(parts)]
         self._run_jobs(self._pull_one, jobs)
+        if sync_steps:
+            self.sync_step = min(sync_steps.values())
         return {name: make() for name, make in finish}
 
     @staticmethod
@@ -768,10 +815,13 @@ class Client:
             parts.append(current)
         return parts
 
-    def _pull_one(self, ps, items, step, channel=0):
+    def _pull_one(self, ps, items, step, channel=0, sync_steps=None):
         header = ps_pb2.PullRequestHeader(
             step=step, max_response_message_bytes=PULL_MESSAGE_BYTES, for_ps=ps
         )
+        if self.mode != "async":
+            header.consistency.CopyFrom(self._consistency)
+            header.worker_index = self.worker.rank
         payloads = []
         for p in items:
             if p.ids is not None:
@@ -790,6 +840,8 @@ class Client:
             ):
                 head, pays = frame.decode(message)
                 h = ps_pb2.PullResponseHeader.FromString(head)
+                if sync_steps is not None:
+                    sync_steps[ps] = h.sync_step
                 for piece in h.pieces:
                     target = items[piece.item]
                     try:
@@ -896,7 +948,12 @@ class Client:
         with self._lock:
             self._request_id += 1
             request_id = self._request_id
-        jobs = [(ps, items, step, request_id) for ps, items in enumerate(per_ps) if items]
+        # Sync and SSP count every worker's step at every PS: a PS with
+        # nothing to update still gets an (empty) push.
+        every_ps = self.mode != "async"
+        jobs = [
+            (ps, items, step, request_id) for ps, items in enumerate(per_ps) if items or every_ps
+        ]
         self._run_jobs(self._push_one, jobs, outcome=_push_outcome)
 
     def _push_one(self, ps, items, step, request_id):
@@ -928,6 +985,9 @@ class Client:
             step,
         )
         first.for_ps = ps  # the step barrier of PS ps's shards, wherever served
+        if self.mode != "async":
+            first.consistency.CopyFrom(self._consistency)
+            first.worker_index = self.worker.rank
         messages[-1][0].last = True
         encoded = [frame.encode(h.SerializeToString(), p) for h, p in messages]
         return self._routed_call(

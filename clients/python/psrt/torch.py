@@ -21,6 +21,29 @@ pull of the same variables. Ids and modules may live on a CUDA device: rows
 and weights cross to host memory for the wire and come back to the device.
 `EmbeddingBag` reduces bags of rows (sum, mean, max) as
 torch.nn.EmbeddingBag does.
+
+Sync and SSP training (psrt.Client(mode="sync" or "ssp")) count steps: each
+worker sends one push per PS per step, carrying its step. `Steps` does
+that for a set of modules: it pulls the dense weights for step k, the
+embeddings pull their rows for step k, and their backward gradients are
+collected and pushed, with the dense ones, as one push:
+
+    client = psrt.Client(cluster, mode="sync")   # worker from TF_CONFIG/torchrun
+    steps = psrt.torch.Steps(client, [emb, dense])
+    for step, batch in enumerate(data):
+        steps.pull(step)                 # dense weights of step `step`
+        loss = loss_fn(mlp(emb(ids)), labels)
+        loss.backward()                  # rows' gradients are held
+        steps.push()                     # one push: rows and dense, step `step`
+        mlp.zero_grad()
+
+(It works in async mode too.) Saving: the tables and the dense variables
+live on the servers, with their optimizer slots, so a module's
+`state_dict()` holds only what is local. Save the model with the servers'
+checkpoint (`client.checkpoint()`, or ps_server --checkpoint_every_secs)
+and restore it with ps_server --restore; read a table's rows with
+`emb.rows(ids)` or export a checkpoint to numpy with `psctl export`
+(docs/operations.md).
 """
 import concurrent.futures
 import zlib
@@ -84,12 +107,19 @@ class Embedding(torch.nn.Module):
         client.create_variables([spec])
         self._pool = concurrent.futures.ThreadPoolExecutor(1)
         self._pending = None
+        self._steps = None  # the Steps this module takes part in, if any
 
     def flush(self):
         """Waits for the last push (raising its error, if any)."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.result()
+
+    def rows(self, ids):
+        """The current rows of `ids` (a float32 numpy array [len(ids), dim]),
+        after this module's last push; no gradient."""
+        self.flush()
+        return self.client.pull_rows(self.name, np.asarray(ids, dtype=np.int64))
 
     def forward(self, ids):
         """Rows of `ids` (any shape; a CPU or CUDA tensor): a tensor of shape
@@ -104,7 +134,8 @@ class Embedding(torch.nn.Module):
         flat = ids.reshape(-1).to(torch.int64)
         unique, inverse = torch.unique(flat, return_inverse=True)
         unique_np = unique.cpu().numpy()  # the wire is host memory
-        rows = torch.from_numpy(self.client.pull_rows(self.name, unique_np))
+        step = self._steps.step if self._steps is not None else 0
+        rows = torch.from_numpy(self.client.pull({self.name: unique_np}, step)[self.name])
         if ids.device.type != "cpu":
             rows = rows.to(ids.device, non_blocking=True)
         if self.training and torch.is_grad_enabled():
@@ -114,7 +145,10 @@ class Embedding(torch.nn.Module):
 
     def _push(self, ids, grad):
         g = grad.detach().to(torch.float32).contiguous().cpu().numpy().copy()
-        self._pending = self._pool.submit(self.client.push_rows, self.name, ids, g)
+        if self._steps is not None:
+            self._steps._hold_rows(self.name, ids, g)
+        else:
+            self._pending = self._pool.submit(self.client.push_rows, self.name, ids, g)
         return None
 
 
@@ -192,20 +226,30 @@ class DenseParameters:
         self._pending = None
         self.step = 0
 
-    def pull(self):
+    def pull(self, step=0):
         """Copies the servers' current values into the module (one batched
-        pull for all parameters, after the previous push finished)."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
-        values = self.client.pull({name: None for name, _ in self.params})
-        with torch.no_grad():
-            for name, p in self.params:  # to the parameter's device
-                p.copy_(torch.from_numpy(values[name]).reshape(p.shape))
+        pull for all parameters, after the previous push finished); `step`
+        in sync and SSP modes (Steps passes it)."""
+        self.flush()
+        self._assign(self.client.pull({name: None for name, _ in self.params}, step))
 
     def push(self):
         """Sends every parameter's .grad (zeros where None) as one batched
         push, asynchronously."""
+        self._pending = self._pool.submit(self.client.push, self._gradients(), self.step)
+        self.step += 1
+
+    def flush(self):
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def _assign(self, values):
+        with torch.no_grad():
+            for name, p in self.params:  # to the parameter's device
+                p.copy_(torch.from_numpy(values[name]).reshape(p.shape))
+
+    def _gradients(self):
         grads = {}
         for name, p in self.params:
             g = p.grad
@@ -214,10 +258,73 @@ class DenseParameters:
                 if g is None
                 else g.detach().to(torch.float32).reshape(-1).cpu().numpy().copy()
             )
-        self._pending = self._pool.submit(self.client.push, grads, self.step)
-        self.step += 1
+        return grads
+
+
+class Steps:
+    """Numbered training steps over a set of psrt modules (Embedding,
+    EmbeddingBag, DenseParameters) sharing one client: what sync and SSP
+    modes need, since each worker must send exactly one push per PS per
+    step, with its step.
+
+    pull(step) waits for the previous step's push, then pulls every
+    DenseParameters' weights for `step`; the embeddings' forward pulls
+    their rows for `step`, and their backward hands the rows' gradients to
+    this object instead of pushing them; push() sends those and every
+    DenseParameters' .grad as one push, asynchronously. An embedding
+    called twice in a step pushes both calls' rows (repeated ids are
+    summed)."""
+
+    def __init__(self, client, modules):
+        self.client = client
+        self.embeddings = [m for m in modules if isinstance(m, Embedding)]
+        self.dense = [m for m in modules if isinstance(m, DenseParameters)]
+        unknown = [m for m in modules if not isinstance(m, (Embedding, DenseParameters))]
+        if unknown:
+            raise TypeError(
+                f"Steps takes psrt.torch Embedding, EmbeddingBag and DenseParameters, "
+                f"got {type(unknown[0]).__name__}"
+            )
+        for m in self.embeddings + self.dense:
+            if m.client is not client:
+                raise ValueError("Steps: every module must use the Steps' client")
+        for m in self.embeddings:
+            m._steps = self
+        self.step = 0
+        self._held = {}  # embedding name -> [(ids, grads)]
+        self._pool = concurrent.futures.ThreadPoolExecutor(1)
+        self._pending = None
+
+    def pull(self, step):
+        """Begins step `step`: the previous push is waited for (its error
+        raised), then the dense weights of `step` are pulled (in sync mode
+        once step - 1 is applied everywhere they live)."""
+        self.flush()
+        self.step, self._held = int(step), {}
+        names = {name: None for d in self.dense for name, _ in d.params}
+        if names:
+            values = self.client.pull(names, self.step)
+            for d in self.dense:
+                d._assign(values)
+
+    def _hold_rows(self, name, ids, grads):
+        self._held.setdefault(name, []).append((ids, grads))
+
+    def push(self):
+        """Ends the step: one push of every held row gradient and every
+        dense .grad (zeros where None), with the step, asynchronously."""
+        ops = {}
+        for d in self.dense:
+            ops.update(d._gradients())
+        for name, parts in self._held.items():
+            ids = np.concatenate([i for i, _ in parts])
+            grads = np.concatenate([g for _, g in parts])
+            ops[name] = (ids, grads)
+        self._held = {}
+        self._pending = self._pool.submit(self.client.push, ops, self.step)
 
     def flush(self):
+        """Waits for the last push (raising its error, if any)."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.result()

@@ -40,7 +40,7 @@ def free_port():
 
 
 class Cluster:
-    def __init__(self, num_ps, flags=(), client_kwargs=None, distinct_hosts=False):
+    def __init__(self, num_ps, flags=(), client_kwargs=None, distinct_hosts=False, workers=0):
         self.client_kwargs = client_kwargs or {}
         # IP literals: no DNS resolver (c-ares leaks a few bytes at exit, which
         # LeakSanitizer reports for the C++ helper under --config=asan).
@@ -50,6 +50,8 @@ class Cluster:
             f"127.0.0.{i + 1 if distinct_hosts else 1}:{free_port()}" for i in range(num_ps)
         ]
         self.spec = {"cluster": {"ps": self.addresses}}
+        if workers:  # sync/SSP pushes name their worker count: the spec's
+            self.spec["cluster"]["worker"] = [f"127.0.0.1:{free_port()}" for _ in range(workers)]
         self.logs = tempfile.mkdtemp(prefix="psrt_py_")
         self.procs = []
         binary = _binary("PSRT_PS_SERVER", "ps_server/ps_server")
@@ -122,8 +124,8 @@ def cluster2():
 def make_cluster():
     made = []
 
-    def make(num_ps, flags=(), client_kwargs=None, distinct_hosts=False):
-        c = Cluster(num_ps, flags, client_kwargs, distinct_hosts)
+    def make(num_ps, flags=(), client_kwargs=None, distinct_hosts=False, workers=0):
+        c = Cluster(num_ps, flags, client_kwargs, distinct_hosts, workers)
         made.append(c)
         return c
 
