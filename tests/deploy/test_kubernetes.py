@@ -304,3 +304,37 @@ def test_ps_probes_checkpoints_and_grace_period():
     # period must outlast that wait.
     assert spec["terminationGracePeriodSeconds"] > int(f["final_checkpoint_wait_secs"])
     assert int(f["metrics_port"]) in {p["containerPort"] for p in container["ports"]}
+
+
+def test_ps_memory_is_what_the_sizing_rule_gives_for_the_shipped_catalog():
+    """The PS pods' memory request and limit are psctl size's for
+    deepfm-variables.json (ps_worker --model=deepfm's catalog) with the
+    manifest's PS count and 100M ids, as the manifest's comment says."""
+    psctl = source("tools/psctl/psctl")
+    if not os.access(psctl, os.X_OK):
+        psctl = source("bazel-bin/tools/psctl/psctl")
+    k = load(MANIFEST, TFJOB)
+    num_ps = k["StatefulSet"]["psrt-ps"]["spec"]["replicas"]
+    out = subprocess.run(
+        [
+            psctl,
+            f"--variables={source('deploy/kubernetes/deepfm-variables.json')}",
+            f"--num_ps={num_ps}",
+            "--hash_rows=100000000",
+            "size",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    sized = re.search(r"requests: \{memory: (\d+Mi)\}, limits: \{memory: (\d+Mi)\}", out.stdout)
+    assert sized, out.stdout
+    request, limit = sized.groups()
+    ps_specs = [
+        k["StatefulSet"]["psrt-ps"]["spec"]["template"],
+        k["TFJob"]["psrt"]["spec"]["tfReplicaSpecs"]["PS"]["template"],
+    ]
+    for template in ps_specs:
+        resources = template["spec"]["containers"][0]["resources"]
+        assert resources["requests"]["memory"] == request, out.stdout
+        assert resources["limits"]["memory"] == limit, out.stdout

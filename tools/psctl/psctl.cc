@@ -2,6 +2,7 @@
 //
 //   psctl status      one line per PS: shards, bytes, requests, errors
 //   psctl variables   every variable with its shards: where, rows, bytes
+//                     (--json: the catalog, as psctl size reads it)
 //   psctl balance     parameter bytes per PS and the max/min ratio
 //   psctl checkpoint  take a checkpoint of every PS now (progress lines
 //                     every --progress_secs while it runs)
@@ -9,9 +10,14 @@
 //                     lag, whether they agree; works with a PS down
 //   psctl checkpoints --checkpoint_uri=URI
 //                     every checkpoint: step, bytes, bytes per PS
+//   psctl size --variables=FILE --num_ps=N [--replicas=R]
+//                     each PS's memory by the sizing rule (no cluster
+//                     needed): what to request and limit per container
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -22,12 +28,14 @@
 #include "clients/cpp/client.h"
 #include "gflags/gflags.h"
 #include "glog/logging.h"
+#include "google/protobuf/util/json_util.h"
 #include "partitioner/cluster_spec.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "ps_server/checkpoint/transfer_progress.h"
 #include "storage/storage.h"
 #include "tools/psctl/checkpoint_export.h"
+#include "tools/psctl/memory_estimate.h"
 #include "tools/psctl/replicas_report.h"
 
 DEFINE_string(cluster, "",
@@ -55,6 +63,18 @@ DEFINE_string(checkpoint_name, "",
               "its latest, or --checkpoint_uri itself if it is one).");
 DEFINE_string(out, "",
               "export: local directory for the .npy files and index.json.");
+DEFINE_string(variables, "",
+              "size: a JSON file holding a CreateVariablesRequest "
+              "({\"specs\": [VariableSpec, ...]}, protobuf's JSON mapping), "
+              "in catalog order.");
+DEFINE_int32(num_ps, 2, "size: the PS count to place the variables on.");
+DEFINE_bool(json, false,
+            "variables: print the catalog as a CreateVariablesRequest in "
+            "JSON instead (what psctl size --variables reads).");
+DEFINE_int32(replicas, 1, "size: ps_server --replicas (copies of a shard).");
+DEFINE_int64(hash_rows, int64_t{1} << 20,
+             "size: rows a hash embedding without a capacity (or "
+             "eviction.max_rows) is expected to reach, over all its shards.");
 
 namespace psrt {
 namespace {
@@ -105,6 +125,21 @@ int Variables(Client* client) {
   // Every PS should hold the same catalog; whatever they answer, list
   // what each holds and say where they differ (never index past a list).
   const auto& catalog = (*lists)[0].variables();
+  if (FLAGS_json) {
+    CreateVariablesRequest request;
+    for (const VariableInfo& v : catalog) *request.add_specs() = v.spec();
+    std::string json;
+    google::protobuf::util::JsonPrintOptions pretty;
+    pretty.add_whitespace = true;
+    if (auto s =
+            google::protobuf::util::MessageToJsonString(request, &json, pretty);
+        !s.ok()) {
+      std::cerr << "psctl: " << s.ToString() << "\n";
+      return 1;
+    }
+    std::cout << json;
+    return 0;
+  }
   int drifted = 0;
   for (size_t p = 1; p < lists->size(); ++p) {
     const auto& other = (*lists)[p].variables();
@@ -164,6 +199,64 @@ int Variables(Client* client) {
   }
   if (catalog.empty()) std::cout << "no variables\n";
   return drifted > 0 ? 1 : 0;
+}
+
+// psctl size: each PS's memory by the sizing rule (memory_estimate.h).
+int SizeCommand() {
+  if (FLAGS_variables.empty()) {
+    std::cerr << "psctl size: --variables=FILE is required (a JSON "
+                 "CreateVariablesRequest: {\"specs\": [...]})\n";
+    return 2;
+  }
+  std::ifstream in(FLAGS_variables);
+  if (!in) {
+    std::cerr << "psctl size: cannot read --variables=" << FLAGS_variables
+              << "\n";
+    return 2;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  CreateVariablesRequest request;
+  if (auto s =
+          google::protobuf::util::JsonStringToMessage(text.str(), &request);
+      !s.ok()) {
+    std::cerr << "psctl size: " << FLAGS_variables
+              << " is not a CreateVariablesRequest in JSON: " << s.ToString()
+              << "\n";
+    return 2;
+  }
+  auto estimates =
+      EstimatePsMemory({request.specs().begin(), request.specs().end()},
+                       FLAGS_num_ps, FLAGS_hash_rows, FLAGS_replicas);
+  if (!estimates.ok()) {
+    std::cerr << "psctl size: " << estimates.status() << "\n";
+    return 2;
+  }
+  std::cout << absl::StrFormat(
+      "%d variables on %d PS, replicas %d (docs/operations.md, Sizing a "
+      "PS: %s base + parameters and slots + %d B per hash row, times the "
+      "replicas; limit +%.0f%%)\n",
+      request.specs_size(), FLAGS_num_ps, FLAGS_replicas,
+      Bytes(kProcessBaseBytes), kHashRowOverheadBytes, 100 * kLimitHeadroom);
+  std::cout << absl::StrFormat("%-4s %16s %12s %14s %12s %12s\n", "PS",
+                               "params+slots", "hash rows", "row overhead",
+                               "estimate", "limit");
+  int64_t most = 0, most_limit = 0;
+  for (size_t t = 0; t < estimates->size(); ++t) {
+    const PsMemoryEstimate& e = (*estimates)[t];
+    std::cout << absl::StrFormat("%-4d %16s %12d %14s %12s %12s\n", t,
+                                 Bytes(e.parameter_bytes), e.hash_rows,
+                                 Bytes(e.row_overhead_bytes),
+                                 Bytes(e.total_bytes), Bytes(e.limit_bytes));
+    most = std::max(most, e.total_bytes);
+    most_limit = std::max(most_limit, e.limit_bytes);
+  }
+  const auto mib = [](int64_t b) { return (b + (1 << 20) - 1) >> 20; };
+  std::cout << absl::StrFormat(
+      "Kubernetes, every PS pod: resources: {requests: {memory: %dMi}, "
+      "limits: {memory: %dMi}}\n",
+      mib(most), mib(most_limit));
+  return 0;
 }
 
 int Balance(Client* client) {
@@ -360,7 +453,9 @@ int main(int argc, char** argv) {
       "  psctl [--cluster=JSON|FILE] "
       "status|variables|balance|replicas|checkpoint\n"
       "  psctl --checkpoint_uri=URI checkpoints\n"
-      "  psctl --checkpoint_uri=URI [--checkpoint_name=NAME] --out=DIR export");
+      "  psctl --checkpoint_uri=URI [--checkpoint_name=NAME] --out=DIR export\n"
+      "  psctl --variables=FILE [--num_ps=N] [--replicas=R] [--hash_rows=N] "
+      "size");
   FLAGS_logtostderr = true;
   psrt::HandleHelpFlag(argc, argv, "tools/psctl/");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -368,13 +463,14 @@ int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "usage: psctl [--cluster=...] "
                  "status|variables|balance|replicas|checkpoint|checkpoints|"
-                 "export\n";
+                 "export|size\n";
     return 2;
   }
   if (std::string(argv[1]) == "checkpoints") {
     return psrt::ListCheckpointsCommand();
   }
   if (std::string(argv[1]) == "export") return psrt::ExportCommand();
+  if (std::string(argv[1]) == "size") return psrt::SizeCommand();
   auto cluster = psrt::LoadClusterSpec(FLAGS_cluster, 2223);
   if (!cluster.ok()) {
     std::cerr << "psctl: " << cluster.status() << "\n";
@@ -417,6 +513,6 @@ int main(int argc, char** argv) {
   if (command == "checkpoint") return psrt::TakeCheckpoint(client->get());
   std::cerr << "psctl: unknown command '" << command
             << "' (status, variables, balance, replicas, checkpoint, "
-               "checkpoints, export)\n";
+               "checkpoints, export, size)\n";
   return 2;
 }
