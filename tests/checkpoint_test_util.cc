@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "partitioner/test_variable_spec.h"
 #include "ps_server/checkpoint/checkpoint_catalog.h"
 #include "ps_server/checkpoint/shard_file.h"
 
@@ -16,15 +17,9 @@ VariableSpec Spec(const std::string& name, VariableKind kind,
                   std::vector<int64_t> shape, int shards,
                   OptimizerSpec::Kind optimizer,
                   PartitionSpec::Routing routing = PartitionSpec::DIV) {
-  VariableSpec s;
-  s.set_name(name);
-  s.set_kind(kind);
-  for (int64_t d : shape) s.add_shape(d);
-  s.mutable_partition()->set_num_shards(shards);
-  s.mutable_partition()->set_routing(routing);
+  VariableSpec s = TestVariableSpec(name, kind, std::move(shape), shards,
+                                    optimizer, 0.01f, routing);
   s.mutable_partition()->set_placement(PartitionSpec::GREEDY_BYTES);
-  s.mutable_optimizer()->set_kind(optimizer);
-  s.mutable_optimizer()->set_learning_rate(0.01f);
   s.mutable_initializer()->set_kind(InitializerSpec::UNIFORM);
   s.mutable_initializer()->set_min(-0.1f);
   s.mutable_initializer()->set_max(0.1f);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "partitioner/test_variable_spec.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/optimizers/optimizer_reference.h"
 #include "ps_server/shards/initializer.h"
@@ -24,15 +25,8 @@ VariableSpec Spec(const std::string& name, VariableKind kind,
                   std::vector<int64_t> shape, int shards,
                   OptimizerSpec::Kind optimizer, float lr,
                   PartitionSpec::Routing routing = PartitionSpec::DIV) {
-  VariableSpec s;
-  s.set_name(name);
-  s.set_kind(kind);
-  for (int64_t d : shape) s.add_shape(d);
-  s.mutable_partition()->set_num_shards(shards);
-  s.mutable_partition()->set_routing(routing);
-  s.mutable_optimizer()->set_kind(optimizer);
-  s.mutable_optimizer()->set_learning_rate(lr);
-  return s;
+  return TestVariableSpec(name, kind, std::move(shape), shards, optimizer, lr,
+                          routing);
 }
 
 class ClusterTest : public ::testing::Test {

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "partitioner/test_variable_spec.h"
 #include "proto/ps.pb.h"
 #include "tests/local_cluster.h"
 #include "tests/raw_rpc.h"
@@ -33,14 +34,7 @@ namespace {
 VariableSpec Spec(const std::string& name, VariableKind kind,
                   std::vector<int64_t> shape, int shards,
                   OptimizerSpec::Kind optimizer) {
-  VariableSpec s;
-  s.set_name(name);
-  s.set_kind(kind);
-  for (int64_t d : shape) s.add_shape(d);
-  s.mutable_partition()->set_num_shards(shards);
-  s.mutable_optimizer()->set_kind(optimizer);
-  s.mutable_optimizer()->set_learning_rate(0.01f);
-  return s;
+  return TestVariableSpec(name, kind, std::move(shape), shards, optimizer);
 }
 
 std::vector<VariableSpec> Model() {

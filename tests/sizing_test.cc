@@ -14,6 +14,7 @@
 
 #include "clients/cpp/client.h"
 #include "gtest/gtest.h"
+#include "partitioner/test_variable_spec.h"
 #include "tests/local_cluster.h"
 #include "tests/process_rss.h"
 #include "tools/psctl/memory_estimate.h"
@@ -24,14 +25,8 @@ namespace {
 VariableSpec Spec(const std::string& name, VariableKind kind,
                   std::vector<int64_t> shape, int shards,
                   OptimizerSpec::Kind optimizer) {
-  VariableSpec spec;
-  spec.set_name(name);
-  spec.set_kind(kind);
-  for (int64_t d : shape) spec.add_shape(d);
-  spec.mutable_partition()->set_num_shards(shards);
-  spec.mutable_optimizer()->set_kind(optimizer);
-  spec.mutable_optimizer()->set_learning_rate(0.01f);
-  return spec;
+  return TestVariableSpec(name, kind, std::move(shape), shards, optimizer,
+                          0.01f);
 }
 
 // Starts one PS, lets `fill` create and fill variables, and compares its

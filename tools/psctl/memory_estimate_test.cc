@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "partitioner/test_variable_spec.h"
 
 namespace psrt {
 namespace {
@@ -10,14 +11,8 @@ namespace {
 VariableSpec Spec(const std::string& name, VariableKind kind,
                   std::vector<int64_t> shape, int shards,
                   OptimizerSpec::Kind optimizer) {
-  VariableSpec spec;
-  spec.set_name(name);
-  spec.set_kind(kind);
-  for (int64_t d : shape) spec.add_shape(d);
-  spec.mutable_partition()->set_num_shards(shards);
-  spec.mutable_optimizer()->set_kind(optimizer);
-  spec.mutable_optimizer()->set_learning_rate(0.1f);
-  return spec;
+  return TestVariableSpec(name, kind, std::move(shape), shards, optimizer,
+                          0.1f);
 }
 
 TEST(MemoryEstimateTest, ParametersTimesOneplusSlotsPlacedAsTheServersPlace) {
