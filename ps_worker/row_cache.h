@@ -8,7 +8,7 @@
 // pushed once, instead of once per step.
 //
 // The guarantee, for one worker, with steps counted by that worker
-// (docs/architecture.md states it for users):
+// (docs/operations.md states it for users):
 //  - Values: a row that step k reads was pulled from the servers by the
 //    pull of a step p with k - S < p <= k. (S = 1: by step k's own pull, as
 //    without a cache.)
