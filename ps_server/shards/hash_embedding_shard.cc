@@ -17,7 +17,7 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
                                        const Optimizer* optimizer,
                                        const Initializer& init, Reserve reserve,
                                        bool evict_at_memory_limit,
-                                       std::unique_ptr<RowSpillStore> store)
+                                       std::unique_ptr<ColdTier> store)
     : layout_(layout),
       shard_(shard),
       optimizer_(optimizer),

@@ -36,7 +36,8 @@
 //
 // With an SSD tier (StorageSpec.tier = SSD, `spill_store` given) an evicted
 // row is not dropped: EvictRowLocked writes it, slots included, to the
-// shard's RowSpillStore, and CreateRow brings a spilled id's row back
+// shard's ColdTier (cold_tier.h: the RowSpillStore file in ps_server),
+// and CreateRow brings a spilled id's row back
 // (promotes it) instead of initializing one. Every id is in one tier. A
 // pull promotes the spilled rows it reads too (Gather, PromoteForPullLocked),
 // or, while pinned or without room, reads them from disk. A checkpoint
@@ -55,11 +56,11 @@
 #include "absl/synchronization/mutex.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/optimizers/optimizer.h"
+#include "ps_server/shards/cold_tier.h"
 #include "ps_server/shards/count_min_sketch.h"
 #include "ps_server/shards/float_array.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/row_shard.h"
-#include "ps_server/shards/row_spill_store.h"
 
 namespace psrt {
 
@@ -91,7 +92,7 @@ class HashEmbeddingShard final : public RowShard {
                      const Optimizer* optimizer, const Initializer& init,
                      Reserve reserve = nullptr,
                      bool evict_at_memory_limit = false,
-                     std::unique_ptr<RowSpillStore> spill_store = nullptr);
+                     std::unique_ptr<ColdTier> spill_store = nullptr);
 
   absl::StatusOr<int64_t> Gather(absl::Span<const int64_t> ids,
                                  float* out) const override;
@@ -134,7 +135,7 @@ class HashEmbeddingShard final : public RowShard {
   int64_t reserved_bytes() const override {
     absl::ReaderMutexLock lock(&mu_);
     return static_cast<int64_t>(blocks_.size()) * block_bytes() +
-           (store_ != nullptr ? RowSpillStore::kMemoryBytes : 0) +
+           (store_ != nullptr ? store_->fixed_memory_bytes() : 0) +
            tier_index_reserved_;
   }
 
@@ -305,7 +306,7 @@ class HashEmbeddingShard final : public RowShard {
   const bool tracks_steps_;  // last_step_ kept (ttl_steps_ or max_rows_)
   // The SSD tier; null: evicted rows are dropped. Changed under mu_ held
   // exclusively; read (pulls, exports) under mu_ shared.
-  const std::unique_ptr<RowSpillStore> store_;
+  const std::unique_ptr<ColdTier> store_;
   mutable std::atomic<int> pins_{0};
   absl::Mutex sweep_mu_;  // one eviction sweep at a time
   mutable absl::Mutex mu_;

@@ -2,14 +2,11 @@
 // same table all in memory: rows evicted to disk and brought back keep
 // every bit of their values and optimizer slots, pulls read spilled rows
 // (promoting them when memory has room), and a checkpoint (pinned export) holds
-// every row once, as it was pinned.
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <unistd.h>
+// every row once, as it was pinned. The disk's faults (full, failing reads,
+// changed records) are made on the in-memory cold tier (memory_cold_tier.h);
+// the rest runs on the SSD tier's file.
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -22,6 +19,8 @@
 #include "gtest/gtest.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/shards/hash_embedding_shard.h"
+#include "ps_server/shards/memory_cold_tier.h"
+#include "ps_server/shards/row_spill_store.h"
 
 namespace psrt {
 namespace {
@@ -29,9 +28,11 @@ namespace {
 constexpr int kDim = 4;
 
 struct Table {
-  // max_rows 0 and no `budget`: all in memory (the reference); else an
-  // SSD tier in `dir`. `budget`: the PS's memory, as --memory_budget_mb
-  // gives it (a refused block makes room by eviction).
+  // max_rows 0 and no `budget`: all in memory (the reference); else a
+  // cold tier: the SSD tier's file in `dir`, or with `dir` empty the
+  // in-memory tier whose disk the test can fill, fail or corrupt
+  // (`memory`). `budget`: the PS's memory, as --memory_budget_mb gives it
+  // (a refused block makes room by eviction).
   Table(int64_t max_rows, const std::string& dir,
         HashEmbeddingShard::Reserve budget = nullptr)
       : map(1) {
@@ -53,8 +54,12 @@ struct Table {
     layout = map.Find("ids");
     optimizer = CreateOptimizer(layout->spec.optimizer());
     init = std::make_unique<Initializer>(layout->spec.initializer());
-    std::unique_ptr<RowSpillStore> store;
-    if (tier) {
+    std::unique_ptr<ColdTier> store;
+    if (tier && dir.empty()) {
+      auto in_memory = std::make_unique<MemoryColdTier>(2 * kDim);
+      memory = in_memory.get();
+      store = std::move(in_memory);
+    } else if (tier) {
       auto opened = RowSpillStore::Open(dir, 2 * kDim);
       EXPECT_TRUE(opened.ok()) << opened.status();
       store = *std::move(opened);
@@ -117,11 +122,23 @@ struct Table {
     return by_id;
   }
 
+  // The ids of the rows in the cold tier: an export lists them first.
+  std::vector<int64_t> SpilledIds() {
+    std::vector<int64_t> ids(shard->row_counts().spilled_rows);
+    int64_t version;
+    shard->PinRows(true);
+    ids.resize(shard->ExportRows(0, static_cast<int64_t>(ids.size()),
+                                 ids.data(), nullptr, &version));
+    shard->PinRows(false);
+    return ids;
+  }
+
   ShardMap map;
   const VariableLayout* layout;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Initializer> init;
   std::unique_ptr<HashEmbeddingShard> shard;
+  MemoryColdTier* memory = nullptr;  // the in-memory tier, if it has one
 };
 
 std::string TestDir(const std::string& name) {
@@ -315,45 +332,20 @@ TEST(HashEmbeddingTierTest, TheTierIndexIsHeldWithinTheMemoryBudget) {
   }
 }
 
-// The process may write no further into its files (RLIMIT_FSIZE; the
-// signal a write past it raises ignored): the SSD tier's appends fail with
-// EFBIG, as they would on a full disk.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &old_), 0);
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit limit = old_;
-    limit.rlim_cur = bytes;
-    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
-  }
-  ~FileSizeLimit() {
-    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &old_), 0);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit old_;
-  void (*old_handler_)(int);
-};
-
 // A full or failing disk under the SSD tier loses no row: the rows an
 // eviction could not write stay in memory (values and slots), a push that
 // needed their room is refused with nothing applied, a pull reads spilled
 // rows on disk rather than take them, and once the disk takes writes
 // again training goes on bit for bit.
 TEST(HashEmbeddingTierTest, RowsTheTierCannotWriteStayInMemory) {
-  const std::string dir = TestDir("write_fails");
-  Table tiered(/*max_rows=*/100, dir);
+  Table tiered(/*max_rows=*/100, /*dir=*/"");
   Table reference(0, "");
   TrainBoth(&tiered, &reference, 200, 0, 11);
   const HashRowCounts before = tiered.shard->row_counts();
   ASSERT_GT(before.spilled_rows, 100);
   const int64_t in_memory = tiered.shard->num_rows() - before.spilled_rows;
-  struct stat file;
-  ASSERT_EQ(stat((dir + "/rows").c_str(), &file), 0);
   {
-    FileSizeLimit full(static_cast<rlim_t>(file.st_size));
+    tiered.memory->SetFull(true);
     // 40 ids never seen: their rows need room, the eviction cannot write.
     std::vector<int64_t> fresh(40);
     for (int k = 0; k < 40; ++k) fresh[k] = 1'000'000 + k;
@@ -378,36 +370,12 @@ TEST(HashEmbeddingTierTest, RowsTheTierCannotWriteStayInMemory) {
     EXPECT_EQ(tiered.shard->num_rows() - during.spilled_rows, in_memory);
     EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
     EXPECT_EQ(tiered.Export(), reference.Export());
+    tiered.memory->SetFull(false);
   }
   // The disk takes writes again: evictions spill, training goes on.
   TrainBoth(&tiered, &reference, 100, 201, 12);
   EXPECT_GT(tiered.shard->row_counts().spilled_rows, before.spilled_rows);
   EXPECT_EQ(tiered.Export(), reference.Export());
-}
-
-// Overwrites the id field of every record in the SSD tier's row file
-// that holds one of `ids` with `to(id)`: a disk that gives back wrong
-// data for those rows (the store checks each record's id when it reads).
-// Returns how many records it changed.
-int RewriteRecordIds(const std::string& rows_file,
-                     const std::vector<int64_t>& ids,
-                     const std::function<int64_t(int64_t)>& to) {
-  constexpr int64_t kRecordBytes = sizeof(int64_t) + 2 * kDim * sizeof(float);
-  const int fd = open(rows_file.c_str(), O_RDWR);
-  EXPECT_GE(fd, 0) << rows_file;
-  struct stat file;
-  EXPECT_EQ(fstat(fd, &file), 0);
-  int changed = 0;
-  for (int64_t at = 0; at + kRecordBytes <= file.st_size; at += kRecordBytes) {
-    int64_t id;
-    EXPECT_EQ(pread(fd, &id, sizeof(id), at), sizeof(id));
-    if (std::find(ids.begin(), ids.end(), id) == ids.end()) continue;
-    const int64_t written = to(id);
-    EXPECT_EQ(pwrite(fd, &written, sizeof(written), at), sizeof(written));
-    ++changed;
-  }
-  close(fd);
-  return changed;
 }
 
 // A disk that cannot give spilled rows back loses none of them either: a
@@ -416,23 +384,18 @@ int RewriteRecordIds(const std::string& rows_file,
 // nor ends up in both tiers -- while the rest of the table trains on; once
 // the disk reads right again, training goes on bit for bit.
 TEST(HashEmbeddingTierTest, RowsTheTierCannotReadStayOnDisk) {
-  const std::string dir = TestDir("read_fails");
-  Table tiered(/*max_rows=*/100, dir);
+  Table tiered(/*max_rows=*/100, /*dir=*/"");
   Table reference(0, "");
   TrainBoth(&tiered, &reference, 200, 0, 21);
   const HashRowCounts before = tiered.shard->row_counts();
   ASSERT_GT(before.spilled_rows, 100);
-  // The tier's rows come first in an export: ten spilled ids.
-  std::vector<int64_t> spilled(before.spilled_rows);
-  int64_t version;
-  tiered.shard->PinRows(true);
-  ASSERT_EQ(tiered.shard->ExportRows(0, before.spilled_rows, spilled.data(),
-                                     nullptr, &version),
-            before.spilled_rows);
-  tiered.shard->PinRows(false);
+  // Ten spilled ids.
+  const std::vector<int64_t> spilled = tiered.SpilledIds();
+  ASSERT_EQ(static_cast<int64_t>(spilled.size()), before.spilled_rows);
   const std::vector<int64_t> unreadable(spilled.begin(), spilled.begin() + 10);
-  auto flip = [](int64_t id) { return ~id; };
-  ASSERT_GE(RewriteRecordIds(dir + "/rows", unreadable, flip), 10);
+  // Their records hold other ids now, as a disk giving back wrong bytes.
+  for (int64_t id : unreadable)
+    ASSERT_TRUE(tiered.memory->SetStoredId(id, ~id));
 
   // A push of an unreadable row, a new id and one in memory: refused.
   const std::vector<int64_t> ids = {unreadable[3], 3'000'000, -5000};
@@ -471,13 +434,65 @@ TEST(HashEmbeddingTierTest, RowsTheTierCannotReadStayOnDisk) {
   }
 
   // The disk reads right again: the refused rows are there, as trained.
-  std::vector<int64_t> flipped(unreadable.size());
-  std::transform(unreadable.begin(), unreadable.end(), flipped.begin(), flip);
-  ASSERT_GE(RewriteRecordIds(dir + "/rows", flipped, flip), 10);
+  for (int64_t id : unreadable) ASSERT_TRUE(tiered.memory->SetStoredId(id, id));
   EXPECT_EQ(tiered.Pull(unreadable), reference.Pull(unreadable));
   EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
   EXPECT_EQ(tiered.Export(), reference.Export());  // each id once
   TrainBoth(&tiered, &reference, 100, 204, 22);
+  EXPECT_EQ(tiered.Export(), reference.Export());
+}
+
+// A disk whose reads fail (an I/O error) loses no row either: a push or
+// a pull that needs a spilled row is refused with that error, nothing
+// applied, while the rows in memory train on; once reads work again, the
+// table is the all-in-memory one bit for bit.
+TEST(HashEmbeddingTierTest, RowsATierFailsToReadStayOnDisk) {
+  Table tiered(/*max_rows=*/100, /*dir=*/"");
+  Table reference(0, "");
+  TrainBoth(&tiered, &reference, 200, 0, 31);
+  const HashRowCounts before = tiered.shard->row_counts();
+  ASSERT_GT(before.spilled_rows, 100);
+  const std::vector<int64_t> spilled = tiered.SpilledIds();
+  ASSERT_EQ(static_cast<int64_t>(spilled.size()), before.spilled_rows);
+  std::vector<int64_t> in_memory;
+  for (const auto& [id, row] : reference.Export()) {
+    if (std::find(spilled.begin(), spilled.end(), id) == spilled.end()) {
+      in_memory.push_back(id);
+    }
+  }
+  ASSERT_GE(in_memory.size(), 60u);
+  tiered.memory->FailReads(absl::InternalError(
+      "in-memory cold tier: reading rows failed: Input/output error"));
+
+  const std::vector<int64_t> ids = {in_memory[0], spilled[7]};
+  const absl::Status refused =
+      tiered.Push(ids, std::vector<float>(ids.size() * kDim, 1.0f), 200);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInternal) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "Input/output error"))
+      << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "nothing applied"))
+      << refused;
+  std::vector<float> out(kDim);
+  const absl::StatusOr<int64_t> pulled =
+      tiered.shard->Gather({spilled[8]}, out.data());
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kInternal)
+      << pulled.status();
+  // The rows in memory train on.
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<int64_t> batch(in_memory.begin() + 20 * k,
+                                     in_memory.begin() + 20 * (k + 1));
+    const std::vector<float> grads(batch.size() * kDim, 0.25f * (k + 1));
+    ASSERT_TRUE(tiered.Push(batch, grads, 201 + k).ok());
+    ASSERT_TRUE(reference.Push(batch, grads, 201 + k).ok());
+    EXPECT_EQ(tiered.Pull(batch), reference.Pull(batch));
+  }
+  EXPECT_EQ(tiered.shard->row_counts().spilled_rows, before.spilled_rows);
+
+  tiered.memory->FailReads(absl::OkStatus());
+  EXPECT_EQ(tiered.Pull(spilled), reference.Pull(spilled));
+  EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
+  EXPECT_EQ(tiered.Export(), reference.Export());
+  TrainBoth(&tiered, &reference, 100, 204, 32);
   EXPECT_EQ(tiered.Export(), reference.Export());
 }
 

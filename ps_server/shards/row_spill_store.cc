@@ -384,15 +384,6 @@ absl::Status RowSpillStore::ReadRecords(absl::Span<const uint32_t> slots,
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> RowSpillStore::Take(int64_t id, float* row) {
-  bool found = false;
-  if (absl::Status s = TakeMany(absl::MakeConstSpan(&id, 1), row, &found);
-      !s.ok()) {
-    return s;
-  }
-  return found;
-}
-
 absl::Status RowSpillStore::FindAndRead(absl::Span<const int64_t> ids,
                                         bool read, bool* found,
                                         Found* records) const {

@@ -1,9 +1,7 @@
-// The SSD tier of a hash embedding shard (StorageSpec.tier = SSD): rows the
-// shard evicted from memory, each [values | slots] with its id, in an
-// append-only file of the shard's own, found through an in-memory index
-// (id -> record). The shard keeps every id in exactly one tier: Spill adds
-// rows it just dropped from memory, Take reads and drops a row it is
-// bringing back.
+// The SSD tier of a hash embedding shard (StorageSpec.tier = SSD), the
+// ColdTier (cold_tier.h) ps_server uses: rows the shard evicted from
+// memory, each [values | slots] with its id, in an append-only file of the
+// shard's own, found through an in-memory index (id -> record).
 //
 // The file is a sequence of fixed-size records ([id | row]) in segments of
 // about kSegmentBytes. Spilled rows are appended (one write per Commit);
@@ -38,10 +36,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "ps_server/shards/cold_tier.h"
 
 namespace psrt {
 
-class RowSpillStore {
+class RowSpillStore : public ColdTier {
  public:
   static constexpr int64_t kSegmentBytes = 1 << 20;
   // The fixed part of the store's memory (a segment's buffer for moving
@@ -54,52 +53,34 @@ class RowSpillStore {
   // only (the fallback where io_uring is unavailable).
   static absl::StatusOr<std::unique_ptr<RowSpillStore>> Open(
       const std::string& dir, int64_t row_floats, bool use_io_uring = true);
-  ~RowSpillStore();
+  ~RowSpillStore() override;
 
-  // Spill, Commit, Take and TakeMany change the store: the shard calls them
-  // under its exclusive lock. Read and Export may run beside each other.
-  //
-  // Stages row `row` of `id`; Commit writes what was staged.
-  void Spill(int64_t id, const float* row);
-  // Writes the staged rows. On an error none of them is in the store, and
-  // `unwritten` (if given) gets each of them (id, row) before they are
-  // dropped from the stage, so that the caller can keep them.
-  using Unwritten = std::function<void(int64_t id, const float* row)>;
-  absl::Status Commit(const Unwritten& unwritten = nullptr);
-  int64_t staged_rows() const;
-
-  // Reads `id`'s row into `row` and drops it from the store; false if the
-  // store has no row for it.
-  absl::StatusOr<bool> Take(int64_t id, float* row);
-  // Take for many ids in one batch: rows to rows + i * row floats,
-  // found[i] whether ids[i] had a row. REQUIRES: ids unique.
+  // ColdTier. A commit that cannot write (a full or failing disk) is
+  // INTERNAL naming the store and the system's error.
+  void Spill(int64_t id, const float* row) override;
+  using ColdTier::Commit;
+  absl::Status Commit(const Unwritten& unwritten) override;
+  int64_t staged_rows() const override;
   absl::Status TakeMany(absl::Span<const int64_t> ids, float* rows,
-                        bool* found);
-  // Reads the rows of `ids` (their values: the first `floats` floats of
-  // each; none with floats 0) into out + i * floats; found[i] says whether
-  // ids[i] had a row.
+                        bool* found) override;
   absl::Status Read(absl::Span<const int64_t> ids, int64_t floats, float* out,
-                    bool* found) const;
-
-  // While pinned, Export reads the rows as they were when the first pin
-  // was taken (their records are neither moved nor reused until the last
-  // unpin). Pins nest.
-  void Pin();
-  void Unpin();
-  // Copies rows [first, first + count) of the store's order (the records'
-  // order in the file) to `ids` and `out` (either may be null); returns
-  // the number copied. Reads resume where the last call ended; another
-  // `first` starts over.
-  int64_t Export(int64_t first, int64_t count, int64_t* ids, float* out);
-
-  int64_t rows() const { return static_cast<int64_t>(index_.size()); }
+                    bool* found) const override;
+  // While pinned, records are neither moved nor reused until the last
+  // unpin.
+  void Pin() override;
+  void Unpin() override;
+  // In the records' order in the file. Reads resume where the last call
+  // ended; another `first` starts over.
+  int64_t Export(int64_t first, int64_t count, int64_t* ids,
+                 float* out) override;
+  int64_t rows() const override { return static_cast<int64_t>(index_.size()); }
   // Bytes of the store's file in use (its segments holding records).
-  int64_t disk_bytes() const;
-  // Bytes of memory the store holds now: index, bitmaps, buffers.
-  int64_t memory_bytes() const;
-  // The part of memory_bytes() that grows with the spilled rows (index,
-  // bitmap, segment counts); the rest is within kMemoryBytes.
-  int64_t index_bytes() const;
+  int64_t disk_bytes() const override;
+  // Index, bitmaps, buffers.
+  int64_t memory_bytes() const override;
+  // Index, bitmap, segment counts.
+  int64_t index_bytes() const override;
+  int64_t fixed_memory_bytes() const override { return kMemoryBytes; }
   // Whether reads go through io_uring (false: pread).
   bool uses_io_uring() const { return use_io_uring_; }
   const std::string& dir() const { return dir_; }

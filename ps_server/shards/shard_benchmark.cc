@@ -20,6 +20,7 @@
 #include "partitioner/variable_spec.h"
 #include "ps_server/shards/embedding_shard.h"
 #include "ps_server/shards/hash_embedding_shard.h"
+#include "ps_server/shards/row_spill_store.h"
 
 namespace psrt {
 namespace {

@@ -11,6 +11,7 @@
 #include "ps_server/shards/dense_shard.h"
 #include "ps_server/shards/embedding_shard.h"
 #include "ps_server/shards/hash_embedding_shard.h"
+#include "ps_server/shards/row_spill_store.h"
 #include "util/memory_headroom.h"
 
 namespace psrt {
