@@ -83,64 +83,14 @@ absl::Status EmbeddingShard::ApplyRowsLocked(
   float* data = data_.get();
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
-  absl::Mutex bad_mu;
-  size_t bad_row = ids.size();  // the smallest id index gone non-finite
-  // Rows of pieces [first, last) of the gradient; `row` is the id index of
-  // the first of them.
-  auto apply = [&](size_t first, size_t last, size_t row) {
-    size_t bad = ids.size();
-    for (size_t p = first; p < last; ++p) {
-      const size_t rows = grads[p].size() / (width_ * sizeof(float));
-      const size_t end = row + rows;
-      ForEachRow(grads[p], width_, [&](size_t r, const float* g) {
-        const size_t i = row + r;
-        if (i + kRowPrefetchDistance < end) {
-          PrefetchRow(
-              data + layout_.LocalRow(shard_, ids[i + kRowPrefetchDistance]) *
-                         stride_,
-              stride_, /*write=*/true);
-        }
-        float* values = data + layout_.LocalRow(shard_, ids[i]) * stride_;
-        float* slots[2] = {values + width_, values + 2 * width_};
-        if (undo != nullptr) {
-          SaveRowForUndo(values, stride_, undo + i * stride_);
-        }
-        optimizer_->Apply(values, slots, g, width_, context);
-        if (undo != nullptr && bad == ids.size() &&
-            !SpanFinite(values, stride_)) {
-          bad = i;
-        }
-      });
-      row = end;
-    }
-    if (undo != nullptr) FinishSavingRows();  // visible to UndoLocked
-    if (bad != ids.size()) {
-      absl::MutexLock lock(&bad_mu);
-      bad_row = std::min(bad_row, bad);
-    }
-  };
-  if (ids.size() < static_cast<size_t>(kParallelRows) || grads.size() < 2) {
-    apply(0, grads.size(), 0);
-  } else {
-    // Ids are unique, so pieces update disjoint rows: split the pieces over
-    // the cores (this runs while the pushing worker waits).
-    std::vector<size_t> first_row(grads.size() + 1, 0);
-    for (size_t p = 0; p < grads.size(); ++p) {
-      first_row[p + 1] =
-          first_row[p] + grads[p].size() / (width_ * sizeof(float));
-    }
-    PoolParallelFor(static_cast<int64_t>(grads.size()), 1,
-                    [&](int64_t begin, int64_t end) {
-                      apply(begin, end, first_row[begin]);
-                    });
-  }
+  absl::Status applied = UpdateRowsLocked(
+      ids, grads, context, undo,
+      [&](size_t i) {
+        return data + layout_.LocalRow(shard_, ids[i]) * stride_;
+      },
+      [](size_t) {});
   ++version_;
-  if (bad_row == ids.size()) return absl::OkStatus();
-  const float* now = data + layout_.LocalRow(shard_, ids[bad_row]) * stride_;
-  const float* old = undo + bad_row * stride_;
-  int64_t column = 0;
-  while (column < stride_ && std::isfinite(now[column])) ++column;
-  return NonFiniteRowError(ids[bad_row], column, now[column], old[column]);
+  return applied;
 }
 
 void EmbeddingShard::UndoRowsLocked(absl::Span<const int64_t> ids,

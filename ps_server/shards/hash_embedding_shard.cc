@@ -718,69 +718,17 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
     absl::Span<const PayloadView> grads, float learning_rate, float* undo) {
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
-  absl::Mutex bad_mu;
-  size_t bad_row = ids.size();  // the first row gone non-finite
-  // Rows of gradient pieces [first, last); `row` is the id index of the
-  // first of them. (A gradient row is only valid inside ForEachRow's
-  // callback: one that straddles wire slices is assembled in a buffer.)
-  auto update = [&](size_t first, size_t last,
-                    size_t row) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    size_t bad = ids.size();
-    for (size_t p = first; p < last; ++p) {
-      const size_t end = row + grads[p].size() / (width_ * sizeof(float));
-      // Runs inside the caller's hold of mu_ (here or on a pool thread).
-      ForEachRow(grads[p], width_,
-                 [&](size_t r, const float* g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                   const size_t i = row + r;
-                   if (i + kRowPrefetchDistance < end &&
-                       rows[i + kRowPrefetchDistance] != kNoRow) {
-                     PrefetchRow(Row(rows[i + kRowPrefetchDistance]), stride_,
-                                 /*write=*/true);
-                   }
-                   if (rows[i] == kNoRow) return;  // not admitted: dropped
-                   float* values = Row(rows[i]);
-                   float* slots[2] = {values + width_, values + 2 * width_};
-                   if (undo != nullptr) {
-                     SaveRowForUndo(values, stride_, undo + i * stride_);
-                   }
-                   optimizer_->Apply(values, slots, g, width_, context);
-                   if (tracks_steps_) last_step_[rows[i]] = current_step_;
-                   if (undo != nullptr && bad == ids.size() &&
-                       !SpanFinite(values, stride_)) {
-                     bad = i;
-                   }
-                 });
-      row = end;
-    }
-    if (undo != nullptr) FinishSavingRows();  // visible to UndoRowsLocked
-    if (bad != ids.size()) {
-      absl::MutexLock lock(&bad_mu);
-      bad_row = std::min(bad_row, bad);
-    }
+  // Both run inside this hold of mu_ (here or on a pool thread).
+  auto row_of = [&](size_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS -> float* {
+    return rows[i] == kNoRow ? nullptr : Row(rows[i]);
   };
-  if (ids.size() < static_cast<size_t>(kParallelRows) || grads.size() < 2) {
-    update(0, grads.size(), 0);
-  } else {
-    // Ids are unique (Prepare merged repeats), so pieces update disjoint
-    // rows: split the pieces over the cores.
-    std::vector<size_t> first_row(grads.size() + 1, 0);
-    for (size_t p = 0; p < grads.size(); ++p) {
-      first_row[p + 1] =
-          first_row[p] + grads[p].size() / (width_ * sizeof(float));
-    }
-    PoolParallelFor(static_cast<int64_t>(grads.size()), 1,
-                    [&](int64_t begin, int64_t end) {
-                      update(begin, end, first_row[begin]);
-                    });
-  }
-  const size_t bad = bad_row;
+  auto updated = [&](size_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (tracks_steps_) last_step_[rows[i]] = current_step_;
+  };
+  absl::Status applied =
+      UpdateRowsLocked(ids, grads, context, undo, row_of, updated);
   ++version_;
-  if (bad == ids.size()) return absl::OkStatus();
-  const float* now = Row(rows[bad]);
-  const float* old = undo + bad * stride_;
-  int64_t column = 0;
-  while (column < stride_ && std::isfinite(now[column])) ++column;
-  return NonFiniteRowError(ids[bad], column, now[column], old[column]);
+  return applied;
 }
 
 void HashEmbeddingShard::UndoRowsLocked(absl::Span<const int64_t> ids,

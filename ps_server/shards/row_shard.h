@@ -4,7 +4,10 @@
 #ifndef PSRT_PS_SERVER_SHARDS_ROW_SHARD_H_
 #define PSRT_PS_SERVER_SHARDS_ROW_SHARD_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +17,8 @@
 #include "ps_server/optimizers/optimizer.h"
 #include "ps_server/shards/shard.h"
 #include "ps_server/shards/shard_bounds.h"
+#include "util/finite.h"
+#include "util/thread_pool.h"
 
 namespace psrt {
 
@@ -119,6 +124,23 @@ class RowShard : public Shard {
   // True if the update repeats an id (a hash set of its ids; shards that
   // know their rows may do better). REQUIRES: EnsureRows(ids, &rows) ran.
   virtual bool HasRepeatedIds(const ShardUpdate& update) const;
+
+  // The update loop of both kinds, for ApplyRowsLocked: applies `grads`
+  // (pieces holding one gradient row per id, in order) with the shard's
+  // optimizer to the row `row_of(i)` gives for ids[i] (null: the id has
+  // no row -- not admitted -- and its gradient is dropped), prefetching
+  // the rows ahead, saving each row to undo + i * stride first (with
+  // `undo`), and calling updated(i) after each. Large updates are split
+  // over the pool by pieces: ids are unique, so pieces update disjoint
+  // rows. Returns OkStatus, or (checked only with undo) the error naming
+  // the first id whose row went non-finite; the update stays applied, for
+  // UndoRowsLocked. REQUIRES: *mutex() held; row_of and updated may run
+  // on pool threads.
+  template <typename RowOf, typename Updated>
+  absl::Status UpdateRowsLocked(absl::Span<const int64_t> ids,
+                                absl::Span<const PayloadView> grads,
+                                const UpdateContext& context, float* undo,
+                                RowOf row_of, Updated updated);
 };
 
 // Rows ahead of the one being read or updated whose memory is prefetched:
@@ -152,6 +174,71 @@ void FinishSavingRows();
 // which became `value` (from `old`).
 absl::Status NonFiniteRowError(int64_t id, int64_t column, float value,
                                float old);
+
+template <typename RowOf, typename Updated>
+absl::Status RowShard::UpdateRowsLocked(absl::Span<const int64_t> ids,
+                                        absl::Span<const PayloadView> grads,
+                                        const UpdateContext& context,
+                                        float* undo, RowOf row_of,
+                                        Updated updated) {
+  const int64_t width = row_width();
+  const int64_t stride = row_stride();
+  const Optimizer& rule = optimizer();
+  absl::Mutex bad_mu;
+  size_t bad_row = ids.size();  // the first row gone non-finite
+  // Rows of gradient pieces [first, last); `row` is the id index of the
+  // first of them. (A gradient row is only valid inside ForEachRow's
+  // callback: one that straddles wire slices is assembled in a buffer.)
+  auto update = [&](size_t first, size_t last, size_t row) {
+    size_t bad = ids.size();
+    for (size_t p = first; p < last; ++p) {
+      const size_t end = row + grads[p].size() / (width * sizeof(float));
+      ForEachRow(grads[p], width, [&](size_t r, const float* g) {
+        const size_t i = row + r;
+        if (i + kRowPrefetchDistance < end) {
+          if (const float* ahead = row_of(i + kRowPrefetchDistance)) {
+            PrefetchRow(ahead, stride, /*write=*/true);
+          }
+        }
+        float* values = row_of(i);
+        if (values == nullptr) return;  // not admitted: dropped
+        float* slots[2] = {values + width, values + 2 * width};
+        if (undo != nullptr) SaveRowForUndo(values, stride, undo + i * stride);
+        rule.Apply(values, slots, g, width, context);
+        updated(i);
+        if (undo != nullptr && bad == ids.size() &&
+            !SpanFinite(values, stride)) {
+          bad = i;
+        }
+      });
+      row = end;
+    }
+    if (undo != nullptr) FinishSavingRows();  // visible to UndoRowsLocked
+    if (bad != ids.size()) {
+      absl::MutexLock lock(&bad_mu);
+      bad_row = std::min(bad_row, bad);
+    }
+  };
+  if (ids.size() < static_cast<size_t>(kParallelRows) || grads.size() < 2) {
+    update(0, grads.size(), 0);
+  } else {
+    std::vector<size_t> first_row(grads.size() + 1, 0);
+    for (size_t p = 0; p < grads.size(); ++p) {
+      first_row[p + 1] =
+          first_row[p] + grads[p].size() / (width * sizeof(float));
+    }
+    PoolParallelFor(static_cast<int64_t>(grads.size()), 1,
+                    [&](int64_t begin, int64_t end) {
+                      update(begin, end, first_row[begin]);
+                    });
+  }
+  if (bad_row == ids.size()) return absl::OkStatus();
+  const float* now = row_of(bad_row);
+  const float* old = undo + bad_row * stride;
+  int64_t column = 0;
+  while (column < stride && std::isfinite(now[column])) ++column;
+  return NonFiniteRowError(ids[bad_row], column, now[column], old[column]);
+}
 
 // Calls fn(i, row) for i over ids' positions with the gradient row of ids[i],
 // walking the pieces in order.
