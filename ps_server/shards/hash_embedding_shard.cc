@@ -26,12 +26,6 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
       stride_(layout.row_width * (1 + optimizer->num_slots())),
       capacity_(layout.shards[shard].num_rows),
       reserve_(std::move(reserve)),
-      min_count_(layout.spec.admission().min_count() > 1
-                     ? layout.spec.admission().min_count()
-                     : 0),
-      zeros_for_unadmitted_(min_count_ > 0 &&
-                            layout.spec.admission().unadmitted_value() ==
-                                AdmissionSpec::ZEROS),
       ttl_steps_(layout.spec.eviction().ttl_steps()),
       // Each shard's part, rounded up (without overflow near 2^63).
       max_rows_(
@@ -42,12 +36,8 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
               : 0),
       evicts_at_memory_limit_(evict_at_memory_limit),
       tracks_steps_(ttl_steps_ > 0 || max_rows_ > 0 || evicts_at_memory_limit_),
-      store_(std::move(store)) {
-  if (min_count_ > 0) {
-    sketch_ = std::make_unique<CountMinSketch>(
-        layout.spec.admission().sketch_width());
-  }
-}
+      store_(std::move(store)),
+      admission_policy_(AdmissionPolicy::For(layout.spec.admission())) {}
 
 float* HashEmbeddingShard::Row(uint32_t row) {
   return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
@@ -293,7 +283,8 @@ absl::Status HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
         std::memcpy(out + i * width_, &from_disk[on_disk[i] * width_],
                     width_ * sizeof(float));
       } else if (rows[i] == kNoRow) {
-        if (zeros_for_unadmitted_) {
+        if (admission_policy_ != nullptr &&
+            admission_policy_->zeros_for_unadmitted()) {
           std::fill_n(out + i * width_, width_, 0.0f);
         } else {
           init_.FillRow(ids[i], width_, out + i * width_);
@@ -334,12 +325,13 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
   FindRows(ids, rows.data());
   const uint64_t epoch = rows_epoch_;
   absl::Status s =
-      sketch_ != nullptr
+      admission_policy_ != nullptr
           ? ReserveForAdmissionLocked(ids, rows)
           : CreateRowsLocked(ids, rows.data(), /*place_what_fits=*/true);
   // Making room evicted rows, moving others: found again (CreateRowsLocked
   // finds them again itself).
-  if (sketch_ != nullptr && rows_epoch_ != epoch && rows_out != nullptr) {
+  if (admission_policy_ != nullptr && rows_epoch_ != epoch &&
+      rows_out != nullptr) {
     FindRows(ids, rows.data());
   }
   if (rows_epoch != nullptr) *rows_epoch = rows_epoch_;
@@ -388,7 +380,7 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
         " would pass its capacity of ", limit,
         " rows (shape[0] = ", layout_.rows, " over ", layout_.num_shards(),
         " shards); raise shape[0] or the shard count",
-        sketch_ != nullptr ? " (or admission.min_count)" : ""));
+        admission_policy_ != nullptr ? " (or admission.min_count)" : ""));
   }
   const int64_t new_blocks =
       (rows_ + count + kRowsPerBlock - 1) / kRowsPerBlock -
@@ -537,7 +529,7 @@ absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
     absl::Span<const int64_t> ids, absl::Span<const uint32_t> rows) {
   int64_t admissible = 0;  // a repeat counted twice: safe side
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] == kNoRow && sketch_->Estimate(ids[i]) >= min_count_ - 1) {
+    if (rows[i] == kNoRow && admission_policy_->MayAdmitNext(ids[i])) {
       ++admissible;
     }
   }
@@ -630,7 +622,7 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
       rows[i] = it->second;
       continue;
     }
-    if (sketch_ == nullptr) {
+    if (admission_policy_ == nullptr) {
       // (Evicted since Prepare, or placed nowhere then: a shard at its
       // memory budget while a checkpoint read it.)
       rows[i] = CreateRowIfRoomLocked(ids[i], /*looked_up=*/false);
@@ -646,7 +638,7 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
              .ok()) {
       spilled = false;
     }
-    const bool admitted = spilled || sketch_->Increment(ids[i]) >= min_count_;
+    const bool admitted = spilled || admission_policy_->Sight(ids[i]);
     // The store was asked already: only a spilled id is looked up again.
     if (admitted) rows[i] = CreateRowIfRoomLocked(ids[i], !spilled);
     if (rows[i] == kNoRow) {
@@ -682,7 +674,7 @@ absl::Status HashEmbeddingShard::ApplyUpdateLocked(const ShardUpdate& update,
                            undo);
   }
   const bool moved = update.rows_epoch != rows_epoch_;
-  if (sketch_ != nullptr || moved) {
+  if (admission_policy_ != nullptr || moved) {
     // Admission decides here, in the order updates are applied; rows an
     // eviction moved since Prepare are found again (and created again if
     // it dropped them).
@@ -988,7 +980,7 @@ int64_t HashEmbeddingShard::bytes() const {
          (store_ != nullptr ? store_->memory_bytes() : 0) +
          static_cast<int64_t>((row_ids_.capacity() + last_step_.capacity()) *
                               sizeof(int64_t)) +
-         (sketch_ != nullptr ? sketch_->bytes() : 0);
+         (admission_policy_ != nullptr ? admission_policy_->bytes() : 0);
 }
 
 int64_t HashEmbeddingShard::version() const {

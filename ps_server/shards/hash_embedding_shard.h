@@ -12,15 +12,16 @@
 // --memory_limit_bytes fails the same way.
 //
 // With admission (VariableSpec.admission, min_count N > 1) a push creates
-// no row for an id until its N-th sighting: the shard counts the ids it has
-// no row for in a CountMinSketch, one count per push that carries the id,
-// and the push that brings the estimate to N creates the row and applies
+// no row for an id until its N-th sighting: its AdmissionPolicy
+// (admission_policy.h) counts the ids it has no row for, one count per
+// push that carries the id, and the push that brings the count to N
+// creates the row and applies
 // the gradient; before that the id's gradient rows are dropped (counted).
 // The counting and the decision happen under the shard's lock as the
 // update is applied, so they follow the order updates are applied in (the
 // order a backup re-applies them). Prepare (EnsureRows) only checks the
 // capacity and reserves memory for the ids this push could admit (those
-// the sketch puts at N - 1 or more).
+// the policy may admit next: MayAdmitNext).
 //
 // With eviction (VariableSpec.eviction, ttl_steps T > 0 or max_rows M > 0)
 // each row records the global step of its last update; EvictIdleRows drops
@@ -56,8 +57,8 @@
 #include "absl/synchronization/mutex.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/optimizers/optimizer.h"
+#include "ps_server/shards/admission_policy.h"
 #include "ps_server/shards/cold_tier.h"
-#include "ps_server/shards/count_min_sketch.h"
 #include "ps_server/shards/float_array.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/row_shard.h"
@@ -298,8 +299,6 @@ class HashEmbeddingShard final : public RowShard {
   const int64_t stride_;
   const int64_t capacity_;  // 0 = unbounded
   const Reserve reserve_;
-  const int min_count_;  // admission; 0: none
-  const bool zeros_for_unadmitted_;
   const int64_t ttl_steps_;  // eviction; 0: none
   const int64_t max_rows_;   // eviction: this shard's share; 0: none
   const bool evicts_at_memory_limit_;
@@ -317,7 +316,10 @@ class HashEmbeddingShard final : public RowShard {
   int64_t evict_hand_ ABSL_GUARDED_BY(mu_) = 0;     // where a search resumes
   uint64_t sample_state_ ABSL_GUARDED_BY(mu_) = 0;  // SampleStepLocked
   int64_t current_step_ ABSL_GUARDED_BY(mu_) = 0;   // highest update step
-  std::unique_ptr<CountMinSketch> sketch_ ABSL_GUARDED_BY(mu_);
+  // Admission (null: every id gets a row). Its counts change under mu_
+  // held exclusively.
+  const std::unique_ptr<AdmissionPolicy> admission_policy_
+      ABSL_PT_GUARDED_BY(mu_);
   HashRowCounts admission_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);
