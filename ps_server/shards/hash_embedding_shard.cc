@@ -26,16 +26,8 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
       stride_(layout.row_width * (1 + optimizer->num_slots())),
       capacity_(layout.shards[shard].num_rows),
       reserve_(std::move(reserve)),
-      ttl_steps_(layout.spec.eviction().ttl_steps()),
-      // Each shard's part, rounded up (without overflow near 2^63).
-      max_rows_(
-          layout.spec.eviction().max_rows() > 0
-              ? layout.spec.eviction().max_rows() / layout.num_shards() +
-                    (layout.spec.eviction().max_rows() % layout.num_shards() !=
-                     0)
-              : 0),
-      evicts_at_memory_limit_(evict_at_memory_limit),
-      tracks_steps_(ttl_steps_ > 0 || max_rows_ > 0 || evicts_at_memory_limit_),
+      eviction_(layout.spec.eviction(), layout.num_shards(),
+                evict_at_memory_limit),
       store_(std::move(store)),
       admission_policy_(AdmissionPolicy::For(layout.spec.admission())) {}
 
@@ -88,7 +80,7 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
   index_.reserve(index_.size() + 1);
   index_.emplace(id, row);
   row_ids_.push_back(id);
-  if (tracks_steps_) last_step_.push_back(current_step_);
+  if (eviction_.tracks_steps()) last_step_.push_back(current_step_);
   bounds_.CoverRow(values, width_, optimizer_->num_slots());
   return row;
 }
@@ -105,7 +97,7 @@ void HashEmbeddingShard::AddBlockLocked() {
     }
   };
   make_room(row_ids_);
-  if (tracks_steps_) make_room(last_step_);
+  if (eviction_.tracks_steps()) make_room(last_step_);
 }
 
 ValueBounds HashEmbeddingShard::ExactBoundsLocked() const {
@@ -347,12 +339,13 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
   // max_rows: the least recently updated rows make room first. (While a
   // checkpoint reads the rows nothing is evicted: the shard may pass its
   // share until the next sweep.)
-  if (max_rows_ > 0 && rows_ + count > max_rows_ && pins_.load() == 0) {
-    if (count > max_rows_) {
+  const int64_t max_rows = eviction_.max_rows();
+  if (max_rows > 0 && rows_ + count > max_rows && pins_.load() == 0) {
+    if (count > max_rows) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
           ": a push brings ", count, " ", what,
-          " ids, more than the shard's share of eviction.max_rows (", max_rows_,
+          " ids, more than the shard's share of eviction.max_rows (", max_rows,
           " rows: ", layout_.spec.eviction().max_rows(), " over ",
           layout_.num_shards(),
           " shards); push fewer ids at once or raise max_rows"));
@@ -360,14 +353,14 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
     // Room for the push plus 1% of the share, so that pushes on a full
     // shard do not each pay for a search.
     if (absl::Status s = EvictLeastRecentLocked(
-            rows_ + count - max_rows_ + max_rows_ / 100, keep);
+            EvictionPolicy::RoomFor(rows_, count, max_rows), keep);
         !s.ok()) {
       return NoRoomForSpillError(count, what, s);
     }
-    if (rows_ + count > max_rows_) {
+    if (rows_ + count > max_rows) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
-          " is full: its ", rows_, " rows (eviction.max_rows share ", max_rows_,
+          " is full: its ", rows_, " rows (eviction.max_rows share ", max_rows,
           ") are all carried by this push, which brings ", count, " ", what,
           " ids; push fewer ids at once or raise max_rows"));
     }
@@ -391,21 +384,21 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
       // At the PS's memory budget: the rows the shard's blocks hold are
       // all it gets; the least recently updated make room.
       const int64_t held = static_cast<int64_t>(blocks_.size()) * kRowsPerBlock;
-      if (evicts_at_memory_limit_ && pins_.load() == 0 && count <= held) {
-        if (absl::Status s =
-                EvictLeastRecentLocked(rows_ + count - held + held / 100, keep);
+      if (eviction_.at_memory_limit() && pins_.load() == 0 && count <= held) {
+        if (absl::Status s = EvictLeastRecentLocked(
+                EvictionPolicy::RoomFor(rows_, count, held), keep);
             !s.ok()) {
           return NoRoomForSpillError(count, what, s);
         }
         if (rows_ + count <= held) return absl::OkStatus();
       }
       if (pinned_full != nullptr) {
-        *pinned_full = evicts_at_memory_limit_ && pins_.load() > 0;
+        *pinned_full = eviction_.at_memory_limit() && pins_.load() > 0;
       }
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
           " cannot grow by ", count, " rows (", rows_, " held",
-          evicts_at_memory_limit_
+          eviction_.at_memory_limit()
               ? absl::StrCat(", in blocks of room for ", held,
                              " -- all it may use at --memory_budget_mb, and "
                              "eviction found no room in them: the push "
@@ -545,18 +538,11 @@ absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
 }
 
 int64_t HashEmbeddingShard::SampleStepLocked(double fraction) {
-  const int64_t k = std::min<int64_t>(rows_, kEvictionSample);
-  std::vector<int64_t> steps(k);
-  for (int64_t j = 0; j < k; ++j) {
-    // A well-mixed position per sample from a counter.
-    const uint64_t z = MixId(static_cast<int64_t>(sample_state_++));
-    const int64_t step = last_step_[z % static_cast<uint64_t>(rows_)];
-    steps[j] = step < 0 ? current_step_ : step;  // restored: recent
-  }
-  const int64_t at = std::min<int64_t>(
-      k - 1, static_cast<int64_t>(fraction * static_cast<double>(k)));
-  std::nth_element(steps.begin(), steps.begin() + at, steps.end());
-  return steps[at];
+  const int64_t cutoff =
+      EvictionPolicy::CutoffStep(absl::MakeConstSpan(last_step_.data(), rows_),
+                                 current_step_, fraction, sample_state_);
+  sample_state_ += EvictionPolicy::kSample;
+  return cutoff;
 }
 
 absl::Status HashEmbeddingShard::NoRoomForSpillError(
@@ -685,7 +671,7 @@ absl::Status HashEmbeddingShard::ApplyUpdateLocked(const ShardUpdate& update,
                              update.learning_rate, undo);
   }
   // Ids Prepare placed nowhere (a full shard that a checkpoint read).
-  if (evicts_at_memory_limit_) {
+  if (eviction_.at_memory_limit()) {
     admission_.unadmitted_gradients +=
         std::count(update.rows.begin(), update.rows.end(), kNoRow);
   }
@@ -715,7 +701,7 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
     return rows[i] == kNoRow ? nullptr : Row(rows[i]);
   };
   auto updated = [&](size_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (tracks_steps_) last_step_[rows[i]] = current_step_;
+    if (eviction_.tracks_steps()) last_step_[rows[i]] = current_step_;
   };
   absl::Status applied =
       UpdateRowsLocked(ids, grads, context, undo, row_of, updated);
@@ -778,8 +764,9 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
   // for itself (a checkpoint of an SSD-tier table holds more rows than the
   // share; the rows imported first go to disk as later ones come in).
   const size_t piece =
-      max_rows_ > 0 ? static_cast<size_t>(std::max<int64_t>(1, max_rows_ / 2))
-                    : ids.size();
+      eviction_.max_rows() > 0
+          ? static_cast<size_t>(std::max<int64_t>(1, eviction_.max_rows() / 2))
+          : ids.size();
   while (ids.size() > piece) {
     if (absl::Status s = ImportRows(ids.subspan(0, piece), rows); !s.ok()) {
       return s;
@@ -797,7 +784,7 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
     std::memcpy(Row(found[i]), rows + i * stride_, stride_ * sizeof(float));
     // Eviction's clock starts at the next sweep (this shard does not know
     // the step it is restored at).
-    if (tracks_steps_) last_step_[found[i]] = -1;
+    if (eviction_.tracks_steps()) last_step_[found[i]] = -1;
   }
   return absl::OkStatus();
 }
@@ -823,18 +810,16 @@ void HashEmbeddingShard::EvictRowLocked(int64_t row) {
 }
 
 int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
-  if (!tracks_steps_) return 0;
+  if (!eviction_.tracks_steps()) return 0;
   absl::MutexLock sweep(&sweep_mu_);
-  const int64_t older_than = ttl_steps_ > 0
-                                 ? global_step - ttl_steps_
-                                 : std::numeric_limits<int64_t>::min();
+  const int64_t older_than = eviction_.IdleBefore(global_step);
   // max_rows: rows above 90% of the share go, the least recently updated
   // (at or before a cutoff step sampled from the rows' last steps).
   int64_t over = 0;
   int64_t cutoff = std::numeric_limits<int64_t>::min();
-  if (max_rows_ > 0) {
+  if (eviction_.max_rows() > 0) {
     absl::MutexLock lock(&mu_);
-    over = rows_ - max_rows_ / 10 * 9;
+    over = eviction_.SweepExcess(rows_);
     if (over > 0) {
       cutoff = SampleStepLocked(static_cast<double>(over) /
                                 static_cast<double>(rows_));
@@ -891,7 +876,7 @@ void HashEmbeddingShard::ReserveTierIndex() {
       tier_index_reserved_ += need;
       return;
     }
-    if (!evicts_at_memory_limit_) {
+    if (!eviction_.at_memory_limit()) {
       LOG_EVERY_N(WARNING, 100)
           << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
           << ": the SSD tier's index needs " << need

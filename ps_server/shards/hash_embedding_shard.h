@@ -59,6 +59,7 @@
 #include "ps_server/optimizers/optimizer.h"
 #include "ps_server/shards/admission_policy.h"
 #include "ps_server/shards/cold_tier.h"
+#include "ps_server/shards/eviction_policy.h"
 #include "ps_server/shards/float_array.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/row_shard.h"
@@ -125,7 +126,7 @@ class HashEmbeddingShard final : public RowShard {
   bool exports_ids() const override { return true; }
   int64_t num_rows() const override;
   // Eviction's bound on this shard's rows (its share of max_rows; 0: none).
-  int64_t max_rows() const { return max_rows_; }
+  int64_t max_rows() const { return eviction_.max_rows(); }
   int64_t bytes() const override;
   int64_t version() const override;
 
@@ -255,9 +256,8 @@ class HashEmbeddingShard final : public RowShard {
   absl::Status EvictLeastRecentLocked(int64_t need,
                                       absl::Span<const uint32_t> keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The last-update step below which about `fraction` of the rows lie,
-  // from kEvictionSample rows at random positions.
-  static constexpr int64_t kEvictionSample = 1024;
+  // The last-update step below which about `fraction` of the rows lie
+  // (EvictionPolicy::CutoffStep over the rows in memory).
   int64_t SampleStepLocked(double fraction) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admission, in Prepare: checks the capacity for, and reserves and
   // allocates the blocks of, the ids `rows` lacks that one more sighting
@@ -299,10 +299,7 @@ class HashEmbeddingShard final : public RowShard {
   const int64_t stride_;
   const int64_t capacity_;  // 0 = unbounded
   const Reserve reserve_;
-  const int64_t ttl_steps_;  // eviction; 0: none
-  const int64_t max_rows_;   // eviction: this shard's share; 0: none
-  const bool evicts_at_memory_limit_;
-  const bool tracks_steps_;  // last_step_ kept (ttl_steps_ or max_rows_)
+  const EvictionPolicy eviction_;  // last_step_ kept if it tracks steps
   // The SSD tier; null: evicted rows are dropped. Changed under mu_ held
   // exclusively; read (pulls, exports) under mu_ shared.
   const std::unique_ptr<ColdTier> store_;
