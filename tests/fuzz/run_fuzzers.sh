@@ -35,6 +35,14 @@ libs="$(pkg-config --libs $modules) -lgflags"
 
 protoc -I. --cpp_out="$out/gen" proto/ps.proto proto/tf_example.proto
 
+# Every library source of the optimizer and shard packages (tests and
+# benchmarks aside), listed by the directory so that a file added there is
+# linked without editing this script.
+library_sources=()
+for src in ps_server/optimizers/*.cc ps_server/shards/*.cc; do
+  [[ "$src" == *_test.cc || "$src" == *_benchmark.cc ]] || library_sources+=("$src")
+done
+
 # The library code the targets reach: wire format, partitioner, shards,
 # optimizers, request handling, checkpoint files, storage, data readers.
 sources=(
@@ -44,15 +52,7 @@ sources=(
   partitioner/cluster_spec.cc partitioner/shard_map.cc partitioner/variable_spec.cc
   partitioner/replica_placement.cc
   util/clock.cc util/crc32c.cc util/wire_dtype.cc
-  ps_server/optimizers/adagrad.cc ps_server/optimizers/adam.cc
-  ps_server/optimizers/ftrl.cc ps_server/optimizers/momentum.cc
-  ps_server/optimizers/optimizer.cc ps_server/optimizers/sgd.cc
-  ps_server/shards/initializer.cc ps_server/shards/dense_shard.cc
-  ps_server/shards/embedding_shard.cc ps_server/shards/float_array.cc
-  ps_server/shards/hash_embedding_shard.cc ps_server/shards/row_shard.cc
-  ps_server/shards/shard_store.cc ps_server/shards/shard.cc
-  ps_server/shards/shard_bounds.cc ps_server/shards/count_min_sketch.cc
-  ps_server/shards/row_spill_store.cc
+  "${library_sources[@]}"
   util/thread_pool.cc
   util/memory_headroom.cc
   ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc
