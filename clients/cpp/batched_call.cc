@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "clients/cpp/ps_task_status.h"
 #include "glog/logging.h"
 #include "proto/frame_packer.h"
 #include "util/grpc_status.h"
@@ -53,7 +54,9 @@ std::vector<std::vector<const PlannedItem*>> GroupBySameIds(
 
 absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
                       const char* what) {
-  return FromGrpcStatus(s, absl::StrCat(what, " to ", connection.Describe()));
+  return WithPsTask(
+      FromGrpcStatus(s, absl::StrCat(what, " to ", connection.Describe())),
+      connection.ps_task());
 }
 
 }  // namespace
@@ -337,8 +340,8 @@ absl::Status BatchedCall::WithPushOutcomes(const absl::Status& failure) const {
                     " (the call broke off: that PS may or may not have "
                     "applied it)");
   }
-  return absl::Status(failure.code(),
-                      absl::StrCat(failure.message(), " [", outcome, "]"));
+  return WithMessage(failure,
+                     absl::StrCat(failure.message(), " [", outcome, "]"));
 }
 
 absl::Status BatchedCall::Wait() {
@@ -359,6 +362,7 @@ absl::Status BatchedCall::Wait() {
           +[](int* n) { return *n == 0; }, &outstanding_));
     }
     std::vector<Call*> retry;
+    const Call* failed = nullptr;  // the failure the call reports
     for (Call& call : calls_) {
       if (call.rpc == nullptr) continue;
       const grpc::Status& s = call.rpc->status();
@@ -369,9 +373,17 @@ absl::Status BatchedCall::Wait() {
       if (Retryable(s) &&
           (call.attempts < options.max_attempts || within_failover())) {
         retry.push_back(&call);
-      } else if (result.ok()) {
-        result = FromGrpc(s, *call.connection, push_ ? "push" : "pull");
+      } else if (failed == nullptr || (!failed->connection->Unreachable() &&
+                                       call.connection->Unreachable())) {
+        // The first, unless a PS that cannot be reached failed too: its
+        // failure is likely the cause of the others' (a primary waiting
+        // for its dead backup, say), so that is the PS to name.
+        failed = &call;
       }
+    }
+    if (failed != nullptr) {
+      result = FromGrpc(failed->rpc->status(), *failed->connection,
+                        push_ ? "push" : "pull");
     }
     if (!result.ok()) {
       if (push_) result = WithPushOutcomes(result);

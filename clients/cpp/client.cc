@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/cpp/batched_call.h"
 #include "clients/cpp/ps_connection.h"
+#include "clients/cpp/ps_task_status.h"
 #include "clients/cpp/step_plan.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
@@ -17,7 +18,9 @@ namespace {
 
 absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
                       const char* what) {
-  return FromGrpcStatus(s, absl::StrCat(what, " on ", connection.Describe()));
+  return WithPsTask(
+      FromGrpcStatus(s, absl::StrCat(what, " on ", connection.Describe())),
+      connection.ps_task());
 }
 
 // Retries a unary control RPC on UNAVAILABLE with the client's backoff.
@@ -92,7 +95,9 @@ Client::~Client() = default;
 absl::Status Client::WaitForServers(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (const auto& c : connections_) {
-    if (absl::Status s = c->WaitHealthy(deadline); !s.ok()) return s;
+    if (absl::Status s = c->WaitHealthy(deadline); !s.ok()) {
+      return WithPsTask(std::move(s), c->ps_task());
+    }
   }
   return absl::OkStatus();
 }
@@ -265,9 +270,8 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
         continue;
       }
       absl::Status s = FromGrpc(failed, *failed_at, "CreateVariables");
-      return absl::Status(s.code(), absl::StrCat(s.message(),
-                                                 " [nothing was created on any "
-                                                 "PS]"));
+      return WithMessage(
+          s, absl::StrCat(s.message(), " [nothing was created on any PS]"));
     }
     std::string uncommitted;
     for (auto it = connections_.rbegin(); it != connections_.rend(); ++it) {

@@ -130,6 +130,9 @@ class Client {
       const std::string& uri = "", absl::Duration timeout = absl::Hours(1));
 
   int num_ps() const { return static_cast<int>(connections_.size()); }
+  // The PS task serving PS `ps`'s shards now: `ps` itself, or after a
+  // failover (--replicas) the backup that took them over.
+  int ServingPs(int ps) const { return routing_.Serving(ps); }
   const ClientOptions& options() const { return options_; }
 
  private:

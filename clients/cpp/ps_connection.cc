@@ -69,6 +69,15 @@ PsConnection::PsConnection(int ps_task, std::string address,
   stub_ = ParameterServer::NewStub(channels_[0].channel);
 }
 
+bool PsConnection::Unreachable() const {
+  for (const Channel& c : channels_) {
+    if (c.channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string PsConnection::Describe() const {
   return absl::StrCat("PS ", ps_task_, " (", address_, ")");
 }

@@ -41,6 +41,10 @@ class PsConnection {
   }
   ParameterServer::Stub* stub() const { return stub_.get(); }
 
+  // True when no channel to this PS is connected (READY): of several
+  // failures in one call, such a PS's is the likely cause to name.
+  bool Unreachable() const;
+
   // Polls the standard health service until SERVING or the deadline.
   absl::Status WaitHealthy(absl::Time deadline) const;
 

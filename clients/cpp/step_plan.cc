@@ -82,7 +82,8 @@ absl::Status CheckIds(const VariableLayout& layout,
     if (id < 0 || id >= layout.rows) {
       return absl::OutOfRangeError(
           absl::StrCat(what, " of '", layout.spec.name(), "': id ", id,
-                       " is outside the vocabulary [0, ", layout.rows, ")"));
+                       " is outside the vocabulary: ids must lie in [0, ",
+                       layout.rows, ")"));
     }
   }
   return absl::OkStatus();
