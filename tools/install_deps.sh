@@ -4,7 +4,9 @@
 #   tools/install_deps.sh main   what ./run.sh main needs: the build
 #                                toolchain, the libraries the binaries link,
 #                                python3 for deploy/local/launch.py
-#   tools/install_deps.sh test   main, plus what the tests, lint, fuzzers,
+#   tools/install_deps.sh python main, plus what the Python package builds
+#                                and runs with (pybind11, numpy, grpcio)
+#   tools/install_deps.sh test   python, plus what the tests, lint, fuzzers,
 #                                benchmarks and the image test add (the
 #                                default, and what ./run.sh test runs)
 # It ends by saying how many packages it installed and their size.
@@ -18,6 +20,13 @@ main_packages=(
   libcivetweb-dev libcurl4-openssl-dev libssl-dev prometheus-cpp-dev
   zlib1g-dev liburing-dev python3
 )
+# The Python package (clients/python): pybind11 and Python's headers for its
+# extension, numpy, protobuf and grpcio (for grpc.StatusCode) at run time,
+# pip and setuptools to install it.
+python_packages=(
+  pybind11-dev python3-dev python3-numpy python3-protobuf python3-grpcio
+  python3-pip python3-setuptools python3-wheel
+)
 # The tests' own: GoogleTest and Benchmark; the Python client's tests
 # (PyTorch among them); the S3 CLI and s3rver's Node.js; namespaces
 # (iproute2); checksums, iperf3 and Chromium for the benchmarks and the
@@ -27,8 +36,7 @@ main_packages=(
 # LevelDB, LMDB and RocksDB for tools/bench/kv_store_choice.cc.
 test_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-grpcio python3-protobuf python3-numpy python3-pytest
-  python3-torch python3-setuptools python3-pip python3-wheel python3-yaml
+  python3-pytest python3-torch python3-yaml
   dataset-fashion-mnist awscli
   iproute2 procps rhash iperf3 chromium qemu-user
   clang libclang-rt-14-dev clang-format universal-ctags black flake8 git
@@ -37,9 +45,10 @@ test_packages=(
 )
 case "$set_name" in
   main) packages=("${main_packages[@]}") ;;
-  test) packages=("${main_packages[@]}" "${test_packages[@]}") ;;
+  python) packages=("${main_packages[@]}" "${python_packages[@]}") ;;
+  test) packages=("${main_packages[@]}" "${python_packages[@]}" "${test_packages[@]}") ;;
   -h | --help)
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)

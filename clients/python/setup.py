@@ -1,52 +1,61 @@
-"""Generates psrt/ps_pb2.py and psrt/ps_pb2_grpc.py from ps.proto while
-building (psrt/_codegen.py finds the compiler: $PSRT_PROTOC, pip's
-grpcio-tools, or protoc and grpc_python_plugin on $PATH); an sdist carries
-ps.proto in proto/. The rest is pyproject.toml.
+"""Builds the psrt package around what Bazel makes for it
+(//clients/python/psrt): _native.so, the C++ client's binding, and ps_pb2.py
+from proto/ps.proto. The rest is pyproject.toml.
 
     /usr/bin/python3 -m pip install --no-build-isolation --break-system-packages clients/python
-    python3 setup.py sdist     # dist/psrt-<version>.tar.gz, installable alone
+    python3 -m pip wheel --no-build-isolation --no-deps -w dist clients/python
+
+They are taken from $PSRT_BUILD_DIR if set (a copy of
+bazel-bin/clients/python/psrt), else built with `bazel build
+//clients/python/psrt` in the checkout this file is in. The extension links
+Debian 12's gRPC, protobuf, Abseil and glog: install the package where those
+libraries are (deploy/image/runtime-packages.txt lists them).
 """
-import importlib.util
 import os
 import shutil
+import subprocess
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
-from setuptools.command.sdist import sdist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO_PROTO = os.path.normpath(os.path.join(HERE, "..", "..", "proto", "ps.proto"))
-SDIST_PROTO = os.path.join(HERE, "proto", "ps.proto")
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+BUILT = ("_native.so", "ps_pb2.py")
 
 
-def _codegen():
-    spec = importlib.util.spec_from_file_location(
-        "psrt_codegen", os.path.join(HERE, "psrt", "_codegen.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _build_dir():
+    """The directory holding Bazel's build of the package."""
+    given = os.environ.get("PSRT_BUILD_DIR")
+    if given:
+        missing = [f for f in BUILT if not os.path.isfile(os.path.join(given, f))]
+        if missing:
+            raise RuntimeError(f"PSRT_BUILD_DIR={given} lacks {', '.join(missing)}")
+        return given
+    if not os.path.exists(os.path.join(REPO, "WORKSPACE")):
+        raise RuntimeError(
+            "psrt's _native.so and ps_pb2.py are built by Bazel from the psrt "
+            "repository: run `bazel build //clients/python/psrt` there and set "
+            "PSRT_BUILD_DIR to its bazel-bin/clients/python/psrt"
+        )
+    subprocess.run(["bazel", "build", "//clients/python/psrt"], cwd=REPO, check=True)
+    return os.path.join(REPO, "bazel-bin", "clients", "python", "psrt")
 
 
-class BuildWithProtos(build_py):
+class NativeDistribution(Distribution):
+    """A platform wheel: the package holds a compiled extension."""
+
+    def has_ext_modules(self):
+        return True
+
+
+class BuildWithBazelOutputs(build_py):
     def run(self):
         super().run()
-        proto = REPO_PROTO if os.path.exists(REPO_PROTO) else SDIST_PROTO
-        if not os.path.exists(proto):
-            raise RuntimeError(f"ps.proto is neither at {REPO_PROTO} nor at {SDIST_PROTO}")
-        _codegen().generate(os.path.dirname(proto), os.path.join(self.build_lib, "psrt"))
+        source = _build_dir()
+        for name in BUILT:
+            target = os.path.join(self.build_lib, "psrt", name)
+            shutil.copyfile(os.path.join(source, name), target)
+            os.chmod(target, 0o755 if name.endswith(".so") else 0o644)
 
 
-class SdistWithProto(sdist):
-    """Puts the repository's proto/ps.proto into the sdist's proto/."""
-
-    def make_release_tree(self, base_dir, files):
-        super().make_release_tree(base_dir, files)
-        os.makedirs(os.path.join(base_dir, "proto"), exist_ok=True)
-        shutil.copyfile(
-            REPO_PROTO if os.path.exists(REPO_PROTO) else SDIST_PROTO,
-            os.path.join(base_dir, "proto", "ps.proto"),
-        )
-
-
-setup(cmdclass={"build_py": BuildWithProtos, "sdist": SdistWithProto})
+setup(distclass=NativeDistribution, cmdclass={"build_py": BuildWithBazelOutputs})

@@ -1,4 +1,5 @@
-"""psrt: the Python client of the psrt parameter server.
+"""psrt: the Python client of the psrt parameter server (a binding of the
+C++ client, clients/cpp/client.h).
 
     import psrt
     client = psrt.Client({"cluster": {"ps": ["localhost:2223"]}})
@@ -8,22 +9,10 @@
     client.push_rows("emb", ids, grads)
 """
 from ._proto import ps_pb2
-from .client import Client, PsError, load_cluster
+from .client import Client, Pending, PsError, load_cluster
 from .shard_map import ShardMap, mix_id, normalize
 from .specs import dense, embedding, hash_embedding
 from .worker_info import WorkerInfo, worker_info
 
-__all__ = [
-    "Client",
-    "PsError",
-    "ShardMap",
-    "WorkerInfo",
-    "dense",
-    "embedding",
-    "hash_embedding",
-    "load_cluster",
-    "mix_id",
-    "normalize",
-    "ps_pb2",
-    "worker_info",
-]
+__all__ = ["Client", "Pending", "PsError", "ShardMap", "WorkerInfo", "dense", "embedding"]
+__all__ += ["hash_embedding", "load_cluster", "mix_id", "normalize", "ps_pb2", "worker_info"]

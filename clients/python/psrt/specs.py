@@ -14,20 +14,9 @@ _INITIALIZERS = {
 }
 
 
-def _spec(
-    name,
-    kind,
-    shape,
-    num_shards,
-    max_shard_bytes,
-    routing,
-    placement,
-    optimizer,
-    learning_rate,
-    initializer,
-    seed,
-    **params,
-):
+def _spec(name, kind, shape, placed, trained, **params):
+    num_shards, max_shard_bytes, routing, placement = placed
+    optimizer, learning_rate, initializer, seed = trained
     s = ps_pb2.VariableSpec(name=name, kind=kind, shape=list(shape))
     s.partition.num_shards = num_shards
     s.partition.max_shard_bytes = max_shard_bytes
@@ -59,20 +48,9 @@ def dense(
     seed=0,
     **optimizer_params,
 ) -> ps_pb2.VariableSpec:
-    return _spec(
-        name,
-        ps_pb2.DENSE,
-        shape,
-        num_shards,
-        max_shard_bytes,
-        "div",
-        placement,
-        optimizer,
-        learning_rate,
-        initializer,
-        seed,
-        **optimizer_params,
-    )
+    placed = (num_shards, max_shard_bytes, "div", placement)
+    trained = (optimizer, learning_rate, initializer, seed)
+    return _spec(name, ps_pb2.DENSE, shape, placed, trained, **optimizer_params)
 
 
 def embedding(
@@ -89,20 +67,9 @@ def embedding(
     seed=0,
     **optimizer_params,
 ) -> ps_pb2.VariableSpec:
-    return _spec(
-        name,
-        ps_pb2.EMBEDDING,
-        (vocab, dim),
-        num_shards,
-        max_shard_bytes,
-        routing,
-        placement,
-        optimizer,
-        learning_rate,
-        initializer,
-        seed,
-        **optimizer_params,
-    )
+    placed = (num_shards, max_shard_bytes, routing, placement)
+    trained = (optimizer, learning_rate, initializer, seed)
+    return _spec(name, ps_pb2.EMBEDDING, (vocab, dim), placed, trained, **optimizer_params)
 
 
 def hash_embedding(
@@ -145,20 +112,10 @@ def hash_embedding(
     optimizer slots (StorageSpec; ssd_tier_path names the directory under
     ps_server --ssd_tier_dir, default "variable-<catalog index>").
     """
-    spec = _spec(
-        name,
-        ps_pb2.HASH_EMBEDDING,
-        (capacity, dim),
-        num_shards,
-        0,
-        "hash",
-        placement,
-        optimizer,
-        learning_rate,
-        initializer,
-        seed,
-        **optimizer_params,
-    )
+    placed = (num_shards, 0, "hash", placement)
+    trained = (optimizer, learning_rate, initializer, seed)
+    kind, shape = ps_pb2.HASH_EMBEDDING, (capacity, dim)
+    spec = _spec(name, kind, shape, placed, trained, **optimizer_params)
     if admission_min_count:
         spec.admission.min_count = admission_min_count
         spec.admission.sketch_width = admission_sketch_width

@@ -16,11 +16,11 @@ and change an existing training loop by a few lines.
         mlp.zero_grad()
 
 The optimizers run on the servers (no torch.optim); pushes are
-asynchronous: each push is waited for (and its error raised) before the next
-pull of the same variables. Ids and modules may live on a CUDA device: rows
-and weights cross to host memory for the wire and come back to the device.
-`EmbeddingBag` reduces bags of rows (sum, mean, max) as
-torch.nn.EmbeddingBag does.
+asynchronous (Client.start_push, which runs without the GIL, so the next
+step's compute overlaps it): each is waited for, and its error raised,
+before the next pull of the same variables. Ids and modules may live on a
+CUDA device: rows and weights cross host memory for the wire. `EmbeddingBag`
+reduces bags of rows (sum, mean, max) as torch.nn.EmbeddingBag does.
 
 Sync and SSP training (psrt.Client(mode="sync" or "ssp")) count steps: each
 worker sends one push per PS per step, carrying its step. `Steps` does
@@ -37,15 +37,12 @@ collected and pushed, with the dense ones, as one push:
         steps.push()                     # one push: rows and dense, step `step`
         mlp.zero_grad()
 
-(It works in async mode too.) Saving: the tables and the dense variables
-live on the servers, with their optimizer slots, so a module's
-`state_dict()` holds only what is local. Save the model with the servers'
-checkpoint (`client.checkpoint()`, or ps_server --checkpoint_every_secs)
-and restore it with ps_server --restore; read a table's rows with
-`emb.rows(ids)` or export a checkpoint to numpy with `psctl export`
-(docs/operations.md).
+(It works in async mode too.) Saving: the tables and dense variables live
+on the servers with their optimizer slots, so save with the servers'
+checkpoint (`client.checkpoint()`, ps_server --checkpoint_every_secs),
+restore with ps_server --restore, read rows with `emb.rows(ids)`, export
+with `psctl export` (docs/operations.md).
 """
-import concurrent.futures
 import zlib
 
 import numpy as np
@@ -54,7 +51,19 @@ import torch
 from . import specs as _specs
 
 
-class Embedding(torch.nn.Module):
+class _Pushes:
+    """The last asynchronous push of a module (a psrt.Pending)."""
+
+    _pending = None
+
+    def flush(self):
+        """Waits for the last push (raising its error, if any)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+
+class Embedding(torch.nn.Module, _Pushes):
     """An embedding table held by psrt: forward pulls the rows of the batch's
     (unique) ids; backward pushes each unique id's gradient, summed over its
     occurrences. `hash=True` makes it a hash embedding (any int64 id, rows
@@ -78,42 +87,14 @@ class Embedding(torch.nn.Module):
         self.client, self.name, self.dim = client, name, dim
         shards = client.num_ps if num_shards is None else num_shards
         init = initializer or ("truncated_normal", {"stddev": 0.01})
+        options = dict(num_shards=shards, placement="greedy_bytes", optimizer=optimizer)
+        options.update(learning_rate=learning_rate, initializer=init, seed=seed)
         if hash:
-            spec = _specs.hash_embedding(
-                name,
-                dim,
-                capacity=vocab,
-                num_shards=shards,
-                placement="greedy_bytes",
-                optimizer=optimizer,
-                learning_rate=learning_rate,
-                initializer=init,
-                seed=seed,
-                **optimizer_params,
-            )
+            spec = _specs.hash_embedding(name, dim, capacity=vocab, **options, **optimizer_params)
         else:
-            spec = _specs.embedding(
-                name,
-                vocab,
-                dim,
-                num_shards=shards,
-                placement="greedy_bytes",
-                optimizer=optimizer,
-                learning_rate=learning_rate,
-                initializer=init,
-                seed=seed,
-                **optimizer_params,
-            )
+            spec = _specs.embedding(name, vocab, dim, **options, **optimizer_params)
         client.create_variables([spec])
-        self._pool = concurrent.futures.ThreadPoolExecutor(1)
-        self._pending = None
         self._steps = None  # the Steps this module takes part in, if any
-
-    def flush(self):
-        """Waits for the last push (raising its error, if any)."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
 
     def rows(self, ids):
         """The current rows of `ids` (a float32 numpy array [len(ids), dim]),
@@ -148,7 +129,7 @@ class Embedding(torch.nn.Module):
         if self._steps is not None:
             self._steps._hold_rows(self.name, ids, g)
         else:
-            self._pending = self._pool.submit(self.client.push_rows, self.name, ids, g)
+            self._pending = self.client.start_push({self.name: (ids, g)})
         return None
 
 
@@ -181,7 +162,7 @@ class EmbeddingBag(Embedding):
         )
 
 
-class DenseParameters:
+class DenseParameters(_Pushes):
     """Keeps every parameter of `module` on psrt as a dense variable named
     prefix + parameter name, with the server-side optimizer given.
 
@@ -222,8 +203,6 @@ class DenseParameters:
                 )
             )
         client.create_variables(specs)
-        self._pool = concurrent.futures.ThreadPoolExecutor(1)
-        self._pending = None
         self.step = 0
 
     def pull(self, step=0):
@@ -236,13 +215,8 @@ class DenseParameters:
     def push(self):
         """Sends every parameter's .grad (zeros where None) as one batched
         push, asynchronously."""
-        self._pending = self._pool.submit(self.client.push, self._gradients(), self.step)
+        self._pending = self.client.start_push(self._gradients(), self.step)
         self.step += 1
-
-    def flush(self):
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
 
     def _assign(self, values):
         with torch.no_grad():
@@ -261,7 +235,7 @@ class DenseParameters:
         return grads
 
 
-class Steps:
+class Steps(_Pushes):
     """Numbered training steps over a set of psrt modules (Embedding,
     EmbeddingBag, DenseParameters) sharing one client: what sync and SSP
     modes need, since each worker must send exactly one push per PS per
@@ -292,8 +266,6 @@ class Steps:
             m._steps = self
         self.step = 0
         self._held = {}  # embedding name -> [(ids, grads)]
-        self._pool = concurrent.futures.ThreadPoolExecutor(1)
-        self._pending = None
 
     def pull(self, step):
         """Begins step `step`: the previous push is waited for (its error
@@ -321,10 +293,4 @@ class Steps:
             grads = np.concatenate([g for _, g in parts])
             ops[name] = (ids, grads)
         self._held = {}
-        self._pending = self._pool.submit(self.client.push, ops, self.step)
-
-    def flush(self):
-        """Waits for the last push (raising its error, if any)."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
+        self._pending = self.client.start_push(ops, self.step)

@@ -72,7 +72,7 @@ def test_a_restarted_ps_takes_its_shards_back_and_the_client_follows(make_cluste
     client.push({"w": dense[0], "emb": (ids, rows[0])})
     cluster.kill(1)
     client.push({"w": dense[1], "emb": (ids, rows[1])})  # lands on PS 2
-    assert client._routing.serving(1) == 2
+    assert client.serving(1) == 2
     cluster.restart(1)
     restarted = time.monotonic()
     observer = cluster.client()
@@ -89,7 +89,7 @@ def test_a_restarted_ps_takes_its_shards_back_and_the_client_follows(make_cluste
     observer.close()
     # Still routed to PS 2: refused there, sent to PS 1, applied once.
     client.push({"w": dense[2], "emb": (ids, rows[2])})
-    assert client._routing.serving(1) == 1
+    assert client.serving(1) == 1
     assert np.array_equal(client.pull_dense("w"), -0.5 * (dense[0] + dense[1] + dense[2]))
     assert np.array_equal(client.pull_rows("emb", ids), -0.5 * (rows[0] + rows[1] + rows[2]))
     client.close()
@@ -105,15 +105,3 @@ def test_without_failover_wait_a_dead_ps_is_an_error_naming_it(make_cluster):
     assert e.value.ps == 1
     assert cluster.addresses[1] in str(e.value)
     client.close()
-
-
-def test_backups_are_placed_as_the_servers_place_them():
-    """The next R-1 PS in the ring, skipping hosts already used
-    (partitioner/replica_placement_test.cc pins the servers' side)."""
-    from psrt.routing import backups_of
-
-    addresses = ["a:1", "b:1", "a:2", "c:1"]
-    assert backups_of(addresses, 1) == [[], [], [], []]
-    assert backups_of(addresses, 2) == [[1], [2], [3], [0]]
-    assert backups_of(addresses, 3) == [[1, 3], [2, 3], [3, 1], [0, 1]]
-    assert backups_of(["[::1]:1", "[::2]:1"], 2) == [[1], [0]]
