@@ -10,7 +10,9 @@ One ps_server; the cases are ps_bench's: `dense_4MiB` and `dense_64MiB`
 operation, 4 batches cycled; push applies Adagrad, pull fetches rows).
 ps_bench measures the C++ client (median of 3 x 2 s), then this script
 measures psrt.Client (the C++ client bound) doing the same operations the
-same way; rounds alternate. Target: every case >= 0.9x the C++ client.
+same way (pulls into one reused array, `out=`); rounds alternate. Target:
+every case >= 0.9x the C++ client. Dense pulls into a new array each time
+(pull_dense) are printed too: that adds the page faults of a fresh array.
 """
 import argparse
 import json
@@ -42,16 +44,20 @@ def measure(op, seconds, repeat):
     return statistics.median(rates)
 
 
-def python_round(client, seconds, repeat):
+def python_round(client, seconds, repeat, fresh):
     out = {}
     for case, floats in (("dense_4MiB", 1 << 20), ("dense_64MiB", 16 << 20)):
         name = f"pybench/{case}"
         client.create_variables(
             [psrt.dense(name, (floats,), num_shards=client.num_ps, learning_rate=1e-6)]
         )
-        grad = np.full(floats, 0.001, np.float32)
+        grad, values = np.full(floats, 0.001, np.float32), np.empty(floats, np.float32)
         out[(case, "push")] = measure(lambda: client.push_dense(name, grad), seconds, repeat)
-        out[(case, "pull")] = measure(lambda: client.pull_dense(name), seconds, repeat)
+        # As ps_bench does: into one reused array (out=).
+        pull = lambda: client.pull({name: None}, out={name: values})  # noqa: E731
+        out[(case, "pull")] = measure(pull, seconds, repeat)
+        # What pull_dense costs with a new array each time (no C++ twin).
+        fresh[case] = measure(lambda: client.pull_dense(name), seconds, repeat)
     vocab, dim, n = 1_000_000, 16, 100_000
     client.create_variables(
         [
@@ -77,8 +83,11 @@ def python_round(client, seconds, repeat):
     out[("embedding_100k", "push")] = measure(
         lambda: client.push_rows("pybench/emb", next_batch(), grads), seconds, repeat
     )
+    rows = np.empty((n, dim), np.float32)
     out[("embedding_100k", "pull")] = measure(
-        lambda: client.pull_rows("pybench/emb", next_batch()), seconds, repeat
+        lambda: client.pull({"pybench/emb": next_batch()}, out={"pybench/emb": rows}),
+        seconds,
+        repeat,
     )
     return out
 
@@ -121,13 +130,15 @@ def main():
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    ratios = {}
+    ratios, fresh_rates = {}, {}
     try:
         client = psrt.Client(cluster)
         client.wait_for_servers(30)
         for r in range(args.rounds):
             cpp = cpp_round(cluster, args.seconds, args.repeat)
-            py = python_round(client, args.seconds, args.repeat)
+            py = python_round(client, args.seconds, args.repeat, fresh := {})
+            for case, rate in fresh.items():
+                fresh_rates.setdefault(case, []).append(rate)
             for key, rate in py.items():
                 ratios.setdefault(key, []).append((rate, cpp[key]))
             print(
@@ -149,9 +160,10 @@ def main():
             f"  {case:15s} {op:5s} python {statistics.median(p for p, _ in pairs):8.1f}/s "
             f"c++ {statistics.median(c for _, c in pairs):8.1f}/s  ratio {ratio:.2f}"
         )
-    print(
-        json.dumps({"ratios": summary, "rounds": {f"{c}/{o}": v for (c, o), v in ratios.items()}})
-    )
+    for case, rates in fresh_rates.items():
+        print(f"  {case:15s} pull  python {statistics.median(rates):8.1f}/s into a new array each")
+    rounds = {f"{c}/{o}": v for (c, o), v in ratios.items()}
+    print(json.dumps({"ratios": summary, "rounds": rounds, "fresh_array_pulls": fresh_rates}))
 
 
 if __name__ == "__main__":

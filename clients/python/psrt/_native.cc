@@ -1,7 +1,8 @@
 // psrt._native: the Python binding of psrt::Client (clients/cpp/client.h)
 // and of the catalog's layout, so that Python runs the one client there is.
 //
-// Every call that waits on the network releases the GIL. numpy arrays cross
+// Every call that waits on the network releases the GIL. Importing it tunes
+// glibc malloc as psrt's binaries do (proto/buffer_pool.h). numpy arrays cross
 // without copies: ids and gradients are read from the caller's arrays, and
 // pulled values are written into arrays the caller allocated; a pending
 // call holds references to them until it has finished. Errors are raised
@@ -27,6 +28,7 @@
 #include "partitioner/id_hash.h"
 #include "partitioner/shard_map.h"
 #include "partitioner/variable_spec.h"
+#include "proto/buffer_pool.h"
 #include "proto/ps.pb.h"
 
 namespace py = pybind11;
@@ -354,6 +356,9 @@ py::array_t<int32_t> ShardOf(
 PYBIND11_MODULE(_native, m) {
   using namespace psrt;
   m.doc() = "The C++ client of psrt, bound for the psrt package.";
+  // As every psrt process: freed message buffers stay in the heap rather
+  // than being faulted in afresh (PSRT_KEEP_MALLOC_DEFAULTS=1 opts out).
+  TuneAllocatorForLargeMessages();
   static py::exception<std::runtime_error> error(m, "Error");
   error_type = error.ptr();
 

@@ -226,29 +226,30 @@ class Client:
         response = _native_call(self._client.checkpoint, uri, float(timeout))
         return ps_pb2.CheckpointResponse.FromString(response)
 
-    def start_pull(self, ops: Dict[str, Optional[ArrayLike]], step: int = 0) -> Pending:
+    def start_pull(self, ops: Dict[str, Optional[ArrayLike]], step: int = 0, out=None) -> Pending:
         """pull(), returning at once: .result() gives its dict."""
-        native_ops, results = [], {}
+        native_ops, results, out = [], {}, out or {}
         for name, ids in ops.items():
             v = self.layout(name)
             if v.kind == DENSE:
                 if ids is not None:
                     raise ValueError(f"'{name}' is dense: pull it with None, not ids")
-                out = np.empty(tuple(v.spec.shape) or (1,), dtype=np.float32)
-                native_ops.append((name, None, out))
+                shape = tuple(v.spec.shape) or (1,)
             else:
                 ids = _ids(name, ids)
-                out = np.empty((ids.size, v.row_width), dtype=np.float32)
-                native_ops.append((name, ids, out))
-            results[name] = out
+                shape = (ids.size, v.row_width)
+            results[name] = out[name] if name in out else np.empty(shape, np.float32)
+            native_ops.append((name, ids, results[name]))
         native = _native_call(self._client.start_pull, native_ops, int(step))
         return Pending(self, native, lambda: results)
 
-    def pull(self, ops: Dict[str, Optional[ArrayLike]], step: int = 0) -> Dict[str, np.ndarray]:
+    def pull(self, ops: Dict[str, Optional[ArrayLike]], step: int = 0, out=None):
         """Batched pull: `ops` maps variable name -> ids (embedding) or None
         (whole dense variable). One Pull call per PS, all in parallel.
-        Returns name -> array ([len(ids), dim] or the variable's shape)."""
-        return self.start_pull(ops, step).result()
+        Returns name -> array ([len(ids), dim] or the variable's shape), a
+        new one unless `out` maps the name to a C-contiguous float32 array
+        of that size to fill (reused, it saves faulting in fresh pages)."""
+        return self.start_pull(ops, step, out).result()
 
     def pull_dense(self, name: str) -> np.ndarray:
         return self.pull({name: None})[name]

@@ -22,6 +22,27 @@ def test_dense_push_pull_matches_sgd_exactly(cluster2):
     assert np.array_equal(pulled, -0.5 * grad)
 
 
+def test_pull_fills_arrays_given_in_out_and_refuses_wrong_ones(cluster2):
+    client = cluster2.client()
+    client.create_variables(
+        [
+            psrt.dense("o", (1000, 3), num_shards=2, optimizer="sgd", learning_rate=1.0),
+            psrt.embedding("oe", 50, 4, num_shards=2, optimizer="sgd", learning_rate=1.0),
+        ]
+    )
+    client.push({"o": np.ones((1000, 3), np.float32), "oe": ([7, 9], np.ones((2, 4), np.float32))})
+    dense, rows = np.full((1000, 3), 5.0, np.float32), np.zeros(8, np.float32)  # flat is fine
+    got = client.pull({"o": None, "oe": [9, 7]}, out={"o": dense, "oe": rows})
+    assert got["o"] is dense and got["oe"] is rows
+    assert np.array_equal(dense, np.full((1000, 3), -1.0)) and np.array_equal(rows, -np.ones(8))
+    with pytest.raises(TypeError, match="'o': the output must be a C-contiguous writable float32"):
+        client.pull({"o": None}, out={"o": np.zeros((1000, 3), np.float64)})
+    with pytest.raises(TypeError, match="C-contiguous"):
+        client.pull({"o": None}, out={"o": np.zeros((3, 1000), np.float32).T})
+    with pytest.raises(ValueError, match="'oe': the output holds 12 floats, expected 8"):
+        client.pull({"oe": [9, 7]}, out={"oe": np.zeros((3, 4), np.float32)})
+
+
 def test_sparse_push_sums_duplicates_and_matches_adagrad(cluster2):
     client = cluster2.client()
     client.create_variables(
