@@ -163,18 +163,24 @@ class PyClient {
 
   ~PyClient() { Close(); }
 
+  // Taken with the GIL held (so a concurrent call sees the client or
+  // nothing); destroyed without it, once the calls holding it are done.
   void Close() {
+    std::shared_ptr<Client> closing = std::move(client_);
     py::gil_scoped_release release;
-    client_.reset();
+    closing.reset();
   }
 
-  Client& client() {
+  // The client, shared for the length of a call: a close() from another
+  // thread cannot destroy it under the call.
+  std::shared_ptr<Client> client() const {
     if (client_ == nullptr) throw py::value_error("the client is closed");
-    return *client_;
+    return client_;
   }
 
   void WaitForServers(double timeout) {
-    Client& c = client();
+    const std::shared_ptr<Client> shared = client();
+    Client& c = *shared;
     absl::Status s;
     {
       py::gil_scoped_release release;
@@ -188,7 +194,8 @@ class PyClient {
     for (const py::bytes& b : serialized) {
       specs.push_back(Parse<VariableSpec>(b, "VariableSpec"));
     }
-    Client& c = client();
+    const std::shared_ptr<Client> shared = client();
+    Client& c = *shared;
     absl::Status s;
     {
       py::gil_scoped_release release;
@@ -198,7 +205,8 @@ class PyClient {
   }
 
   void RefreshCatalog() {
-    Client& c = client();
+    const std::shared_ptr<Client> shared = client();
+    Client& c = *shared;
     absl::Status s;
     {
       py::gil_scoped_release release;
@@ -211,10 +219,11 @@ class PyClient {
   // is unknown (someone else may have created it); None if the cluster has
   // no such variable.
   std::optional<VariableLayout> Layout(const std::string& name) {
-    const VariableLayout* v = client().Find(name);
+    const std::shared_ptr<Client> shared = client();
+    const VariableLayout* v = shared->Find(name);
     if (v == nullptr) {
       RefreshCatalog();
-      v = client().Find(name);
+      v = shared->Find(name);
     }
     if (v == nullptr) return std::nullopt;
     return *v;
@@ -268,7 +277,8 @@ class PyClient {
   }
 
   py::bytes Checkpoint(const std::string& uri, double timeout) {
-    Client& c = client();
+    const std::shared_ptr<Client> shared = client();
+    Client& c = *shared;
     absl::StatusOr<CheckpointResponse> response;
     {
       py::gil_scoped_release release;
@@ -292,7 +302,7 @@ class PyClient {
   // catalog (an unknown variable is left to the client, which names it).
   void CheckBuffer(const std::string& name, size_t num_ids,
                    const py::array& buffer, const char* what) {
-    const VariableLayout* v = client().Find(name);
+    const VariableLayout* v = client()->Find(name);
     if (v == nullptr) return;
     if (v->kind() != DENSE && num_ids == 0 && buffer.size() == 0) return;
     CheckSize(buffer, Floats(*v, static_cast<int64_t>(num_ids)), name, what);
@@ -302,7 +312,8 @@ class PyClient {
                                  std::vector<PushOp> pushes,
                                  std::vector<py::object> buffers,
                                  int64_t step) {
-    Client& c = client();
+    const std::shared_ptr<Client> shared = client();
+    Client& c = *shared;
     StepOptions options = step_;
     options.step = step;
     absl::StatusOr<std::unique_ptr<PendingCall>> call;
@@ -311,13 +322,14 @@ class PyClient {
       call = push ? c.StartPush(pushes, options) : c.StartPull(pulls, options);
     }
     if (!call.ok()) Raise(call.status(), /*local=*/true);
-    return std::make_unique<Pending>(client_, std::move(buffers),
+    return std::make_unique<Pending>(shared, std::move(buffers),
                                      std::move(*call));
   }
 
   template <typename Response, typename Call>
   std::vector<py::bytes> PerPs(Call call) {
-    Client& c = client();
+    const std::shared_ptr<Client> shared = client();
+    Client& c = *shared;
     absl::StatusOr<std::vector<Response>> responses;
     {
       py::gil_scoped_release release;
@@ -458,8 +470,8 @@ PYBIND11_MODULE(_native, m) {
       .def("stats", &PyClient::Stats)
       .def("checkpoint", &PyClient::Checkpoint)
       .def("serving", [](PyClient& c, int ps) {
-        if (ps < 0 || ps >= c.client().num_ps())
+        if (ps < 0 || ps >= c.client()->num_ps())
           throw py::index_error("no such PS");
-        return c.client().ServingPs(ps);
+        return c.client()->ServingPs(ps);
       });
 }

@@ -43,6 +43,17 @@ def test_pull_fills_arrays_given_in_out_and_refuses_wrong_ones(cluster2):
         client.pull({"oe": [9, 7]}, out={"oe": np.zeros((3, 4), np.float32)})
 
 
+def test_a_call_in_flight_outlives_close(cluster2):
+    client = cluster2.client()
+    client.create_variables([psrt.dense("cl", (1 << 20,), optimizer="sgd", learning_rate=1.0)])
+    pending = client.start_push({"cl": np.ones(1 << 20, np.float32)})
+    client.close()
+    pending.result()  # the native client lives until its calls are done
+    with pytest.raises(ValueError, match="the client is closed"):
+        client.pull_dense("cl")
+    assert np.array_equal(cluster2.client().pull_dense("cl"), -np.ones(1 << 20))
+
+
 def test_sparse_push_sums_duplicates_and_matches_adagrad(cluster2):
     client = cluster2.client()
     client.create_variables(
