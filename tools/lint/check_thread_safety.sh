@@ -14,7 +14,8 @@ out=out/thread_safety
 mkdir -p "$out/gen"
 modules="grpc++ protobuf libglog libcurl libcrypto zlib absl_status absl_statusor
   absl_strings absl_str_format absl_synchronization absl_time absl_flat_hash_map
-  absl_flat_hash_set absl_hash absl_random_random gtest gmock benchmark civetweb"
+  absl_flat_hash_set absl_hash absl_random_random gtest gmock benchmark civetweb
+  python3"
 present=""
 for m in $modules; do
   if pkg-config --exists "$m"; then present="$present $m"; fi
