@@ -10,7 +10,6 @@
 #include "clients/cpp/ps_task_status.h"
 #include "glog/logging.h"
 #include "proto/frame_packer.h"
-#include "util/grpc_status.h"
 #include "util/wire_dtype.h"
 
 namespace psrt {
@@ -50,13 +49,6 @@ std::vector<std::vector<const PlannedItem*>> GroupBySameIds(
     }
   }
   return groups;
-}
-
-absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
-                      const char* what) {
-  return WithPsTask(
-      FromGrpcStatus(s, absl::StrCat(what, " to ", connection.Describe())),
-      connection.ps_task());
 }
 
 }  // namespace
@@ -382,8 +374,8 @@ absl::Status BatchedCall::Wait() {
       }
     }
     if (failed != nullptr) {
-      result = FromGrpc(failed->rpc->status(), *failed->connection,
-                        push_ ? "push" : "pull");
+      result = failed->connection->StatusOf(failed->rpc->status(),
+                                            push_ ? "push to" : "pull to");
     }
     if (!result.ok()) {
       if (push_) result = WithPushOutcomes(result);

@@ -11,17 +11,9 @@
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "partitioner/variable_spec.h"
-#include "util/grpc_status.h"
 
 namespace psrt {
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& s, const PsConnection& connection,
-                      const char* what) {
-  return WithPsTask(
-      FromGrpcStatus(s, absl::StrCat(what, " on ", connection.Describe())),
-      connection.ps_task());
-}
 
 // Retries a unary control RPC on UNAVAILABLE with the client's backoff.
 template <typename Call>
@@ -119,7 +111,7 @@ absl::Status Client::RefreshCatalogLocked() {
     return ps0.stub()->ListVariables(context, ListVariablesRequest(),
                                      &response);
   });
-  if (!s.ok()) return FromGrpc(s, ps0, "ListVariables");
+  if (!s.ok()) return ps0.StatusOf(s, "ListVariables on");
   if (response.num_ps() != num_ps()) {
     return absl::FailedPreconditionError(absl::StrCat(
         ps0.Describe(), " is part of a ", response.num_ps(),
@@ -269,7 +261,7 @@ absl::Status Client::CreateVariables(std::vector<VariableSpec> specs) {
         clock->SleepFor(absl::Milliseconds(std::min(20 * (attempt + 1), 1000)));
         continue;
       }
-      absl::Status s = FromGrpc(failed, *failed_at, "CreateVariables");
+      absl::Status s = failed_at->StatusOf(failed, "CreateVariables on");
       return WithMessage(
           s, absl::StrCat(s.message(), " [nothing was created on any PS]"));
     }
@@ -366,7 +358,7 @@ absl::StatusOr<std::vector<ListVariablesResponse>> Client::ListVariables(
     grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
       return connections_[i]->stub()->ListVariables(ctx, request, &out[i]);
     });
-    if (!s.ok()) return FromGrpc(s, *connections_[i], "ListVariables");
+    if (!s.ok()) return connections_[i]->StatusOf(s, "ListVariables on");
   }
   return out;
 }
@@ -380,7 +372,7 @@ absl::StatusOr<CheckpointResponse> Client::Checkpoint(const std::string& uri,
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   const grpc::Status s =
       connections_[0]->stub()->Checkpoint(&context, request, &response);
-  if (!s.ok()) return FromGrpc(s, *connections_[0], "Checkpoint");
+  if (!s.ok()) return connections_[0]->StatusOf(s, "Checkpoint on");
   return response;
 }
 
@@ -390,7 +382,7 @@ absl::StatusOr<std::vector<StatsResponse>> Client::Stats() {
     grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
       return connections_[i]->stub()->GetStats(ctx, StatsRequest(), &out[i]);
     });
-    if (!s.ok()) return FromGrpc(s, *connections_[i], "GetStats");
+    if (!s.ok()) return connections_[i]->StatusOf(s, "GetStats on");
   }
   return out;
 }

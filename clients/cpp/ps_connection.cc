@@ -4,10 +4,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "clients/cpp/ps_task_status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/byte_buffer_bytes.h"
+#include "util/grpc_status.h"
 
 namespace psrt {
 namespace {
@@ -76,6 +78,12 @@ bool PsConnection::Unreachable() const {
     }
   }
   return true;
+}
+
+absl::Status PsConnection::StatusOf(const grpc::Status& s,
+                                    absl::string_view call) const {
+  return WithPsTask(FromGrpcStatus(s, absl::StrCat(call, " ", Describe())),
+                    ps_task_);
 }
 
 std::string PsConnection::Describe() const {

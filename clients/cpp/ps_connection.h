@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "clients/cpp/client_options.h"
 #include "grpcpp/channel.h"
@@ -29,6 +30,9 @@ class PsConnection {
   const std::string& address() const { return address_; }
   // "PS 1 (host:2224)", for error messages.
   std::string Describe() const;
+  // `s` from this PS as an absl::Status reading "<call> PS 1 (host:2224):
+  // <message>" (call: "pull to", say) and naming this PS (ps_task_status.h).
+  absl::Status StatusOf(const grpc::Status& s, absl::string_view call) const;
 
   // Channel for the next streaming call (round robin).
   int NextChannel() { return next_.fetch_add(1) % channels_.size(); }

@@ -64,8 +64,6 @@ py::bytes Serialize(const Message& message) {
   return py::bytes(message.SerializeAsString());
 }
 
-absl::Duration Seconds(double seconds) { return absl::Seconds(seconds); }
-
 // A C-contiguous array of T, checked (it is about to be read or written by
 // C++ without Python's bounds checks).
 template <typename T>
@@ -134,10 +132,10 @@ class PyClient {
            int staleness, double sync_timeout, int worker_index) {
     ClientOptions options;
     options.ps_addresses = std::move(addresses);
-    options.call_timeout = Seconds(timeout);
+    options.call_timeout = absl::Seconds(timeout);
     options.max_attempts = max_attempts;
     options.channels_per_ps = std::max(1, channels_per_ps);
-    options.failover_wait = Seconds(failover_wait);
+    options.failover_wait = absl::Seconds(failover_wait);
     options.security.tls_ca_file = std::move(tls_ca_file);
     options.security.tls_cert_file = std::move(tls_cert_file);
     options.security.tls_key_file = std::move(tls_key_file);
@@ -184,7 +182,7 @@ class PyClient {
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = c.WaitForServers(Seconds(timeout));
+      s = c.WaitForServers(absl::Seconds(timeout));
     }
     Check(s);
   }
@@ -282,7 +280,7 @@ class PyClient {
     absl::StatusOr<CheckpointResponse> response;
     {
       py::gil_scoped_release release;
-      response = c.Checkpoint(uri, Seconds(timeout));
+      response = c.Checkpoint(uri, absl::Seconds(timeout));
     }
     Check(response.status());
     return Serialize(*response);
