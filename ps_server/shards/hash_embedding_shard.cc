@@ -29,15 +29,8 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
       eviction_(layout.spec.eviction(), layout.num_shards(),
                 evict_at_memory_limit),
       store_(std::move(store)),
-      admission_policy_(AdmissionPolicy::For(layout.spec.admission())) {}
-
-float* HashEmbeddingShard::Row(uint32_t row) {
-  return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
-}
-
-const float* HashEmbeddingShard::Row(uint32_t row) const {
-  return blocks_[row / kRowsPerBlock].get() + (row % kRowsPerBlock) * stride_;
-}
+      admission_policy_(AdmissionPolicy::For(layout.spec.admission())),
+      table_(stride_, eviction_.tracks_steps()) {}
 
 uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
                                        bool looked_up) {
@@ -57,11 +50,8 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
     }
     if (*taken) spilled = taken_row.data();
   }
-  const uint32_t row = static_cast<uint32_t>(rows_++);
-  if (row / kRowsPerBlock == blocks_.size()) {
-    AddBlockLocked();
-  }
-  float* values = Row(row);
+  const uint32_t row = table_.Append(id, current_step_);
+  float* values = table_.row(row);
   init_.FillRow(id, width_, values);
   for (int k = 0; k < optimizer_->num_slots(); ++k) {
     std::fill_n(values + width_ * (k + 1), width_,
@@ -72,38 +62,14 @@ uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
     --spilled_;
     ++admission_.promoted_rows;
   }
-  // Room made by reserve(), not by the insert: an index whose growth
-  // erased slots used up is rebuilt at the same size (reserve), where an
-  // insert would double it unless its live load is under 25/32 -- a shard
-  // holding rows one at a time (admission) at the memory budget sat just
-  // above that, with its index at twice the size (docs/benchmarks.md).
-  index_.reserve(index_.size() + 1);
-  index_.emplace(id, row);
-  row_ids_.push_back(id);
-  if (eviction_.tracks_steps()) last_step_.push_back(current_step_);
   bounds_.CoverRow(values, width_, optimizer_->num_slots());
   return row;
 }
 
-void HashEmbeddingShard::AddBlockLocked() {
-  blocks_.push_back(AllocateFloats(kRowsPerBlock * stride_));
-  // Grown by an eighth at a time, not doubled: the entries' memory stays
-  // close to what the blocks account for.
-  const size_t rows = blocks_.size() * kRowsPerBlock;
-  auto make_room = [rows](auto& entries) {
-    if (entries.capacity() < rows) {
-      entries.reserve(
-          std::max(rows, entries.capacity() + entries.capacity() / 8));
-    }
-  };
-  make_room(row_ids_);
-  if (eviction_.tracks_steps()) make_room(last_step_);
-}
-
 ValueBounds HashEmbeddingShard::ExactBoundsLocked() const {
   ValueBounds bounds = ValueBounds::Empty();
-  for (int64_t row = 0; row < rows_; ++row) {
-    bounds.CoverRow(Row(static_cast<uint32_t>(row)), width_,
+  for (int64_t row = 0; row < table_.size(); ++row) {
+    bounds.CoverRow(table_.row(static_cast<uint32_t>(row)), width_,
                     optimizer_->num_slots());
   }
   return bounds;
@@ -113,16 +79,7 @@ void HashEmbeddingShard::FindRows(absl::Span<const int64_t> ids,
                                   uint32_t* rows) const {
   // Lookups only read the index: ranges of a large request run on the
   // pool's threads under the caller's hold of mu_.
-  auto find = [&](int64_t begin, int64_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    for (int64_t i = begin; i < end; ++i) {
-      if (i + static_cast<int64_t>(kRowPrefetchDistance) < end) {
-        index_.prefetch(ids[i + kRowPrefetchDistance]);
-      }
-      auto it = index_.find(ids[i]);
-      rows[i] = it == index_.end() ? kNoRow : it->second;
-    }
-  };
-  PoolParallelFor(static_cast<int64_t>(ids.size()), kParallelRows, find);
+  table_.FindAll(ids, rows, kRowPrefetchDistance, kParallelRows);
 }
 
 absl::StatusOr<int64_t> HashEmbeddingShard::Gather(
@@ -202,14 +159,13 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
     return false;  // nothing taken
   }
   if (rows_epoch_ != epoch) FindRows(ids, rows);  // room made moved rows
-  index_.reserve(rows_ + found);
+  table_.ReserveIndex(table_.size() + found);
   for (size_t k = 0; k < missing.size(); ++k) {
     if (taken.found[k]) CreateRow(missing[k], taken.row(k, stride_), true);
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] != kNoRow) continue;
-    auto it = index_.find(ids[i]);
-    if (it != index_.end()) rows[i] = it->second;
+    rows[i] = table_.Find(ids[i]);
   }
   return true;
 }
@@ -268,7 +224,7 @@ absl::Status HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
     for (int64_t i = begin; i < end; ++i) {
       if (i + static_cast<int64_t>(kRowPrefetchDistance) < end &&
           rows[i + kRowPrefetchDistance] != kNoRow) {
-        PrefetchRow(Row(rows[i + kRowPrefetchDistance]), width_,
+        PrefetchRow(table_.row(rows[i + kRowPrefetchDistance]), width_,
                     /*write=*/false);
       }
       if (rows[i] == kNoRow && !on_disk.empty() && on_disk[i] >= 0) {
@@ -282,7 +238,8 @@ absl::Status HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
           init_.FillRow(ids[i], width_, out + i * width_);
         }
       } else {
-        std::memcpy(out + i * width_, Row(rows[i]), width_ * sizeof(float));
+        std::memcpy(out + i * width_, table_.row(rows[i]),
+                    width_ * sizeof(float));
       }
     }
   };
@@ -340,7 +297,7 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
   // checkpoint reads the rows nothing is evicted: the shard may pass its
   // share until the next sweep.)
   const int64_t max_rows = eviction_.max_rows();
-  if (max_rows > 0 && rows_ + count > max_rows && pins_.load() == 0) {
+  if (max_rows > 0 && table_.size() + count > max_rows && pins_.load() == 0) {
     if (count > max_rows) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
@@ -353,51 +310,51 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
     // Room for the push plus 1% of the share, so that pushes on a full
     // shard do not each pay for a search.
     if (absl::Status s = EvictLeastRecentLocked(
-            EvictionPolicy::RoomFor(rows_, count, max_rows), keep);
+            EvictionPolicy::RoomFor(table_.size(), count, max_rows), keep);
         !s.ok()) {
       return NoRoomForSpillError(count, what, s);
     }
-    if (rows_ + count > max_rows) {
+    if (table_.size() + count > max_rows) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
-          " is full: its ", rows_, " rows (eviction.max_rows share ", max_rows,
-          ") are all carried by this push, which brings ", count, " ", what,
-          " ids; push fewer ids at once or raise max_rows"));
+          " is full: its ", table_.size(), " rows (eviction.max_rows share ",
+          max_rows, ") are all carried by this push, which brings ", count, " ",
+          what, " ids; push fewer ids at once or raise max_rows"));
     }
   }
   const int64_t limit = RowLimit();
-  if (rows_ + count > limit) {
+  if (table_.size() + count > limit) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "hash embedding '", layout_.spec.name(), "' shard ", shard_,
-        " is full: ", rows_, " rows + ", count, " ", what,
+        " is full: ", table_.size(), " rows + ", count, " ", what,
         " would pass its capacity of ", limit,
         " rows (shape[0] = ", layout_.rows, " over ", layout_.num_shards(),
         " shards); raise shape[0] or the shard count",
         admission_policy_ != nullptr ? " (or admission.min_count)" : ""));
   }
   const int64_t new_blocks =
-      (rows_ + count + kRowsPerBlock - 1) / kRowsPerBlock -
-      static_cast<int64_t>(blocks_.size());
+      (table_.size() + count + kRowsPerBlock - 1) / kRowsPerBlock -
+      table_.num_blocks();
   if (new_blocks <= 0) return absl::OkStatus();
   if (reserve_) {
     if (absl::Status s = reserve_(new_blocks * block_bytes()); !s.ok()) {
       // At the PS's memory budget: the rows the shard's blocks hold are
       // all it gets; the least recently updated make room.
-      const int64_t held = static_cast<int64_t>(blocks_.size()) * kRowsPerBlock;
+      const int64_t held = table_.num_blocks() * kRowsPerBlock;
       if (eviction_.at_memory_limit() && pins_.load() == 0 && count <= held) {
         if (absl::Status s = EvictLeastRecentLocked(
-                EvictionPolicy::RoomFor(rows_, count, held), keep);
+                EvictionPolicy::RoomFor(table_.size(), count, held), keep);
             !s.ok()) {
           return NoRoomForSpillError(count, what, s);
         }
-        if (rows_ + count <= held) return absl::OkStatus();
+        if (table_.size() + count <= held) return absl::OkStatus();
       }
       if (pinned_full != nullptr) {
         *pinned_full = eviction_.at_memory_limit() && pins_.load() > 0;
       }
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
-          " cannot grow by ", count, " rows (", rows_, " held",
+          " cannot grow by ", count, " rows (", table_.size(), " held",
           eviction_.at_memory_limit()
               ? absl::StrCat(", in blocks of room for ", held,
                              " -- all it may use at --memory_budget_mb, and "
@@ -408,7 +365,7 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
     }
   }
   for (int64_t b = 0; allocate && b < new_blocks; ++b) {
-    AddBlockLocked();
+    table_.AddBlock();
   }
   return absl::OkStatus();
 }
@@ -433,7 +390,7 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
   // Room made by evicting moved rows: the ids found are found again (the
   // ids missing stay missing: eviction adds none).
   const bool moved = rows_epoch_ != epoch;
-  index_.reserve(rows_ + missing);
+  table_.ReserveIndex(table_.size() + missing);
   // The rows of missing ids the SSD tier holds, taken in one batch.
   TakenRows taken;
   if (store_ != nullptr && spilled_ > 0) {
@@ -453,9 +410,9 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
   };
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] != kNoRow && !moved) continue;
-    auto it = index_.find(ids[i]);  // found, or created for an earlier repeat
-    if (it != index_.end()) {
-      rows[i] = it->second;
+    // Found, or created for an earlier repeat.
+    if (const uint32_t row = table_.Find(ids[i]); row != kNoRow) {
+      rows[i] = row;
     } else if (!missing_ids.empty()) {
       // Taken from the tier or not there: never looked up again.
       rows[i] = CreateRow(ids[i], spilled_row(ids[i]), /*looked_up=*/true);
@@ -469,9 +426,7 @@ absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
 absl::Status HashEmbeddingShard::CreateRowsThatFitLocked(
     absl::Span<const int64_t> ids, uint32_t* rows) {
   const int64_t room =
-      std::min(static_cast<int64_t>(blocks_.size()) * kRowsPerBlock,
-               RowLimit()) -
-      rows_;
+      std::min(table_.num_blocks() * kRowsPerBlock, RowLimit()) - table_.size();
   std::vector<int64_t> placed;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] == kNoRow) placed.push_back(ids[i]);
@@ -498,17 +453,16 @@ absl::Status HashEmbeddingShard::CreateRowsThatFitLocked(
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] != kNoRow) continue;
-    auto it = index_.find(ids[i]);
-    if (it != index_.end()) rows[i] = it->second;
+    rows[i] = table_.Find(ids[i]);
   }
   return absl::OkStatus();
 }
 
 uint32_t HashEmbeddingShard::CreateRowIfRoomLocked(int64_t id, bool looked_up) {
-  const bool needs_block =
-      rows_ / kRowsPerBlock == static_cast<int64_t>(blocks_.size());
+  const bool needs_block = table_.size() / kRowsPerBlock == table_.num_blocks();
   const bool reserves = needs_block && reserve_;
-  if (rows_ >= RowLimit() || (reserves && !reserve_(block_bytes()).ok())) {
+  if (table_.size() >= RowLimit() ||
+      (reserves && !reserve_(block_bytes()).ok())) {
     return kNoRow;
   }
   const uint32_t row = CreateRow(id, nullptr, looked_up);
@@ -538,9 +492,8 @@ absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
 }
 
 int64_t HashEmbeddingShard::SampleStepLocked(double fraction) {
-  const int64_t cutoff =
-      EvictionPolicy::CutoffStep(absl::MakeConstSpan(last_step_.data(), rows_),
-                                 current_step_, fraction, sample_state_);
+  const int64_t cutoff = EvictionPolicy::CutoffStep(
+      table_.last_steps(), current_step_, fraction, sample_state_);
   sample_state_ += EvictionPolicy::kSample;
   return cutoff;
 }
@@ -557,11 +510,11 @@ absl::Status HashEmbeddingShard::NoRoomForSpillError(
 
 absl::Status HashEmbeddingShard::EvictLeastRecentLocked(
     int64_t need, absl::Span<const uint32_t> keep) {
-  need = std::min(need, rows_);
+  need = std::min(need, table_.size());
   if (need <= 0) return absl::OkStatus();
   // The rows the push carries, a bit per row (moved with a row that an
   // eviction moves).
-  std::vector<uint64_t> kept(rows_ / 64 + 1, 0);
+  std::vector<uint64_t> kept(table_.size() / 64 + 1, 0);
   auto is_kept = [&](int64_t row) {
     return (kept[row >> 6] >> (row & 63)) & 1;
   };
@@ -571,30 +524,31 @@ absl::Status HashEmbeddingShard::EvictLeastRecentLocked(
   // Rows updated at or before the cutoff step, twice as many as needed
   // by the sample, from where the last search stopped; then, if too few
   // were found, any row this push does not carry.
-  int64_t cutoff =
-      SampleStepLocked(std::min(1.0, 2.0 * static_cast<double>(need) / rows_));
+  int64_t cutoff = SampleStepLocked(
+      std::min(1.0, 2.0 * static_cast<double>(need) / table_.size()));
   int64_t evicted = 0;
-  int64_t pos = evict_hand_ % rows_;
+  int64_t pos = evict_hand_ % table_.size();
   for (int pass = 0; pass < 2 && evicted < need; ++pass) {
     if (pass == 1) cutoff = std::numeric_limits<int64_t>::max();
-    // A pass ends after rows_ looks at rows it kept (a full turn).
-    for (int64_t kept_looks = 0; kept_looks < rows_ && evicted < need;) {
+    // A pass ends after table_.size() looks at rows it kept (a full turn).
+    for (int64_t kept_looks = 0;
+         kept_looks < table_.size() && evicted < need;) {
       const int64_t step =
-          last_step_[pos] < 0 ? current_step_ : last_step_[pos];
+          table_.last_step(pos) < 0 ? current_step_ : table_.last_step(pos);
       if (step <= cutoff && !is_kept(pos)) {
-        const int64_t last = rows_ - 1;
+        const int64_t last = table_.size() - 1;
         if (is_kept(last)) kept[pos >> 6] |= uint64_t{1} << (pos & 63);
         EvictRowLocked(pos);  // the last row moves here: look again
         ++evicted;
-        if (rows_ == 0) break;
-        if (pos >= rows_) pos = 0;
+        if (table_.size() == 0) break;
+        if (pos >= table_.size()) pos = 0;
       } else {
-        pos = (pos + 1) % rows_;
+        pos = (pos + 1) % table_.size();
         ++kept_looks;
       }
     }
   }
-  evict_hand_ = rows_ > 0 ? pos : 0;
+  evict_hand_ = table_.size() > 0 ? pos : 0;
   if (evicted > 0) ++rows_epoch_;
   return CommitSpilledLocked();
 }
@@ -603,9 +557,9 @@ void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
                                               uint32_t* rows) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] != kNoRow) continue;
-    auto it = index_.find(ids[i]);  // created since (an earlier repeat, or
-    if (it != index_.end()) {       // another push)
-      rows[i] = it->second;
+    // Created since (an earlier repeat, or another push).
+    if (const uint32_t row = table_.Find(ids[i]); row != kNoRow) {
+      rows[i] = row;
       continue;
     }
     if (admission_policy_ == nullptr) {
@@ -698,10 +652,10 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
   // Both run inside this hold of mu_ (here or on a pool thread).
   auto row_of = [&](size_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS -> float* {
-    return rows[i] == kNoRow ? nullptr : Row(rows[i]);
+    return rows[i] == kNoRow ? nullptr : table_.row(rows[i]);
   };
   auto updated = [&](size_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (eviction_.tracks_steps()) last_step_[rows[i]] = current_step_;
+    if (eviction_.tracks_steps()) table_.last_step(rows[i]) = current_step_;
   };
   absl::Status applied =
       UpdateRowsLocked(ids, grads, context, undo, row_of, updated);
@@ -712,9 +666,9 @@ absl::Status HashEmbeddingShard::ApplyToRowsLocked(
 void HashEmbeddingShard::UndoRowsLocked(absl::Span<const int64_t> ids,
                                         const float* undo) {
   for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = index_.find(ids[i]);
-    if (it == index_.end()) continue;  // not admitted: never changed
-    std::memcpy(Row(it->second), undo + i * stride_, stride_ * sizeof(float));
+    const uint32_t row = table_.Find(ids[i]);
+    if (row == kNoRow) continue;  // not admitted: never changed
+    std::memcpy(table_.row(row), undo + i * stride_, stride_ * sizeof(float));
   }
   --version_;
 }
@@ -747,13 +701,13 @@ int64_t HashEmbeddingShard::ExportRowsLocked(int64_t first, int64_t count,
     count -= from_disk;
   }
   first = std::max<int64_t>(0, first - on_disk);
-  count = std::max<int64_t>(0, std::min(count, rows_ - first));
+  count = std::max<int64_t>(0, std::min(count, table_.size() - first));
   for (int64_t i = 0; i < count; ++i) {
     const uint32_t row = static_cast<uint32_t>(first + i);
     if (out != nullptr) {
-      std::memcpy(out + i * stride_, Row(row), stride_ * sizeof(float));
+      std::memcpy(out + i * stride_, table_.row(row), stride_ * sizeof(float));
     }
-    if (ids != nullptr) ids[i] = row_ids_[row];
+    if (ids != nullptr) ids[i] = table_.id(row);
   }
   return from_disk + count;
 }
@@ -781,31 +735,21 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
   if (absl::Status s = CreateRowsLocked(ids, found.data()); !s.ok()) return s;
   bounds_.Invalidate();
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::memcpy(Row(found[i]), rows + i * stride_, stride_ * sizeof(float));
+    std::memcpy(table_.row(found[i]), rows + i * stride_,
+                stride_ * sizeof(float));
     // Eviction's clock starts at the next sweep (this shard does not know
     // the step it is restored at).
-    if (eviction_.tracks_steps()) last_step_[found[i]] = -1;
+    if (eviction_.tracks_steps()) table_.last_step(found[i]) = -1;
   }
   return absl::OkStatus();
 }
 
 void HashEmbeddingShard::EvictRowLocked(int64_t row) {
   if (store_ != nullptr) {
-    store_->Spill(row_ids_[row], Row(static_cast<uint32_t>(row)));
+    store_->Spill(table_.id(row), table_.row(static_cast<uint32_t>(row)));
     ++spilled_;
   }
-  index_.erase(row_ids_[row]);
-  const int64_t last = rows_ - 1;
-  if (row != last) {
-    std::memcpy(Row(static_cast<uint32_t>(row)),
-                Row(static_cast<uint32_t>(last)), stride_ * sizeof(float));
-    row_ids_[row] = row_ids_[last];
-    last_step_[row] = last_step_[last];
-    index_[row_ids_[row]] = static_cast<uint32_t>(row);
-  }
-  row_ids_.pop_back();
-  last_step_.pop_back();
-  --rows_;
+  table_.Remove(row);
   ++admission_.evicted_rows;
 }
 
@@ -819,10 +763,10 @@ int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
   int64_t cutoff = std::numeric_limits<int64_t>::min();
   if (eviction_.max_rows() > 0) {
     absl::MutexLock lock(&mu_);
-    over = eviction_.SweepExcess(rows_);
+    over = eviction_.SweepExcess(table_.size());
     if (over > 0) {
       cutoff = SampleStepLocked(static_cast<double>(over) /
-                                static_cast<double>(rows_));
+                                static_cast<double>(table_.size()));
     }
   }
   int64_t evicted = 0;
@@ -834,12 +778,12 @@ int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
     {
       absl::MutexLock lock(&mu_);
       if (pins_.load() > 0) break;  // a checkpoint reads rows by position
-      if (first) next = rows_ - 1;
-      next = std::min(next, rows_ - 1);
+      if (first) next = table_.size() - 1;
+      next = std::min(next, table_.size() - 1);
       const int64_t stop = std::max<int64_t>(-1, next - kEvictionRowsPerHold);
       bool moved = false;
       for (; next > stop; --next) {
-        int64_t& last = last_step_[next];
+        int64_t& last = table_.last_step(next);
         if (last < 0) {
           last = global_step;  // restored: idle from now on
         } else if (last < older_than || (over > 0 && last <= cutoff)) {
@@ -884,15 +828,16 @@ void HashEmbeddingShard::ReserveTierIndex() {
       return;
     }
     const int64_t give_back = (need + block_bytes() - 1) / block_bytes();
-    const int64_t keep = static_cast<int64_t>(blocks_.size()) - give_back;
+    const int64_t keep = table_.num_blocks() - give_back;
     if (keep < 1) return;  // the shard keeps one block to work in
-    if (rows_ > keep * kRowsPerBlock) {
-      if (!EvictLeastRecentLocked(rows_ - keep * kRowsPerBlock, {}).ok()) {
+    if (table_.size() > keep * kRowsPerBlock) {
+      if (!EvictLeastRecentLocked(table_.size() - keep * kRowsPerBlock, {})
+               .ok()) {
         return;  // the rows stay in memory, and their blocks with them
       }
-      if (rows_ > keep * kRowsPerBlock) return;
+      if (table_.size() > keep * kRowsPerBlock) return;
     }
-    blocks_.resize(keep);
+    table_.KeepBlocks(keep);
     reserve_(-give_back * block_bytes()).IgnoreError();  // gives back
     VLOG(1) << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
             << ": " << give_back
@@ -953,18 +898,13 @@ HashRowCounts HashEmbeddingShard::row_counts() const {
 
 int64_t HashEmbeddingShard::num_rows() const {
   absl::ReaderMutexLock lock(&mu_);
-  return rows_ + spilled_;
+  return table_.size() + spilled_;
 }
 
 int64_t HashEmbeddingShard::bytes() const {
   absl::ReaderMutexLock lock(&mu_);
-  const int64_t block_bytes = kRowsPerBlock * stride_ * sizeof(float);
-  const int64_t index_bytes =
-      index_.capacity() * (sizeof(std::pair<int64_t, uint32_t>) + 1);
-  return static_cast<int64_t>(blocks_.size()) * block_bytes + index_bytes +
+  return table_.block_memory() + table_.index_memory() +
          (store_ != nullptr ? store_->memory_bytes() : 0) +
-         static_cast<int64_t>((row_ids_.capacity() + last_step_.capacity()) *
-                              sizeof(int64_t)) +
          (admission_policy_ != nullptr ? admission_policy_->bytes() : 0);
 }
 

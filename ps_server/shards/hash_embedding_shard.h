@@ -3,8 +3,8 @@
 // the row's initial value -- a pure function of (seed, id) -- without storing
 // it, so serving or evaluating on unseen ids costs no memory.
 //
-// Rows live in fixed-size blocks (never moved once created) indexed by an
-// id -> row map; each row keeps [values | slot 0 | slot 1] side by side.
+// Rows live in a RowTable (row_table.h: fixed-size blocks, an id -> row
+// index); each row keeps [values | slot 0 | slot 1] side by side.
 // The row capacity (shape[0] split over the shards, 0 = unbounded) is a hard
 // limit: a push that would pass it fails with RESOURCE_EXHAUSTED and
 // creates nothing. So is the PS's memory: each new block of rows is
@@ -53,25 +53,24 @@
 #include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/optimizers/optimizer.h"
 #include "ps_server/shards/admission_policy.h"
 #include "ps_server/shards/cold_tier.h"
 #include "ps_server/shards/eviction_policy.h"
-#include "ps_server/shards/float_array.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/row_shard.h"
+#include "ps_server/shards/row_table.h"
 
 namespace psrt {
 
 class HashEmbeddingShard final : public RowShard {
  public:
-  static constexpr int64_t kRowsPerBlock = 4096;
+  static constexpr int64_t kRowsPerBlock = RowTable::kRowsPerBlock;
   // What a row costs beside its floats: its index slot (16 bytes and a
   // control byte, at a load as low as 7/16 just after the index grew: 39
-  // bytes), its row_ids_ and last_step_ entries (8 each, their capacity
+  // bytes), its id and last-step entries (8 each, their capacity
   // kept within 1/8 of the rows' blocks): 64 bytes, so that a PS at its
   // memory budget holds what it accounted for.
   static constexpr int64_t kIndexBytesPerRow = 64;
@@ -136,7 +135,7 @@ class HashEmbeddingShard final : public RowShard {
   // SSD tier store's memory, reserved by whoever created the store).
   int64_t reserved_bytes() const override {
     absl::ReaderMutexLock lock(&mu_);
-    return static_cast<int64_t>(blocks_.size()) * block_bytes() +
+    return table_.num_blocks() * block_bytes() +
            (store_ != nullptr ? store_->fixed_memory_bytes() : 0) +
            tier_index_reserved_;
   }
@@ -155,8 +154,6 @@ class HashEmbeddingShard final : public RowShard {
   const Optimizer& optimizer() const override { return *optimizer_; }
 
  private:
-  float* Row(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const float* Row(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Appends a row for `id` and returns its index: `spilled` (its row,
   // already taken from the SSD tier) if given, else the tier's row if it
   // has one (unless `looked_up`: the caller knows it has none), else an
@@ -166,7 +163,7 @@ class HashEmbeddingShard final : public RowShard {
                      bool looked_up = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row of each of `ids` (kNoRow where absent) into `rows`, each id's
   // index slot prefetched kRowPrefetchDistance ids ahead.
-  static constexpr uint32_t kNoRow = ~uint32_t{0};
+  static constexpr uint32_t kNoRow = RowTable::kNoRow;
   void FindRows(absl::Span<const int64_t> ids, uint32_t* rows) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The SSD tier's rows of the ids `rows` lacks (kNoRow), taken out of the
@@ -271,9 +268,6 @@ class HashEmbeddingShard final : public RowShard {
   // stays kNoRow and the gradient is dropped, counted).
   void ResolveMissingLocked(absl::Span<const int64_t> ids, uint32_t* rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Allocates one more block of rows, and room in row_ids_ (and
-  // last_step_) for its rows.
-  void AddBlockLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops row `row` (with an SSD tier: stages it for the store); the last
   // row moves into its place.
   void EvictRowLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -306,9 +300,6 @@ class HashEmbeddingShard final : public RowShard {
   mutable std::atomic<int> pins_{0};
   absl::Mutex sweep_mu_;  // one eviction sweep at a time
   mutable absl::Mutex mu_;
-  // With eviction: per row, the global step of its last update (-1:
-  // restored, set by the next sweep).
-  std::vector<int64_t> last_step_ ABSL_GUARDED_BY(mu_);
   uint64_t rows_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evict_hand_ ABSL_GUARDED_BY(mu_) = 0;     // where a search resumes
   uint64_t sample_state_ ABSL_GUARDED_BY(mu_) = 0;  // SampleStepLocked
@@ -318,11 +309,10 @@ class HashEmbeddingShard final : public RowShard {
   const std::unique_ptr<AdmissionPolicy> admission_policy_
       ABSL_PT_GUARDED_BY(mu_);
   HashRowCounts admission_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
-  std::vector<FloatArray> blocks_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> row_ids_ ABSL_GUARDED_BY(mu_);  // row -> id
-  int64_t rows_ ABSL_GUARDED_BY(mu_) = 0;              // in memory
-  int64_t spilled_ ABSL_GUARDED_BY(mu_) = 0;           // in the SSD tier
+  // The rows in memory (with eviction, each row's last update step: -1
+  // restored, set by the next sweep).
+  RowTable table_ ABSL_GUARDED_BY(mu_);
+  int64_t spilled_ ABSL_GUARDED_BY(mu_) = 0;  // in the SSD tier
   // spilled_ when the first pin was taken (what a checkpoint reads).
   mutable std::atomic<int64_t> pinned_spilled_{0};
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
