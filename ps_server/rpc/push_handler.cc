@@ -345,7 +345,7 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     }
   }
   const absl::Status* refused = each([&](size_t i) {
-    return updates[i].target->CheckLocked(updates[i].update);
+    return updates[i].target->CheckLocked(&updates[i].update);
   });
   float* next_undo = reinterpret_cast<float*>(undo.data());
   for (size_t i = 0; i < updates.size() && refused == nullptr; ++i) {
@@ -379,6 +379,11 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       updates[i].target->ApplyLocked(updates[i].update, nullptr).IgnoreError();
       return absl::OkStatus();
     });
+  } else if (refused->code() != absl::StatusCode::kInvalidArgument) {
+    // A hash shard could not place rows evicted since Prepare (no room,
+    // or its SSD tier could not read them back): its error says which
+    // shard and why, and that nothing was applied.
+    checked = *refused;
   } else {
     const PendingShardUpdate& u = updates[refused - status.data()];
     checked = absl::InvalidArgumentError(absl::StrCat(

@@ -147,14 +147,14 @@ absl::Status DenseShard::Prepare(ShardUpdate* update, float scale) {
   return absl::OkStatus();
 }
 
-absl::Status DenseShard::CheckLocked(const ShardUpdate& update) const {
-  if (bounds_.Clear(update, version_, *optimizer_,
+absl::Status DenseShard::CheckLocked(ShardUpdate* update) {
+  if (bounds_.Clear(*update, version_, *optimizer_,
                     [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
                       return ExactBoundsLocked();
                     })) {
     return absl::OkStatus();
   }
-  return CheckRangesLocked(update.ranges, update.learning_rate);
+  return CheckRangesLocked(update->ranges, update->learning_rate);
 }
 
 absl::Status DenseShard::ApplyLocked(const ShardUpdate& update, float* undo) {

@@ -65,7 +65,7 @@ class DenseShard final : public Shard {
   }
   absl::Status Prepare(ShardUpdate* update, float scale) override;
   absl::Mutex* mutex() const override ABSL_LOCK_RETURNED(mu_) { return &mu_; }
-  absl::Status CheckLocked(const ShardUpdate& update) const override
+  absl::Status CheckLocked(ShardUpdate* update) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t UndoFloats(const ShardUpdate& update) const override { return 0; }
   absl::Status ApplyLocked(const ShardUpdate& update, float* undo) override

@@ -61,7 +61,7 @@ struct AdmissionShard {
         PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
     if (absl::Status s = shard->Prepare(&update, 1.0f); !s.ok()) return s;
     absl::MutexLock lock(shard->mutex());
-    if (absl::Status s = shard->CheckLocked(update); !s.ok()) return s;
+    if (absl::Status s = shard->CheckLocked(&update); !s.ok()) return s;
     std::vector<float> undo(shard->UndoFloats(update));
     absl::Status s = shard->ApplyLocked(update, undo.data());
     if (!s.ok()) shard->UndoLocked(update, undo.data());
@@ -185,6 +185,41 @@ TEST(HashEmbeddingAdmissionTest, ARefusedPushLeavesAdmittedRowsAsTheyWere) {
   EXPECT_FLOAT_EQ(a.Value(3), a.init->Value(3, 0));
 }
 
+// Admission decides in Prepare, in the order pushes are prepared; the
+// apply step applies what was decided. Two pushes of a new id at
+// min_count 2, prepared in turn and applied in the other order: the
+// second prepared was admitted and lands; the first was not, and its
+// gradient is dropped though it is applied after the row exists.
+TEST(HashEmbeddingAdmissionTest, AdmissionIsDecidedInPrepare) {
+  AdmissionShard a(/*min_count=*/2);
+  const std::vector<float> first_grads = {1.0f, 1.0f};
+  const std::vector<float> second_grads = {0.25f, 0.25f};
+  auto update_of = [](const std::vector<float>& grads) {
+    ShardUpdate update;
+    update.learning_rate = 1.0f;
+    update.ids = {42};
+    update.grads = {
+        PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
+    return update;
+  };
+  ShardUpdate first = update_of(first_grads);
+  ShardUpdate second = update_of(second_grads);
+  ASSERT_TRUE(a.shard->Prepare(&first, 1.0f).ok());
+  EXPECT_EQ(a.shard->num_rows(), 0);  // one sighting: not admitted
+  ASSERT_TRUE(a.shard->Prepare(&second, 1.0f).ok());
+  EXPECT_EQ(a.shard->num_rows(), 1);  // the second admits it, in Prepare
+  EXPECT_EQ(a.shard->row_counts().admitted_rows, 1);
+  for (ShardUpdate* update : {&second, &first}) {
+    absl::MutexLock lock(a.shard->mutex());
+    ASSERT_TRUE(a.shard->CheckLocked(update).ok());
+    std::vector<float> undo(a.shard->UndoFloats(*update));
+    ASSERT_TRUE(a.shard->ApplyLocked(*update, undo.data()).ok());
+  }
+  EXPECT_FLOAT_EQ(a.Value(42), a.init->Value(42, 0) - 0.25f);
+  EXPECT_EQ(a.shard->row_counts().unadmitted_gradients, 1);
+  EXPECT_EQ(a.shard->num_rows(), 1);
+}
+
 TEST(HashEmbeddingAdmissionTest, RestoredRowsNeedNoSightings) {
   // A checkpoint (or a primary's snapshot) holds admitted rows: importing
   // them creates them at once.
@@ -238,7 +273,7 @@ TEST(HashEmbeddingEvictionTest, AnUpdatePreparedBeforeASweepLandsOnItsRows) {
   EXPECT_EQ(a.shard->num_rows(), 2);
   {
     absl::MutexLock lock(a.shard->mutex());
-    ASSERT_TRUE(a.shard->CheckLocked(update).ok());
+    ASSERT_TRUE(a.shard->CheckLocked(&update).ok());
     std::vector<float> undo(a.shard->UndoFloats(update));
     ASSERT_TRUE(a.shard->ApplyLocked(update, undo.data()).ok());
   }

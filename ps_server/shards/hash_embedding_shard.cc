@@ -32,24 +32,7 @@ HashEmbeddingShard::HashEmbeddingShard(const VariableLayout& layout, int shard,
       admission_policy_(AdmissionPolicy::For(layout.spec.admission())),
       table_(stride_, eviction_.tracks_steps()) {}
 
-uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled,
-                                       bool looked_up) {
-  // A spilled row comes back with its values and slots; one the tier holds
-  // but cannot read stays there, and no row is created.
-  std::vector<float> taken_row;
-  if (spilled == nullptr && store_ != nullptr && spilled_ > 0 && !looked_up) {
-    taken_row.resize(stride_);
-    absl::StatusOr<bool> taken = store_->Take(id, taken_row.data());
-    if (!taken.ok()) {
-      LOG_EVERY_N(ERROR, 100)
-          << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
-          << ": id " << id << " gets no row in memory (its gradient is "
-          << "dropped, counted as unadmitted; the row stays in the SSD tier): "
-          << taken.status();
-      return kNoRow;
-    }
-    if (*taken) spilled = taken_row.data();
-  }
+uint32_t HashEmbeddingShard::CreateRow(int64_t id, const float* spilled) {
   const uint32_t row = table_.Append(id, current_step_);
   float* values = table_.row(row);
   init_.FillRow(id, width_, values);
@@ -130,6 +113,7 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
   // then the rows taken: a pull takes no row that memory cannot hold.
   TakenRows taken;
   CollectMissing(ids, rows, &taken);
+  taken.rows.resize(taken.ids.size() * stride_);
   const std::vector<int64_t>& missing = taken.ids;
   if (absl::Status s =
           store_->Read(missing, /*floats=*/0, nullptr, taken.found.get());
@@ -161,7 +145,7 @@ bool HashEmbeddingShard::PromoteForPullLocked(absl::Span<const int64_t> ids,
   if (rows_epoch_ != epoch) FindRows(ids, rows);  // room made moved rows
   table_.ReserveIndex(table_.size() + found);
   for (size_t k = 0; k < missing.size(); ++k) {
-    if (taken.found[k]) CreateRow(missing[k], taken.row(k, stride_), true);
+    if (taken.found[k]) CreateRow(missing[k], taken.row(k, stride_));
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] != kNoRow) continue;
@@ -180,14 +164,7 @@ void HashEmbeddingShard::CollectMissing(absl::Span<const int64_t> ids,
   std::sort(taken->ids.begin(), taken->ids.end());
   taken->ids.erase(std::unique(taken->ids.begin(), taken->ids.end()),
                    taken->ids.end());
-  taken->rows.resize(taken->ids.size() * stride_);
   taken->found.reset(new bool[taken->ids.size()]());
-}
-
-absl::Status HashEmbeddingShard::TakeMissingLocked(
-    absl::Span<const int64_t> ids, const uint32_t* rows, TakenRows* taken) {
-  CollectMissing(ids, rows, taken);
-  return store_->TakeMany(taken->ids, taken->rows.data(), taken->found.get());
 }
 
 absl::Status HashEmbeddingShard::CopyRowsLocked(absl::Span<const int64_t> ids,
@@ -272,20 +249,146 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
   rows.resize(ids.size());
   absl::MutexLock lock(&mu_);
   FindRows(ids, rows.data());
-  const uint64_t epoch = rows_epoch_;
-  absl::Status s =
-      admission_policy_ != nullptr
-          ? ReserveForAdmissionLocked(ids, rows)
-          : CreateRowsLocked(ids, rows.data(), /*place_what_fits=*/true);
-  // Making room evicted rows, moving others: found again (CreateRowsLocked
-  // finds them again itself).
-  if (admission_policy_ != nullptr && rows_epoch_ != epoch &&
-      rows_out != nullptr) {
-    FindRows(ids, rows.data());
-  }
+  absl::Status s = GiveRowsLocked(ids, rows.data(), Admit::kByPolicy,
+                                  /*place_what_fits=*/true, rows);
   if (rows_epoch != nullptr) *rows_epoch = rows_epoch_;
   if (rows_out == nullptr) rows.clear();
   return s;
+}
+
+absl::Status HashEmbeddingShard::GiveRowsLocked(
+    absl::Span<const int64_t> ids, uint32_t* rows, Admit admit,
+    bool place_what_fits, absl::Span<const uint32_t> keep) {
+  TakenRows missing;  // the ids without a row, sorted, once each
+  CollectMissing(ids, rows, &missing);
+  const size_t n = missing.ids.size();
+  if (n == 0) return absl::OkStatus();
+  // Which of them the SSD tier holds (its index only): those were
+  // admitted before, and come back with their values and slots.
+  bool* on_disk = missing.found.get();
+  if (store_ != nullptr && spilled_ > 0) {
+    if (absl::Status s = store_->Read(missing.ids, 0, nullptr, on_disk);
+        !s.ok()) {
+      return UnreadableRowsError(static_cast<int64_t>(n), "update", s);
+    }
+  }
+  AdmissionPolicy* policy =
+      admit == Admit::kByPolicy ? admission_policy_.get() : nullptr;
+  // Room first, for every id that may get a row: nothing is taken,
+  // created or counted for a push that is refused for room.
+  std::vector<bool> may_get(n);
+  int64_t candidates = 0;
+  for (size_t k = 0; k < n; ++k) {
+    may_get[k] =
+        on_disk[k] || policy == nullptr || policy->MayAdmitNext(missing.ids[k]);
+    candidates += may_get[k];
+  }
+  int64_t room = candidates;
+  if (candidates > 0) {
+    const uint64_t epoch = rows_epoch_;
+    bool pinned_full = false;
+    // Allocated now: a refusal after this point leaves blocks, not
+    // reservations without them.
+    if (absl::Status s = MakeRoomLocked(
+            candidates, policy != nullptr ? "this push may admit" : "new",
+            /*allocate=*/true, keep, &pinned_full);
+        !s.ok()) {
+      if (!pinned_full || !place_what_fits) return s;
+      room = std::max<int64_t>(
+          0, std::min(table_.room(), RowLimit()) - table_.size());
+      LOG_EVERY_N(WARNING, 100)
+          << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+          << " is at --memory_budget_mb while a checkpoint reads "
+          << "it (no row is evicted until it ends): " << candidates - room
+          << " ids of a push get no row yet; their gradients are dropped "
+          << "and counted as unadmitted";
+    }
+    // Making room moved rows: the ids found are found again (the missing
+    // stay missing: eviction adds none).
+    if (rows_epoch_ != epoch) FindRows(ids, rows);
+  }
+  // Those that get a row: within the room, in id order.
+  std::vector<bool> gets(n);
+  int64_t placed = 0;
+  for (size_t k = 0; k < n; ++k) {
+    gets[k] = may_get[k] && placed < room;
+    placed += gets[k];
+  }
+  // The tier's rows, taken in one batch; a failure takes none.
+  TakenRows taken;
+  for (size_t k = 0; k < n; ++k) {
+    if (gets[k] && on_disk[k]) taken.ids.push_back(missing.ids[k]);
+  }
+  if (!taken.ids.empty()) {
+    taken.rows.resize(taken.ids.size() * stride_);
+    taken.found.reset(new bool[taken.ids.size()]());
+    if (absl::Status s =
+            store_->TakeMany(taken.ids, taken.rows.data(), taken.found.get());
+        !s.ok()) {
+      // The rows stay on disk rather than start again from their initial
+      // values (and be in both tiers).
+      return UnreadableRowsError(static_cast<int64_t>(taken.ids.size()),
+                                 "update", s);
+    }
+  }
+  // Admission decides here, one sighting per id however often the push
+  // repeats it; then the rows.
+  table_.ReserveIndex(table_.size() + placed);
+  size_t next_taken = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t id = missing.ids[k];
+    if (on_disk[k]) {
+      if (gets[k]) {
+        const size_t t = next_taken++;
+        CreateRow(id, taken.found[t] ? taken.row(t, stride_) : nullptr);
+      }
+      continue;
+    }
+    const bool admitted = policy == nullptr || policy->Sight(id);
+    if (!admitted || !gets[k]) continue;
+    CreateRow(id);
+    if (policy != nullptr) ++admission_.admitted_rows;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] == kNoRow) rows[i] = table_.Find(ids[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HashEmbeddingShard::RefreshRowsLocked(ShardUpdate* update) {
+  if (update->rows.size() != update->ids.size() ||
+      update->rows_epoch == rows_epoch_) {
+    return absl::OkStatus();
+  }
+  // Rows moved since Prepare (an eviction): found again. An id whose row
+  // was evicted since gets it back as Prepare gave it (from the SSD tier,
+  // or initialized if dropped); an id Prepare gave no row stays without
+  // one, as decided then.
+  std::vector<uint32_t> rows(update->ids.size());
+  FindRows(update->ids, rows.data());
+  std::vector<int64_t> lost;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (update->rows[i] == kNoRow) {
+      rows[i] = kNoRow;
+    } else if (rows[i] == kNoRow) {
+      lost.push_back(update->ids[i]);
+    }
+  }
+  if (!lost.empty()) {
+    std::vector<uint32_t> lost_rows(lost.size(), kNoRow);
+    if (absl::Status s = GiveRowsLocked(lost, lost_rows.data(), Admit::kAll,
+                                        /*place_what_fits=*/false, rows);
+        !s.ok()) {
+      return s;
+    }
+    // (Making room for them may have moved the others again.)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (update->rows[i] != kNoRow) rows[i] = table_.Find(update->ids[i]);
+    }
+  }
+  update->rows = std::move(rows);
+  update->rows_epoch = rows_epoch_;
+  return absl::OkStatus();
 }
 
 absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
@@ -370,127 +473,6 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
   return absl::OkStatus();
 }
 
-absl::Status HashEmbeddingShard::CreateRowsLocked(absl::Span<const int64_t> ids,
-                                                  uint32_t* rows,
-                                                  bool place_what_fits) {
-  // An id missing twice is counted twice: the check errs on the safe side.
-  const int64_t missing = std::count(rows, rows + ids.size(), kNoRow);
-  if (missing == 0) return absl::OkStatus();
-  const uint64_t epoch = rows_epoch_;
-  bool pinned_full = false;
-  if (absl::Status s = MakeRoomLocked(
-          missing, "new", /*allocate=*/false,
-          /*keep=*/absl::MakeConstSpan(rows, ids.size()), &pinned_full);
-      !s.ok()) {
-    if (pinned_full && place_what_fits) {
-      return CreateRowsThatFitLocked(ids, rows);
-    }
-    return s;
-  }
-  // Room made by evicting moved rows: the ids found are found again (the
-  // ids missing stay missing: eviction adds none).
-  const bool moved = rows_epoch_ != epoch;
-  table_.ReserveIndex(table_.size() + missing);
-  // The rows of missing ids the SSD tier holds, taken in one batch.
-  TakenRows taken;
-  if (store_ != nullptr && spilled_ > 0) {
-    if (absl::Status s = TakeMissingLocked(ids, rows, &taken); !s.ok()) {
-      // Nothing was taken: the rows stay on disk rather than start again
-      // from their initial values (and be in both tiers).
-      return UnreadableRowsError(static_cast<int64_t>(taken.ids.size()),
-                                 "update", s);
-    }
-  }
-  const std::vector<int64_t>& missing_ids = taken.ids;
-  auto spilled_row = [&](int64_t id) -> const float* {
-    auto at = std::lower_bound(missing_ids.begin(), missing_ids.end(), id);
-    if (at == missing_ids.end() || *at != id) return nullptr;
-    const size_t k = at - missing_ids.begin();
-    return taken.found[k] ? taken.row(k, stride_) : nullptr;
-  };
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] != kNoRow && !moved) continue;
-    // Found, or created for an earlier repeat.
-    if (const uint32_t row = table_.Find(ids[i]); row != kNoRow) {
-      rows[i] = row;
-    } else if (!missing_ids.empty()) {
-      // Taken from the tier or not there: never looked up again.
-      rows[i] = CreateRow(ids[i], spilled_row(ids[i]), /*looked_up=*/true);
-    } else {
-      rows[i] = CreateRow(ids[i]);
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status HashEmbeddingShard::CreateRowsThatFitLocked(
-    absl::Span<const int64_t> ids, uint32_t* rows) {
-  const int64_t room =
-      std::min(table_.num_blocks() * kRowsPerBlock, RowLimit()) - table_.size();
-  std::vector<int64_t> placed;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] == kNoRow) placed.push_back(ids[i]);
-  }
-  std::sort(placed.begin(), placed.end());
-  placed.erase(std::unique(placed.begin(), placed.end()), placed.end());
-  if (static_cast<int64_t>(placed.size()) > room) {
-    LOG_EVERY_N(WARNING, 100)
-        << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
-        << " is at --memory_budget_mb while a checkpoint reads it (no row "
-        << "is evicted until it ends): "
-        << placed.size() - std::max<int64_t>(room, 0)
-        << " new ids of a push get no row yet; their gradients are dropped "
-        << "and counted as unadmitted";
-    placed.resize(std::max<int64_t>(room, 0));
-  }
-  if (!placed.empty()) {
-    // Within the blocks held: nothing to reserve, nothing evicted.
-    std::vector<uint32_t> placed_rows(placed.size(), kNoRow);
-    if (absl::Status s = CreateRowsLocked(placed, placed_rows.data());
-        !s.ok()) {
-      return s;
-    }
-  }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] != kNoRow) continue;
-    rows[i] = table_.Find(ids[i]);
-  }
-  return absl::OkStatus();
-}
-
-uint32_t HashEmbeddingShard::CreateRowIfRoomLocked(int64_t id, bool looked_up) {
-  const bool needs_block = table_.size() / kRowsPerBlock == table_.num_blocks();
-  const bool reserves = needs_block && reserve_;
-  if (table_.size() >= RowLimit() ||
-      (reserves && !reserve_(block_bytes()).ok())) {
-    return kNoRow;
-  }
-  const uint32_t row = CreateRow(id, nullptr, looked_up);
-  if (row == kNoRow && reserves) {
-    reserve_(-block_bytes()).IgnoreError();  // gives back
-  }
-  return row;
-}
-
-absl::Status HashEmbeddingShard::ReserveForAdmissionLocked(
-    absl::Span<const int64_t> ids, absl::Span<const uint32_t> rows) {
-  int64_t admissible = 0;  // a repeat counted twice: safe side
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] == kNoRow && admission_policy_->MayAdmitNext(ids[i])) {
-      ++admissible;
-    }
-  }
-  if (admissible == 0) return absl::OkStatus();
-  // Allocated now, so that the rows admitted under the lock need none. (At
-  // the memory budget while a checkpoint reads the shard, the ids admitted
-  // get the room there is: ResolveMissingLocked.)
-  bool pinned_full = false;
-  absl::Status s =
-      MakeRoomLocked(admissible, "this push may admit", /*allocate=*/true,
-                     /*keep=*/rows, &pinned_full);
-  return pinned_full ? absl::OkStatus() : s;
-}
-
 int64_t HashEmbeddingShard::SampleStepLocked(double fraction) {
   const int64_t cutoff = EvictionPolicy::CutoffStep(
       table_.last_steps(), current_step_, fraction, sample_state_);
@@ -553,42 +535,6 @@ absl::Status HashEmbeddingShard::EvictLeastRecentLocked(
   return CommitSpilledLocked();
 }
 
-void HashEmbeddingShard::ResolveMissingLocked(absl::Span<const int64_t> ids,
-                                              uint32_t* rows) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] != kNoRow) continue;
-    // Created since (an earlier repeat, or another push).
-    if (const uint32_t row = table_.Find(ids[i]); row != kNoRow) {
-      rows[i] = row;
-      continue;
-    }
-    if (admission_policy_ == nullptr) {
-      // (Evicted since Prepare, or placed nowhere then: a shard at its
-      // memory budget while a checkpoint read it.)
-      rows[i] = CreateRowIfRoomLocked(ids[i], /*looked_up=*/false);
-      if (rows[i] == kNoRow) ++admission_.unadmitted_gradients;
-      continue;
-    }
-    // Another push may have taken the room Prepare saw: a new block is
-    // reserved here, and without room the id is not admitted yet. A
-    // spilled id was admitted before.
-    bool spilled = false;
-    if (store_ != nullptr && spilled_ > 0 &&
-        !store_->Read(absl::MakeConstSpan(&ids[i], 1), 0, nullptr, &spilled)
-             .ok()) {
-      spilled = false;
-    }
-    const bool admitted = spilled || admission_policy_->Sight(ids[i]);
-    // The store was asked already: only a spilled id is looked up again.
-    if (admitted) rows[i] = CreateRowIfRoomLocked(ids[i], !spilled);
-    if (rows[i] == kNoRow) {
-      ++admission_.unadmitted_gradients;
-    } else if (!spilled) {
-      ++admission_.admitted_rows;
-    }
-  }
-}
-
 bool HashEmbeddingShard::HasRepeatedIds(const ShardUpdate& update) const {
   const std::vector<uint32_t>& rows = update.rows;
   if (rows.size() != update.ids.size()) return RowShard::HasRepeatedIds(update);
@@ -613,22 +559,8 @@ absl::Status HashEmbeddingShard::ApplyUpdateLocked(const ShardUpdate& update,
     return ApplyRowsLocked(update.ids, update.grads, update.learning_rate,
                            undo);
   }
-  const bool moved = update.rows_epoch != rows_epoch_;
-  if (admission_policy_ != nullptr || moved) {
-    // Admission decides here, in the order updates are applied; rows an
-    // eviction moved since Prepare are found again (and created again if
-    // it dropped them).
-    std::vector<uint32_t> rows = update.rows;
-    if (moved) FindRows(update.ids, rows.data());
-    ResolveMissingLocked(update.ids, rows.data());
-    return ApplyToRowsLocked(update.ids, rows, update.grads,
-                             update.learning_rate, undo);
-  }
-  // Ids Prepare placed nowhere (a full shard that a checkpoint read).
-  if (eviction_.at_memory_limit()) {
-    admission_.unadmitted_gradients +=
-        std::count(update.rows.begin(), update.rows.end(), kNoRow);
-  }
+  // CheckLocked brought the rows up to date under this hold of the lock.
+  DCHECK_EQ(update.rows_epoch, rows_epoch_);
   return ApplyToRowsLocked(update.ids, update.rows, update.grads,
                            update.learning_rate, undo);
 }
@@ -637,17 +569,19 @@ absl::Status HashEmbeddingShard::ApplyRowsLocked(
     absl::Span<const int64_t> ids, absl::Span<const PayloadView> grads,
     float learning_rate, float* undo) {
   // The rows first (index slots prefetched ahead), so that the update loop
-  // can prefetch rows ahead (Prepare created them; a row still missing is
-  // created here).
+  // can prefetch rows ahead. An id without a row (not ensured) is dropped.
   std::vector<uint32_t> rows(ids.size());
   FindRows(ids, rows.data());
-  ResolveMissingLocked(ids, rows.data());
   return ApplyToRowsLocked(ids, rows, grads, learning_rate, undo);
 }
 
 absl::Status HashEmbeddingShard::ApplyToRowsLocked(
     absl::Span<const int64_t> ids, absl::Span<const uint32_t> rows,
     absl::Span<const PayloadView> grads, float learning_rate, float* undo) {
+  // Ids without a row (not admitted, or no room for them): their
+  // gradients are dropped, counted.
+  admission_.unadmitted_gradients +=
+      std::count(rows.begin(), rows.end(), kNoRow);
   const UpdateContext context =
       MakeUpdateContext(*optimizer_, learning_rate, version_ + 1);
   // Both run inside this hold of mu_ (here or on a pool thread).
@@ -732,7 +666,11 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
   std::vector<uint32_t> found(ids.size());
   absl::MutexLock lock(&mu_);
   FindRows(ids, found.data());
-  if (absl::Status s = CreateRowsLocked(ids, found.data()); !s.ok()) return s;
+  if (absl::Status s = GiveRowsLocked(ids, found.data(), Admit::kAll,
+                                      /*place_what_fits=*/false, found);
+      !s.ok()) {
+    return s;
+  }
   bounds_.Invalidate();
   for (size_t i = 0; i < ids.size(); ++i) {
     std::memcpy(table_.row(found[i]), rows + i * stride_,
@@ -857,7 +795,7 @@ absl::Status HashEmbeddingShard::CommitSpilledLocked() {
   // slots as a promotion would (counted back out of the tier's counts).
   absl::Status s = store_->Commit([this](int64_t id, const float* row) {
     mu_.AssertHeld();  // Commit calls back on this thread, under mu_
-    CreateRow(id, row, /*looked_up=*/true);
+    CreateRow(id, row);
   });
   if (!s.ok()) {
     admission_.evicted_rows -= staged;

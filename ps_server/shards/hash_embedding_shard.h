@@ -15,13 +15,16 @@
 // no row for an id until its N-th sighting: its AdmissionPolicy
 // (admission_policy.h) counts the ids it has no row for, one count per
 // push that carries the id, and the push that brings the count to N
-// creates the row and applies
-// the gradient; before that the id's gradient rows are dropped (counted).
-// The counting and the decision happen under the shard's lock as the
-// update is applied, so they follow the order updates are applied in (the
-// order a backup re-applies them). Prepare (EnsureRows) only checks the
-// capacity and reserves memory for the ids this push could admit (those
-// the policy may admit next: MayAdmitNext).
+// creates the row and applies the gradient; before that the id's gradient
+// rows are dropped (counted).
+//
+// Prepare (EnsureRows, GiveRowsLocked) does all of a push's row work:
+// room, admission, row creation and reads from the SSD tier. What it
+// decides is in the update (ShardUpdate::rows: an id's row, or kNoRow for
+// a gradient to drop), and the apply step under the lock only applies it.
+// A push refused after Prepare (by another shard, say) keeps what Prepare
+// did: the rows it created hold their initial values, its sightings stay
+// counted.
 //
 // With eviction (VariableSpec.eviction, ttl_steps T > 0 or max_rows M > 0)
 // each row records the global step of its last update; EvictIdleRows drops
@@ -31,15 +34,16 @@
 // position). A push that finds the shard at its share evicts room for its
 // new rows itself (EvictForRoomLocked), never one of the rows it carries.
 // A move advances the row epoch: an update prepared before it finds its
-// rows again under the lock. While rows are pinned (a checkpoint reads
-// them in several passes) nothing is evicted. Evicted rows' memory is
+// rows again under the lock, before anything is applied (CheckLocked),
+// and gets back the rows evicted since. While rows are pinned (a checkpoint
+// reads them in several passes) nothing is evicted. Evicted rows' memory is
 // reused by new rows, not returned.
 //
 // With an SSD tier (StorageSpec.tier = SSD, `spill_store` given) an evicted
 // row is not dropped: EvictRowLocked writes it, slots included, to the
 // shard's ColdTier (cold_tier.h: the RowSpillStore file in ps_server),
-// and CreateRow brings a spilled id's row back
-// (promotes it) instead of initializing one. Every id is in one tier. A
+// and Prepare brings a spilled id's row back (promotes it) instead of
+// initializing one. Every id is in one tier. A
 // pull promotes the spilled rows it reads too (Gather, PromoteForPullLocked),
 // or, while pinned or without room, reads them from disk. A checkpoint
 // reads the spilled rows first (positions [0, spilled), in id order, as
@@ -141,7 +145,15 @@ class HashEmbeddingShard final : public RowShard {
   }
 
  protected:
-  // With the rows Prepare found (update.rows), no second lookup.
+  // An eviction since Prepare moved rows (the row epoch advanced): they
+  // are found again, and those it evicted given back as Prepare gave them
+  // (GiveRowsLocked, every id Prepare gave a row). Ids Prepare gave none
+  // stay without.
+  absl::Status RefreshRowsLocked(ShardUpdate* update) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the update to the rows Prepare gave it (update.rows, brought
+  // up to date by RefreshRowsLocked): no lookup, no row created, nothing
+  // read from disk; a gradient of an id without a row is dropped, counted.
   absl::Status ApplyUpdateLocked(const ShardUpdate& update,
                                  float* undo) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -155,12 +167,9 @@ class HashEmbeddingShard final : public RowShard {
 
  private:
   // Appends a row for `id` and returns its index: `spilled` (its row,
-  // already taken from the SSD tier) if given, else the tier's row if it
-  // has one (unless `looked_up`: the caller knows it has none), else an
-  // initialized row. kNoRow, creating nothing, if the tier holds the row
-  // but could not read it (it stays there).
-  uint32_t CreateRow(int64_t id, const float* spilled = nullptr,
-                     bool looked_up = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // taken from the SSD tier) if given, else an initialized row.
+  uint32_t CreateRow(int64_t id, const float* spilled = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row of each of `ids` (kNoRow where absent) into `rows`, each id's
   // index slot prefetched kRowPrefetchDistance ids ahead.
   static constexpr uint32_t kNoRow = RowTable::kNoRow;
@@ -178,12 +187,9 @@ class HashEmbeddingShard final : public RowShard {
     }
   };
   // The ids of `ids` missing from memory (rows[i] == kNoRow), sorted and
-  // once each, into taken->ids, with room for their rows.
+  // once each, into taken->ids (taken->found all false).
   void CollectMissing(absl::Span<const int64_t> ids, const uint32_t* rows,
                       TakenRows* taken) const;
-  absl::Status TakeMissingLocked(absl::Span<const int64_t> ids,
-                                 const uint32_t* rows, TakenRows* taken)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Promotion on a pull: the rows of `ids` missing from memory (rows[i] ==
   // kNoRow) that the SSD tier holds are taken back into memory, room made
   // as for a push (never evicting a row of `ids`), and rows[] filled in.
@@ -206,25 +212,27 @@ class HashEmbeddingShard final : public RowShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Repeats found on the rows (a bitmap over them) when they are known.
   bool HasRepeatedIds(const ShardUpdate& update) const override;
-  // Creates the rows of `ids` missing from the index (capacity and memory
-  // checked first: RESOURCE_EXHAUSTED creates nothing); rows[i] is ids[i]'s.
-  // With `place_what_fits` (a push's Prepare), a shard at the PS's memory
+  // Who may get a row among the ids missing from memory.
+  enum class Admit {
+    kAll,       // every id (rows held elsewhere: a checkpoint, a primary)
+    kByPolicy,  // the admission policy's (a push)
+  };
+  // Prepare's work for the ids of `ids` missing from memory (rows[i] ==
+  // kNoRow), each once however often it repeats: room is made for every
+  // one that may get a row (within the row limit and max_rows, evicting
+  // rows other than those in `keep`; the blocks reserved from the PS's
+  // memory) -- RESOURCE_EXHAUSTED takes, creates and counts nothing. Then
+  // an id the SSD tier holds comes back with its values and slots
+  // (promoted), and a new id is sighted by the admission policy (with
+  // kByPolicy) and, if admitted, gets an initialized row. rows[] is filled
+  // in; an id given no row stays kNoRow (its gradient will be dropped,
+  // counted). With `place_what_fits` (a push), a shard at the PS's memory
   // budget while a checkpoint reads it (no row may move, so none can be
-  // evicted) creates what its blocks have room for instead, leaving the
-  // other missing ids kNoRow: their gradients are dropped, as an
-  // unadmitted id's are.
-  absl::Status CreateRowsLocked(absl::Span<const int64_t> ids, uint32_t* rows,
-                                bool place_what_fits = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The rows CreateRowsLocked's `place_what_fits` creates.
-  absl::Status CreateRowsThatFitLocked(absl::Span<const int64_t> ids,
-                                       uint32_t* rows)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CreateRow(id, nullptr, looked_up) if one more row fits (within
-  // RowLimit, and its block, if it needs a new one, reserved from the
-  // PS's memory); kNoRow if not, or if CreateRow made none (the block
-  // reserved for it is given back).
-  uint32_t CreateRowIfRoomLocked(int64_t id, bool looked_up)
+  // evicted) gives rows to what its blocks have room for instead of
+  // refusing. A tier that cannot read the rows: the error, nothing taken.
+  absl::Status GiveRowsLocked(absl::Span<const int64_t> ids, uint32_t* rows,
+                              Admit admit, bool place_what_fits,
+                              absl::Span<const uint32_t> keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row limit: shape[0]'s share (or what a uint32 row index allows).
   int64_t RowLimit() const;
@@ -256,18 +264,6 @@ class HashEmbeddingShard final : public RowShard {
   // The last-update step below which about `fraction` of the rows lie
   // (EvictionPolicy::CutoffStep over the rows in memory).
   int64_t SampleStepLocked(double fraction) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Admission, in Prepare: checks the capacity for, and reserves and
-  // allocates the blocks of, the ids `rows` lacks that one more sighting
-  // could admit.
-  absl::Status ReserveForAdmissionLocked(absl::Span<const int64_t> ids,
-                                         absl::Span<const uint32_t> rows)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // For each kNoRow in `rows`: the row created since (another push), else
-  // without admission a new row, with admission one more sighting counted
-  // and a new row if that admits the id and there is room (else the row
-  // stays kNoRow and the gradient is dropped, counted).
-  void ResolveMissingLocked(absl::Span<const int64_t> ids, uint32_t* rows)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops row `row` (with an SSD tier: stages it for the store); the last
   // row moves into its place.
   void EvictRowLocked(int64_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -496,5 +496,83 @@ TEST(HashEmbeddingTierTest, RowsATierFailsToReadStayOnDisk) {
   EXPECT_EQ(tiered.Export(), reference.Export());
 }
 
+// All of a push's row work is Prepare's: an eviction between Prepare and
+// the locks (here another push making room at max_rows) spills a row the
+// prepared update carries; the check step under the lock takes it back
+// from the tier, and the update lands on its values and slots. With the
+// tier failing its reads at that moment the push is refused, nothing
+// applied, and the row stays on disk.
+TEST(HashEmbeddingTierTest, ARowSpilledAfterPrepareComesBackBeforeApply) {
+  Table reference(0, "");
+  Table tiered(/*max_rows=*/4, /*dir=*/"");
+  auto grads = [](size_t ids, float g) {
+    return std::vector<float>(ids * kDim, g);
+  };
+  for (Table* t : {&tiered, &reference}) {
+    ASSERT_TRUE(t->Push({1, 2, 3, 4}, grads(4, 0.5f), 0).ok());
+  }
+  const std::vector<float> late = grads(1, 0.25f);
+  auto prepare = [&](ShardUpdate* update) {
+    update->learning_rate = 0.1f;
+    update->global_step = 10;
+    update->ids = {1};
+    update->grads = {
+        PayloadView::Contiguous(late.data(), late.size() * sizeof(float))};
+    ASSERT_TRUE(tiered.shard->Prepare(update, 1.0f).ok());
+    ASSERT_EQ(update->rows.size(), 1u);
+    ASSERT_NE(update->rows[0], RowTable::kNoRow);
+  };
+  auto check_and_apply = [&](ShardUpdate* update) {
+    absl::MutexLock lock(tiered.shard->mutex());
+    if (absl::Status s = tiered.shard->CheckLocked(update); !s.ok()) return s;
+    std::vector<float> undo(tiered.shard->UndoFloats(*update));
+    return tiered.shard->ApplyLocked(*update, undo.data());
+  };
+
+  // Refused: the tier cannot read the row back.
+  ShardUpdate refused;
+  prepare(&refused);
+  for (Table* t : {&tiered, &reference}) {
+    ASSERT_TRUE(t->Push({5, 6, 7, 8}, grads(4, 0.75f), 5).ok());
+  }
+  ASSERT_EQ(tiered.shard->row_counts().spilled_rows, 4);  // 1..4 on disk
+  tiered.memory->FailReads(absl::InternalError(
+      "in-memory cold tier: reading rows failed: Input/output error"));
+  const absl::Status s = check_and_apply(&refused);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "nothing applied")) << s;
+  tiered.memory->FailReads(absl::OkStatus());
+  auto on_disk = [&](int64_t id) {
+    const std::vector<int64_t> spilled = tiered.SpilledIds();
+    return std::find(spilled.begin(), spilled.end(), id) != spilled.end();
+  };
+  EXPECT_TRUE(on_disk(1));
+  EXPECT_EQ(tiered.Export(), reference.Export());
+
+  // Applied: prepared while 1 was in memory, spilled again before the
+  // locks, and taken back by the check step (counted as promoted there,
+  // before the apply step runs).
+  ShardUpdate update;
+  prepare(&update);  // promotes 1 (evicting one of 5..8)
+  for (Table* t : {&tiered, &reference}) {
+    ASSERT_TRUE(t->Push({9, 10, 11, 12}, grads(4, 1.0f), 6).ok());
+  }
+  const HashRowCounts before = tiered.shard->row_counts();
+  ASSERT_TRUE(on_disk(1));
+  {
+    absl::MutexLock lock(tiered.shard->mutex());
+    ASSERT_TRUE(tiered.shard->CheckLocked(&update).ok());
+  }
+  EXPECT_EQ(tiered.shard->row_counts().promoted_rows, before.promoted_rows + 1);
+  {
+    absl::MutexLock lock(tiered.shard->mutex());
+    std::vector<float> undo(tiered.shard->UndoFloats(update));
+    ASSERT_TRUE(tiered.shard->ApplyLocked(update, undo.data()).ok());
+  }
+  ASSERT_TRUE(reference.Push({1}, late, 10).ok());
+  EXPECT_EQ(tiered.shard->num_rows(), reference.shard->num_rows());
+  EXPECT_EQ(tiered.Export(), reference.Export());  // values and slots
+}
+
 }  // namespace
 }  // namespace psrt

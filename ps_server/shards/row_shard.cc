@@ -82,8 +82,9 @@ absl::Status RowShard::Prepare(ShardUpdate* u, float scale) {
   return absl::OkStatus();
 }
 
-absl::Status RowShard::CheckLocked(const ShardUpdate& update) const {
-  bounds_.Clear(update, VersionLocked(), optimizer(),
+absl::Status RowShard::CheckLocked(ShardUpdate* update) {
+  if (absl::Status s = RefreshRowsLocked(update); !s.ok()) return s;
+  bounds_.Clear(*update, VersionLocked(), optimizer(),
                 [&] { return ExactBoundsLocked(); });
   return absl::OkStatus();
 }

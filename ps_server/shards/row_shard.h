@@ -82,7 +82,7 @@ class RowShard : public Shard {
     return Gather(slice.ids, out);
   }
   absl::Status Prepare(ShardUpdate* update, float scale) final;
-  absl::Status CheckLocked(const ShardUpdate& update) const final;
+  absl::Status CheckLocked(ShardUpdate* update) final;
   int64_t UndoFloats(const ShardUpdate& update) const final {
     return static_cast<int64_t>(update.ids.size()) * row_stride();
   }
@@ -108,6 +108,12 @@ class RowShard : public Shard {
   // The values' exact bounds: a pass over every row. REQUIRES: *mutex()
   // held.
   virtual ValueBounds ExactBoundsLocked() const = 0;
+  // CheckLocked's first step: brings what Prepare found for the update up
+  // to date with the shard (hash shards: rows an eviction moved since).
+  // An error refuses the update with nothing applied.
+  virtual absl::Status RefreshRowsLocked(ShardUpdate* update) {
+    return absl::OkStatus();
+  }
   // ApplyLocked for an update the caller has checked: the rows Prepare
   // found where the shard keeps them (hash shards).
   virtual absl::Status ApplyUpdateLocked(const ShardUpdate& update,

@@ -119,10 +119,14 @@ class Shard {
   // Applying one push to several shards, all or nothing:
   //   1. Prepare(&update, scale) on each, unlocked: repeated ids and
   //      overlapping ranges summed, gradients multiplied by `scale`, rows
-  //      created (RESOURCE_EXHAUSTED past a capacity, nothing created).
+  //      admitted, created or read back from disk (RESOURCE_EXHAUSTED past
+  //      a capacity, nothing created).
   //   2. Lock every shard's mutex() in catalog order.
-  //   3. CheckLocked on each: refuses, changing nothing, an update it can
-  //      tell would make a value NaN or +-Inf without applying it.
+  //   3. CheckLocked(&update) on each: brings the update up to date with
+  //      what changed since Prepare (hash rows an eviction moved), then
+  //      refuses, applying nothing, an update it can tell would make a
+  //      value NaN or +-Inf (INVALID_ARGUMENT) or that it can no longer
+  //      place (the error that says why).
   //   4. ApplyLocked with undo space on the shards that NeedsUndoLocked,
   //      first: they can only tell after applying, saving each touched
   //      value there first; INVALID_ARGUMENT then names the value.
@@ -133,7 +137,7 @@ class Shard {
   // The version advances once per ApplyLocked.
   virtual absl::Status Prepare(ShardUpdate* update, float scale) = 0;
   virtual absl::Mutex* mutex() const = 0;
-  virtual absl::Status CheckLocked(const ShardUpdate& update) const = 0;
+  virtual absl::Status CheckLocked(ShardUpdate* update) = 0;
   virtual int64_t UndoFloats(const ShardUpdate& update) const = 0;
   // After CheckLocked: whether ApplyLocked needs the undo space.
   virtual bool NeedsUndoLocked(const ShardUpdate& update) const {

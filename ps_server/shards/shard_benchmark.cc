@@ -109,7 +109,7 @@ void ApplyAsPushed(Shard& shard, ShardUpdate& update, float max_abs_grad,
       bounds ? max_abs_grad : std::numeric_limits<float>::infinity();
   shard.Prepare(&update, 1.0f).IgnoreError();
   absl::MutexLock lock(shard.mutex());
-  shard.CheckLocked(update).IgnoreError();
+  shard.CheckLocked(&update).IgnoreError();
   shard.ApplyLocked(update, shard.NeedsUndoLocked(update) ? undo : nullptr)
       .IgnoreError();
 }
