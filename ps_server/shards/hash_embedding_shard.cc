@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "partitioner/id_hash.h"
@@ -259,6 +260,83 @@ absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
 absl::Status HashEmbeddingShard::GiveRowsLocked(
     absl::Span<const int64_t> ids, uint32_t* rows, Admit admit,
     bool place_what_fits, absl::Span<const uint32_t> keep) {
+  AdmissionPolicy* policy =
+      admit == Admit::kByPolicy ? admission_policy_.get() : nullptr;
+  if (store_ != nullptr && spilled_ > 0) {
+    return GiveRowsWithTierLocked(ids, rows, policy, place_what_fits, keep);
+  }
+  // Nothing on disk: the ids in push order, a repeat finding the row its
+  // first occurrence got (no sort: pushes rarely repeat an id, clients
+  // de-duplicate them).
+  int64_t candidates = 0;  // a repeat counted twice: the safe side
+  size_t missing = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] != kNoRow) continue;
+    ++missing;
+    candidates += policy == nullptr || policy->MayAdmitNext(ids[i]);
+  }
+  if (missing == 0) return absl::OkStatus();
+  absl::StatusOr<int64_t> room = RoomForLocked(
+      candidates, policy != nullptr, place_what_fits, keep, ids, rows);
+  if (!room.ok()) return room.status();
+  if (policy == nullptr) table_.ReserveIndex(table_.size() + *room);
+  // This push's ids sighted and not admitted: a push is one sighting.
+  absl::flat_hash_set<int64_t> not_admitted;
+  if (policy != nullptr) not_admitted.reserve(missing - candidates);
+  int64_t placed = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] != kNoRow) continue;
+    const int64_t id = ids[i];
+    rows[i] = table_.Find(id);  // an earlier repeat's
+    if (rows[i] != kNoRow) continue;
+    if (policy != nullptr) {
+      if (not_admitted.contains(id)) continue;
+      if (!policy->Sight(id)) {
+        not_admitted.insert(id);
+        continue;
+      }
+    }
+    if (placed == *room) continue;
+    rows[i] = CreateRow(id);
+    ++placed;
+    if (policy != nullptr) ++admission_.admitted_rows;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> HashEmbeddingShard::RoomForLocked(
+    int64_t candidates, bool admitting, bool place_what_fits,
+    absl::Span<const uint32_t> keep, absl::Span<const int64_t> ids,
+    uint32_t* rows) {
+  if (candidates == 0) return 0;
+  const uint64_t epoch = rows_epoch_;
+  bool pinned_full = false;
+  int64_t room = candidates;
+  // Allocated now: a refusal after this point leaves blocks, not
+  // reservations without them.
+  if (absl::Status s =
+          MakeRoomLocked(candidates, admitting ? "this push may admit" : "new",
+                         /*allocate=*/true, keep, &pinned_full);
+      !s.ok()) {
+    if (!pinned_full || !place_what_fits) return s;
+    room = std::max<int64_t>(
+        0, std::min(table_.room(), RowLimit()) - table_.size());
+    LOG_EVERY_N(WARNING, 100)
+        << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+        << " is at --memory_budget_mb while a checkpoint reads it (no row "
+        << "is evicted until it ends): " << candidates - room
+        << " ids of a push get no row yet; their gradients are dropped and "
+        << "counted as unadmitted";
+  }
+  // Making room moved rows: the ids found are found again (the missing
+  // stay missing: eviction adds none).
+  if (rows_epoch_ != epoch) FindRows(ids, rows);
+  return room;
+}
+
+absl::Status HashEmbeddingShard::GiveRowsWithTierLocked(
+    absl::Span<const int64_t> ids, uint32_t* rows, AdmissionPolicy* policy,
+    bool place_what_fits, absl::Span<const uint32_t> keep) {
   TakenRows missing;  // the ids without a row, sorted, once each
   CollectMissing(ids, rows, &missing);
   const size_t n = missing.ids.size();
@@ -266,14 +344,10 @@ absl::Status HashEmbeddingShard::GiveRowsLocked(
   // Which of them the SSD tier holds (its index only): those were
   // admitted before, and come back with their values and slots.
   bool* on_disk = missing.found.get();
-  if (store_ != nullptr && spilled_ > 0) {
-    if (absl::Status s = store_->Read(missing.ids, 0, nullptr, on_disk);
-        !s.ok()) {
-      return UnreadableRowsError(static_cast<int64_t>(n), "update", s);
-    }
+  if (absl::Status s = store_->Read(missing.ids, 0, nullptr, on_disk);
+      !s.ok()) {
+    return UnreadableRowsError(static_cast<int64_t>(n), "update", s);
   }
-  AdmissionPolicy* policy =
-      admit == Admit::kByPolicy ? admission_policy_.get() : nullptr;
   // Room first, for every id that may get a row: nothing is taken,
   // created or counted for a push that is refused for room.
   std::vector<bool> may_get(n);
@@ -283,35 +357,14 @@ absl::Status HashEmbeddingShard::GiveRowsLocked(
         on_disk[k] || policy == nullptr || policy->MayAdmitNext(missing.ids[k]);
     candidates += may_get[k];
   }
-  int64_t room = candidates;
-  if (candidates > 0) {
-    const uint64_t epoch = rows_epoch_;
-    bool pinned_full = false;
-    // Allocated now: a refusal after this point leaves blocks, not
-    // reservations without them.
-    if (absl::Status s = MakeRoomLocked(
-            candidates, policy != nullptr ? "this push may admit" : "new",
-            /*allocate=*/true, keep, &pinned_full);
-        !s.ok()) {
-      if (!pinned_full || !place_what_fits) return s;
-      room = std::max<int64_t>(
-          0, std::min(table_.room(), RowLimit()) - table_.size());
-      LOG_EVERY_N(WARNING, 100)
-          << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
-          << " is at --memory_budget_mb while a checkpoint reads "
-          << "it (no row is evicted until it ends): " << candidates - room
-          << " ids of a push get no row yet; their gradients are dropped "
-          << "and counted as unadmitted";
-    }
-    // Making room moved rows: the ids found are found again (the missing
-    // stay missing: eviction adds none).
-    if (rows_epoch_ != epoch) FindRows(ids, rows);
-  }
+  absl::StatusOr<int64_t> room = RoomForLocked(
+      candidates, policy != nullptr, place_what_fits, keep, ids, rows);
+  if (!room.ok()) return room.status();
   // Those that get a row: within the room, in id order.
   std::vector<bool> gets(n);
   int64_t placed = 0;
   for (size_t k = 0; k < n; ++k) {
-    gets[k] = may_get[k] && placed < room;
+    gets[k] = may_get[k] && placed < *room;
     placed += gets[k];
   }
   // The tier's rows, taken in one batch; a failure takes none.

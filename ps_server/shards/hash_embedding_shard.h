@@ -234,6 +234,23 @@ class HashEmbeddingShard final : public RowShard {
                               Admit admit, bool place_what_fits,
                               absl::Span<const uint32_t> keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GiveRowsLocked while the SSD tier holds rows: the missing ids sorted
+  // and once each, as the tier's batch reads take them.
+  absl::Status GiveRowsWithTierLocked(absl::Span<const int64_t> ids,
+                                      uint32_t* rows, AdmissionPolicy* policy,
+                                      bool place_what_fits,
+                                      absl::Span<const uint32_t> keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GiveRowsLocked's room for `candidates` more rows (MakeRoomLocked;
+  // `admitting` words the error): how many may be placed -- all of them,
+  // or with `place_what_fits` at the memory budget while pinned, what the
+  // blocks hold. Rows it moved are found again in rows[] (ids' rows).
+  absl::StatusOr<int64_t> RoomForLocked(int64_t candidates, bool admitting,
+                                        bool place_what_fits,
+                                        absl::Span<const uint32_t> keep,
+                                        absl::Span<const int64_t> ids,
+                                        uint32_t* rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The row limit: shape[0]'s share (or what a uint32 row index allows).
   int64_t RowLimit() const;
   // Room for `count` more rows (`what` names them in the error): within
