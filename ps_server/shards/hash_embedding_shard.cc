@@ -277,7 +277,8 @@ absl::Status HashEmbeddingShard::GiveRowsLocked(
   }
   if (missing == 0) return absl::OkStatus();
   absl::StatusOr<int64_t> room = RoomForLocked(
-      candidates, policy != nullptr, place_what_fits, keep, ids, rows);
+      candidates, policy != nullptr, /*allocate=*/policy != nullptr,
+      place_what_fits, keep, ids, rows);
   if (!room.ok()) return room.status();
   if (policy == nullptr) table_.ReserveIndex(table_.size() + *room);
   // This push's ids sighted and not admitted: a push is one sighting.
@@ -305,18 +306,16 @@ absl::Status HashEmbeddingShard::GiveRowsLocked(
 }
 
 absl::StatusOr<int64_t> HashEmbeddingShard::RoomForLocked(
-    int64_t candidates, bool admitting, bool place_what_fits,
+    int64_t candidates, bool admitting, bool allocate, bool place_what_fits,
     absl::Span<const uint32_t> keep, absl::Span<const int64_t> ids,
     uint32_t* rows) {
   if (candidates == 0) return 0;
   const uint64_t epoch = rows_epoch_;
   bool pinned_full = false;
   int64_t room = candidates;
-  // Allocated now: a refusal after this point leaves blocks, not
-  // reservations without them.
   if (absl::Status s =
           MakeRoomLocked(candidates, admitting ? "this push may admit" : "new",
-                         /*allocate=*/true, keep, &pinned_full);
+                         allocate, keep, &pinned_full);
       !s.ok()) {
     if (!pinned_full || !place_what_fits) return s;
     room = std::max<int64_t>(
@@ -357,8 +356,9 @@ absl::Status HashEmbeddingShard::GiveRowsWithTierLocked(
         on_disk[k] || policy == nullptr || policy->MayAdmitNext(missing.ids[k]);
     candidates += may_get[k];
   }
-  absl::StatusOr<int64_t> room = RoomForLocked(
-      candidates, policy != nullptr, place_what_fits, keep, ids, rows);
+  absl::StatusOr<int64_t> room =
+      RoomForLocked(candidates, policy != nullptr, /*allocate=*/true,
+                    place_what_fits, keep, ids, rows);
   if (!room.ok()) return room.status();
   // Those that get a row: within the room, in id order.
   std::vector<bool> gets(n);

@@ -242,11 +242,13 @@ class HashEmbeddingShard final : public RowShard {
                                       absl::Span<const uint32_t> keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GiveRowsLocked's room for `candidates` more rows (MakeRoomLocked;
-  // `admitting` words the error): how many may be placed -- all of them,
-  // or with `place_what_fits` at the memory budget while pinned, what the
-  // blocks hold. Rows it moved are found again in rows[] (ids' rows).
+  // `admitting` words the error; `allocate`: the blocks allocated now, so
+  // that a step after it that fails leaves blocks, not reservations
+  // without them): how many may be placed -- all of them, or with
+  // `place_what_fits` at the memory budget while pinned, what the blocks
+  // hold. Rows it moved are found again in rows[] (ids' rows).
   absl::StatusOr<int64_t> RoomForLocked(int64_t candidates, bool admitting,
-                                        bool place_what_fits,
+                                        bool allocate, bool place_what_fits,
                                         absl::Span<const uint32_t> keep,
                                         absl::Span<const int64_t> ids,
                                         uint32_t* rows)

@@ -38,21 +38,6 @@ void RowTable::AddBlock() {
   if (tracks_steps_) make_room(last_steps_);
 }
 
-uint32_t RowTable::Append(int64_t id, int64_t step) {
-  const uint32_t r = static_cast<uint32_t>(size_++);
-  if (r / kRowsPerBlock == blocks_.size()) AddBlock();
-  // Room made by reserve(), not by the insert: an index whose growth
-  // erased slots used up is rebuilt at the same size (reserve), where an
-  // insert would double it unless its live load is under 25/32 -- a shard
-  // holding rows one at a time (admission) at the memory budget sat just
-  // above that, with its index at twice the size (docs/benchmarks.md).
-  index_.reserve(index_.size() + 1);
-  index_.emplace(id, r);
-  ids_.push_back(id);
-  if (tracks_steps_) last_steps_.push_back(step);
-  return r;
-}
-
 void RowTable::Remove(int64_t r) {
   index_.erase(ids_[r]);
   const int64_t last = size_ - 1;

@@ -69,7 +69,22 @@ class RowTable {
   // Appends a row for `id` (not in the table), last updated at `step`,
   // allocating a block if the blocks are full, and returns its index. Its
   // floats are the caller's to fill.
-  uint32_t Append(int64_t id, int64_t step);
+  // (Inline: a push creating many rows calls it once per row.)
+  uint32_t Append(int64_t id, int64_t step) {
+    const uint32_t r = static_cast<uint32_t>(size_++);
+    if (r / kRowsPerBlock == blocks_.size()) AddBlock();
+    // Room made by reserve(), not by the insert: an index whose growth
+    // erased slots used up is rebuilt at the same size (reserve), where an
+    // insert would double it unless its live load is under 25/32 -- a
+    // shard holding rows one at a time (admission) at the memory budget
+    // sat just above that, with its index at twice the size
+    // (docs/benchmarks.md).
+    index_.reserve(index_.size() + 1);
+    index_.emplace(id, r);
+    ids_.push_back(id);
+    if (tracks_steps_) last_steps_.push_back(step);
+    return r;
+  }
   // Removes row r; the last row (floats, id, step) moves into its place.
   void Remove(int64_t r);
   // Frees every block after the first `keep`. REQUIRES: size() <= keep *
