@@ -11,6 +11,7 @@
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "partitioner/variable_spec.h"
+#include "ps_server/peers/grpc_peer_transport.h"
 
 namespace psrt {
 namespace {
@@ -79,6 +80,22 @@ Client::Client(ClientOptions options)
   for (size_t i = 0; i < options_.ps_addresses.size(); ++i) {
     connections_.push_back(std::make_unique<PsConnection>(
         static_cast<int>(i), options_.ps_addresses[i], options_));
+  }
+  // Only 2-PS clusters take workers' votes; a PS that takes none says so
+  // and is not called again.
+  const int witness = options_.witness_index == ClientOptions::kSameAsWorker
+                          ? options_.worker_index
+                          : options_.witness_index;
+  if (witness >= 0 && num_ps() == 2) {
+    // Its own channels: a grant must not wait behind a large push.
+    auto transport = GrpcPeerTransport::Create(options_.ps_addresses,
+                                               /*self=*/-1, options_.security);
+    if (transport.ok()) {
+      WorkerWitness::Options o;
+      o.clock = options_.clock;
+      witness_ = std::make_unique<WorkerWitness>(witness, num_ps(),
+                                                 *std::move(transport), o);
+    }
   }
 }
 

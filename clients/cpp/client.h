@@ -38,6 +38,7 @@
 #include "clients/cpp/ops.h"
 #include "partitioner/shard_map.h"
 #include "proto/ps.pb.h"
+#include "ps_server/replication/worker_witness.h"
 
 namespace psrt {
 
@@ -152,6 +153,8 @@ class Client {
   ShardMap catalog_ ABSL_GUARDED_BY(catalog_mu_);
   // Where each PS's shards are served after failovers (--replicas).
   ClusterRouting routing_;
+  // This worker's votes with 2 PS (options_.witness_index); null: none.
+  std::unique_ptr<WorkerWitness> witness_;
 };
 
 }  // namespace psrt

@@ -34,6 +34,13 @@ struct ClientOptions {
   int channels_per_ps = 2;
   // Identifies this worker in push headers (sync modes); -1 if none.
   int worker_index = -1;
+  // With 2 PS run with --replicas > 1, the worker this client votes as,
+  // beside the PS, granting them leases, so that one can take over from
+  // the other (ps_server/replication/worker_witness.h); a PS serves while
+  // most voters grant it one. One client per worker should; -1: none.
+  // kSameAsWorker: worker_index.
+  static constexpr int kSameAsWorker = -2;
+  int witness_index = kSameAsWorker;
   // TLS (tls_ca_file; with cert/key for mutual TLS) and the auth token sent
   // with every call. Empty: plaintext, no token.
   SecurityOptions security;

@@ -14,7 +14,7 @@ The worker command runs once per worker with TF_CONFIG set ({"task":
 i. Logs go to --logs/<role>_<index>.log; worker output is also echoed with a
 prefix. Without --netns host i is the loopback address 127.0.0.<i+1> (its
 ps_server binds only that address; no root needed), every process on its
-own ports. With --ps_flag=--replicas=2 (3 hosts or more) a ps_server that dies
+own ports. With --ps_flag=--replicas=2 (2 hosts or more) a ps_server that dies
 is replaced by its backup and the job goes on without it (with
 --restart_ps=N it is started again and rejoins as a backup). With
 --restart_ps=N a ps_server that dies is started again (up to N

@@ -19,23 +19,25 @@ class InProcessLinks::Transport : public PeerTransport {
   const int self_;
 };
 
-InProcessLinks::InProcessLinks(int num_ps, std::string auth_token)
+InProcessLinks::InProcessLinks(int num_ps, std::string auth_token,
+                               int num_workers)
     : num_ps_(num_ps),
+      nodes_(num_ps + num_workers),
       auth_token_(std::move(auth_token)),
       dead_(grpc::CreateChannel("unix:/nonexistent/psrt-cut-link",
                                 grpc::InsecureChannelCredentials())),
       servers_(num_ps, nullptr),
-      cut_(num_ps * num_ps, false),
+      cut_(nodes_ * nodes_, false),
       restarting_(num_ps, false),
-      delay_(num_ps * num_ps, absl::ZeroDuration()),
-      calls_(num_ps * num_ps, 0),
-      channels_(num_ps * num_ps) {}
+      delay_(nodes_ * nodes_, absl::ZeroDuration()),
+      calls_(nodes_ * nodes_, 0),
+      channels_(nodes_ * nodes_) {}
 
 void InProcessLinks::Attach(int task, grpc::Server* server) {
   absl::MutexLock lock(&mu_);
   servers_[task] = server;
   restarting_[task] = false;
-  for (int from = 0; from < num_ps_; ++from) {
+  for (int from = 0; from < nodes_; ++from) {
     if (from == task) continue;
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
@@ -48,7 +50,7 @@ void InProcessLinks::Attach(int task, grpc::Server* server) {
     if (auto token = MakeTokenInterceptorFactory(auth_token_)) {
       interceptors.push_back(std::move(token));
     }
-    channels_[from * num_ps_ + task] =
+    channels_[from * nodes_ + task] =
         server->experimental().InProcessChannelWithInterceptors(
             args, std::move(interceptors));
   }
@@ -58,8 +60,8 @@ void InProcessLinks::Kill(int task) {
   absl::MutexLock lock(&mu_);
   servers_[task] = nullptr;
   restarting_[task] = false;
-  for (int from = 0; from < num_ps_; ++from) {
-    channels_[from * num_ps_ + task] = nullptr;
+  for (int from = 0; from < nodes_; ++from) {
+    channels_[from * nodes_ + task] = nullptr;
   }
 }
 
@@ -70,12 +72,12 @@ void InProcessLinks::Restarting(int task) {
 
 void InProcessLinks::Cut(int from, int to) {
   absl::MutexLock lock(&mu_);
-  cut_[from * num_ps_ + to] = true;
+  cut_[from * nodes_ + to] = true;
 }
 
 void InProcessLinks::Heal(int from, int to) {
   absl::MutexLock lock(&mu_);
-  cut_[from * num_ps_ + to] = false;
+  cut_[from * nodes_ + to] = false;
 }
 
 void InProcessLinks::Partition(const std::vector<std::vector<int>>& sides) {
@@ -84,7 +86,7 @@ void InProcessLinks::Partition(const std::vector<std::vector<int>>& sides) {
     for (size_t b = 0; b < sides.size(); ++b) {
       if (a == b) continue;
       for (int from : sides[a]) {
-        for (int to : sides[b]) cut_[from * num_ps_ + to] = true;
+        for (int to : sides[b]) cut_[from * nodes_ + to] = true;
       }
     }
   }
@@ -97,12 +99,12 @@ void InProcessLinks::HealAll() {
 
 void InProcessLinks::Delay(int from, int to, absl::Duration delay) {
   absl::MutexLock lock(&mu_);
-  delay_[from * num_ps_ + to] = delay;
+  delay_[from * nodes_ + to] = delay;
 }
 
 int64_t InProcessLinks::calls(int from, int to) const {
   absl::MutexLock lock(&mu_);
-  return calls_[from * num_ps_ + to];
+  return calls_[from * nodes_ + to];
 }
 
 std::shared_ptr<grpc::Channel> InProcessLinks::ChannelFor(int from, int to) {
@@ -116,7 +118,7 @@ std::shared_ptr<grpc::Channel> InProcessLinks::ChannelFor(int from, int to) {
       return !restarting_[to];
     };
     mu_.Await(absl::Condition(&attached));
-    const int link = from * num_ps_ + to;
+    const int link = from * nodes_ + to;
     ++calls_[link];
     delay = delay_[link];
     channel =

@@ -34,8 +34,13 @@ namespace psrt {
 class InProcessLinks {
  public:
   // `auth_token`: what every call carries (as a secured cluster's PS
-  // send it); empty: none.
-  explicit InProcessLinks(int num_ps, std::string auth_token = "");
+  // send it); empty: none. `num_workers`: nodes that call the PS but serve
+  // nothing (witnesses, worker_witness.h): node num_ps + w is worker w, and
+  // its links are cut, partitioned and counted as a PS's are.
+  explicit InProcessLinks(int num_ps, std::string auth_token = "",
+                          int num_workers = 0);
+  // The node of worker `w`.
+  int worker_node(int w) const { return num_ps_ + w; }
 
   // PS `task` serves on `server` from now on (a restart attaches again).
   // `server` must stay alive until Kill(task) or another Attach.
@@ -48,8 +53,8 @@ class InProcessLinks {
   void Restarting(int task) ABSL_LOCKS_EXCLUDED(mu_);
   void Cut(int from, int to) ABSL_LOCKS_EXCLUDED(mu_);
   void Heal(int from, int to) ABSL_LOCKS_EXCLUDED(mu_);
-  // Cuts every link between PS on different sides, both ways (PS on no
-  // side keep all their links).
+  // Cuts every link between nodes on different sides, both ways (nodes
+  // on no side keep all their links).
   void Partition(const std::vector<std::vector<int>>& sides)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Heals every cut link (not kills, not delays).
@@ -59,7 +64,8 @@ class InProcessLinks {
   // Calls PS `from` made to PS `to` (those that failed on a cut too).
   int64_t calls(int from, int to) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The transport PS `self` calls the others through.
+  // The transport node `self` (a PS, or worker_node(w)) calls the PS
+  // through.
   std::unique_ptr<PeerTransport> TransportFor(int self);
 
  private:
@@ -69,12 +75,13 @@ class InProcessLinks {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const int num_ps_;
+  const int nodes_;  // PS, then workers
   const std::string auth_token_;
   // A channel nobody answers on: calls fail at once (not wait_for_ready).
   const std::shared_ptr<grpc::Channel> dead_;
   mutable absl::Mutex mu_;
   std::vector<grpc::Server*> servers_ ABSL_GUARDED_BY(mu_);
-  // By from * num_ps + to.
+  // By from * nodes_ + to.
   std::vector<bool> cut_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> restarting_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Duration> delay_ ABSL_GUARDED_BY(mu_);

@@ -17,7 +17,7 @@ LeaseHolder::LeaseHolder(const PsPeers* peers, Membership* membership,
       on_replaced_(std::move(on_replaced)),
       options_(options),
       clock_(options.clock != nullptr ? options.clock : Clock::Real()),
-      granted_at_(peers->size(), absl::InfinitePast()) {
+      granted_at_(membership->voters(), absl::InfinitePast()) {
   for (int peer = 0; peer < peers_->size(); ++peer) {
     if (peer == peers_->self()) continue;
     threads_.emplace_back([this, peer] { Renew(peer); });
@@ -45,6 +45,20 @@ void LeaseHolder::Reinstate(int granted_by, absl::Time asked) {
   if (granted_by >= 0 && granted_by < peers_->size() &&
       granted_by != peers_->self()) {
     granted_at_[granted_by] = std::max(granted_at_[granted_by], asked);
+  }
+}
+
+void LeaseHolder::Witnessed(int worker, absl::Time since) {
+  const int voter = peers_->size() + worker;
+  if (worker >= 0 && voter < membership_->voters() &&
+      since != absl::InfinitePast()) {
+    absl::MutexLock lock(&mu_);
+    granted_at_[voter] = std::max(granted_at_[voter], since);
+    HeldLocked(clock_->Now());  // logs when the lease returns
+  }
+  if (membership_->IsFailed(peers_->self())) {
+    Replaced(absl::StrCat("worker ", worker,
+                          " (a witness) knows this PS failed over"));
   }
 }
 
@@ -99,10 +113,10 @@ void LeaseHolder::Renew(int peer) {
 }
 
 absl::Time LeaseHolder::EndLocked() const {
-  // This PS plus the (majority - 1) PS that granted most recently.
-  const int majority = peers_->size() / 2 + 1;
+  // This PS plus the (majority - 1) voters that granted most recently.
+  const int majority = membership_->voters() / 2 + 1;
   std::vector<absl::Time> grants;
-  for (int t = 0; t < peers_->size(); ++t) {
+  for (int t = 0; t < membership_->voters(); ++t) {
     if (t != peers_->self()) grants.push_back(granted_at_[t]);
   }
   if (majority - 1 <= 0) return absl::InfiniteFuture();
@@ -115,7 +129,7 @@ absl::Time LeaseHolder::EndLocked() const {
 
 int LeaseHolder::GrantingLocked(absl::Time now) const {
   int granting = 1;  // this PS
-  for (int t = 0; t < peers_->size(); ++t) {
+  for (int t = 0; t < membership_->voters(); ++t) {
     if (t == peers_->self()) continue;
     granting += granted_at_[t] != absl::InfinitePast() &&
                 now - granted_at_[t] < options_.term;
@@ -130,14 +144,14 @@ bool LeaseHolder::HeldLocked(absl::Time now) const {
     if (held) {
       LOG(INFO) << "PS " << peers_->self()
                 << " holds a lease: " << GrantingLocked(now) << " of "
-                << peers_->size()
-                << " PS (itself included) granted one; it serves";
+                << membership_->voters() << VoterKind()
+                << " (itself included) granted one; it serves";
     } else {
       ++lapses_;
       LOG(ERROR) << "PS " << peers_->self()
                  << " lost its lease: " << GrantingLocked(now) << " of "
-                 << peers_->size()
-                 << " PS (itself included) granted one in the last "
+                 << membership_->voters() << VoterKind()
+                 << " (itself included) granted one in the last "
                  << absl::FormatDuration(options_.term)
                  << "; it refuses pulls and pushes until a majority does";
     }
@@ -150,15 +164,19 @@ absl::Status LeaseHolder::Check() const {
   const absl::Time now = clock_->Now();
   if (HeldLocked(now)) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
-      "PS ", peers_->self(),
-      " holds no lease (--replicas): ", GrantingLocked(now), " of ",
-      peers_->size(), " PS (itself included) granted one in the last ",
+      "PS ", peers_->self(), " holds no lease (--replicas): ",
+      GrantingLocked(now), " of ", membership_->voters(), VoterKind(),
+      " (itself included) granted one in the last ",
       absl::FormatDuration(options_.term), ", a majority is ",
-      peers_->size() / 2 + 1,
+      membership_->voters() / 2 + 1,
       replaced_ ? "; it was replaced by its backup (failover)" : "",
       ". A PS cut off from most of the cluster serves nothing, as its "
       "backup may take over its shards; ask another PS (GetStats) where "
       "they are served"));
+}
+
+const char* LeaseHolder::VoterKind() const {
+  return membership_->witnesses() > 0 ? " voters (PS and workers)" : " PS";
 }
 
 int64_t LeaseHolder::lapses() const {

@@ -13,6 +13,10 @@
 // the lease it granted runs: the two majorities share a PS, so the takeover
 // comes after the old primary's lease ended.
 //
+// With 2 PS the workers grant leases too (witnesses, membership.h): their
+// calls reach the service, which hands the grant here (Witnessed), and the
+// majority is of the PS and the workers together.
+//
 // Answers carry the granter's terms (membership.h): a PS learns of a
 // failover or handback within one renewal, and one that learns it was
 // replaced (or is refused a lease for that reason) calls `on_replaced`.
@@ -62,8 +66,16 @@ class LeaseHolder {
   LeaseHolder(const LeaseHolder&) = delete;
   LeaseHolder& operator=(const LeaseHolder&) = delete;
 
-  // OK while this PS holds a lease; else UNAVAILABLE saying how many PS
-  // granted one within the term.
+  // Witness `worker` granted this PS a lease with a challenge issued at
+  // `since` (InfinitePast: no grant). Its call taught this PS the terms it
+  // knows: one saying this PS failed over calls `on_replaced`.
+  void Witnessed(int worker, absl::Time since) ABSL_LOCKS_EXCLUDED(mu_);
+  // This PS's stream view (Options::view; version 0 without one).
+  StreamView View() const {
+    return options_.view ? options_.view() : StreamView();
+  }
+  // OK while this PS holds a lease; else UNAVAILABLE saying how many
+  // voters granted one within the term.
   absl::Status Check() const ABSL_LOCKS_EXCLUDED(mu_);
   // Times this PS found its lease ended (it had one before).
   int64_t lapses() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -79,7 +91,9 @@ class LeaseHolder {
   void Replaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the lease holds at `now`; logs when that changes.
   bool HeldLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // PS (this one included) whose grant is within the term at `now`.
+  // " PS", or " voters (PS and workers)" with witnesses (messages).
+  const char* VoterKind() const;
+  // Voters (this PS included) whose grant is within the term at `now`.
   int GrantingLocked(absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const PsPeers* const peers_;
@@ -88,8 +102,8 @@ class LeaseHolder {
   const Options options_;
   Clock* const clock_;
   mutable absl::Mutex mu_;
-  // Per PS task: when the last granted renewal was sent (InfinitePast:
-  // never).
+  // Per voter (PS tasks, then witnesses): when the last granted renewal
+  // was sent (InfinitePast: never).
   std::vector<absl::Time> granted_at_ ABSL_GUARDED_BY(mu_);
   mutable bool held_ ABSL_GUARDED_BY(mu_) = false;
   mutable int64_t lapses_ ABSL_GUARDED_BY(mu_) = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -10,11 +11,85 @@
 
 namespace psrt {
 
-Membership::Membership(const PsPeers* peers, int replicas, Clock* clock)
+namespace {
+// Challenges kept per witness: its call echoes the last one it was sent,
+// unless an answer was lost or calls overtook each other.
+constexpr size_t kChallengesKept = 4;
+}  // namespace
+
+Membership::Membership(const PsPeers* peers, int replicas, Clock* clock,
+                       int witnesses)
     : peers_(peers),
       replicas_(replicas),
       clock_(clock != nullptr ? clock : Clock::Real()),
+      witnesses_(peers->size() == 2 ? std::max(witnesses, 0) : 0),
+      witness_(witnesses_),
+      next_challenge_(std::random_device()() | 1),
       term_(peers->size(), 0) {}
+
+absl::StatusOr<Membership::WitnessCall> Membership::Witness(
+    const WitnessRequest& request) {
+  const int worker = request.worker();
+  if (worker < 0 || worker >= witnesses_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Witness: worker ", worker, " is not a witness of this cluster (",
+        witnesses_, " workers vote; only with 2 PS and --replicas > 1)"));
+  }
+  for (const auto& [task, term] : request.ps_terms()) Learn(task, term);
+  for (const auto& [primary, view] : request.views()) {
+    RecordView(primary, view);
+  }
+  absl::MutexLock lock(&mu_);
+  WitnessState& state = witness_[worker];
+  absl::Time issued = absl::InfinitePast();
+  for (const auto& [challenge, at] : state.challenges) {
+    if (challenge == request.challenge()) issued = at;
+  }
+  // A report that overtook a newer one is not kept.
+  if (issued != absl::InfinitePast() && issued >= state.sent_after) {
+    state.sent_after = issued;
+    state.unreachable.clear();
+    for (int task : request.unreachable()) {
+      // (At most one entry per PS, whatever the request repeats.)
+      if (task >= 0 && task < peers_->size() &&
+          std::find(state.unreachable.begin(), state.unreachable.end(), task) ==
+              state.unreachable.end()) {
+        state.unreachable.push_back(task);
+      }
+    }
+    auto self_view = request.views().find(peers_->self());
+    state.view_of_self =
+        self_view == request.views().end() ? 0 : self_view->second.version();
+  }
+  WitnessCall call;
+  if (request.grant()) call.granted_since = issued;
+  call.challenge = next_challenge_;
+  next_challenge_ += 2;  // odd: 0 stays "none"
+  state.challenges.emplace_back(call.challenge, clock_->Now());
+  if (state.challenges.size() > kChallengesKept) {
+    state.challenges.erase(state.challenges.begin());
+  }
+  return call;
+}
+
+int Membership::WitnessVotesLocked(int task, bool drop,
+                                   int64_t view_version) const {
+  const absl::Time now = clock_->Now();
+  int votes = 0;
+  for (const WitnessState& state : witness_) {
+    if (state.sent_after == absl::InfinitePast() ||
+        now - state.sent_after > kWitnessFresh) {
+      continue;
+    }
+    if (std::find(state.unreachable.begin(), state.unreachable.end(), task) ==
+        state.unreachable.end()) {
+      continue;
+    }
+    if (drop && state.view_of_self < view_version) continue;
+    ++votes;
+  }
+  return votes;
+}
 
 bool Membership::MajorityFindsUnreachable(int task,
                                           absl::Duration ping_timeout) {
@@ -46,12 +121,48 @@ Membership::Vote Membership::Decide(SuspectRequest request,
     });
   }
   for (std::thread& t : voters) t.join();
-  vote.majority = unreachable.load() > n / 2;
-  LOG(WARNING) << peers_->Describe(task) << " is unreachable from "
-               << unreachable.load() << " of " << n << " PS (this one "
-               << "included): " << (vote.majority ? "" : "not ")
+  int witness_votes = 0;
+  if (witnesses_ > 0) {
+    absl::MutexLock lock(&mu_);
+    witness_votes =
+        WitnessVotesLocked(task, request.drop(), request.view().version());
+  }
+  // Views the witnesses reported while the PS answered.
+  const StreamView recorded = ViewOf(task);
+  if (recorded.version() > vote.newest.version()) vote.newest = recorded;
+  const int votes = unreachable.load() + witness_votes;
+  const int voting = Membership::voters();
+  vote.majority = votes > voting / 2;
+  LOG(WARNING) << peers_->Describe(task) << " is unreachable from " << votes
+               << " of " << voting
+               << (witnesses_ > 0 ? " voters (PS and workers; " : " PS (")
+               << "this one included): " << (vote.majority ? "" : "not ")
                << "a majority";
   return vote;
+}
+
+bool Membership::DecideDrop(int task, const StreamView& without,
+                            absl::Duration lease_term,
+                            const absl::Notification& cancel) {
+  SuspectRequest vote;
+  vote.set_task(task);
+  vote.set_drop(true);
+  *vote.mutable_view() = without;
+  if (witnesses_ == 0) {
+    return Decide(std::move(vote), absl::Seconds(1)).majority;
+  }
+  // The workers learn `without` from this PS's answers and report it with
+  // their next calls: a few renewal periods.
+  const absl::Time give_up = clock_->Now() + lease_term;
+  while (!Decide(vote, absl::Seconds(1)).majority) {
+    if (clock_->Now() >= give_up ||
+        clock_->WaitForNotification(cancel, lease_term / 8)) {
+      return false;
+    }
+  }
+  // A lease term on, every grant the lease counts was made by a worker
+  // that knew the view.
+  return !clock_->WaitForNotification(cancel, lease_term);
 }
 
 void Membership::RecordView(int primary, const StreamView& view) {

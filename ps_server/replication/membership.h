@@ -11,16 +11,25 @@
 // reach it: the deciding PS asks every other PS (Suspect RPC, each pings
 // the suspect itself) and counts itself. One PS cut off from another can
 // therefore neither take over that PS's shards nor drop it as a backup on
-// its own. With fewer than 3 PS there is no majority without the suspect:
-// no failover (Enabled() is false).
+// its own. With 2 PS there is no majority without the suspect, so the
+// cluster's workers vote too (witnesses: worker_witness.h); the voters are
+// then the 2 PS and the W workers, a majority (2 + W) / 2 + 1 of them. A
+// worker's vote rides its calls (Witness RPC): it counts while the
+// challenge it echoes was issued here within kWitnessFresh, so it was sent
+// since. With 3 PS or more the PS alone vote. With 2 PS and no workers
+// (or a secured cluster, whose workers cannot prove which they are) there
+// is no failover (Enabled() is false).
 //
 // Leases (lease_holder.h) make the vote safe against a primary that is cut
-// off or paused but still running: a PS that granted PS p a lease within
+// off or paused but still running: a voter that granted PS p a lease within
 // the lease term says p is reachable, and one that voted p unreachable
 // grants it no lease for kVoteHold. A majority that votes p out therefore
 // shares no PS with a majority that granted p its current lease: by the
 // time p's shards are taken over, p's lease has ended (clocks advancing at
 // the same rate; the lease is timed from before its renewal was sent).
+//
+// With witnesses, a worker's grant is timed from when this PS issued the
+// challenge the worker echoes: the worker sent its grant after that.
 //
 // Stream views make a takeover safe against a stale copy: a primary that
 // drops a backup (it cannot reach it) puts the view it will have without
@@ -29,7 +38,14 @@
 // takeover vote and takes over only if the newest lists it. The two
 // majorities share a PS, so the newest view a takeover sees is at least
 // the drop's. Renewals carry the primary's current view (a backup in
-// sync again after a rejoin is listed again).
+// sync again after a rejoin is listed again). A worker records the view
+// from the primary's answers and reports it back: it counts towards a
+// drop once it reported the drop's view. As a vote sent before the worker
+// learned the view may still be fresh at the takeover, a primary with
+// witnesses waits one lease term after the drop's vote before
+// acknowledging without the backup: every grant its lease then counts was
+// made after the worker learned the view, so every voter of the takeover
+// that shares a lease with it reports the view.
 #ifndef PSRT_PS_SERVER_REPLICATION_MEMBERSHIP_H_
 #define PSRT_PS_SERVER_REPLICATION_MEMBERSHIP_H_
 
@@ -38,7 +54,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "ps_server/peers/ps_peers.h"
 #include "util/clock.h"
@@ -53,27 +71,62 @@ class Membership {
   // enough for the failover the vote was for to finish and be gossiped.
   static constexpr absl::Duration kVoteHold = absl::Seconds(10);
 
-  // `peers` and `clock` (which times grants and votes; the real clock
-  // when null) must outlive this.
-  Membership(const PsPeers* peers, int replicas, Clock* clock = nullptr);
+  // How long a worker's vote counts: from when this PS issued the
+  // challenge it echoes.
+  static constexpr absl::Duration kWitnessFresh = kLeaseTerm;
 
-  bool Enabled() const { return replicas_ > 1 && peers_->size() >= 3; }
+  // `peers` and `clock` (which times grants and votes; the real clock
+  // when null) must outlive this. `witnesses`: workers that vote (2 PS
+  // only; 0: none).
+  Membership(const PsPeers* peers, int replicas, Clock* clock = nullptr,
+             int witnesses = 0);
+
+  bool Enabled() const {
+    return replicas_ > 1 &&
+           (peers_->size() >= 3 || (peers_->size() == 2 && witnesses_ > 0));
+  }
   int replicas() const { return replicas_; }
+  int witnesses() const { return witnesses_; }
+  // Who votes: the PS, then the witnesses (voter num_ps + w is worker w).
+  int voters() const { return peers_->size() + witnesses_; }
+
+  // A witness's call (WitnessRequest): its terms are learned, its views
+  // recorded, its votes kept. `challenge`: the one to send back;
+  // `granted_since`: when the echoed challenge was issued, if the worker
+  // grants a lease with it (InfinitePast: no grant). INVALID_ARGUMENT for
+  // a worker that is no witness here.
+  struct WitnessCall {
+    uint64_t challenge = 0;
+    absl::Time granted_since = absl::InfinitePast();
+  };
+  absl::StatusOr<WitnessCall> Witness(const WitnessRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Asks every PS but `task` and this one whether it can reach `task`
-  // (each waits up to `ping_timeout`); true if this PS and the ones that
-  // cannot are a majority of all PS. Blocks up to about 2 * ping_timeout.
+  // (each waits up to `ping_timeout`); true if this PS, the ones that
+  // cannot and the witnesses whose fresh votes name `task` are a majority
+  // of the voters. Blocks up to about 2 * ping_timeout.
   bool MajorityFindsUnreachable(int task, absl::Duration ping_timeout);
 
   // The same vote, with a drop's or a takeover's fields (SuspectRequest):
   // `majority` as above; for a takeover, `newest` is the newest stream
-  // view of `request.task` among the answers and this PS's own record.
+  // view of `request.task` among the answers and this PS's own record
+  // (witnesses' views included). A witness counts towards a drop only if
+  // it reported the drop's view of this PS.
   struct Vote {
     bool majority = false;
     StreamView newest;
   };
   Vote Decide(SuspectRequest request, absl::Duration ping_timeout);
 
+  // Whether this PS, a primary, may drop backup `task` and acknowledge
+  // pushes with the stream view `without` (the Replicator's MayDrop): a
+  // majority finds `task` unreachable and recorded `without`. With
+  // witnesses it waits up to `lease_term` for the workers to report the
+  // view, then `lease_term` more (see above); false at once when `cancel`
+  // is notified (the server stops).
+  bool DecideDrop(int task, const StreamView& without,
+                  absl::Duration lease_term, const absl::Notification& cancel);
   // A primary's stream view (which backups it acknowledges pushes with),
   // from its drop vote or lease renewal: kept if newer than the one held.
   void RecordView(int primary, const StreamView& view) ABSL_LOCKS_EXCLUDED(mu_);
@@ -119,10 +172,29 @@ class Membership {
   absl::flat_hash_map<int, int64_t> terms() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // What this PS knows of one witness.
+  struct WitnessState {
+    // Challenges issued to it, newest last (a few kept): value, when.
+    std::vector<std::pair<uint64_t, absl::Time>> challenges;
+    // Its last report: sent after this time (the issue of the challenge
+    // it echoed); the PS it votes unreachable; the version of this PS's
+    // view it had learned.
+    absl::Time sent_after = absl::InfinitePast();
+    std::vector<int> unreachable;
+    int64_t view_of_self = 0;
+  };
+  // Witnesses whose fresh votes name `task` (for a drop: that reported
+  // `view_version` of this PS's view or a newer one).
+  int WitnessVotesLocked(int task, bool drop, int64_t view_version) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
   const PsPeers* const peers_;
   const int replicas_;
   Clock* const clock_;
+  const int witnesses_;
   mutable absl::Mutex mu_;
+  std::vector<WitnessState> witness_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_challenge_ ABSL_GUARDED_BY(mu_);
   bool FailedLocked(int task) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return term_[task] % 2 == 1;
   }

@@ -8,18 +8,26 @@
 
 namespace psrt {
 
+namespace {
+int WorkersOf(const InProcessCluster::Options& options) {
+  // One worker per host, as in SageMaker's layout, unless told otherwise.
+  return options.num_workers > 0 ? options.num_workers : options.num_ps;
+}
+}  // namespace
+
 InProcessCluster::InProcessCluster(Options options)
     : options_(options),
-      links_(options.num_ps, options.auth_token),
+      links_(options.num_ps, options.auth_token, WorkersOf(options)),
       client_ports_(options.num_ps, 0),
-      servers_(options.num_ps) {
+      servers_(options.num_ps),
+      // As Server::Create decides.
+      workers_vote_(options.num_ps == 2 && options.replicas > 1 &&
+                    options.peer_secret.empty()),
+      witnesses_(WorkersOf(options)) {
   for (int t = 0; t < options.num_ps; ++t) {
     cluster_.ps.push_back(absl::StrCat("127.0.0.", t + 1, ":2223"));
   }
-  // One worker per host, as in SageMaker's layout, unless told otherwise.
-  const int workers =
-      options.num_workers > 0 ? options.num_workers : options.num_ps;
-  for (int w = 0; w < workers; ++w) {
+  for (int w = 0; w < WorkersOf(options); ++w) {
     cluster_.workers.push_back(absl::StrCat("127.0.0.", w % options.num_ps + 1,
                                             ":",
                                             2222 + 100 * (w / options.num_ps)));
@@ -34,6 +42,10 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
     if (!server.ok()) return server.status();
     cluster->servers_[t] = *std::move(server);
   }
+  for (int w = 0; w < WorkersOf(options); ++w) cluster->RestartWorker(w);
+  // With witnesses a PS holds no lease before they granted one: a renewal
+  // period for the challenges, another for the grants.
+  if (cluster->workers_vote_) cluster->Advance(2 * options.step);
   if (!cluster->Settle() || !cluster->AwaitStreams()) {
     return absl::DeadlineExceededError(
         "the in-process PS did not settle on the simulated clock, or their "
@@ -42,7 +54,19 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
   return cluster;
 }
 
+void InProcessCluster::RestartWorker(int w) {
+  if (!workers_vote_) return;
+  witnesses_[w].reset();
+  WorkerWitness::Options o;
+  o.renew_every = options_.lease.renew_every;
+  o.term = options_.lease.term;
+  o.clock = &clock_;
+  witnesses_[w] = std::make_unique<WorkerWitness>(
+      w, options_.num_ps, links_.TransportFor(links_.worker_node(w)), o);
+}
+
 InProcessCluster::~InProcessCluster() {
+  for (auto& witness : witnesses_) witness.reset();
   for (int t = 0; t < num_ps(); ++t) links_.Kill(t);
   // Their threads may wait on the clock: wake them as the servers stop.
   for (auto& server : servers_) {
@@ -101,6 +125,9 @@ absl::Status InProcessCluster::Restart(int task) {
 
 int InProcessCluster::LoopThreads() {
   int threads = 0;
+  for (const auto& witness : witnesses_) {
+    if (witness != nullptr) threads += witness->voting_with();
+  }
   for (int t = 0; t < num_ps(); ++t) {
     Server* server = servers_[t].get();
     if (server == nullptr) continue;

@@ -4,6 +4,10 @@
 // SimulatedClock, so a test walks leases, votes, failovers and
 // partitions through simulated seconds in milliseconds, under ASan too.
 //
+// With 2 PS and replicas the workers vote (membership.h): each worker's
+// witness (worker_witness.h) runs here too, over the same links (node
+// links()->worker_node(w)), so a test can cut a worker off as it cuts a PS.
+//
 // PS i is host 127.0.0.(i+1) in the cluster spec (replica placement puts
 // backups on other hosts). With `client_ports`, each PS also listens on
 // 127.0.0.(i+1):<free port> so a psrt::Client can push and pull
@@ -23,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ps_server/peers/in_process_links.h"
+#include "ps_server/replication/worker_witness.h"
 #include "ps_server/rpc/server.h"
 #include "util/simulated_clock.h"
 
@@ -66,6 +71,12 @@ class InProcessCluster {
 
   // PS `task` dies: its links are gone, then its server.
   void Kill(int task);
+  // Worker `w`'s witness (null: stopped, or the cluster takes no votes
+  // from workers: 3 PS or more).
+  WorkerWitness* witness(int w) { return witnesses_[w].get(); }
+  // Worker `w` dies (its witness stops calling), or starts again.
+  void KillWorker(int w) { witnesses_[w].reset(); }
+  void RestartWorker(int w);
   // A new, empty process of PS `task` (it was killed): as a restarted
   // ps_server, it learns it was replaced, rejoins as a backup and takes its
   // shards back (handback).
@@ -113,6 +124,8 @@ class InProcessCluster {
   ClusterSpec cluster_;
   std::vector<int> client_ports_;
   std::vector<std::unique_ptr<Server>> servers_;
+  const bool workers_vote_;
+  std::vector<std::unique_ptr<WorkerWitness>> witnesses_;
 };
 
 }  // namespace psrt

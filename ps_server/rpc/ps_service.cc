@@ -1325,4 +1325,29 @@ grpc::ServerUnaryReactor* ParameterServerService::RenewLease(
       });
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::Witness(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<WitnessRequest>(
+      context, "Witness", request, response, /*detached=*/false,
+      [this](const WitnessRequest& r) -> absl::StatusOr<WitnessResponse> {
+        if (membership_ == nullptr || lease_ == nullptr ||
+            membership_->witnesses() == 0) {
+          return absl::FailedPreconditionError(
+              "Witness: this PS takes no votes from workers (they vote only "
+              "with 2 PS, --replicas > 1 and no --peer_secret_file)");
+        }
+        absl::StatusOr<Membership::WitnessCall> call = membership_->Witness(r);
+        if (!call.ok()) return call.status();
+        lease_->Witnessed(r.worker(), call->granted_since);
+        WitnessResponse out;
+        out.set_challenge(call->challenge);
+        *out.mutable_view() = lease_->View();
+        for (const auto& [task, term] : membership_->terms()) {
+          (*out.mutable_ps_terms())[task] = term;
+        }
+        return out;
+      });
+}
+
 }  // namespace psrt

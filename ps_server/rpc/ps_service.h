@@ -60,17 +60,17 @@ using ParameterServerCallbackBase = ParameterServer::WithRawCallbackMethod_Commi
         ParameterServer::WithRawCallbackMethod_CreateVariables<
             ParameterServer::WithRawCallbackMethod_ListVariables<
                 ParameterServer::WithRawCallbackMethod_GetStats<
-                    ParameterServer::WithRawCallbackMethod_Pull<
-                        ParameterServer::WithRawCallbackMethod_Push<
-                            ParameterServer::WithRawCallbackMethod_Replicate<
-                                ParameterServer::WithRawCallbackMethod_Suspect<
-                                    ParameterServer::WithRawCallbackMethod_RenewLease<
-                                        ParameterServer::WithRawCallbackMethod_Rejoin<
-                                            ParameterServer::WithRawCallbackMethod_InstallSnapshot<
+                    ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::WithRawCallbackMethod_Push<
+                        ParameterServer::WithRawCallbackMethod_Replicate<
+                            ParameterServer::WithRawCallbackMethod_Suspect<
+                                ParameterServer::WithRawCallbackMethod_RenewLease<
+                                    ParameterServer::WithRawCallbackMethod_Rejoin<
+                                        ParameterServer::WithRawCallbackMethod_InstallSnapshot<
+                                            ParameterServer::WithRawCallbackMethod_Handback<
                                                 ParameterServer::
-                                                    WithRawCallbackMethod_Handback<
+                                                    WithRawCallbackMethod_Witness<
                                                         ParameterServer::
-                                                            Service>>>>>>>>>>>>>>;
+                                                            Service>>>>>>>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -137,6 +137,11 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerUnaryReactor* Handback(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
+  // Worker to PS (--replicas > 1, 2 PS): a witness's lease grant and
+  // votes (membership.h).
+  grpc::ServerUnaryReactor* Witness(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* InstallSnapshot(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
@@ -151,7 +156,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // PS) must be held to serve pulls and pushes. All must outlive the
   // service; call before serving.
   void EnableReplication(Membership* membership, const PsPeers* peers,
-                         const LeaseHolder* lease) {
+                         LeaseHolder* lease) {
     membership_ = membership;
     peers_ = peers;
     lease_ = lease;
@@ -272,7 +277,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   Membership* membership_ = nullptr;
   Clock* const clock_;
   const PsPeers* peers_ = nullptr;
-  const LeaseHolder* lease_ = nullptr;
+  LeaseHolder* lease_ = nullptr;
   // This PS's own shards' step barrier (SYNC, SSP).
   StepCoordinator coordinator_;
   // The barrier a pull or push with `header`'s for_ps waits on: this PS's

@@ -215,17 +215,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     if (!peers.ok()) return peers.status();
     server->peers_ = std::move(*peers);
   }
-  server->membership_ = std::make_unique<Membership>(server->peers_.get(),
-                                                     options.replicas, clock);
+  // With 2 PS the workers vote (membership.h), unless they cannot prove
+  // which worker they are (a secured cluster's workers hold no secret).
+  int witnesses = 0;
+  if (options.replicas > 1 && options.cluster.num_ps() == 2) {
+    if (options.security.peer_secret.empty()) {
+      witnesses = static_cast<int>(options.cluster.workers.size());
+    } else {
+      LOG(WARNING) << "--replicas=" << options.replicas << " with 2 PS and "
+                   << "--peer_secret_file: workers cannot prove which "
+                      "worker they are, so they do not vote";
+    }
+  }
+  server->membership_ = std::make_unique<Membership>(
+      server->peers_.get(), options.replicas, clock, witnesses);
   Replicator::MayDrop may_drop;
   if (server->membership_->Enabled()) {
     Membership* membership = server->membership_.get();
-    may_drop = [membership](int task, const StreamView& without) {
-      SuspectRequest vote;
-      vote.set_task(task);
-      vote.set_drop(true);
-      *vote.mutable_view() = without;
-      return membership->Decide(std::move(vote), absl::Seconds(1)).majority;
+    const absl::Duration lease_term = options.lease.term;
+    std::shared_ptr<absl::Notification> cancel = server->drop_wait_cancel_;
+    may_drop = [membership, lease_term, cancel](int task,
+                                                const StreamView& without) {
+      return membership->DecideDrop(task, without, lease_term, *cancel);
     };
   }
   server->replicator_ = std::make_unique<Replicator>(
@@ -353,8 +364,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     if (!server->membership_->Enabled()) {
       LOG(WARNING) << "--replicas=" << options.replicas << " with "
                    << options.cluster.num_ps()
-                   << " PS: no failover (a majority to decide that a PS is "
-                      "down needs 3 PS at least); backups only copy";
+                   << " PS and no workers voting: no failover (a majority "
+                      "to decide that a PS is down needs 3 voters at "
+                      "least); backups only copy";
+    } else if (witnesses > 0) {
+      LOG(INFO) << "--replicas=" << options.replicas << " with 2 PS: the "
+                << witnesses << " worker(s) vote with the PS; this PS "
+                << "serves while " << server->membership_->voters() / 2 + 1
+                << " of " << server->membership_->voters()
+                << " voters granted it a lease";
     }
   }
 
@@ -462,6 +480,9 @@ void Server::Shutdown(absl::Time deadline) {
     if (replicator_ != nullptr && replicator_->active()) {
       stop_replicator = std::thread([this, deadline, &shut_down] {
         if (!shut_down.WaitForNotificationWithDeadline(deadline)) {
+          if (!drop_wait_cancel_->HasBeenNotified()) {
+            drop_wait_cancel_->Notify();
+          }
           replicator_->Stop();
         }
       });

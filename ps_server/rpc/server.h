@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "partitioner/cluster_spec.h"
@@ -120,6 +121,9 @@ class Server {
   std::unique_ptr<CheckpointRestorer> restorer_;
   std::unique_ptr<PsPeers> peers_;
   std::unique_ptr<Membership> membership_;
+  // Ends a drop's wait for its lease term (2 PS) when the server stops.
+  std::shared_ptr<absl::Notification> drop_wait_cancel_ =
+      std::make_shared<absl::Notification>();
   std::unique_ptr<Rejoiner> rejoiner_;      // stopped before service_ goes
   std::unique_ptr<Replicator> replicator_;  // outlives service_
   std::unique_ptr<LeaseHolder> lease_;      // null: no failover

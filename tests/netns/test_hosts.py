@@ -42,13 +42,13 @@ def launch(logs, data, hosts, extra, worker_flags):
     )
 
 
-def launch_replicated(logs, data, prefix, subnet, port, ps_flags, worker_flags):
-    """3 hosts in namespaces `prefix` (addresses `subnet`.1-3), --replicas=2,
-    the launcher restarting a ps_server that dies once."""
+def launch_replicated(logs, data, prefix, subnet, port, ps_flags, worker_flags, hosts=3):
+    """`hosts` hosts in namespaces `prefix` (addresses `subnet`.1-N),
+    --replicas=2, the launcher restarting a ps_server that dies once."""
     return launch(
         logs,
         data,
-        3,
+        hosts,
         [
             f"--netns={prefix}",
             f"--netns_subnet={subnet}",
@@ -308,6 +308,70 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     assert auc > 0.75
 
 
+@needs_netns
+def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
+    """--replicas=2 on 2 hosts, the layout most jobs run: the two workers
+    vote beside the two PS (4 voters, a majority of 3). Each PS in turn, in
+    a run of its own, mid-training:
+      - PS 1 killed with SIGKILL: the launcher starts it again at once, its
+        new process tells PS 0, which takes its shards over at once;
+      - PS 0 stopped (SIGSTOP) for 12 s, alive but silent: its lease ends,
+        the workers and PS 1 vote it out and PS 1 takes its shards over
+        within 5 s; resumed, PS 0 learns it was replaced.
+    Either way the PS rejoins as a backup and takes its shards back
+    (handback), and every worker finishes its steps with no PS recovery and
+    no lost push."""
+    for victim, how, prefix, subnet, port in (
+        (1, signal.SIGKILL, "psrtt14", "10.93.0", 27100),
+        (0, signal.SIGSTOP, "psrtt15", "10.94.0", 27120),
+    ):
+        logs = os.path.join(tmp_path, f"ps{victim}_{how.name}")
+        os.makedirs(logs)
+        proc = launch_replicated(
+            logs,
+            data,
+            prefix,
+            subnet,
+            port,
+            [f"--ps_flag=--checkpoint_uri={logs}/ckpt"],
+            ["--epochs=0", "--max_steps=300"],
+            hosts=2,
+        )
+        try:
+            wait_for(os.path.join(logs, "worker_0.log"), r"step=60 ")
+            pid = ps_pid(victim, port)
+            os.kill(pid, how)
+            hit_at = time.time()
+            if how == signal.SIGSTOP:
+                time.sleep(12)
+                os.kill(pid, signal.SIGCONT)
+        except Exception:
+            proc.kill()
+            raise
+        finish(proc)
+        ps_logs = [read(os.path.join(logs, f"ps_{ps}.log")) for ps in range(2)]
+        survivor = 1 - victim
+        assert "2 worker(s) vote with the PS" in ps_logs[survivor], ps_logs[survivor][-3000:]
+        took_over = log_time(ps_logs[survivor], "took over")
+        print(f"PS {victim} {how.name}: PS {survivor} took over {took_over - hit_at:.1f} s later")
+        assert took_over - hit_at < 5, ps_logs[survivor][-3000:]
+        if how == signal.SIGSTOP:
+            assert "a majority" in ps_logs[survivor], ps_logs[survivor][-3000:]
+            assert "learned it was replaced" in ps_logs[victim], ps_logs[victim][-3000:]
+        assert "rejoined as a backup" in ps_logs[victim], ps_logs[victim][-3000:]
+        again = re.search(r"serves its \d+ shard\(s\) again[^\n]*", ps_logs[victim])
+        assert again, ps_logs[victim][-3000:]
+        print(again.group(0))
+        rows = done_lines(logs, 2)
+        print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
+        for row in rows:
+            assert int(row[0]) == 300
+            assert int(row[4]) == 0 and int(row[5]) == 0, rows
+        auc = float(AUC.search(read(os.path.join(logs, "worker_0.log"))).group(1))
+        print(f"eval AUC after the failover {auc:.4f}")
+        assert auc > 0.75
+
+
 def log_time(log, text):
     """When the first glog line containing `text` was written (epoch s)."""
     for line in log.splitlines():
@@ -483,14 +547,17 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
     launcher's restart of the killed PS rejoins as a backup and takes its
     shards and their barrier back mid-training (handback). The final
     parameters equal, bit for bit, those of the same sync run with no
-    failure (same data, same order)."""
+    failure (same data, same order). The same on 2 hosts (the workers
+    vote), PS 0 killed, against a 2-host control run."""
     worker_flags = ["--epochs=0", "--max_steps=200", "--mode=sync", "--sync_timeout_secs=60"]
     runs = {}
-    for name, victim, prefix, subnet, port in (
-        ("control", None, "psrtt10", "10.89.0", 27020),
-        ("killed_ps0", 0, "psrtt12", "10.91.0", 27060),
-        ("killed_ps1", 1, "psrtt9", "10.88.0", 27000),
-        ("killed_ps2", 2, "psrtt13", "10.92.0", 27080),
+    for hosts, name, victim, prefix, subnet, port in (
+        (3, "control", None, "psrtt10", "10.89.0", 27020),
+        (3, "killed_ps0", 0, "psrtt12", "10.91.0", 27060),
+        (3, "killed_ps1", 1, "psrtt9", "10.88.0", 27000),
+        (3, "killed_ps2", 2, "psrtt13", "10.92.0", 27080),
+        (2, "control_2h", None, "psrtt16", "10.95.0", 27140),
+        (2, "killed_ps0_2h", 0, "psrtt17", "10.96.0", 27160),
     ):
         logs = os.path.join(tmp_path, name)
         os.makedirs(logs)
@@ -502,6 +569,7 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
             port,
             [f"--ps_flag=--checkpoint_uri={logs}/ckpt"],
             worker_flags,
+            hosts=hosts,
         )
         try:
             if victim is not None:
@@ -511,7 +579,7 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
             proc.kill()
             raise
         finish(proc)
-        rows = done_lines(logs, 3)
+        rows = done_lines(logs, hosts)
         recoveries, lost = [int(r[4]) for r in rows], [int(r[5]) for r in rows]
         print(f"{name}: recoveries {recoveries}, lost pushes {lost}")
         for row in rows:
@@ -520,8 +588,8 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
         runs[name] = export_checkpoint(f"{logs}/ckpt", os.path.join(tmp_path, f"{name}_export"))
         if victim is None:
             continue
-        backup = (victim + 1) % 3
-        ps_logs = [read(os.path.join(logs, f"ps_{ps}.log")) for ps in range(3)]
+        backup = (victim + 1) % hosts
+        ps_logs = [read(os.path.join(logs, f"ps_{ps}.log")) for ps in range(hosts)]
         assert "took over" in ps_logs[backup], ps_logs[backup][-3000:]
         m = re.search(
             rf"sync barrier of PS {victim}'s shards resumed here at step (\d+) with (\d+)",
@@ -539,7 +607,7 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
         print(f"handback: {m.group(0)}")
         # Bit for bit: every exported variable (and index.json: names,
         # shapes, rows, step).
-        control, failover = runs["control"], runs[name]
+        control, failover = runs["control" if hosts == 3 else "control_2h"], runs[name]
         assert sorted(control) == sorted(failover)
         assert len(control) > 9, sorted(control)  # the 9 variables and the index
         differ = [f for f in control if control[f] != failover[f]]

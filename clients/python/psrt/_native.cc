@@ -129,7 +129,8 @@ class PyClient {
            int channels_per_ps, double failover_wait, std::string tls_ca_file,
            std::string tls_cert_file, std::string tls_key_file,
            std::string auth_token, int wire_dtype, int mode, int workers,
-           int staleness, double sync_timeout, int worker_index) {
+           int staleness, double sync_timeout, int worker_index,
+           int witness_index) {
     ClientOptions options;
     options.ps_addresses = std::move(addresses);
     options.call_timeout = absl::Seconds(timeout);
@@ -145,6 +146,7 @@ class PyClient {
     }
     options.wire_dtype = static_cast<WireDtype>(wire_dtype);
     options.worker_index = worker_index;
+    options.witness_index = witness_index;
     if (!Consistency::Mode_IsValid(mode)) {
       throw py::value_error(absl::StrCat("unknown mode ", mode));
     }
@@ -449,14 +451,14 @@ PYBIND11_MODULE(_native, m) {
   py::class_<PyClient>(m, "Client")
       .def(py::init<std::vector<std::string>, double, int, int, double,
                     std::string, std::string, std::string, std::string, int,
-                    int, int, int, double, int>(),
+                    int, int, int, double, int, int>(),
            py::arg("addresses"), py::arg("timeout"), py::arg("max_attempts"),
            py::arg("channels_per_ps"), py::arg("failover_wait"),
            py::arg("tls_ca_file"), py::arg("tls_cert_file"),
            py::arg("tls_key_file"), py::arg("auth_token"),
            py::arg("wire_dtype"), py::arg("mode"), py::arg("workers"),
            py::arg("staleness"), py::arg("sync_timeout"),
-           py::arg("worker_index"))
+           py::arg("worker_index"), py::arg("witness_index"))
       .def("close", &PyClient::Close)
       .def("wait_for_servers", &PyClient::WaitForServers)
       .def("create_variables", &PyClient::CreateVariables)

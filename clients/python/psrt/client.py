@@ -154,17 +154,31 @@ class Client:
             raise ValueError(f"sync_timeout must be in (0, 86400] seconds, got {sync_timeout!r}")
         if wire_dtype not in _WIRE_DTYPES:
             raise ValueError(f"wire_dtype {wire_dtype!r}: expected one of fp32, bf16, fp16")
-        if worker is None:  # async pushes name no worker: no environment needed
-            worker = worker_info() if mode != "async" else WorkerInfo(0, 1, 0)
+        # The worker's rank also makes it a witness with 2 PS and replicas
+        # (it votes and grants leases, docs/operations.md): known from an
+        # explicit `worker` or the environment. Async pushes need none.
+        witness = -1
+        if worker is not None:
+            witness = worker.rank
+        elif mode != "async":
+            worker = worker_info()
+            witness = worker.rank
+        else:
+            try:
+                if "RANK" in os.environ or "TF_CONFIG" in os.environ:
+                    witness = worker_info().rank
+            except ValueError:  # an evaluator, a chief: no worker rank
+                pass
+            worker = WorkerInfo(0, 1, 0)
+        rank = worker.rank if mode != "async" else -1
         self.mode, self.worker, self.timeout = mode, worker, timeout
         self.sync_step = 0  # after a sync pull: the lowest step not yet applied
         self._layouts = {}  # name -> layout, with its spec parsed
         self.addresses = load_cluster(cluster)
         token = auth_token if auth_token is not None else os.environ.get("PSRT_AUTH_TOKEN", "")
-        rank = worker.rank if mode != "async" else -1
         calls = (float(timeout), int(max_attempts), int(channels_per_ps), float(failover_wait))
         security = (tls_ca_file or "", tls_cert_file or "", tls_key_file or "", token.strip())
-        steps = (_MODES[mode], worker.world_size, staleness, float(sync_timeout), rank)
+        steps = (_MODES[mode], worker.world_size, staleness, float(sync_timeout), rank, witness)
         wire = _WIRE_DTYPES[wire_dtype]
         self._client = _native_call(_native.Client, self.addresses, *calls, *security, wire, *steps)
 
