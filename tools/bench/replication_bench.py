@@ -5,8 +5,8 @@
     /usr/bin/python3 tools/bench/replication_bench.py [--rounds=3] \\
         [--seconds=3] [--inflight=4] [--kills=5] [--rejoins=3]
 
-Each round starts 3 ps_server on 127.0.0.1, 127.0.0.2 and 127.0.0.3 (a
-host each, as --replicas needs) twice, with --replicas=1 and with
+Each round starts 3 ps_server (--num_ps=2: 2) on 127.0.0.1, 127.0.0.2 and
+127.0.0.3 (a host each, as --replicas needs) twice, with --replicas=1 and with
 --replicas=2 (alternating which goes first), and runs ps_bench's push
 cases against each (dense 4 MiB, embedding 100k rows; --inflight pushes in
 flight), reporting push ops/s and p50 / p99 latency. The baseline is the
@@ -43,12 +43,17 @@ import time
 from run_benchmarks import BIN, free_port, run
 
 
-def start_cluster(replicas, log):
-    ports = [free_port() for _ in range(3)]
-    hosts = [f"127.0.0.{i + 1}" for i in range(3)]
+def start_cluster(replicas, log, num_ps=3):
+    ports = [free_port() for _ in range(num_ps)]
+    hosts = [f"127.0.0.{i + 1}" for i in range(num_ps)]
     spec = {"cluster": {"ps": [f"{h}:{p}" for h, p in zip(hosts, ports)]}}
+    if num_ps == 2:
+        # 2 PS vote with the workers: with one worker in the spec the two PS
+        # are 2 of the 3 voters and grant each other their leases (ps_bench
+        # is no witness), as a 2-host job's PS do while its workers run.
+        spec["cluster"]["worker"] = ["127.0.0.1:1"]
     procs = []
-    for i in range(3):
+    for i in range(num_ps):
         procs.append(
             subprocess.Popen(
                 [
@@ -122,6 +127,7 @@ def seconds(duration):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num_ps", type=int, default=3, choices=(2, 3))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--inflight", type=int, default=4)
@@ -134,7 +140,7 @@ def main():
         for r in range(args.rounds):
             order = (1, 2) if r % 2 == 0 else (2, 1)
             for replicas in order:
-                spec, procs = start_cluster(replicas, log)
+                spec, procs = start_cluster(replicas, log, args.num_ps)
                 try:
                     results[replicas].append(bench(spec, args, log))
                 finally:
