@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "proto/ps.pb.h"
 
 namespace psrt {
 
@@ -46,6 +47,8 @@ class ReplicationLog {
     std::vector<int> push_frames;
     // SSP: `worker_index`'s clock on `for_ps`'s barrier passes `step`.
     bool ssp = false;
+    // The ids the primary gave no row (ReplicatedUpdate.dropped).
+    std::vector<DroppedIds> dropped;
   };
 
   virtual ~ReplicationLog() = default;

@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/buffer_pool.h"
+#include "ps_server/shards/row_table.h"
 #include "util/thread_pool.h"
 
 namespace psrt {
@@ -153,6 +154,14 @@ void PushHandler::FinishAsync(
   }
 }
 
+void PushHandler::FollowPrimary(
+    const google::protobuf::RepeatedPtrField<DroppedIds>& dropped) {
+  for (const DroppedIds& d : dropped) {
+    primary_dropped_[std::make_pair(d.variable(), d.shard())].insert(
+        d.ids().begin(), d.ids().end());
+  }
+}
+
 absl::Status PushHandler::ApplyCombined(float scale) {
   absl::Status status = Apply(scale);
   if (status.ok()) status = AwaitReplicated();
@@ -255,6 +264,15 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       updates.back().update.learning_rate = item.learning_rate;
       updates.back().update.max_abs_grad = 0;
       updates.back().update.global_step = store_->global_step();
+      if (kind_ == RequestKind::kReplica) {
+        // A backup gives rows as its primary did (none decided here).
+        auto dropped = primary_dropped_.find(
+            std::make_pair(item.variable->name(), item.shard));
+        updates.back().update.primary_dropped.emplace();
+        if (dropped != primary_dropped_.end()) {
+          updates.back().update.primary_dropped->swap(dropped->second);
+        }
+      }
     }
     ShardUpdate& u = updates[it->second].update;
     u.max_abs_grad = std::max(u.max_abs_grad, item.max_abs_grad);
@@ -414,6 +432,21 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (sync_step_for_ >= 0) {
       forwarded.sync_step = true;
       forwarded.for_ps = sync_step_for_;
+    }
+    // The ids given no row here (admission): the backups give them none.
+    for (const PendingShardUpdate& u : updates) {
+      const ShardUpdate& applied = u.update;
+      if (applied.rows.size() != applied.ids.size()) continue;
+      DroppedIds* dropped = nullptr;
+      for (size_t i = 0; i < applied.ids.size(); ++i) {
+        if (applied.rows[i] != RowTable::kNoRow) continue;
+        if (dropped == nullptr) {
+          dropped = &forwarded.dropped.emplace_back();
+          dropped->set_variable(u.variable->name());
+          dropped->set_shard(u.shard);
+        }
+        dropped->add_ids(applied.ids[i]);
+      }
     }
     replicated_sequence_ = replicator_->Append(std::move(forwarded));
   }

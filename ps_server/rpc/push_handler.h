@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -99,6 +101,12 @@ class PushHandler {
     replica_filter_ = std::move(apply);
   }
 
+  // kReplica: the ids the primary gave no row, per shard it updated
+  // (ReplicatedUpdate.dropped); every other id of the update gets one.
+  // Set before ApplyCombined.
+  void FollowPrimary(
+      const google::protobuf::RepeatedPtrField<DroppedIds>& dropped);
+
   // De-duplicate under the scope of the primary the push's shards were
   // placed on (its first item's), instead of `dedup` (DedupScopes).
   void set_dedup_scopes(DedupScopes* scopes) { scopes_ = scopes; }
@@ -112,6 +120,8 @@ class PushHandler {
   const RequestKind kind_;
   DedupScopes* scopes_ = nullptr;
   std::function<bool(const LocalVariable&, int shard)> replica_filter_;
+  absl::flat_hash_map<std::pair<std::string, int>, absl::flat_hash_set<int64_t>>
+      primary_dropped_;
   ReplicationLog* const replicator_;  // null or inactive: no replicas
   int sync_step_for_ = -1;            // MarkSyncStep
   // The messages as received, kept (sharing their slices) to forward them.

@@ -422,6 +422,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
       stream->applied_through = u.sequence();
       continue;
     }
+    updates[i]->FollowPrimary(u.dropped());
     absl::Status s = updates[i]->ApplyCombined(u.scale());
     if (!s.ok()) {
       // The primary applied this update to the same state; refusing it

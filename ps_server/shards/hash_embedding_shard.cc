@@ -242,19 +242,54 @@ int64_t HashEmbeddingShard::RowLimit() const {
   return limit;
 }
 
-absl::Status HashEmbeddingShard::EnsureRows(absl::Span<const int64_t> ids,
-                                            std::vector<uint32_t>* rows_out,
-                                            uint64_t* rows_epoch) {
+absl::Status HashEmbeddingShard::EnsureRows(
+    absl::Span<const int64_t> ids, std::vector<uint32_t>* rows_out,
+    uint64_t* rows_epoch, const absl::flat_hash_set<int64_t>* primary_dropped) {
   std::vector<uint32_t> local;
   std::vector<uint32_t>& rows = rows_out != nullptr ? *rows_out : local;
   rows.resize(ids.size());
   absl::MutexLock lock(&mu_);
   FindRows(ids, rows.data());
-  absl::Status s = GiveRowsLocked(ids, rows.data(), Admit::kByPolicy,
-                                  /*place_what_fits=*/true, rows);
+  absl::Status s = primary_dropped != nullptr
+                       ? FollowPrimaryLocked(ids, rows.data(), *primary_dropped)
+                       : GiveRowsLocked(ids, rows.data(), Admit::kByPolicy,
+                                        /*place_what_fits=*/true, rows);
   if (rows_epoch != nullptr) *rows_epoch = rows_epoch_;
   if (rows_out == nullptr) rows.clear();
   return s;
+}
+
+absl::Status HashEmbeddingShard::FollowPrimaryLocked(
+    absl::Span<const int64_t> ids, uint32_t* rows,
+    const absl::flat_hash_set<int64_t>& primary_dropped) {
+  // The missing ids the primary gave rows, each once.
+  std::vector<int64_t> given;
+  absl::flat_hash_set<int64_t> seen;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] != kNoRow || !seen.insert(ids[i]).second) continue;
+    // Counted as the primary counted them, so that this copy's admission
+    // decides much as the primary's would if it takes the shard over.
+    if (admission_policy_ != nullptr) admission_policy_->Sight(ids[i]);
+    if (!primary_dropped.contains(ids[i])) given.push_back(ids[i]);
+  }
+  if (given.empty()) return absl::OkStatus();
+  std::vector<uint32_t> given_rows(given.size(), kNoRow);
+  const int64_t before = table_.size();
+  if (absl::Status s = GiveRowsLocked(given, given_rows.data(), Admit::kAll,
+                                      /*place_what_fits=*/false,
+                                      absl::MakeConstSpan(rows, ids.size()));
+      !s.ok()) {
+    return s;
+  }
+  if (admission_policy_ != nullptr) {
+    admission_.admitted_rows += table_.size() - before;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (rows[i] == kNoRow && !primary_dropped.contains(ids[i])) {
+      rows[i] = table_.Find(ids[i]);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status HashEmbeddingShard::GiveRowsLocked(

@@ -102,9 +102,10 @@ class HashEmbeddingShard final : public RowShard {
   absl::StatusOr<int64_t> Gather(absl::Span<const int64_t> ids,
                                  float* out) const override;
   using RowShard::EnsureRows;
-  absl::Status EnsureRows(absl::Span<const int64_t> ids,
-                          std::vector<uint32_t>* rows,
-                          uint64_t* rows_epoch = nullptr) override;
+  absl::Status EnsureRows(
+      absl::Span<const int64_t> ids, std::vector<uint32_t>* rows,
+      uint64_t* rows_epoch = nullptr,
+      const absl::flat_hash_set<int64_t>* primary_dropped = nullptr) override;
   // Rows one hold of the lock looks at in an eviction sweep.
   static constexpr int64_t kEvictionRowsPerHold = 8192;
   int64_t EvictIdleRows(int64_t global_step) override;
@@ -213,6 +214,11 @@ class HashEmbeddingShard final : public RowShard {
   // Repeats found on the rows (a bitmap over them) when they are known.
   bool HasRepeatedIds(const ShardUpdate& update) const override;
   // Who may get a row among the ids missing from memory.
+  // EnsureRows on a backup: the primary's decisions (primary_dropped).
+  absl::Status FollowPrimaryLocked(
+      absl::Span<const int64_t> ids, uint32_t* rows,
+      const absl::flat_hash_set<int64_t>& primary_dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   enum class Admit {
     kAll,       // every id (rows held elsewhere: a checkpoint, a primary)
     kByPolicy,  // the admission policy's (a push)

@@ -46,7 +46,10 @@ absl::Status RowShard::Prepare(ShardUpdate* u, float scale) {
   // Rows are created before anything is locked: if a shard is full nothing
   // is updated (rows created meanwhile hold their initial values, which
   // pulls of absent ids return anyway).
-  if (absl::Status s = EnsureRows(u->ids, &u->rows, &u->rows_epoch); !s.ok()) {
+  if (absl::Status s =
+          EnsureRows(u->ids, &u->rows, &u->rows_epoch,
+                     u->primary_dropped ? &*u->primary_dropped : nullptr);
+      !s.ok()) {
     return s;
   }
   if (scale != 1.0f || HasRepeatedIds(*u)) {

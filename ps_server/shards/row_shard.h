@@ -36,10 +36,13 @@ class RowShard : public Shard {
   // nothing created). Hash shards also store each id's row in `rows` (if
   // given), for ApplyLocked to use without looking the ids up again.
   // `rows_epoch` (if given): the row epoch the rows are valid in
-  // (ShardUpdate::rows_epoch).
-  virtual absl::Status EnsureRows(absl::Span<const int64_t> ids,
-                                  std::vector<uint32_t>* rows,
-                                  uint64_t* rows_epoch = nullptr) {
+  // (ShardUpdate::rows_epoch). `primary_dropped` (a backup's copy of its
+  // primary's update, ShardUpdate::primary_dropped): the ids to give no
+  // row; every other id gets one, admission or not.
+  virtual absl::Status EnsureRows(
+      absl::Span<const int64_t> ids, std::vector<uint32_t>* rows,
+      uint64_t* rows_epoch = nullptr,
+      const absl::flat_hash_set<int64_t>* primary_dropped = nullptr) {
     return absl::OkStatus();
   }
   absl::Status EnsureRows(absl::Span<const int64_t> ids) {

@@ -14,8 +14,10 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -59,6 +61,11 @@ struct ShardUpdate {
   // finds them again).
   std::vector<uint32_t> rows;
   uint64_t rows_epoch = 0;
+  // A backup applying its primary's update (--replicas): which ids the
+  // primary gave no row (ReplicatedUpdate.dropped). Set: every other id
+  // gets a row and these none, whatever this copy's admission counts, so
+  // the copies hold the same rows. Unset: this shard decides.
+  std::optional<absl::flat_hash_set<int64_t>> primary_dropped;
 };
 
 // A hash shard's row life (AdmissionSpec, EvictionSpec, StorageSpec): rows

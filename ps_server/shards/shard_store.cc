@@ -181,19 +181,15 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
   ShardMap plan = map_;
   int64_t new_bytes = 0;
   for (const VariableSpec* spec : to_add) {
-    if ((spec->has_admission() || spec->has_eviction()) &&
-        replicas_.replicas() > 1) {
-      // Copies would hold different rows: a backup's admission sketch
-      // differs from its primary's after a rejoin (snapshots carry rows,
-      // not sketches) or a refused push, and each copy's eviction sweep
-      // runs on its own clock.
-      const char* what = spec->has_admission()
-                             ? "admission (admission.min_count > 1)"
-                             : "eviction (eviction.ttl_steps or max_rows)";
+    if (spec->has_eviction() && replicas_.replicas() > 1) {
+      // Copies would hold different rows: each copy's eviction sweep runs
+      // on its own clock. (Admission is replicated: a backup gives rows
+      // to the ids its primary gave rows, ReplicatedUpdate.dropped.)
       return absl::InvalidArgumentError(absl::StrCat(
-          "variable '", spec->name(), "': ", what,
-          " is not supported with --replicas=", replicas_.replicas(),
-          " yet; use --replicas=1, or no admission or eviction"));
+          "variable '", spec->name(),
+          "': eviction (eviction.ttl_steps or max_rows) is not supported "
+          "with --replicas=",
+          replicas_.replicas(), " yet; use --replicas=1, or no eviction"));
     }
     if (spec->storage().tier() == StorageSpec::SSD) {
       if (absl::Status s = CheckSsdTier(*spec); !s.ok()) return s;
