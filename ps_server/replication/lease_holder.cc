@@ -172,7 +172,12 @@ absl::Status LeaseHolder::Check() const {
       replaced_ ? "; it was replaced by its backup (failover)" : "",
       ". A PS cut off from most of the cluster serves nothing, as its "
       "backup may take over its shards; ask another PS (GetStats) where "
-      "they are served"));
+      "they are served",
+      membership_->witnesses() > 0
+          ? ". With 2 PS the workers vote: each worker's client must know "
+            "its index (TF_CONFIG, psrt.Client(worker=...), "
+            "ClientOptions.worker_index or witness_index)"
+          : ""));
 }
 
 const char* LeaseHolder::VoterKind() const {

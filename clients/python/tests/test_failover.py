@@ -105,3 +105,42 @@ def test_without_failover_wait_a_dead_ps_is_an_error_naming_it(make_cluster):
     assert e.value.ps == 1
     assert cluster.addresses[1] in str(e.value)
     client.close()
+
+
+def test_two_ps_fail_over_with_the_workers_as_witnesses(make_cluster):
+    """2 PS with --replicas=2 and 2 workers in the spec: the workers vote
+    beside the PS (4 voters). A client that names no worker is no witness:
+    alone it leaves the PS without a majority, and they refuse it. With
+    the two workers' clients (their ranks given, as TF_CONFIG gives them)
+    the PS serve; PS 1 killed with SIGKILL, PS 0 takes its shards over and
+    every push lands once."""
+    cluster = make_cluster(2, flags=["--replicas=2"], distinct_hosts=True, workers=2)
+    lone = cluster.client(max_attempts=1, failover_wait=0.5)
+    lone.create_variables(_model())
+    deadline = time.monotonic() + 10
+    while True:  # (first: the PS's streams to their backups start)
+        with pytest.raises(psrt.PsError) as refused:
+            lone.pull_dense("w")
+        if "holds no lease" in str(refused.value) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert "holds no lease" in str(refused.value), str(refused.value)
+    assert "of 4 voters (PS and workers)" in str(refused.value), str(refused.value)
+    assert "the workers vote" in str(refused.value), str(refused.value)
+    lone.close()
+    workers = [cluster.client(worker=psrt.WorkerInfo(r, 2, 0)) for r in range(2)]
+    rng = np.random.default_rng(5)
+    ids = np.arange(0, 9000, 7, dtype=np.int64)
+    dense = [rng.integers(-8, 8, size=(3000, 4)).astype(np.float32) for _ in range(2)]
+    rows = [rng.integers(-8, 8, size=(ids.size, 8)).astype(np.float32) for _ in range(2)]
+    workers[0].push({"w": dense[0], "emb": (ids, rows[0])})
+    cluster.kill(1)
+    killed = time.monotonic()
+    workers[1].push({"w": dense[1], "emb": (ids, rows[1])})
+    took = time.monotonic() - killed
+    print(f"2 PS: push acknowledged {took:.2f} s after the kill")
+    assert np.array_equal(workers[0].pull_dense("w"), -0.5 * (dense[0] + dense[1]))
+    assert np.array_equal(workers[0].pull_rows("emb", ids), -0.5 * (rows[0] + rows[1]))
+    assert took < 20, cluster.log_tails()
+    for w in workers:
+        w.close()
