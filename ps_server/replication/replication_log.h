@@ -69,8 +69,8 @@ class ReplicationLog {
   virtual bool replaced() const = 0;
   // Every backup has accepted this PS's stream or was given up on.
   virtual bool ready() const = 0;
-  // Rejoin (ps_server/rpc/rejoin_source.h): this process's stream id; the
-  // sequence the next update gets; `task` added as a backup from there on
+  // Rejoin (ps_server/replication/rejoin_source.h): this process's stream id;
+  // the sequence the next update gets; `task` added as a backup from there on
   // (returns that sequence).
   virtual uint64_t incarnation() const = 0;
   virtual uint64_t next_sequence() const = 0;

@@ -7,7 +7,7 @@
 // Order: Append is called under the locks of every shard the update
 // touched, so two updates of one shard get sequences in the order they were
 // applied; a backup applies sequences strictly in order
-// (ps_server/rpc/replica_applier.h), so its copy goes through the same
+// (ps_server/replication/replica_applier.h), so its copy goes through the same
 // states as the primary's, bit for bit.
 //
 // Batching: one sender thread per backup sends everything queued as one

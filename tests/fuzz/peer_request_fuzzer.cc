@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ps_server/replication/replica_applier.h"
+#include "ps_server/replication/snapshot_installer.h"
 #include "ps_server/rpc/push_dedup.h"
-#include "ps_server/rpc/replica_applier.h"
-#include "ps_server/rpc/snapshot_installer.h"
 #include "tests/fuzz/fuzz_store.h"
 
 namespace {

@@ -57,7 +57,7 @@ sources=(
   util/memory_headroom.cc
   ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc
   ps_server/rpc/push_handler.cc ps_server/rpc/push_dedup.cc
-  ps_server/rpc/replica_applier.cc ps_server/rpc/snapshot_installer.cc
+  ps_server/replication/replica_applier.cc ps_server/replication/snapshot_installer.cc
   ps_server/checkpoint/checkpoint_catalog.cc ps_server/checkpoint/shard_file.cc
   storage/storage.cc storage/file_storage.cc
   storage/s3_storage.cc storage/s3_xml.cc

@@ -1,4 +1,4 @@
-#include "ps_server/rpc/rejoin_source.h"
+#include "ps_server/replication/rejoin_source.h"
 
 #include <algorithm>
 #include <set>

@@ -14,8 +14,8 @@
 // this PS then rejoins (rejoiner.h) to get a copy of those shards. Updates
 // already applied (a retried call) are acknowledged again and not
 // re-applied.
-#ifndef PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
-#define PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
+#ifndef PSRT_PS_SERVER_REPLICATION_REPLICA_APPLIER_H_
+#define PSRT_PS_SERVER_REPLICATION_REPLICA_APPLIER_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -205,4 +205,4 @@ class ReplicaApplier {
 
 }  // namespace psrt
 
-#endif  // PSRT_PS_SERVER_RPC_REPLICA_APPLIER_H_
+#endif  // PSRT_PS_SERVER_REPLICATION_REPLICA_APPLIER_H_

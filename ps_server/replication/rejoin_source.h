@@ -6,9 +6,9 @@
 // copied under the shard's lock together with the sequence of the first
 // update the copy does not hold, while pushes go on; the rejoiner applies
 // the stream's later updates to each copy from that sequence on
-// (ps_server/rpc/replica_applier.h).
-#ifndef PSRT_PS_SERVER_RPC_REJOIN_SOURCE_H_
-#define PSRT_PS_SERVER_RPC_REJOIN_SOURCE_H_
+// (ps_server/replication/replica_applier.h).
+#ifndef PSRT_PS_SERVER_REPLICATION_REJOIN_SOURCE_H_
+#define PSRT_PS_SERVER_REPLICATION_REJOIN_SOURCE_H_
 
 #include "absl/status/statusor.h"
 #include "proto/ps.pb.h"
@@ -26,4 +26,4 @@ absl::StatusOr<RejoinResponse> ServeRejoin(ShardStore* store,
 
 }  // namespace psrt
 
-#endif  // PSRT_PS_SERVER_RPC_REJOIN_SOURCE_H_
+#endif  // PSRT_PS_SERVER_REPLICATION_REJOIN_SOURCE_H_

@@ -6,8 +6,8 @@
 // overwritten), rows in order, payload sizes, ids that belong to the shard.
 // The last chunk sets the copy's version and records the sequence from
 // which the sender's stream updates it (ReplicaApplier::RecordSnapshot).
-#ifndef PSRT_PS_SERVER_RPC_SNAPSHOT_INSTALLER_H_
-#define PSRT_PS_SERVER_RPC_SNAPSHOT_INSTALLER_H_
+#ifndef PSRT_PS_SERVER_REPLICATION_SNAPSHOT_INSTALLER_H_
+#define PSRT_PS_SERVER_REPLICATION_SNAPSHOT_INSTALLER_H_
 
 #include <cstdint>
 #include <string>
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.pb.h"
-#include "ps_server/rpc/replica_applier.h"
+#include "ps_server/replication/replica_applier.h"
 #include "ps_server/shards/shard_store.h"
 
 namespace psrt {
@@ -45,4 +45,4 @@ class SnapshotInstaller {
 
 }  // namespace psrt
 
-#endif  // PSRT_PS_SERVER_RPC_SNAPSHOT_INSTALLER_H_
+#endif  // PSRT_PS_SERVER_REPLICATION_SNAPSHOT_INSTALLER_H_

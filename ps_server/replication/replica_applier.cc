@@ -1,4 +1,4 @@
-#include "ps_server/rpc/replica_applier.h"
+#include "ps_server/replication/replica_applier.h"
 
 #include "absl/strings/str_cat.h"
 #include "proto/frame_reader.h"

@@ -1,4 +1,4 @@
-#include "ps_server/rpc/rejoiner.h"
+#include "ps_server/replication/rejoiner.h"
 
 #include <set>
 

@@ -10,8 +10,8 @@
 // took them over) need no copy. If its own shards were taken over, it then
 // takes its primary role back (`on_rejoined`: the Handback of
 // ps_service_handback.cc), so the load is as placed again.
-#ifndef PSRT_PS_SERVER_RPC_REJOINER_H_
-#define PSRT_PS_SERVER_RPC_REJOINER_H_
+#ifndef PSRT_PS_SERVER_REPLICATION_REJOINER_H_
+#define PSRT_PS_SERVER_REPLICATION_REJOINER_H_
 
 #include <functional>
 #include <memory>
@@ -21,7 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "grpcpp/client_context.h"
 #include "ps_server/peers/ps_peers.h"
-#include "ps_server/rpc/replica_applier.h"
+#include "ps_server/replication/replica_applier.h"
 #include "ps_server/shards/shard_store.h"
 #include "util/clock.h"
 
@@ -72,4 +72,4 @@ class Rejoiner {
 
 }  // namespace psrt
 
-#endif  // PSRT_PS_SERVER_RPC_REJOINER_H_
+#endif  // PSRT_PS_SERVER_REPLICATION_REJOINER_H_

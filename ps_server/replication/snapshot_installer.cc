@@ -1,4 +1,4 @@
-#include "ps_server/rpc/snapshot_installer.h"
+#include "ps_server/replication/snapshot_installer.h"
 
 #include <vector>
 

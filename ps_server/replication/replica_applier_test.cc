@@ -1,13 +1,13 @@
 // A backup applying a primary's forwarded pushes, without gRPC: in order,
 // once each, to the same bits as the primary's copy; and every malformed or
 // out-of-place stream refused, naming why, with nothing applied.
-#include "ps_server/rpc/replica_applier.h"
+#include "ps_server/replication/replica_applier.h"
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "proto/frame_writer.h"
 #include "ps_server/replication/replication_log.h"
-#include "ps_server/rpc/snapshot_installer.h"
+#include "ps_server/replication/snapshot_installer.h"
 #include "ps_server/rpc/test_variable_spec.h"
 #include "ps_server/shards/shard_digest.h"
 
