@@ -75,6 +75,15 @@ class Membership {
   // challenge it echoes.
   static constexpr absl::Duration kWitnessFresh = kLeaseTerm;
 
+  // How many workers vote in a cluster of `num_ps` PS with `replicas`
+  // copies and `num_workers` workers: all of them with 2 PS, unless the
+  // cluster is secured with a peer secret (its workers cannot prove which
+  // they are); none otherwise.
+  static int WitnessesFor(int num_ps, int replicas, int num_workers,
+                          bool peer_secret) {
+    return num_ps == 2 && replicas > 1 && !peer_secret ? num_workers : 0;
+  }
+
   // `peers` and `clock` (which times grants and votes; the real clock
   // when null) must outlive this. `witnesses`: workers that vote (2 PS
   // only; 0: none).

@@ -20,9 +20,9 @@ InProcessCluster::InProcessCluster(Options options)
       links_(options.num_ps, options.auth_token, WorkersOf(options)),
       client_ports_(options.num_ps, 0),
       servers_(options.num_ps),
-      // As Server::Create decides.
-      workers_vote_(options.num_ps == 2 && options.replicas > 1 &&
-                    options.peer_secret.empty()),
+      workers_vote_(Membership::WitnessesFor(options.num_ps, options.replicas,
+                                             WorkersOf(options),
+                                             !options.peer_secret.empty()) > 0),
       witnesses_(WorkersOf(options)) {
   for (int t = 0; t < options.num_ps; ++t) {
     cluster_.ps.push_back(absl::StrCat("127.0.0.", t + 1, ":2223"));

@@ -433,10 +433,15 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       forwarded.sync_step = true;
       forwarded.for_ps = sync_step_for_;
     }
-    // The ids given no row here (admission): the backups give them none.
+    // The ids admission gave no row here: the backups give them none.
+    // (Only admission drops gradients with replicas: the memory budget,
+    // the other way to get no row, is refused with them.)
     for (const PendingShardUpdate& u : updates) {
       const ShardUpdate& applied = u.update;
-      if (applied.rows.size() != applied.ids.size()) continue;
+      if (!u.variable->layout->spec.has_admission() ||
+          applied.rows.size() != applied.ids.size()) {
+        continue;
+      }
       DroppedIds* dropped = nullptr;
       for (size_t i = 0; i < applied.ids.size(); ++i) {
         if (applied.rows[i] != RowTable::kNoRow) continue;

@@ -217,15 +217,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   }
   // With 2 PS the workers vote (membership.h), unless they cannot prove
   // which worker they are (a secured cluster's workers hold no secret).
-  int witnesses = 0;
-  if (options.replicas > 1 && options.cluster.num_ps() == 2) {
-    if (options.security.peer_secret.empty()) {
-      witnesses = static_cast<int>(options.cluster.workers.size());
-    } else {
-      LOG(WARNING) << "--replicas=" << options.replicas << " with 2 PS and "
-                   << "--peer_secret_file: workers cannot prove which "
-                      "worker they are, so they do not vote";
-    }
+  const int witnesses =
+      Membership::WitnessesFor(options.cluster.num_ps(), options.replicas,
+                               static_cast<int>(options.cluster.workers.size()),
+                               !options.security.peer_secret.empty());
+  if (options.replicas > 1 && options.cluster.num_ps() == 2 &&
+      !options.security.peer_secret.empty()) {
+    LOG(WARNING) << "--replicas=" << options.replicas << " with 2 PS and "
+                 << "--peer_secret_file: workers cannot prove which worker "
+                    "they are, so they do not vote";
   }
   server->membership_ = std::make_unique<Membership>(
       server->peers_.get(), options.replicas, clock, witnesses);
