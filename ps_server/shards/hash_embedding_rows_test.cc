@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "partitioner/variable_spec.h"
 #include "ps_server/shards/hash_embedding_shard.h"
@@ -218,6 +219,40 @@ TEST(HashEmbeddingAdmissionTest, AdmissionIsDecidedInPrepare) {
   EXPECT_FLOAT_EQ(a.Value(42), a.init->Value(42, 0) - 0.25f);
   EXPECT_EQ(a.shard->row_counts().unadmitted_gradients, 1);
   EXPECT_EQ(a.shard->num_rows(), 1);
+}
+
+// The backup of the test above: it receives the primary's pushes in the
+// order they were applied there (the second prepared first), each with the
+// ids the primary gave no row. The first push's gradient for 42 is dropped
+// here too, though 42 has a row by the time it arrives: both copies end
+// with the same value and counts.
+TEST(HashEmbeddingAdmissionTest, ABackupDropsWhatItsPrimaryDropped) {
+  AdmissionShard backup(/*min_count=*/2);
+  const std::vector<float> first_grads = {1.0f, 1.0f};
+  const std::vector<float> second_grads = {0.25f, 0.25f};
+  auto forwarded = [](const std::vector<float>& grads,
+                      absl::flat_hash_set<int64_t> dropped) {
+    ShardUpdate update;
+    update.learning_rate = 1.0f;
+    update.ids = {42};
+    update.grads = {
+        PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
+    update.primary_dropped = std::move(dropped);
+    return update;
+  };
+  ShardUpdate second = forwarded(second_grads, {});
+  ShardUpdate first = forwarded(first_grads, {42});
+  for (ShardUpdate* update : {&second, &first}) {
+    ASSERT_TRUE(backup.shard->Prepare(update, 1.0f).ok());
+    absl::MutexLock lock(backup.shard->mutex());
+    ASSERT_TRUE(backup.shard->CheckLocked(update).ok());
+    std::vector<float> undo(backup.shard->UndoFloats(*update));
+    ASSERT_TRUE(backup.shard->ApplyLocked(*update, undo.data()).ok());
+  }
+  EXPECT_FLOAT_EQ(backup.Value(42), backup.init->Value(42, 0) - 0.25f);
+  EXPECT_EQ(backup.shard->row_counts().unadmitted_gradients, 1);
+  EXPECT_EQ(backup.shard->row_counts().admitted_rows, 1);
+  EXPECT_EQ(backup.shard->num_rows(), 1);
 }
 
 TEST(HashEmbeddingAdmissionTest, RestoredRowsNeedNoSightings) {

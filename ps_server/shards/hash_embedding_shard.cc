@@ -262,15 +262,21 @@ absl::Status HashEmbeddingShard::EnsureRows(
 absl::Status HashEmbeddingShard::FollowPrimaryLocked(
     absl::Span<const int64_t> ids, uint32_t* rows,
     const absl::flat_hash_set<int64_t>& primary_dropped) {
-  // The missing ids the primary gave rows, each once.
+  // The missing ids the primary gave rows, each once. An id the primary
+  // dropped gets no row even where it has one here: the primary decided
+  // when it prepared this push, and a push prepared after it but applied
+  // (so forwarded) before it may have created the row since.
   std::vector<int64_t> given;
   absl::flat_hash_set<int64_t> seen;
   for (size_t i = 0; i < ids.size(); ++i) {
+    const bool dropped = primary_dropped.contains(ids[i]);
+    if (dropped) rows[i] = kNoRow;
     if (rows[i] != kNoRow || !seen.insert(ids[i]).second) continue;
-    // Counted as the primary counted them, so that this copy's admission
-    // decides much as the primary's would if it takes the shard over.
+    // Counted as the primary counted them (it sighted every id it lacked),
+    // so that this copy's admission decides much as the primary's would if
+    // it takes the shard over.
     if (admission_policy_ != nullptr) admission_policy_->Sight(ids[i]);
-    if (!primary_dropped.contains(ids[i])) given.push_back(ids[i]);
+    if (!dropped) given.push_back(ids[i]);
   }
   if (given.empty()) return absl::OkStatus();
   std::vector<uint32_t> given_rows(given.size(), kNoRow);
