@@ -64,20 +64,25 @@ absl::Status ReplicaApplier::CheckHeader(
           u.push_frames_size(), " pushes of ", parts_total,
           " frames in all (each at least 1, adding up)"));
     }
+    // Frames, or evictions alone (none of the rest then).
+    const bool evictions_alone = u.num_frames() == 0 && u.evicted_size() > 0 &&
+                                 !u.held() && !u.sync_step() && !u.ssp() &&
+                                 u.request_id() == 0 && u.dropped_size() == 0;
     if (u.sequence() != header.updates(0).sequence() + i || u.sequence() == 0 ||
-        u.num_frames() < 1 || u.num_frames() > kMaxFramesPerUpdate ||
-        !(u.scale() > 0) || !(u.scale() <= 1) || u.step() < 0 ||
-        u.for_ps() < 0 || u.for_ps() >= store_->num_ps() ||
-        u.worker_index() < 0 || u.worker_index() >= (1 << 16) ||
-        (u.held() && u.sync_step())) {
+        (u.num_frames() < 1 && !evictions_alone) ||
+        u.num_frames() > kMaxFramesPerUpdate || !(u.scale() > 0) ||
+        !(u.scale() <= 1) || u.step() < 0 || u.for_ps() < 0 ||
+        u.for_ps() >= store_->num_ps() || u.worker_index() < 0 ||
+        u.worker_index() >= (1 << 16) || (u.held() && u.sync_step())) {
       return absl::InvalidArgumentError(
           absl::StrCat("Replicate from PS ", from, ": update ", i,
                        " (sequence ", u.sequence(), ", ", u.num_frames(),
                        " frames, scale ", u.scale(), ", step ", u.step(),
                        ", PS ", u.for_ps(), ", worker ", u.worker_index(),
                        ") is malformed: sequences must be consecutive from 1, "
-                       "frames at least 1, scale in (0, 1], a PS of this "
-                       "cluster, held or a step, not both"));
+                       "frames at least 1 (or none, with evictions alone), "
+                       "scale in (0, 1], a PS of this cluster, held or a "
+                       "step, not both"));
     }
   }
   return absl::OkStatus();
@@ -104,33 +109,20 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
     have_header_ = true;
     return absl::OkStatus();
   }
-  auto new_handler = [&](uint64_t sequence) {
-    auto update = std::make_unique<PushHandler>(
-        applier_->store_, applier_->dedup_->For(applier_->store_->ps_task()),
-        applier_->max_push_bytes_, RequestKind::kReplica);
-    if (view_.snapshot != nullptr) {
-      update->set_replica_filter([snapshot = view_.snapshot, sequence](
-                                     const LocalVariable& v, int shard) {
-        auto it = snapshot->find({v.name(), shard});
-        return it == snapshot->end() || sequence >= it->second;
-      });
-    }
-    return update;
-  };
   if (updates_.empty() ||
       frames_in_current_ ==
           header_.updates(static_cast<int>(updates_.size()) - 1).num_frames()) {
-    if (static_cast<int>(updates_.size()) == header_.updates_size()) {
-      return absl::InvalidArgumentError(
-          "Replicate stream carries more frames than its header declares");
-    }
-    updates_.push_back(new_handler(
-        header_.updates(static_cast<int>(updates_.size())).sequence()));
-    more_parts_.emplace_back();
-    held_frames_.emplace_back();
-    frames_in_current_ = 0;
-    frames_in_part_ = 0;
-    part_ = 0;
+    // The next update that has frames (those of evictions alone on the
+    // way get their handler too).
+    do {
+      if (static_cast<int>(updates_.size()) == header_.updates_size()) {
+        return absl::InvalidArgumentError(
+            "Replicate stream carries more frames than its header declares");
+      }
+      StartUpdate();
+    } while (
+        header_.updates(static_cast<int>(updates_.size()) - 1).num_frames() ==
+        0);
   }
   const ReplicatedUpdate& u =
       header_.updates(static_cast<int>(updates_.size()) - 1);
@@ -139,7 +131,7 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
   if (part_ < u.push_frames_size() && frames_in_part_ == u.push_frames(part_)) {
     ++part_;
     frames_in_part_ = 0;
-    more_parts_.back().push_back(new_handler(u.sequence()));
+    more_parts_.back().push_back(NewHandler(u.sequence()));
   }
   ++frames_in_current_;
   ++frames_in_part_;
@@ -149,6 +141,31 @@ absl::Status ReplicaApplier::Call::AddMessage(const grpc::ByteBuffer& message) {
   return part->AddMessage(message);
 }
 
+std::unique_ptr<PushHandler> ReplicaApplier::Call::NewHandler(
+    uint64_t sequence) const {
+  auto update = std::make_unique<PushHandler>(
+      applier_->store_, applier_->dedup_->For(applier_->store_->ps_task()),
+      applier_->max_push_bytes_, RequestKind::kReplica);
+  if (view_.snapshot != nullptr) {
+    update->set_replica_filter([snapshot = view_.snapshot, sequence](
+                                   const LocalVariable& v, int shard) {
+      auto it = snapshot->find({v.name(), shard});
+      return it == snapshot->end() || sequence >= it->second;
+    });
+  }
+  return update;
+}
+
+void ReplicaApplier::Call::StartUpdate() {
+  updates_.push_back(NewHandler(
+      header_.updates(static_cast<int>(updates_.size())).sequence()));
+  more_parts_.emplace_back();
+  held_frames_.emplace_back();
+  frames_in_current_ = 0;
+  frames_in_part_ = 0;
+  part_ = 0;
+}
+
 absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
   if (have_header_ && header_.updates_size() == 0) {
     if (!updates_.empty()) {
@@ -156,6 +173,16 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
           "Replicate hello (no updates) carries frames");
     }
     return applier_->Apply(header_, updates_, held_frames_);
+  }
+  // Evictions alone after the last frames.
+  while (have_header_ &&
+         static_cast<int>(updates_.size()) < header_.updates_size() &&
+         (updates_.empty() ||
+          frames_in_current_ ==
+              header_.updates(static_cast<int>(updates_.size()) - 1)
+                  .num_frames()) &&
+         header_.updates(static_cast<int>(updates_.size())).num_frames() == 0) {
+    StartUpdate();
   }
   if (!have_header_ ||
       static_cast<int>(updates_.size()) != header_.updates_size() ||
@@ -168,6 +195,12 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Call::Finish() {
   for (size_t i = 0; i < updates_.size(); ++i) {
     for (auto& part : more_parts_[i]) updates_[i]->TakeItemsOf(part.get());
     if (absl::Status s = updates_[i]->CheckPrimaryIs(view_.primaries);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = PushHandler::CheckEvictionsFrom(
+            *applier_->store_, header_.updates(static_cast<int>(i)).evicted(),
+            view_.primaries);
         !s.ok()) {
       return s;
     }
@@ -422,7 +455,7 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
       stream->applied_through = u.sequence();
       continue;
     }
-    updates[i]->FollowPrimary(u.dropped());
+    updates[i]->FollowPrimary(u.dropped(), u.evicted());
     absl::Status s = updates[i]->ApplyCombined(u.scale());
     if (!s.ok()) {
       // The primary applied this update to the same state; refusing it

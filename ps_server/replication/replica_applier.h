@@ -72,6 +72,12 @@ class ReplicaApplier {
     int from() const { return have_header_ ? header_.from_task() : -1; }
 
    private:
+    // A handler for the update of `sequence` (kReplica, the rejoin
+    // snapshot's filter set).
+    std::unique_ptr<PushHandler> NewHandler(uint64_t sequence) const;
+    // The next update of the header begins (its handler).
+    void StartUpdate();
+
     ReplicaApplier* const applier_;
     const int proven_from_;
     bool have_header_ = false;

@@ -348,6 +348,91 @@ TEST_F(ReplicaApplierTest, HostileStreamsAreRefusedNamingWhyAndApplyNothing) {
   EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 1);
 }
 
+// A primary's evictions reach the backup as updates of their own (no
+// frames) between its pushes, and are applied in that order; evictions
+// naming what the primary does not own, or no hash shard, are refused.
+TEST_F(ReplicaApplierTest,
+       EvictionsAreFollowedInStreamOrderHostileOnesRefused) {
+  // "h": a hash embedding of 3 shards over the 3 PS, rows 1..10 in every
+  // copy of each shard.
+  std::vector<int64_t> ids(10);
+  for (int i = 0; i < 10; ++i) ids[i] = i + 1;
+  for (auto& store : stores_) {
+    ASSERT_TRUE(
+        store
+            ->CreateVariables(
+                2, {TestVariableSpec("h", HASH_EMBEDDING, {0, 2}, 3)}, 3)
+            .ok());
+    const LocalVariable* h = store->Find("h");
+    for (int s = 0; s < 3; ++s) {
+      if (!h->Holds(s)) continue;
+      std::vector<float> rows(10 * h->shard(s).row_stride(), 0.5f);
+      ASSERT_TRUE(h->shard(s).ImportRows(ids, rows.data()).ok());
+    }
+  }
+  const LocalVariable* on_primary = stores_[0]->Find("h");
+  const LocalVariable* on_backup = stores_[1]->Find("h");
+  int ps0_shard = -1, ps1_shard = -1;
+  for (int s = 0; s < 3; ++s) {
+    const int placed = on_primary->layout->shards[s].ps_task;
+    if (placed == 0) ps0_shard = s;
+    if (placed == 1) ps1_shard = s;
+  }
+  ASSERT_TRUE(ps0_shard >= 0 && ps1_shard >= 0);
+  ASSERT_TRUE(on_backup->IsBackup(ps0_shard));
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  ASSERT_TRUE(Run(applier, Header(0, 42, 0, 0), {}).ok());
+  auto evictions = [](ReplicatedUpdate* u, const std::string& variable,
+                      int shard, std::vector<int64_t> evicted) {
+    u->set_num_frames(0);
+    u->set_request_id(0);
+    ShardIds* e = u->add_evicted();
+    e->set_variable(variable);
+    e->set_shard(shard);
+    for (int64_t id : evicted) e->add_ids(id);
+  };
+  // Hostile first: nothing is taken out.
+  struct Case {
+    std::string what;
+    std::string variable;
+    int shard;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"a dense variable", "w", 0, "not a shard of a hash embedding"},
+      {"no such shard", "h", 7, "not a shard of a hash embedding"},
+      {"no such variable", "nope", 0, "not a shard of a hash embedding"},
+      {"a shard PS 1 is primary of", "h", ps1_shard, "whose primary is PS 1"},
+  };
+  for (const Case& c : cases) {
+    ReplicationHeader h = Header(0, 42, 1, 1);
+    evictions(h.mutable_updates(0), c.variable, c.shard, {1, 2});
+    auto refused = Run(applier, h, {});
+    ASSERT_FALSE(refused.ok()) << c.what;
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), c.says))
+        << c.what << ": " << refused.status();
+  }
+  EXPECT_EQ(on_backup->shard(ps0_shard).num_rows(), 10);
+  // Evictions, a push, evictions: one call, frames only for the push.
+  ReplicationHeader h = Header(0, 42, 1, 3);
+  evictions(h.mutable_updates(0), "h", ps0_shard, {1, 2, 99});
+  evictions(h.mutable_updates(2), "h", ps0_shard, {3});
+  auto applied = Run(applier, h, {DensePush(0.5f)});
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(applied->applied_through(), 3u);
+  EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), 1);
+  EXPECT_EQ(on_backup->shard(ps0_shard).num_rows(), 7);
+  // The primary's copy after the same evictions: the same bits.
+  ASSERT_TRUE(on_primary->shard(ps0_shard).FollowEvictions({1, 2, 3}).ok());
+  EXPECT_EQ(ShardDigest(on_backup->shard(ps0_shard)),
+            ShardDigest(on_primary->shard(ps0_shard)));
+  // Evictions alone as the last update of a call.
+  ReplicationHeader last = Header(0, 42, 4, 1);
+  evictions(last.mutable_updates(0), "h", ps0_shard, {4});
+  ASSERT_TRUE(Run(applier, last, {}).ok());
+  EXPECT_EQ(on_backup->shard(ps0_shard).num_rows(), 6);
+}
+
 // Rows [0, n) of `source`'s shard 0 of `variable` as InstallSnapshot
 // messages from PS `from`, the last one carrying `sequence`.
 std::vector<grpc::ByteBuffer> Snapshot(const ShardStore& source,

@@ -48,7 +48,10 @@ class ReplicationLog {
     // SSP: `worker_index`'s clock on `for_ps`'s barrier passes `step`.
     bool ssp = false;
     // The ids the primary gave no row (ReplicatedUpdate.dropped).
-    std::vector<DroppedIds> dropped;
+    std::vector<ShardIds> dropped;
+    // The ids the primary evicted before it (ReplicatedUpdate.evicted):
+    // an update of evictions alone has no frames.
+    std::vector<ShardIds> evicted;
   };
 
   virtual ~ReplicationLog() = default;

@@ -320,7 +320,8 @@ std::vector<grpc::ByteBuffer> Replicator::Messages(
     u->set_sync_step(batch[i]->sync_step);
     for (int f : batch[i]->push_frames) u->add_push_frames(f);
     u->set_ssp(batch[i]->ssp);
-    for (const DroppedIds& d : batch[i]->dropped) *u->add_dropped() = d;
+    for (const ShardIds& d : batch[i]->dropped) *u->add_dropped() = d;
+    for (const ShardIds& e : batch[i]->evicted) *u->add_evicted() = e;
     frames += batch[i]->frames.size();
   }
   std::vector<grpc::ByteBuffer> messages;

@@ -87,6 +87,13 @@ absl::StatusOr<std::unique_ptr<Server>> InProcessCluster::MakeServer(int task) {
   o.lease = options_.lease;
   o.failover = options_.failover;
   o.peer_transport = [this](int self) { return links_.TransportFor(self); };
+  if (options_.memory_budget_bytes > 0) {
+    o.memory_limit_bytes = options_.memory_budget_bytes;
+    o.evict_at_memory_limit = true;
+  }
+  if (!options_.ssd_tier_dir.empty()) {
+    o.ssd_tier_dir = absl::StrCat(options_.ssd_tier_dir, "/ps-", task);
+  }
   o.listen_address =
       options_.client_ports
           ? absl::StrCat("127.0.0.", task + 1, ":", client_ports_[task])

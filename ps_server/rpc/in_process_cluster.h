@@ -46,6 +46,10 @@ class InProcessCluster {
     // calls too), and PS prove their task with `peer_secret`.
     std::string auth_token;
     std::string peer_secret;
+    // --memory_budget_mb (0: none) and --ssd_tier_dir (each PS in a
+    // folder "ps-<task>" of its own under it; empty: none).
+    int64_t memory_budget_bytes = 0;
+    std::string ssd_tier_dir;
     // Timing (the clock is the cluster's own).
     LeaseHolder::Options lease;
     FailoverMonitor::Options failover;

@@ -155,11 +155,37 @@ void PushHandler::FinishAsync(
 }
 
 void PushHandler::FollowPrimary(
-    const google::protobuf::RepeatedPtrField<DroppedIds>& dropped) {
-  for (const DroppedIds& d : dropped) {
+    const google::protobuf::RepeatedPtrField<ShardIds>& dropped,
+    const google::protobuf::RepeatedPtrField<ShardIds>& evicted) {
+  for (const ShardIds& d : dropped) {
     primary_dropped_[std::make_pair(d.variable(), d.shard())].insert(
         d.ids().begin(), d.ids().end());
   }
+  primary_evicted_ = evicted;
+}
+
+absl::Status PushHandler::CheckEvictionsFrom(
+    const ShardStore& store,
+    const google::protobuf::RepeatedPtrField<ShardIds>& evicted,
+    absl::Span<const int> primaries) {
+  for (const ShardIds& e : evicted) {
+    const LocalVariable* v = store.Find(e.variable());
+    if (v == nullptr || v->layout->kind() != HASH_EMBEDDING || e.shard() < 0 ||
+        e.shard() >= v->layout->num_shards()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "forwarded evictions name shard ", e.shard(), " of '", e.variable(),
+          "', which is not a shard of a hash embedding here"));
+    }
+    const int placed = v->layout->shards[e.shard()].ps_task;
+    if (std::find(primaries.begin(), primaries.end(), placed) ==
+        primaries.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "forwarded evictions from PS ", primaries[0], " name shard ",
+          e.shard(), " of '", e.variable(), "', whose primary is PS ", placed,
+          ", not one whose shards that PS serves"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PushHandler::ApplyCombined(float scale) {
@@ -250,6 +276,19 @@ void PushHandler::TakeItemsOf(PushHandler* other) {
 // The shards' mutexes are a set known only at run time (taken in catalog
 // order, released in reverse): beyond what the analysis can follow.
 absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // A backup: the primary's evictions before this update come first, in
+  // the copies this PS holds as a backup (never a shard it serves).
+  for (const ShardIds& e : primary_evicted_) {
+    const LocalVariable* v = store_->Find(e.variable());
+    if (v == nullptr || !v->IsBackup(e.shard()) ||
+        (replica_filter_ && !replica_filter_(*v, e.shard()))) {
+      continue;
+    }
+    if (absl::Status s = v->shard(e.shard()).FollowEvictions(e.ids());
+        !s.ok()) {
+      return s;
+    }
+  }
   // Group by shard, keeping first-seen order.
   std::vector<PendingShardUpdate> updates;
   absl::flat_hash_map<std::pair<const LocalVariable*, int>, size_t> index;
@@ -433,16 +472,17 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       forwarded.sync_step = true;
       forwarded.for_ps = sync_step_for_;
     }
-    // The ids admission gave no row here: the backups give them none.
-    // (Only admission drops gradients with replicas: the memory budget,
-    // the other way to get no row, is refused with them.)
+    // The ids given no row here (admission; or no room at the memory
+    // budget while a checkpoint reads the shard): the backups give them
+    // none.
     for (const PendingShardUpdate& u : updates) {
       const ShardUpdate& applied = u.update;
-      if (!u.variable->layout->spec.has_admission() ||
+      if ((!u.variable->layout->spec.has_admission() &&
+           !store_->evict_at_memory_limit()) ||
           applied.rows.size() != applied.ids.size()) {
         continue;
       }
-      DroppedIds* dropped = nullptr;
+      ShardIds* dropped = nullptr;
       for (size_t i = 0; i < applied.ids.size(); ++i) {
         if (applied.rows[i] != RowTable::kNoRow) continue;
         if (dropped == nullptr) {

@@ -103,9 +103,19 @@ class PushHandler {
 
   // kReplica: the ids the primary gave no row, per shard it updated
   // (ReplicatedUpdate.dropped); every other id of the update gets one.
-  // Set before ApplyCombined.
+  // And the ids it evicted before this update (ReplicatedUpdate.evicted,
+  // checked by CheckEvictionsFrom): taken out of this PS's copies first,
+  // those a rejoin snapshot holds the effect of excepted. Set before
+  // ApplyCombined.
   void FollowPrimary(
-      const google::protobuf::RepeatedPtrField<DroppedIds>& dropped);
+      const google::protobuf::RepeatedPtrField<ShardIds>& dropped,
+      const google::protobuf::RepeatedPtrField<ShardIds>& evicted);
+  // A forwarded update's evictions name hash shards placed on one of
+  // `primaries` (a primary evicts only its own shards' rows).
+  static absl::Status CheckEvictionsFrom(
+      const ShardStore& store,
+      const google::protobuf::RepeatedPtrField<ShardIds>& evicted,
+      absl::Span<const int> primaries);
 
   // De-duplicate under the scope of the primary the push's shards were
   // placed on (its first item's), instead of `dedup` (DedupScopes).
@@ -122,6 +132,7 @@ class PushHandler {
   std::function<bool(const LocalVariable&, int shard)> replica_filter_;
   absl::flat_hash_map<std::pair<std::string, int>, absl::flat_hash_set<int64_t>>
       primary_dropped_;
+  google::protobuf::RepeatedPtrField<ShardIds> primary_evicted_;
   ReplicationLog* const replicator_;  // null or inactive: no replicas
   int sync_step_for_ = -1;            // MarkSyncStep
   // The messages as received, kept (sharing their slices) to forward them.

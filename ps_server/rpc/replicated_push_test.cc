@@ -4,6 +4,8 @@
 // -- an acknowledged push is on the backup before the acknowledgement, so
 // a failover loses none, and the SYNC barrier applies a step once, when
 // every worker's push is in, across a failover too.
+#include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <random>
@@ -14,12 +16,28 @@
 #include "clients/cpp/client.h"
 #include "gtest/gtest.h"
 #include "ps_server/rpc/in_process_cluster.h"
+#include "ps_server/shards/row_evictor.h"
 #include "ps_server/shards/shard_digest.h"
 
 namespace psrt {
 namespace {
 
 constexpr int kFloats = 6;  // 2 per shard, 3 shards
+
+// A hash embedding of width 4 over 3 shards (Adagrad, normal init).
+VariableSpec HashSpec(const std::string& name) {
+  VariableSpec spec;
+  spec.set_name(name);
+  spec.set_kind(HASH_EMBEDDING);
+  spec.add_shape(0);
+  spec.add_shape(4);
+  spec.mutable_partition()->set_num_shards(3);
+  spec.mutable_initializer()->set_kind(InitializerSpec::NORMAL);
+  spec.mutable_initializer()->set_stddev(0.5f);
+  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  return spec;
+}
 
 VariableSpec DenseSpec(float learning_rate) {
   VariableSpec s;
@@ -63,6 +81,114 @@ class ReplicatedPushTest : public ::testing::Test {
     auto client = Client::Connect(o);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  // `clients` clients push `pushes` pushes each of `ids_per_push` random
+  // ids in [0, max_id] of "h" (width 4) concurrently, so pushes are
+  // prepared in another order than they are applied and forwarded; with
+  // `steps`, push p is at step p (the PS's global step rises).
+  void PushConcurrently(int clients, int pushes, int64_t max_id, bool steps,
+                        int ids_per_push = 64) {
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([&, c] {
+        auto client = NewClient();
+        ASSERT_NE(client, nullptr);
+        ASSERT_TRUE(client->RefreshCatalog().ok());
+        std::mt19937 random(c);
+        std::uniform_int_distribution<int64_t> id(0, max_id);
+        std::vector<int64_t> ids(ids_per_push);
+        std::vector<float> grads(ids.size() * 4);
+        for (int p = 0; p < pushes; ++p) {
+          for (int64_t& i : ids) i = id(random);
+          for (float& g : grads) g = static_cast<float>(random() % 7) - 3;
+          StepOptions at;
+          at.step = steps ? p : 0;
+          ASSERT_EQ(client->Push({PushOp::Rows("h", ids, grads.data())}, at),
+                    absl::OkStatus())
+              << "push " << p << " of client " << c;
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  // Every update the live PS logged is on their backups (evictions are
+  // logged without a push waiting for them).
+  void AwaitBackups() {
+    for (int t = 0; t < cluster_->num_ps(); ++t) {
+      if (cluster_->ps(t) == nullptr) continue;
+      Replicator* log = cluster_->ps(t)->replicator();
+      absl::Notification settled;
+      log->WhenReplicated(log->last_sequence(),
+                          [&](absl::Status) { settled.Notify(); });
+      settled.WaitForNotification();
+    }
+  }
+
+  // How closely a backup's row counts follow its primary's.
+  enum class Counts {
+    kAny,    // an SSD tier: a backup spills on its own at its budget
+    kClose,  // eviction: a row a push created and an eviction took out
+             // before the push was applied is never seen by the backup
+             // (its values: initial either way); admitted and evicted
+             // counts within 2%, the rest equal
+    kEqual,
+  };
+  // Each shard of `name` on its primary and on its backup (the next PS)
+  // holds the same rows with the same bits, and counts them as `counts`
+  // says. Returns the primaries' counts.
+  HashRowCounts ExpectCopiesEqual(const std::string& name, Counts counts) {
+    HashRowCounts total;
+    for (int t = 0; t < cluster_->num_ps(); ++t) {
+      const LocalVariable* primary = cluster_->ps(t)->store()->Find(name);
+      EXPECT_NE(primary, nullptr);
+      if (primary == nullptr) return total;
+      for (int s = 0; s < primary->layout->num_shards(); ++s) {
+        if (!primary->IsPrimary(s)) continue;
+        const int backup = (t + 1) % cluster_->num_ps();
+        const LocalVariable* copy = cluster_->ps(backup)->store()->Find(name);
+        EXPECT_TRUE(copy != nullptr && copy->IsBackup(s));
+        if (copy == nullptr || !copy->IsBackup(s)) return total;
+        const HashRowCounts a = primary->shard(s).row_counts();
+        const HashRowCounts b = copy->shard(s).row_counts();
+        EXPECT_EQ(ShardDigest(primary->shard(s)), ShardDigest(copy->shard(s)))
+            << "shard " << s << " on PS " << t << " and its backup PS "
+            << backup;
+        if (counts != Counts::kAny) {
+          const double slack = counts == Counts::kClose ? 0.02 : 0;
+          EXPECT_LE(std::abs(a.admitted_rows - b.admitted_rows),
+                    slack * a.admitted_rows)
+              << "shard " << s << ": " << a.admitted_rows << " and "
+              << b.admitted_rows << " rows admitted";
+          EXPECT_LE(std::abs(a.evicted_rows - b.evicted_rows),
+                    slack * a.evicted_rows)
+              << "shard " << s << ": " << a.evicted_rows << " and "
+              << b.evicted_rows << " rows evicted";
+          EXPECT_EQ(a.unadmitted_gradients, b.unadmitted_gradients)
+              << "shard " << s;
+          EXPECT_EQ(primary->shard(s).num_rows(), copy->shard(s).num_rows())
+              << "shard " << s;
+        }
+        total += a;
+      }
+    }
+    return total;
+  }
+
+  // Pulls ids [0, n) of `name` before and after PS 0 is killed and PS 1
+  // takes its shards over: the same values (row_width floats each).
+  void ExpectFailoverServesTheSameRows(Client* client, const std::string& name,
+                                       int64_t n, int row_width) {
+    std::vector<int64_t> all(n);
+    for (int64_t i = 0; i < n; ++i) all[i] = i;
+    std::vector<float> before(all.size() * row_width);
+    std::vector<float> after(all.size() * row_width);
+    ASSERT_EQ(client->PullRows(name, all, before.data()), absl::OkStatus());
+    cluster_->Kill(0);
+    FailOverPs0();
+    ASSERT_EQ(client->PullRows(name, all, after.data()), absl::OkStatus());
+    EXPECT_EQ(before, after);
   }
 
   // The shard of "d" whose primary is PS `task`.
@@ -374,69 +500,81 @@ TEST_F(ReplicatedPushTest, ADroppedBackupDoesNotTakeOverBehindAckedPushes) {
 TEST_F(ReplicatedPushTest, AdmissionIsReplicatedBitForBit) {
   auto setup = NewClient();
   ASSERT_NE(setup, nullptr);
-  VariableSpec spec;
-  spec.set_name("h");
-  spec.set_kind(HASH_EMBEDDING);
-  spec.add_shape(0);
-  spec.add_shape(4);
-  spec.mutable_partition()->set_num_shards(3);
-  spec.mutable_initializer()->set_kind(InitializerSpec::NORMAL);
-  spec.mutable_initializer()->set_stddev(0.5f);
-  spec.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
-  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  VariableSpec spec = HashSpec("h");
   spec.mutable_admission()->set_min_count(2);
   ASSERT_EQ(setup->CreateVariables({spec}), absl::OkStatus());
-  constexpr int kClients = 4, kPushes = 40, kIds = 64;
-  std::vector<std::thread> threads;
-  for (int c = 0; c < kClients; ++c) {
-    threads.emplace_back([&, c] {
-      auto client = NewClient();
-      ASSERT_NE(client, nullptr);
-      ASSERT_TRUE(client->RefreshCatalog().ok());
-      std::mt19937 random(c);
-      std::uniform_int_distribution<int64_t> id(0, 3000);
-      std::vector<int64_t> ids(kIds);
-      std::vector<float> grads(kIds * 4);
-      for (int p = 0; p < kPushes; ++p) {
-        for (int64_t& i : ids) i = id(random);
-        for (float& g : grads) g = static_cast<float>(random() % 7) - 3;
-        ASSERT_EQ(client->PushRows("h", ids, grads.data()), absl::OkStatus());
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  int64_t admitted = 0, dropped = 0;
-  for (int t = 0; t < 3; ++t) {
-    const LocalVariable* primary = cluster_->ps(t)->store()->Find("h");
-    ASSERT_NE(primary, nullptr);
-    for (int s = 0; s < 3; ++s) {
-      if (!primary->IsPrimary(s)) continue;
-      const int backup = (t + 1) % 3;
-      const LocalVariable* copy = cluster_->ps(backup)->store()->Find("h");
-      ASSERT_TRUE(copy != nullptr && copy->Holds(s));
-      const HashRowCounts a = primary->shard(s).row_counts();
-      const HashRowCounts b = copy->shard(s).row_counts();
-      EXPECT_EQ(ShardDigest(primary->shard(s)), ShardDigest(copy->shard(s)))
-          << "shard " << s << " on PS " << t << " and its backup PS " << backup;
-      EXPECT_EQ(a.admitted_rows, b.admitted_rows) << "shard " << s;
-      EXPECT_EQ(a.unadmitted_gradients, b.unadmitted_gradients)
-          << "shard " << s;
-      admitted += a.admitted_rows;
-      dropped += a.unadmitted_gradients;
-    }
-  }
+  PushConcurrently(4, 40, 3000, /*steps=*/false);
+  const HashRowCounts counts = ExpectCopiesEqual("h", Counts::kEqual);
   // Of 10,240 sightings over 3,001 ids most ids come back: both kinds.
-  EXPECT_GT(admitted, 1000);
-  EXPECT_GT(dropped, 1000);
+  EXPECT_GT(counts.admitted_rows, 1000);
+  EXPECT_GT(counts.unadmitted_gradients, 1000);
   // PS 0 dies: PS 1 serves its shards with the rows PS 0 held.
-  std::vector<int64_t> all(3001);
-  for (int64_t i = 0; i < 3001; ++i) all[i] = i;
-  std::vector<float> before(all.size() * 4), after(all.size() * 4);
-  ASSERT_EQ(setup->PullRows("h", all, before.data()), absl::OkStatus());
-  cluster_->Kill(0);
-  FailOverPs0();
-  ASSERT_EQ(setup->PullRows("h", all, after.data()), absl::OkStatus());
-  EXPECT_EQ(before, after);
+  ExpectFailoverServesTheSameRows(setup.get(), "h", 3001, 4);
+}
+
+// Eviction decided on the primary reaches the backups in its stream, in
+// the order it happened among the pushes: 4 clients push ids (admission
+// min_count 2) at rising steps while every PS sweeps (ttl_steps 3, and
+// max_rows below what is pushed), and pushes evict for room themselves.
+// Every backup ends with its primary's rows and bits (its counts within
+// 2%), though it never evicted on its own; after a failover the new
+// primary serves them.
+TEST_F(ReplicatedPushTest, EvictionIsReplicatedBitForBit) {
+  auto setup = NewClient();
+  ASSERT_NE(setup, nullptr);
+  VariableSpec spec = HashSpec("h");
+  spec.mutable_admission()->set_min_count(2);
+  spec.mutable_eviction()->set_ttl_steps(3);
+  spec.mutable_eviction()->set_max_rows(1500);  // 500 a shard
+  ASSERT_EQ(setup->CreateVariables({spec}), absl::OkStatus());
+  std::vector<std::unique_ptr<RowEvictor>> sweepers;
+  for (int t = 0; t < 3; ++t) {
+    sweepers.push_back(
+        std::make_unique<RowEvictor>(cluster_->ps(t)->store(), absl::Hours(1)));
+  }
+  std::atomic<bool> pushing{true};
+  std::thread sweeping([&] {
+    while (pushing.load()) {
+      for (auto& sweeper : sweepers) sweeper->SweepOnce();
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  });
+  PushConcurrently(4, 60, 4000, /*steps=*/true);
+  pushing = false;
+  sweeping.join();
+  for (auto& sweeper : sweepers) sweeper->SweepOnce();
+  AwaitBackups();
+  const HashRowCounts counts = ExpectCopiesEqual("h", Counts::kClose);
+  EXPECT_GT(counts.evicted_rows, 1000);
+  EXPECT_GT(counts.admitted_rows, 1000);
+  EXPECT_GT(counts.unadmitted_gradients, 1000);
+  ExpectFailoverServesTheSameRows(setup.get(), "h", 4001, 4);
+}
+
+// The same with the PS's memory budget (--memory_budget_mb) making room
+// and an SSD tier holding what leaves memory: the primary's spills reach
+// the backups, which also spill on their own at their budget (their rows
+// keep their values on disk). Every copy holds its primary's rows, in
+// memory or on disk, with the same bits; after a failover the new primary
+// serves them.
+TEST_F(ReplicatedPushTest, BudgetAndSsdTierSpillsAreReplicatedBitForBit) {
+  StartCluster([](InProcessCluster::Options* o) {
+    o->memory_budget_bytes = int64_t{6} << 20;
+    o->ssd_tier_dir = absl::StrCat(testing::TempDir(), "/tier");
+  });
+  auto setup = NewClient();
+  ASSERT_NE(setup, nullptr);
+  VariableSpec spec = HashSpec("h");
+  spec.mutable_storage()->set_tier(StorageSpec::SSD);
+  ASSERT_EQ(setup->CreateVariables({spec}), absl::OkStatus());
+  // 60,000 ids over 3 shards at 96 bytes a row: twice what the budgets
+  // hold with each PS keeping a shard and a backup copy.
+  PushConcurrently(2, 150, 60000, /*steps=*/true, /*ids_per_push=*/1024);
+  AwaitBackups();
+  const HashRowCounts counts = ExpectCopiesEqual("h", Counts::kAny);
+  EXPECT_GT(counts.evicted_rows, 10000);
+  EXPECT_GT(counts.spilled_rows, 10000);
+  ExpectFailoverServesTheSameRows(setup.get(), "h", 60000, 4);
 }
 
 }  // namespace

@@ -173,10 +173,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes,
       *std::move(replicas), clock);
   if (options.evict_at_memory_limit) {
-    if (options.memory_limit_bytes <= 0 || options.replicas > 1) {
+    if (options.memory_limit_bytes <= 0) {
       return absl::InvalidArgumentError(
-          "--memory_budget_mb needs a budget > 0 and --replicas=1 (copies "
-          "would evict different rows)");
+          "--memory_budget_mb needs a budget > 0");
     }
     server->store_->set_evict_at_memory_limit(true);
   }
@@ -241,6 +240,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   }
   server->replicator_ = std::make_unique<Replicator>(
       server->peers_.get(), backups, std::move(may_drop), clock);
+  if (options.replicas > 1) {
+    // A primary's evictions go to its backups in its stream, in the order
+    // they happened among its updates of the shard (both under the shard's
+    // lock): the copies stay equal.
+    Replicator* replicator = server->replicator_.get();
+    server->store_->set_eviction_sink([replicator](const LocalVariable& v,
+                                                   int shard,
+                                                   std::vector<int64_t> ids) {
+      ReplicationLog::Update update;
+      ShardIds& evicted = update.evicted.emplace_back();
+      evicted.set_variable(v.name());
+      evicted.set_shard(shard);
+      evicted.mutable_ids()->Add(ids.begin(), ids.end());
+      replicator->Append(std::move(update));
+    });
+  }
   if (!backups.empty()) {
     LOG(INFO) << "--replicas=" << options.replicas << ": this PS's shards are "
               << "copied to "

@@ -280,22 +280,27 @@ absl::Status HashEmbeddingShard::FollowPrimaryLocked(
   }
   if (given.empty()) return absl::OkStatus();
   std::vector<uint32_t> given_rows(given.size(), kNoRow);
-  const int64_t before = table_.size();
-  if (absl::Status s = GiveRowsLocked(given, given_rows.data(), Admit::kAll,
-                                      /*place_what_fits=*/false,
-                                      absl::MakeConstSpan(rows, ids.size()));
-      !s.ok()) {
-    return s;
-  }
-  if (admission_policy_ != nullptr) {
-    admission_.admitted_rows += table_.size() - before;
-  }
+  const int64_t promoted_before = admission_.promoted_rows;
+  follows_primary_ = true;
+  absl::Status given_status = GiveRowsLocked(
+      given, given_rows.data(), Admit::kAll,
+      /*place_what_fits=*/false, absl::MakeConstSpan(rows, ids.size()));
+  follows_primary_ = false;
+  if (!given_status.ok()) return given_status;
+  CountAdmittedLocked(static_cast<int64_t>(given.size()), promoted_before);
   for (size_t i = 0; i < ids.size(); ++i) {
     if (rows[i] == kNoRow && !primary_dropped.contains(ids[i])) {
       rows[i] = table_.Find(ids[i]);
     }
   }
   return absl::OkStatus();
+}
+
+void HashEmbeddingShard::CountAdmittedLocked(int64_t given,
+                                             int64_t promoted_before) {
+  if (admission_policy_ == nullptr) return;
+  admission_.admitted_rows +=
+      given - (admission_.promoted_rows - promoted_before);
 }
 
 absl::Status HashEmbeddingShard::GiveRowsLocked(
@@ -494,7 +499,8 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
   // checkpoint reads the rows nothing is evicted: the shard may pass its
   // share until the next sweep.)
   const int64_t max_rows = eviction_.max_rows();
-  if (max_rows > 0 && table_.size() + count > max_rows && pins_.load() == 0) {
+  if (max_rows > 0 && table_.size() + count > max_rows && pins_.load() == 0 &&
+      !follows_primary_) {
     if (count > max_rows) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
@@ -538,7 +544,9 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
       // At the PS's memory budget: the rows the shard's blocks hold are
       // all it gets; the least recently updated make room.
       const int64_t held = table_.num_blocks() * kRowsPerBlock;
-      if (eviction_.at_memory_limit() && pins_.load() == 0 && count <= held) {
+      const bool may_evict = !follows_primary_ || store_ != nullptr;
+      if (eviction_.at_memory_limit() && pins_.load() == 0 && count <= held &&
+          may_evict) {
         if (absl::Status s = EvictLeastRecentLocked(
                 EvictionPolicy::RoomFor(table_.size(), count, held), keep);
             !s.ok()) {
@@ -552,12 +560,18 @@ absl::Status HashEmbeddingShard::MakeRoomLocked(int64_t count,
       return absl::ResourceExhaustedError(absl::StrCat(
           "hash embedding '", layout_.spec.name(), "' shard ", shard_,
           " cannot grow by ", count, " rows (", table_.size(), " held",
-          eviction_.at_memory_limit()
+          !eviction_.at_memory_limit() ? ""
+          : may_evict
               ? absl::StrCat(", in blocks of room for ", held,
                              " -- all it may use at --memory_budget_mb, and "
                              "eviction found no room in them: the push "
                              "carries them, or a checkpoint is reading them")
-              : "",
+              : absl::StrCat(", in blocks of room for ", held,
+                             " -- all it may use at --memory_budget_mb; a "
+                             "backup copy without an SSD tier evicts only "
+                             "the rows its primary evicted: give this PS a "
+                             "larger budget than its primary, or the "
+                             "variable an SSD tier"),
           "): ", s.message()));
     }
   }
@@ -777,12 +791,47 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
 }
 
 void HashEmbeddingShard::EvictRowLocked(int64_t row) {
+  if (eviction_listener_) evicted_ids_.push_back(table_.id(row));
   if (store_ != nullptr) {
     store_->Spill(table_.id(row), table_.row(static_cast<uint32_t>(row)));
     ++spilled_;
   }
   table_.Remove(row);
   ++admission_.evicted_rows;
+}
+
+absl::Status HashEmbeddingShard::FollowEvictions(
+    absl::Span<const int64_t> ids) {
+  absl::Status spilled;
+  {
+    absl::MutexLock lock(&mu_);
+    // A digest reads rows by position (psctl replicas): it ends soon.
+    while (pins_.load() > 0) {
+      mu_.Unlock();
+      absl::SleepFor(absl::Milliseconds(1));
+      mu_.Lock();
+    }
+    bool moved = false;
+    for (int64_t id : ids) {
+      const uint32_t row = table_.Find(id);
+      if (row == kNoRow) continue;  // spilled here already (SSD tier)
+      EvictRowLocked(row);
+      moved = true;
+    }
+    if (moved) ++rows_epoch_;
+    spilled = CommitSpilledLocked();
+  }
+  if (!spilled.ok()) {
+    // The rows stay in memory with their values: with an SSD tier (the
+    // only way a spill can fail) this copy still holds what the primary
+    // holds, in another tier.
+    LOG_EVERY_N(WARNING, 100)
+        << "hash embedding '" << layout_.spec.name() << "' shard " << shard_
+        << ": rows its primary evicted stay in memory on this backup: "
+        << spilled;
+  }
+  ReserveTierIndex();
+  return absl::OkStatus();
 }
 
 int64_t HashEmbeddingShard::EvictIdleRows(int64_t global_step) {
@@ -883,6 +932,24 @@ void HashEmbeddingShard::RestoreVersion(int64_t version) {
 }
 
 absl::Status HashEmbeddingShard::CommitSpilledLocked() {
+  absl::Status s = SpillStagedLocked();
+  if (!evicted_ids_.empty()) {
+    std::vector<int64_t> evicted;
+    evicted.swap(evicted_ids_);
+    if (!s.ok()) {  // those back in memory were not evicted
+      evicted.erase(
+          std::remove_if(evicted.begin(), evicted.end(),
+                         [&](int64_t id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                           return table_.Find(id) != kNoRow;
+                         }),
+          evicted.end());
+    }
+    if (!evicted.empty()) eviction_listener_(std::move(evicted));
+  }
+  return s;
+}
+
+absl::Status HashEmbeddingShard::SpillStagedLocked() {
   if (store_ == nullptr) return absl::OkStatus();
   const int64_t staged = store_->staged_rows();
   // Back where they were evicted from: CreateRow takes the values and

@@ -106,6 +106,15 @@ class HashEmbeddingShard final : public RowShard {
       absl::Span<const int64_t> ids, std::vector<uint32_t>* rows,
       uint64_t* rows_epoch = nullptr,
       const absl::flat_hash_set<int64_t>* primary_dropped = nullptr) override;
+  // With replicas: called under the shard's lock with the ids each
+  // eviction took out of memory for good (after the SSD tier wrote them),
+  // in the order the evictions happened, so that a primary can put them
+  // in its replication stream among its updates. Set before use.
+  using EvictionListener = std::function<void(std::vector<int64_t> ids)>;
+  void set_eviction_listener(EvictionListener listener) {
+    eviction_listener_ = std::move(listener);
+  }
+  absl::Status FollowEvictions(absl::Span<const int64_t> ids) override;
   // Rows one hold of the lock looks at in an eviction sweep.
   static constexpr int64_t kEvictionRowsPerHold = 8192;
   int64_t EvictIdleRows(int64_t global_step) override;
@@ -240,6 +249,11 @@ class HashEmbeddingShard final : public RowShard {
                               Admit admit, bool place_what_fits,
                               absl::Span<const uint32_t> keep)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rows a backup gave `given` distinct ids as its primary decided count
+  // as admitted, those its SSD tier gave back (promoted since
+  // `promoted_before`) excepted, as the primary's admission counts them.
+  void CountAdmittedLocked(int64_t given, int64_t promoted_before)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GiveRowsLocked while the SSD tier holds rows: the missing ids sorted
   // and once each, as the tier's batch reads take them.
   absl::Status GiveRowsWithTierLocked(absl::Span<const int64_t> ids,
@@ -295,8 +309,11 @@ class HashEmbeddingShard final : public RowShard {
   // Writes the rows EvictRowLocked staged to the SSD tier. If that fails
   // (a full or failing disk) the rows are created in memory again, with
   // their values and slots, in the room their eviction left. Returns the
-  // store's error.
+  // store's error. Then tells the eviction listener the ids evicted since
+  // the last call whose eviction stands.
   absl::Status CommitSpilledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CommitSpilledLocked's write to the tier.
+  absl::Status SpillStagedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The SSD tier's index grows with the rows spilled: its growth is
   // reserved from the PS's memory as the rows' blocks are. At
   // --memory_budget_mb, where the reservation is refused, the shard's last
@@ -339,6 +356,15 @@ class HashEmbeddingShard final : public RowShard {
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes of the SSD tier's index reserved from the PS (ReserveTierIndex).
   int64_t tier_index_reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  EvictionListener eviction_listener_;  // set before use
+  // The ids evicted since the listener was last told (with a listener).
+  std::vector<int64_t> evicted_ids_ ABSL_GUARDED_BY(mu_);
+  // Set while a backup gives rows as its primary decided
+  // (FollowPrimaryLocked): the primary's evictions, carried in its stream,
+  // keep this copy within max_rows, so it evicts nothing on its own; at
+  // the PS's memory budget only a copy with an SSD tier may (its rows keep
+  // their values there).
+  bool follows_primary_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace psrt

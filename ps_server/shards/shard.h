@@ -110,6 +110,14 @@ class Shard {
   // `global_step` - ttl_steps, a bounded number of rows per hold of the
   // shard's lock; returns how many. Nothing while rows are pinned.
   virtual int64_t EvictIdleRows(int64_t global_step) { return 0; }
+  // A backup's copy of its primary's evictions (ReplicatedUpdate.evicted):
+  // takes those of `ids` it holds in memory out of it (to the SSD tier, or
+  // dropped), as the primary did, before the primary's next update of
+  // this shard is applied. Waits while rows are pinned.
+  virtual absl::Status FollowEvictions(absl::Span<const int64_t> ids) {
+    return absl::InvalidArgumentError(
+        "evictions name a shard that holds no hash embedding rows");
+  }
   // While pinned (a checkpoint reading rows in several passes, by
   // position), no row is evicted or moved. Pins nest.
   virtual void PinRows(bool pin) const {}

@@ -85,6 +85,12 @@ absl::Status ShardStore::AllocateShards(LocalVariable* v,
     if (!KeepsCopyOf(primary)) continue;
     auto made = MakeShard(*v->layout, s, v->optimizer.get(), init, initialize);
     if (!made.ok()) return made.status();
+    if (eviction_sink_ && v->layout->kind() == HASH_EMBEDDING) {
+      static_cast<HashEmbeddingShard&>(**made).set_eviction_listener(
+          [this, v, s](std::vector<int64_t> ids) {
+            if (v->IsPrimary(s)) eviction_sink_(*v, s, std::move(ids));
+          });
+    }
     v->shards[s] = *std::move(made);
     v->backup[s] = primary != ps_task_ || retired_.load();
   }
@@ -163,10 +169,6 @@ absl::Status ShardStore::CheckSsdTier(const VariableSpec& spec) const {
     return refuse(absl::StrCat("needs ps_server --ssd_tier_dir (PS ", ps_task_,
                                " has none)"));
   }
-  if (replicas_.replicas() > 1) {
-    return refuse(absl::StrCat(
-        "is not supported with --replicas=", replicas_.replicas(), " yet"));
-  }
   if (!spec.has_eviction() && !evict_at_memory_limit_) {
     return refuse(
         "needs a rule that takes rows out of memory: eviction.max_rows, "
@@ -181,16 +183,6 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
   ShardMap plan = map_;
   int64_t new_bytes = 0;
   for (const VariableSpec* spec : to_add) {
-    if (spec->has_eviction() && replicas_.replicas() > 1) {
-      // Copies would hold different rows: each copy's eviction sweep runs
-      // on its own clock. (Admission is replicated: a backup gives rows
-      // to the ids its primary gave rows, ReplicatedUpdate.dropped.)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "variable '", spec->name(),
-          "': eviction (eviction.ttl_steps or max_rows) is not supported "
-          "with --replicas=",
-          replicas_.replicas(), " yet; use --replicas=1, or no eviction"));
-    }
     if (spec->storage().tier() == StorageSpec::SSD) {
       if (absl::Status s = CheckSsdTier(*spec); !s.ok()) return s;
     }

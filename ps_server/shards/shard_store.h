@@ -83,6 +83,15 @@ class ShardStore {
   // their spilled rows (empty: such variables are refused). Set before the
   // first variable is created.
   void set_ssd_tier_dir(std::string dir) { ssd_tier_dir_ = std::move(dir); }
+  // With replicas: told, under the shard's lock, the ids each eviction
+  // took out of memory in a shard this PS is primary for (a primary puts
+  // them in its replication stream; a backup evicts only those). Set
+  // before the first variable is created.
+  using EvictionSink = std::function<void(const LocalVariable& variable,
+                                          int shard, std::vector<int64_t> ids)>;
+  void set_eviction_sink(EvictionSink sink) {
+    eviction_sink_ = std::move(sink);
+  }
   ShardStore& operator=(const ShardStore&) = delete;
 
   // Places `specs` at catalog positions first_index, first_index + 1, ...
@@ -200,6 +209,7 @@ class ShardStore {
   const int64_t memory_limit_bytes_;
   bool evict_at_memory_limit_ = false;
   std::string ssd_tier_dir_;
+  EvictionSink eviction_sink_;
   const ReplicaPlacement replicas_;
   Clock* const clock_;
   std::atomic<bool> retired_{false};  // Retire() was called
