@@ -281,6 +281,7 @@ absl::Status HashEmbeddingShard::FollowPrimaryLocked(
   if (given.empty()) return absl::OkStatus();
   std::vector<uint32_t> given_rows(given.size(), kNoRow);
   const int64_t promoted_before = admission_.promoted_rows;
+  const uint64_t epoch_before = rows_epoch_;
   follows_primary_ = true;
   absl::Status given_status = GiveRowsLocked(
       given, given_rows.data(), Admit::kAll,
@@ -288,8 +289,11 @@ absl::Status HashEmbeddingShard::FollowPrimaryLocked(
   follows_primary_ = false;
   if (!given_status.ok()) return given_status;
   CountAdmittedLocked(static_cast<int64_t>(given.size()), promoted_before);
+  // Making room (an SSD tier at the budget) may have moved the rows found
+  // before: every row found again.
+  const bool moved = rows_epoch_ != epoch_before;
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (rows[i] == kNoRow && !primary_dropped.contains(ids[i])) {
+    if ((rows[i] == kNoRow || moved) && !primary_dropped.contains(ids[i])) {
       rows[i] = table_.Find(ids[i]);
     }
   }

@@ -69,12 +69,16 @@ struct Table {
         /*evict_at_memory_limit=*/budget != nullptr, std::move(store));
   }
 
+  // `as_backup`: as a backup applies its primary's push (every id gets a
+  // row, none dropped).
   absl::Status Push(const std::vector<int64_t>& ids,
-                    const std::vector<float>& grads, int64_t step) {
+                    const std::vector<float>& grads, int64_t step,
+                    bool as_backup = false) {
     ShardUpdate update;
     update.learning_rate = 0.1f;
     update.global_step = step;
     update.ids = ids;
+    if (as_backup) update.primary_dropped.emplace();
     update.grads = {
         PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
     return shard->ApplyUpdate(std::move(update));
@@ -337,6 +341,47 @@ TEST(HashEmbeddingTierTest, TheTierIndexIsHeldWithinTheMemoryBudget) {
 // needed their room is refused with nothing applied, a pull reads spilled
 // rows on disk rather than take them, and once the disk takes writes
 // again training goes on bit for bit.
+// A backup at its memory budget with an SSD tier makes room on its own
+// (it spills rows, which keep their values) while it gives rows as its
+// primary did: pushes of rows it holds and new ids, 10 blocks' worth
+// through a budget of 3. Spilling moves rows; each gradient still lands
+// on its id's row: the copy holds what an all-in-memory table holds.
+TEST(HashEmbeddingTierTest, ABackupAtItsBudgetSpillsAndUpdatesTheRightRows) {
+  const int64_t block_bytes = HashEmbeddingShard::kRowsPerBlock *
+                              (2 * kDim * static_cast<int64_t>(sizeof(float)) +
+                               HashEmbeddingShard::kIndexBytesPerRow);
+  int64_t reserved = 0;
+  Table backup(0, "", [&](int64_t bytes) {
+    if (reserved + bytes > 3 * block_bytes) {
+      return absl::ResourceExhaustedError("over the test's budget");
+    }
+    reserved += bytes;
+    return absl::OkStatus();
+  });
+  Table reference(0, "");
+  std::mt19937_64 random(7);
+  std::vector<int64_t> seen;
+  int64_t next_id = 1;
+  for (int64_t step = 0; seen.size() < 10 * 4096; ++step) {
+    std::vector<int64_t> ids;
+    for (int k = 0; k < 256 && !seen.empty(); ++k) {
+      ids.push_back(seen[random() % seen.size()]);
+    }
+    for (int k = 0; k < 512; ++k) {
+      ids.push_back(next_id * 7919);
+      seen.push_back(next_id++ * 7919);
+    }
+    std::vector<float> grads(ids.size() * kDim);
+    for (float& g : grads) g = static_cast<float>(random() % 5) - 2;
+    ASSERT_EQ(backup.Push(ids, grads, step, /*as_backup=*/true),
+              absl::OkStatus())
+        << "step " << step;
+    ASSERT_EQ(reference.Push(ids, grads, step), absl::OkStatus());
+  }
+  EXPECT_GT(backup.shard->row_counts().spilled_rows, 5 * 4096);
+  EXPECT_EQ(backup.Export(), reference.Export());
+}
+
 TEST(HashEmbeddingTierTest, RowsTheTierCannotWriteStayInMemory) {
   Table tiered(/*max_rows=*/100, /*dir=*/"");
   Table reference(0, "");
