@@ -25,7 +25,10 @@ for workers (a restarted async worker rejoins at the servers' step). With
 netns.py: addresses 10.77.0.<i> on a bridge, host names algo-1..algo-N, the
 same ports on every host), created at start and removed at the end; host i
 runs ps_server i and worker i (worker j on host j % hosts). When every
-worker has exited the servers get SIGTERM. Ctrl-C or
+worker has exited the servers get SIGTERM; with --then=CMD, once every
+worker succeeded, CMD runs first (a shell command on host 1, TF_CONFIG
+naming the cluster: `--then="psctl replicas"` checks the copies before the
+servers stop; its failure fails the launch). Ctrl-C or
 SIGTERM stops everything cleanly. Exit status: 0 if every process succeeded,
 1 if any failed (its log tail is printed), 2 on bad usage.
 """
@@ -152,6 +155,13 @@ def main():
     )
     parser.add_argument(
         "--netns_subnet", default="10.77.0", help="first three octets of the hosts' addresses"
+    )
+    parser.add_argument(
+        "--then",
+        default="",
+        help="shell command run on host 1 (TF_CONFIG naming the cluster) once "
+        "every worker succeeded, before the servers stop; a non-zero exit "
+        "fails the launch",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- worker command and arguments")
     args = parser.parse_args()
@@ -315,6 +325,27 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
             break
         time.sleep(0.2)
 
+    then_failed = False
+    if (
+        args.then
+        and not stopping.is_set()
+        and workers_procs
+        and all(q.proc.poll() == 0 for q in workers_procs)
+    ):
+        print(f"launch: every worker finished; running --then: {args.then}", flush=True)
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster}))
+        then = subprocess.run(
+            on_host(0) + ["/bin/sh", "-c", args.then],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        print(then.stdout, end="", flush=True)
+        if then.returncode != 0:
+            print(f"launch: --then failed (exit status {then.returncode})", flush=True)
+            then_failed = True
+
     for p in workers_procs + servers:
         p.signal(signal.SIGTERM)
     deadline = time.time() + args.stop_grace_secs
@@ -337,7 +368,7 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
             f"last lines of {p.log}:\n{tail(p.log)}",
             flush=True,
         )
-    if [p for p in failed if p not in replaced]:
+    if [p for p in failed if p not in replaced] or then_failed:
         return 1
     if replaced:
         print(
