@@ -167,6 +167,13 @@ absl::Status Rejoiner::RejoinOnce() {
   };
   int64_t shards = 0, bytes = 0;
   for (int source : sources) {
+    // The copies `source` serves the shards of (placed on it, or on a PS
+    // whose shards it took over), which this PS keeps.
+    std::vector<int> placed_served;
+    for (int placed = 0; placed < n; ++placed) {
+      if (serving(placed) == source) placed_served.push_back(placed);
+    }
+    store_->BeginRejoin(placed_served);
     applier_->BeginRejoin(source);
     grpc::ClientContext context;
     {
@@ -187,6 +194,7 @@ absl::Status Rejoiner::RejoinOnce() {
     if (absl::Status s = applier_->FinishRejoin(source, *answer); !s.ok()) {
       return s;
     }
+    store_->Rejoined(placed_served);
     shards += answer->shards();
     bytes += answer->bytes();
     LOG(INFO) << "PS " << self << " holds " << answer->shards()

@@ -14,6 +14,7 @@
 #include "ps_server/checkpoint/transfer_progress.h"
 #include "ps_server/metrics/status_page.h"
 #include "ps_server/replication/rejoin_source.h"
+#include "ps_server/replication/shard_role.h"
 #include "ps_server/replication/snapshot_installer.h"
 #include "ps_server/rpc/out_of_memory.h"
 #include "ps_server/rpc/pull_handler.h"
@@ -883,6 +884,7 @@ grpc::ServerUnaryReactor* ParameterServerService::ListVariables(
             shard->set_promoted_rows(admission.promoted_rows);
             shard->set_spilled_bytes(admission.spilled_bytes);
             shard->set_backup(v->IsBackup(s));
+            shard->set_role(ShardRole::Name(v->roles[s].role()));
             if (request.with_digests()) {
               shard->set_digest(ShardDigest(v->shard(s)));
             }

@@ -92,7 +92,9 @@ absl::Status ShardStore::AllocateShards(LocalVariable* v,
           });
     }
     v->shards[s] = *std::move(made);
-    v->backup[s] = primary != ps_task_ || retired_.load();
+    v->roles[s].Init(retired_.load()       ? ShardRole::Role::kRetired
+                     : primary != ps_task_ ? ShardRole::Role::kBackup
+                                           : ShardRole::Role::kPrimary);
   }
   return absl::OkStatus();
 }
@@ -249,7 +251,7 @@ absl::StatusOr<std::vector<std::unique_ptr<LocalVariable>>> ShardStore::Build(
     v->layout = map_.Find(spec->name());
     v->optimizer = CreateOptimizer(spec->optimizer());
     v->shards.resize(v->layout->num_shards());
-    v->backup = std::vector<std::atomic<bool>>(v->layout->num_shards());
+    v->roles = std::vector<ShardRole>(v->layout->num_shards());
     absl::Status allocated =
         fill ? AllocateShards(v.get(), fills_every_row_) : absl::OkStatus();
     created.push_back(std::move(v));
@@ -289,7 +291,7 @@ void ShardStore::Publish(std::vector<std::unique_ptr<LocalVariable>> created) {
     for (int s = 0; s < v->layout->num_shards(); ++s) {
       if (v->shards[s] != nullptr && !retired_.load() &&
           took_over_.contains(v->layout->shards[s].ps_task)) {
-        v->backup[s].store(false, std::memory_order_release);
+        v->roles[s].TakeOver();
       }
     }
   }
@@ -519,9 +521,8 @@ int ShardStore::Promote(int primary) {
   int promoted = 0;
   for (const LocalVariable* v : Variables()) {
     for (int s = 0; s < v->layout->num_shards(); ++s) {
-      if (v->layout->shards[s].ps_task == primary && v->IsBackup(s)) {
-        v->backup[s].store(false, std::memory_order_release);
-        ++promoted;
+      if (v->layout->shards[s].ps_task == primary && v->Holds(s)) {
+        promoted += v->roles[s].TakeOver();
       }
     }
   }
@@ -543,8 +544,7 @@ int ShardStore::Demote(int primary) {
         continue;
       }
       absl::MutexLock shard_lock(v->shard(s).mutex());
-      v->backup[s].store(true, std::memory_order_release);
-      ++demoted;
+      demoted += v->roles[s].HandBack();
     }
   }
   return demoted;
@@ -556,9 +556,8 @@ int ShardStore::Reinstate() {
   int reinstated = 0;
   for (const LocalVariable* v : Variables()) {
     for (int s = 0; s < v->layout->num_shards(); ++s) {
-      if (v->layout->shards[s].ps_task == ps_task_ && v->IsBackup(s)) {
-        v->backup[s].store(false, std::memory_order_release);
-        ++reinstated;
+      if (v->layout->shards[s].ps_task == ps_task_ && v->Holds(s)) {
+        reinstated += v->roles[s].Reinstate();
       }
     }
   }
@@ -569,9 +568,33 @@ void ShardStore::Retire() {
   retired_.store(true);
   for (const LocalVariable* v : Variables()) {
     for (int s = 0; s < v->layout->num_shards(); ++s) {
-      if (v->Holds(s)) v->backup[s].store(true, std::memory_order_release);
+      if (v->Holds(s)) v->roles[s].Retire();
     }
   }
+}
+
+int ShardStore::MoveRoles(const std::vector<int>& placed,
+                          bool (ShardRole::*transition)()) {
+  absl::MutexLock create_lock(&create_mu_);
+  int moved = 0;
+  for (const LocalVariable* v : Variables()) {
+    for (int s = 0; s < v->layout->num_shards(); ++s) {
+      if (v->Holds(s) &&
+          std::find(placed.begin(), placed.end(),
+                    v->layout->shards[s].ps_task) != placed.end()) {
+        moved += (v->roles[s].*transition)();
+      }
+    }
+  }
+  return moved;
+}
+
+int ShardStore::BeginRejoin(const std::vector<int>& placed) {
+  return MoveRoles(placed, &ShardRole::BeginRejoin);
+}
+
+int ShardStore::Rejoined(const std::vector<int>& placed) {
+  return MoveRoles(placed, &ShardRole::Rejoined);
 }
 
 int64_t ShardStore::num_local_shards() const {

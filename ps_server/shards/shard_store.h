@@ -27,6 +27,7 @@
 #include "partitioner/replica_placement.h"
 #include "partitioner/shard_map.h"
 #include "ps_server/optimizers/optimizer.h"
+#include "ps_server/replication/shard_role.h"
 #include "ps_server/shards/initializer.h"
 #include "ps_server/shards/shard.h"
 #include "util/clock.h"
@@ -39,10 +40,11 @@ struct LocalVariable {
   std::unique_ptr<Optimizer> optimizer;
   // Indexed by shard; null where no copy of the shard lives on this PS.
   std::vector<std::unique_ptr<Shard>> shards;
-  // Indexed by shard: the copy here is a backup (--replicas > 1), written
-  // only by its primary's replication stream; cleared when this PS takes
-  // the shard over from its failed primary (ShardStore::Promote).
-  mutable std::vector<std::atomic<bool>> backup;
+  // Indexed by shard: the role of the copy here (--replicas > 1:
+  // ps_server/replication/shard_role.h), moved by ShardStore's failover,
+  // handback and rejoin calls. A copy that may not serve is written only
+  // by its primary's replication stream.
+  mutable std::vector<ShardRole> roles;
 
   const std::string& name() const { return layout->spec.name(); }
   // A copy of the shard, primary or backup, lives here.
@@ -50,12 +52,14 @@ struct LocalVariable {
     return shard >= 0 && shard < layout->num_shards() &&
            shards[shard] != nullptr;
   }
-  // This PS serves the shard (pulls, pushes, checkpoints).
+  // This PS serves the shard (pulls, pushes, checkpoints): its role says
+  // it may.
   bool IsPrimary(int shard) const {
-    return Holds(shard) && !backup[shard].load(std::memory_order_acquire);
+    return Holds(shard) && roles[shard].MayServe();
   }
+  // A copy here that another PS serves (backup, retired or rejoining).
   bool IsBackup(int shard) const {
-    return Holds(shard) && backup[shard].load(std::memory_order_acquire);
+    return Holds(shard) && !roles[shard].MayServe();
   }
   // REQUIRES: Holds(shard).
   Shard& shard(int shard) const { return *shards[shard]; }
@@ -188,6 +192,12 @@ class ShardStore {
   // This PS was replaced (its backup took its shards over): none of its
   // copies is served or saved any more.
   void Retire();
+  // Rejoin: this PS's copies of the shards placed on `placed` (served by
+  // the PS it rejoins from) are being brought back (retired ->
+  // rejoining), then are (rejoining -> backup). Return how many moved.
+  int BeginRejoin(const std::vector<int>& placed)
+      ABSL_LOCKS_EXCLUDED(create_mu_);
+  int Rejoined(const std::vector<int>& placed) ABSL_LOCKS_EXCLUDED(create_mu_);
   // Retire() was called and no Reinstate() since.
   bool retired() const { return retired_.load(); }
   // Handback, on the PS that was replaced: it serves its own shards again
@@ -204,6 +214,11 @@ class ShardStore {
   absl::Status ReserveMemory(int64_t bytes);
 
  private:
+  // `transition` applied to every copy here of a shard placed on one of
+  // `placed`; returns how many it moved.
+  int MoveRoles(const std::vector<int>& placed, bool (ShardRole::*transition)())
+      ABSL_LOCKS_EXCLUDED(create_mu_);
+
   const int ps_task_;
   const int num_ps_;
   const int64_t memory_limit_bytes_;

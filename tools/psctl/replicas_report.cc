@@ -18,6 +18,7 @@ struct Copy {
   bool backup = false;
   int64_t version = 0;
   uint64_t digest = 0;
+  std::string role;  // ShardInfo.role (older servers: primary or backup)
 };
 
 struct ShardRow {
@@ -83,7 +84,9 @@ int ReplicasReport(const ClientOptions& options, std::ostream& out) {
         it->second.shard = info.shard();
         it->second.primary = info.ps_task();
         it->second.copies.push_back(
-            {ps, info.backup(), info.version(), info.digest()});
+            {ps, info.backup(), info.version(), info.digest(),
+             info.role().empty() ? (info.backup() ? "backup" : "primary")
+                                 : info.role()});
       }
     }
   }
@@ -106,9 +109,8 @@ int ReplicasReport(const ClientOptions& options, std::ostream& out) {
     }
     std::string copies;
     for (const Copy& c : row.copies) {
-      absl::StrAppendFormat(&copies, "%d %s v%d %016x  ", c.ps,
-                            c.backup ? "backup " : "primary", c.version,
-                            c.digest);
+      absl::StrAppendFormat(&copies, "%d %-7s v%d %016x  ", c.ps, c.role,
+                            c.version, c.digest);
     }
     std::string verdict;
     if (serving == nullptr) {
