@@ -73,7 +73,8 @@ DEFINE_int64(memory_budget_mb, 0,
              "last update) instead of refusing the push; dense and "
              "known-vocabulary variables past it are refused as with "
              "--memory_limit_bytes, which it replaces (set one). 0: no "
-             "budget. Needs --replicas=1.");
+             "budget. With --replicas, backups evict the rows their "
+             "primaries evict; give every PS the same budget.");
 DEFINE_string(ssd_tier_dir, "",
               "Directory (on an SSD) where hash embeddings with "
               "storage.tier = SSD keep the rows evicted from memory, one "
