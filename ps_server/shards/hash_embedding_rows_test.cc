@@ -186,6 +186,16 @@ TEST(HashEmbeddingAdmissionTest, ARefusedPushLeavesAdmittedRowsAsTheyWere) {
   EXPECT_FLOAT_EQ(a.Value(3), a.init->Value(3, 0));
 }
 
+// A push of `grads` (one row) to id 42, learning rate 1.
+ShardUpdate UpdateOfId42(const std::vector<float>& grads) {
+  ShardUpdate update;
+  update.learning_rate = 1.0f;
+  update.ids = {42};
+  update.grads = {
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
+  return update;
+}
+
 // Admission decides in Prepare, in the order pushes are prepared; the
 // apply step applies what was decided. Two pushes of a new id at
 // min_count 2, prepared in turn and applied in the other order: the
@@ -195,16 +205,8 @@ TEST(HashEmbeddingAdmissionTest, AdmissionIsDecidedInPrepare) {
   AdmissionShard a(/*min_count=*/2);
   const std::vector<float> first_grads = {1.0f, 1.0f};
   const std::vector<float> second_grads = {0.25f, 0.25f};
-  auto update_of = [](const std::vector<float>& grads) {
-    ShardUpdate update;
-    update.learning_rate = 1.0f;
-    update.ids = {42};
-    update.grads = {
-        PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
-    return update;
-  };
-  ShardUpdate first = update_of(first_grads);
-  ShardUpdate second = update_of(second_grads);
+  ShardUpdate first = UpdateOfId42(first_grads);
+  ShardUpdate second = UpdateOfId42(second_grads);
   ASSERT_TRUE(a.shard->Prepare(&first, 1.0f).ok());
   EXPECT_EQ(a.shard->num_rows(), 0);  // one sighting: not admitted
   ASSERT_TRUE(a.shard->Prepare(&second, 1.0f).ok());
@@ -232,11 +234,7 @@ TEST(HashEmbeddingAdmissionTest, ABackupDropsWhatItsPrimaryDropped) {
   const std::vector<float> second_grads = {0.25f, 0.25f};
   auto forwarded = [](const std::vector<float>& grads,
                       absl::flat_hash_set<int64_t> dropped) {
-    ShardUpdate update;
-    update.learning_rate = 1.0f;
-    update.ids = {42};
-    update.grads = {
-        PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
+    ShardUpdate update = UpdateOfId42(grads);
     update.primary_dropped = std::move(dropped);
     return update;
   };

@@ -518,15 +518,7 @@ int64_t ShardStore::parameter_bytes() const {
 int ShardStore::Promote(int primary) {
   absl::MutexLock create_lock(&create_mu_);
   took_over_.insert(primary);
-  int promoted = 0;
-  for (const LocalVariable* v : Variables()) {
-    for (int s = 0; s < v->layout->num_shards(); ++s) {
-      if (v->layout->shards[s].ps_task == primary && v->Holds(s)) {
-        promoted += v->roles[s].TakeOver();
-      }
-    }
-  }
-  return promoted;
+  return MoveRolesLocked({primary}, &ShardRole::TakeOver);
 }
 
 bool ShardStore::TookOver(int primary) {
@@ -553,15 +545,7 @@ int ShardStore::Demote(int primary) {
 int ShardStore::Reinstate() {
   absl::MutexLock create_lock(&create_mu_);
   retired_.store(false);
-  int reinstated = 0;
-  for (const LocalVariable* v : Variables()) {
-    for (int s = 0; s < v->layout->num_shards(); ++s) {
-      if (v->layout->shards[s].ps_task == ps_task_ && v->Holds(s)) {
-        reinstated += v->roles[s].Reinstate();
-      }
-    }
-  }
-  return reinstated;
+  return MoveRolesLocked({ps_task_}, &ShardRole::Reinstate);
 }
 
 void ShardStore::Retire() {
@@ -573,9 +557,8 @@ void ShardStore::Retire() {
   }
 }
 
-int ShardStore::MoveRoles(const std::vector<int>& placed,
-                          bool (ShardRole::*transition)()) {
-  absl::MutexLock create_lock(&create_mu_);
+int ShardStore::MoveRolesLocked(const std::vector<int>& placed,
+                                bool (ShardRole::*transition)()) {
   int moved = 0;
   for (const LocalVariable* v : Variables()) {
     for (int s = 0; s < v->layout->num_shards(); ++s) {
@@ -590,11 +573,13 @@ int ShardStore::MoveRoles(const std::vector<int>& placed,
 }
 
 int ShardStore::BeginRejoin(const std::vector<int>& placed) {
-  return MoveRoles(placed, &ShardRole::BeginRejoin);
+  absl::MutexLock create_lock(&create_mu_);
+  return MoveRolesLocked(placed, &ShardRole::BeginRejoin);
 }
 
 int ShardStore::Rejoined(const std::vector<int>& placed) {
-  return MoveRoles(placed, &ShardRole::Rejoined);
+  absl::MutexLock create_lock(&create_mu_);
+  return MoveRolesLocked(placed, &ShardRole::Rejoined);
 }
 
 int64_t ShardStore::num_local_shards() const {

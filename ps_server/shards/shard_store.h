@@ -216,8 +216,9 @@ class ShardStore {
  private:
   // `transition` applied to every copy here of a shard placed on one of
   // `placed`; returns how many it moved.
-  int MoveRoles(const std::vector<int>& placed, bool (ShardRole::*transition)())
-      ABSL_LOCKS_EXCLUDED(create_mu_);
+  int MoveRolesLocked(const std::vector<int>& placed,
+                      bool (ShardRole::*transition)())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
 
   const int ps_task_;
   const int num_ps_;

@@ -197,6 +197,17 @@ def test_sync_mode_names_a_dead_worker_under_the_launcher(data, tmp_path):
     assert "still missing: worker 1" in log, log[-4000:]
 
 
+def kill_ps_at_step(proc, logs, port, step):
+    """SIGKILLs PS 1 of the cluster on `port` once worker 0 logged `step`
+    (the launch is stopped if that fails)."""
+    try:
+        wait_for(os.path.join(logs, "worker_0.log"), rf"step={step} ")
+        os.kill(ps_pid(1, port), signal.SIGKILL)
+    except Exception:
+        proc.kill()
+        raise
+
+
 def ps_pid(index, port):
     """The pid of the ps_server whose TF_CONFIG names PS `index` of the
     cluster on `port` (the launcher passes the task in the environment)."""
@@ -273,12 +284,7 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
         ],
         ["--epochs=0", "--max_steps=300"],
     )
-    try:
-        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=60 ")
-        os.kill(ps_pid(1, port), signal.SIGKILL)
-    except Exception:
-        proc.kill()
-        raise
+    kill_ps_at_step(proc, tmp_path, port, 60)
     out = finish(proc)
     assert "3 host(s) on loopback addresses 127.0.0.1..127.0.0.3" in out, out[-4000:]
     assert "ps1 exited (status -9); with replicas" in out, out[-4000:]
@@ -412,13 +418,8 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
             ],
             BOUNDED_TABLE_FLAGS,
         )
-        try:
-            if replicas == 2:
-                wait_for(os.path.join(logs, "worker_0.log"), r"step=160 ")
-                os.kill(ps_pid(1, port), signal.SIGKILL)
-        except Exception:
-            proc.kill()
-            raise
+        if replicas == 2:
+            kill_ps_at_step(proc, logs, port, 160)
         out = finish(proc)
         rows = done_lines(logs, 2)
         auc = float(AUC.search(read(os.path.join(logs, "worker_0.log"))).group(1))
@@ -712,12 +713,7 @@ def test_replicated_ssp_training_survives_a_killed_ps(data, tmp_path):
         [],
         ["--epochs=0", "--max_steps=200", "--mode=ssp", "--staleness=2"],
     )
-    try:
-        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=60 ")
-        os.kill(ps_pid(1, port), signal.SIGKILL)
-    except Exception:
-        proc.kill()
-        raise
+    kill_ps_at_step(proc, tmp_path, port, 60)
     finish(proc)
     ps2 = read(os.path.join(tmp_path, "ps_2.log"))
     assert "took over" in ps2, ps2[-3000:]
