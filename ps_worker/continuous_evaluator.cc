@@ -10,10 +10,17 @@ namespace psrt {
 namespace {
 
 // Where training stands: the servers' global step (the highest of any PS)
-// and the pushes they applied (which move whenever a parameter did).
+// and the pushes they received. A push is counted when it arrives and the
+// step moves once it was applied, so the parameters changed since an
+// evaluation exactly when either moved: an evaluation made between the
+// last push's arrival and its step would otherwise stand for the end.
 struct Progress {
   int64_t global_step = 0;
   int64_t pushes = 0;
+
+  bool operator==(const Progress& other) const {
+    return global_step == other.global_step && pushes == other.pushes;
+  }
 };
 
 absl::StatusOr<Progress> ReadProgress(Client* client) {
@@ -44,17 +51,17 @@ absl::StatusOr<ContinuousEvaluation> RunContinuousEvaluation(
       absl::FormatDuration(interval), " whenever they changed",
       max_steps > 0 ? absl::StrCat(", until step ", max_steps) : ""));
   ContinuousEvaluation run;
-  int64_t evaluated_pushes = -1;
+  Progress evaluated{-1, -1};
   while (true) {
     const absl::Time start = trainer->clock()->Now();
     absl::StatusOr<Progress> progress = ReadProgress(trainer->client());
     absl::Status failed = progress.status();
-    if (progress.ok() && progress->pushes != evaluated_pushes) {
+    if (progress.ok() && !(*progress == evaluated)) {
       absl::StatusOr<EvalResult> result = trainer->Evaluate();
       if (result.ok()) {
         run.last = *result;
         run.last_global_step = progress->global_step;
-        evaluated_pushes = progress->pushes;
+        evaluated = *progress;
         ++run.evaluations;
         trainer->WriteEvalSummary(progress->global_step, *result);
         trainer->Log(absl::StrFormat(
