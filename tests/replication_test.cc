@@ -850,7 +850,7 @@ void KillRestartAndRejoin(bool wait_for_failover) {
       in_flight, absl::ToDoubleMilliseconds(across),
       absl::ToDoubleMilliseconds(usual));
   // The pause a client sees is bounded: refusals are held at most 500 ms
-  // (kMaxHandbackHold, ps_service_handback.cc) while the handback settles,
+  // (kMaxHandbackHold, shard_transfer.cc) while the handback settles,
   // so the window and the slowest push across it stay within that of the
   // usual slowest push (measured: 2.6-15.4 ms, and 19.3 against 13.8 ms).
   if (kTimed) {

@@ -9,7 +9,7 @@
 // every shard is on R copies again. Shards it still serves itself (nobody
 // took them over) need no copy. If its own shards were taken over, it then
 // takes its primary role back (`on_rejoined`: the Handback of
-// ps_service_handback.cc), so the load is as placed again.
+// shard_transfer.h), so the load is as placed again.
 #ifndef PSRT_PS_SERVER_REPLICATION_REJOINER_H_
 #define PSRT_PS_SERVER_REPLICATION_REJOINER_H_
 

@@ -139,7 +139,7 @@ int InProcessCluster::LoopThreads() {
     Server* server = servers_[t].get();
     if (server == nullptr) continue;
     // The step barriers' timeout threads.
-    threads += server->service()->step_barriers();
+    threads += server->service()->step_barriers()->count();
     if (server->lease() == nullptr) continue;
     threads += num_ps() - 1;  // a renewal thread per other PS
     const ReplicaPlacement& placement = server->store()->replicas();

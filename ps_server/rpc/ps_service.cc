@@ -56,11 +56,11 @@ class ParameterServerService::PullReactor final
     absl::Status s = frame_.Parse(*request);
     if (s.ok()) s = frame_.ParseHeader(&header);
     if (s.ok()) {
-      s = service_->coordinator_.CheckStepFields(
+      s = service_->step_barriers_.own()->CheckStepFields(
           header.consistency(), header.worker_index(), header.step());
     }
     if (s.ok() && header.consistency().mode() != Consistency::ASYNC) {
-      auto coordinator = service_->CoordinatorFor(header);
+      auto coordinator = service_->step_barriers_.For(header);
       if (coordinator.ok()) coordinator_ = *coordinator;
       s = coordinator.status();
     }
@@ -185,7 +185,7 @@ class ParameterServerService::PullReactor final
 
   ParameterServerService* const service_;
   // The barrier waited on (SYNC, SSP).
-  StepCoordinator* coordinator_ = &service_->coordinator_;
+  StepCoordinator* coordinator_ = service_->step_barriers_.own();
   const absl::Time start_ = absl::Now();
   FrameReader frame_;
   std::unique_ptr<PullResponder> responder_;
@@ -233,15 +233,16 @@ class ParameterServerService::PushReactor final
     service_->push_.bytes_in->Increment(static_cast<double>(handler_->bytes()));
     const PushRequestHeader& first = handler_->first_header();
     const Consistency consistency = first.consistency();
-    if (absl::Status s = service_->coordinator_.CheckStepFields(
+    if (absl::Status s = service_->step_barriers_.own()->CheckStepFields(
             consistency, first.worker_index(), first.step());
         handler_->complete() && !s.ok()) {
       service_->FinishFailed(this, "Push", s);
       return;
     }
-    StepCoordinator* coordinator = &service_->coordinator_;
+    StepCoordinator* coordinator = service_->step_barriers_.own();
     if (consistency.mode() != Consistency::ASYNC && handler_->complete()) {
-      absl::StatusOr<StepCoordinator*> found = service_->CoordinatorFor(first);
+      absl::StatusOr<StepCoordinator*> found =
+          service_->step_barriers_.For(first);
       absl::Status s = found.status();
       if (s.ok() && first.has_for_ps())
         s = handler_->CheckPlacedOn(first.for_ps());
@@ -363,14 +364,17 @@ class ParameterServerService::ReplicateCall {
     absl::StatusOr<ReplicateResponse> result = call_.Finish();
     if (!result.ok() &&
         absl::StrContains(result.status().message(), kRestartedMarker) &&
-        service_->TakeOverRestarted(call_.from())) {
+        service_->transfer_ != nullptr &&
+        service_->transfer_->TakeOverRestarted(call_.from())) {
       return absl::FailedPreconditionError(
           absl::StrCat("PS ", service_->store_->ps_task(), " ", kReplacedMarker,
                        " PS ", call_.from(),
                        ": its previous process is gone (this one is new) "
                        "and this PS held the copy that followed it"));
     }
-    if (result.ok()) service_->HandbackSettledBy(call_.from());
+    if (result.ok() && service_->transfer_ != nullptr) {
+      service_->transfer_->HandbackSettledBy(call_.from());
+    }
     return result;
   }
 
@@ -398,8 +402,8 @@ ParameterServerService::ParameterServerService(
       replicator_(replicator),
       replica_applier_(store, &dedup_scopes_, limits.max_push_bytes),
       clock_(clock != nullptr ? clock : Clock::Real()),
-      coordinator_(store->ps_task(), limits.max_workers,
-                   dedup_scopes_.For(store->ps_task()), clock_),
+      step_barriers_(store, &dedup_scopes_, limits.max_push_bytes,
+                     limits.max_workers, replicator, clock_),
       workers_seen_(limits.max_workers),
       pull_(MakeMethodMetrics("Pull")),
       push_(MakeMethodMetrics("Push")),
@@ -1088,113 +1092,6 @@ absl::Status ParameterServerService::CheckNotReplaced() const {
   return absl::OkStatus();
 }
 
-bool ParameterServerService::TakeOver(int primary) {
-  if (!replica_applier_.InSyncWith(primary)) {
-    LOG(ERROR) << "PS " << store_->ps_task() << " cannot take over PS "
-               << primary << "'s shards: its copy of them is not in sync "
-               << "(this PS started after PS " << primary
-               << " had applied pushes); they stay unserved until PS "
-               << primary << " returns or the cluster restores them";
-    return false;
-  }
-  // Fence first: the old primary acknowledges nothing from now on, so no
-  // push it applies after this point can be lost by the takeover.
-  replica_applier_.Fence(primary);
-  const int shards = store_->Promote(primary);
-  // Its step barriers move here (their held pushes name shards served here
-  // from now on); until then SYNC and SSP calls for them are answered
-  // UNAVAILABLE and retried.
-  ResumeBarriersOf(primary);
-  LOG(ERROR) << "PS " << store_->ps_task() << " took over " << shards
-             << " shard(s) of PS " << primary << " (failover)";
-  return true;
-}
-
-template <typename Header>
-absl::StatusOr<StepCoordinator*> ParameterServerService::CoordinatorFor(
-    const Header& header) {
-  const int self = store_->ps_task();
-  if (!header.has_for_ps() || header.for_ps() == self) return &coordinator_;
-  const int for_ps = header.for_ps();
-  if (for_ps < 0 || for_ps >= store_->num_ps()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("for_ps ", for_ps, " is not a PS of this ",
-                     store_->num_ps(), "-PS cluster"));
-  }
-  absl::MutexLock lock(&coordinators_mu_);
-  auto it = taken_over_.find(for_ps);
-  if (it == taken_over_.end()) {
-    // (Retryable: the client learns the routing again.)
-    return absl::UnavailableError(
-        absl::StrCat("PS ", self, " does not serve PS ", for_ps,
-                     "'s shards (no failover of PS ", for_ps,
-                     " to this PS): ask any PS for the cluster's failovers"));
-  }
-  return it->second.get();
-}
-
-std::vector<std::unique_ptr<PushHandler>> ParameterServerService::HeldPushes(
-    const ReplicaApplier::SyncBarrier& barrier, int primary) {
-  const int self = store_->ps_task();
-  std::vector<std::unique_ptr<PushHandler>> held;
-  for (const auto& frames : barrier.held) {
-    auto push = std::make_unique<PushHandler>(store_, dedup_scopes_.For(self),
-                                              limits_.max_push_bytes,
-                                              RequestKind::kPush, replicator_);
-    push->set_dedup_scopes(&dedup_scopes_);
-    absl::Status s;
-    for (const grpc::ByteBuffer& frame : frames) {
-      if (s.ok()) s = push->AddMessage(frame);
-    }
-    if (!s.ok() || !push->complete()) {
-      LOG(ERROR) << "a push PS " << primary << " held for step "
-                 << barrier.next_step << " is dropped: " << s;
-      continue;
-    }
-    held.push_back(std::move(push));
-  }
-  return held;
-}
-
-void ParameterServerService::ResumeBarriersOf(int primary) {
-  auto barriers = replica_applier_.SyncBarriersOf(primary);
-  barriers.try_emplace(primary);  // its own, even if no step was seen
-  const int self = store_->ps_task();
-  for (auto& [for_ps, barrier] : barriers) {
-    std::vector<std::unique_ptr<PushHandler>> held =
-        HeldPushes(barrier, primary);
-    if (for_ps == self) {
-      coordinator_.Resume(barrier.next_step, std::move(held), barrier.clocks);
-      continue;
-    }
-    // Resumed before calls can reach it.
-    auto resumed = std::make_unique<StepCoordinator>(
-        for_ps, limits_.max_workers, dedup_scopes_.For(self), clock_);
-    resumed->Resume(barrier.next_step, std::move(held), barrier.clocks);
-    absl::MutexLock lock(&coordinators_mu_);
-    auto& slot = taken_over_[for_ps];
-    if (slot == nullptr) slot = std::move(resumed);
-  }
-}
-
-bool ParameterServerService::TakeOverRestarted(int primary) {
-  if (membership_ == nullptr || !membership_->Enabled() || primary < 0 ||
-      primary >= store_->num_ps() || membership_->IsFailed(primary)) {
-    return false;
-  }
-  // Only the first backup still serving takes over (as after a vote).
-  if (membership_->FirstLive(store_->replicas().BackupsOf(primary)) !=
-      store_->ps_task()) {
-    return false;
-  }
-  LOG(ERROR) << "PS " << primary << " restarted while this PS's copy of its "
-             << "shards followed its previous process: that process is gone, "
-             << "so this PS takes its shards over now";
-  if (!TakeOver(primary)) return false;
-  membership_->MarkFailed(primary);
-  return true;
-}
-
 grpc::ServerUnaryReactor* ParameterServerService::Suspect(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
@@ -1271,7 +1168,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Handback(
             !s.ok()) {
           return s;
         }
-        return ServeHandback(r);
+        if (transfer_ == nullptr) {
+          return absl::FailedPreconditionError(
+              "Handback: this PS runs without replicas");
+        }
+        return transfer_->ServeHandback(r);
       });
 }
 

@@ -7,13 +7,10 @@
 
 #include <atomic>
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -26,7 +23,9 @@
 #include "ps_server/replication/membership.h"
 #include "ps_server/replication/replica_applier.h"
 #include "ps_server/replication/replication_log.h"
+#include "ps_server/replication/shard_transfer.h"
 #include "ps_server/rpc/push_dedup.h"
+#include "ps_server/rpc/step_barriers.h"
 #include "ps_server/rpc/step_coordinator.h"
 #include "ps_server/rpc/workers_seen.h"
 #include "ps_server/shards/shard_store.h"
@@ -89,9 +88,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
                          ClusterMembers* checkpoint_callers = nullptr,
                          ReplicationLog* replicator = nullptr,
                          Clock* clock = nullptr);
-  // Answers the refusals still held for a handback (the server, shut down
-  // before, waited for them at most kMaxHandbackHold).
-  ~ParameterServerService() override;
+  ~ParameterServerService() override = default;
 
   // Unary methods; request and response are the serialized messages of
   // proto/ps.proto (CheckpointRequest -> CheckpointResponse, ...).
@@ -133,7 +130,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
                                    const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* response) override;
   // PS to PS (--replicas > 1): gives the caller back the shards this PS
-  // took over from it (ps_service_handback.cc).
+  // took over from it (ShardTransfer::ServeHandback).
   grpc::ServerUnaryReactor* Handback(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
@@ -146,6 +143,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
   ReplicaApplier* replica_applier() { return &replica_applier_; }
+  // The step barriers of the shards this PS serves.
+  StepBarriers* step_barriers() { return &step_barriers_; }
   // From this PS's primaries (--replicas > 1): their applied pushes.
   grpc::ServerReadReactor<grpc::ByteBuffer>* Replicate(
       grpc::CallbackServerContext* context,
@@ -153,13 +152,15 @@ class ParameterServerService final : public ParameterServerCallbackBase {
 
   // --replicas > 1: where GetStats reads the failovers, Suspect pings
   // from and votes, RenewLease grants; `lease` (null: none, fewer than 3
-  // PS) must be held to serve pulls and pushes. All must outlive the
-  // service; call before serving.
+  // PS) must be held to serve pulls and pushes; `transfer` serves
+  // Handback, takes over a restarted primary, and holds refusals while a
+  // handback settles. All must outlive the service; call before serving.
   void EnableReplication(Membership* membership, const PsPeers* peers,
-                         LeaseHolder* lease) {
+                         LeaseHolder* lease, ShardTransfer* transfer) {
     membership_ = membership;
     peers_ = peers;
     lease_ = lease;
+    transfer_ = transfer;
   }
   // PS-to-PS calls (Replicate, RenewLease, Rejoin, ...) must prove which
   // PS makes them (security/peer_identity.h) when `identity` is enabled.
@@ -167,34 +168,14 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   void set_peer_identity(const PeerIdentity* identity) {
     peer_identity_ = identity;
   }
-  // Failover: `primary`'s shards are served here from now on, if this
-  // PS's copy of them is in sync (else false, nothing changes).
-  bool TakeOver(int primary);
   // OK while this PS may acknowledge pulls and pushes; UNAVAILABLE once it
   // was replaced by a backup (failover), while it holds no lease, or while
   // its backups have not accepted its stream.
   absl::Status CheckNotReplaced() const;
-  // The step barriers this PS keeps (its own, those of PS it took over or
-  // handed back): each has a thread that always waits on the clock.
-  int step_barriers() ABSL_LOCKS_EXCLUDED(coordinators_mu_) {
-    absl::MutexLock lock(&coordinators_mu_);
-    return 1 + static_cast<int>(taken_over_.size() + handed_back_.size());
-  }
-  // A new process of `primary` said hello while this PS's copy follows its
-  // previous one (it restarted faster than a failover): if this PS is its
-  // first live backup and in sync, it takes the shards over at once (the
-  // old process is gone: the new one holds its address) and records the
-  // failover; the new process then rejoins as a backup.
-  bool TakeOverRestarted(int primary);
-  // Handback, on a PS that failed over, restarted and rejoined: asks
-  // `serving` (the PS that took its shards over) for them back and serves
-  // them once it answered (retrying for a while if `serving` says this PS
-  // has not caught up yet). `on_reinstated(asked)` runs before it serves
-  // again: the lease holder is told, and that `serving` granted a lease
-  // with its answer to the request sent at `asked`. OK once this PS
-  // serves its shards.
-  absl::Status ReclaimShards(
-      int serving, const std::function<void(absl::Time asked)>& on_reinstated);
+  // After a handback it serves its live shards, not what it restored at
+  // start: the warning that updates after the checkpoint were lost is
+  // not due.
+  void ServesLiveCopy() { told_serving_restored_ = true; }
 
   // Counts a failed RPC under psrt_errors_total{method, code} and returns it
   // as a gRPC status.
@@ -203,15 +184,14 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // or push refused UNAVAILABLE while this PS hands shards back -- once the
   // handback settled (the new primary serves): the client, which learns
   // the routing when refused, then finds it changed and retries there at
-  // once. The refusal waits in a queue, not on a gRPC thread (the call
-  // that settles the handback needs one), at most kMaxHandbackHold.
+  // once (ShardTransfer::HoldRefusal).
   template <typename Reactor>
   void FinishFailed(Reactor* reactor, const char* method,
-                    const absl::Status& status)
-      ABSL_LOCKS_EXCLUDED(settle_mu_) {
+                    const absl::Status& status) {
     grpc::Status answer = Fail(method, status);
-    if (!HoldRefusal(method, status,
-                     [reactor, answer] { reactor->Finish(answer); })) {
+    if (transfer_ == nullptr ||
+        !transfer_->HoldRefusal(
+            method, status, [reactor, answer] { reactor->Finish(answer); })) {
       reactor->Finish(std::move(answer));
     }
   }
@@ -278,64 +258,9 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   Clock* const clock_;
   const PsPeers* peers_ = nullptr;
   LeaseHolder* lease_ = nullptr;
-  // This PS's own shards' step barrier (SYNC, SSP).
-  StepCoordinator coordinator_;
-  // The barrier a pull or push with `header`'s for_ps waits on: this PS's
-  // own (unset, or this PS), or that of a PS whose shards it took over;
-  // UNAVAILABLE naming why if it serves no such shards.
-  template <typename Header>
-  absl::StatusOr<StepCoordinator*> CoordinatorFor(const Header& header)
-      ABSL_LOCKS_EXCLUDED(coordinators_mu_);
-  // Failover: the barrier of `primary`'s shards, and of those it had taken
-  // over, resumed where its stream left this PS's copy.
-  void ResumeBarriersOf(int primary) ABSL_LOCKS_EXCLUDED(coordinators_mu_);
-  // A barrier's held pushes (SYNC), as `primary`'s stream left them here,
-  // made pushes to this PS again (requires their shards served here).
-  std::vector<std::unique_ptr<PushHandler>> HeldPushes(
-      const ReplicaApplier::SyncBarrier& barrier, int primary);
-  absl::Mutex coordinators_mu_;
-  // Never destroyed while the service lives (requests hold pointers): a
-  // handback closes its PS's barrier and moves it to handed_back_.
-  absl::flat_hash_map<int, std::unique_ptr<StepCoordinator>> taken_over_
-      ABSL_GUARDED_BY(coordinators_mu_);
-  std::vector<std::unique_ptr<StepCoordinator>> handed_back_
-      ABSL_GUARDED_BY(coordinators_mu_);
-  // The Handback RPC's work (ps_service_handback.cc); one at a time.
-  absl::StatusOr<HandbackResponse> ServeHandback(const HandbackRequest& r)
-      ABSL_LOCKS_EXCLUDED(handback_mu_);
-  absl::Mutex handback_mu_;
-  // A pull or push refused UNAVAILABLE while this PS hands shards back is
-  // answered once the handback settled (FinishFailed); see HoldRefusal.
-  // True if `answer` was queued to run when the handback settles.
-  bool HoldRefusal(const char* method, const absl::Status& status,
-                   std::function<void()> answer)
-      ABSL_LOCKS_EXCLUDED(settle_mu_);
-  // A handback begins: refusals are held from now on, and answered by
-  // AnswerHeldRefusals on settle_thread_ (started unless it runs).
-  void StartHoldingRefusals() ABSL_EXCLUSIVE_LOCKS_REQUIRED(handback_mu_)
-      ABSL_LOCKS_EXCLUDED(settle_mu_);
-  void AnswerHeldRefusals() ABSL_LOCKS_EXCLUDED(settle_mu_);
-  // A Replicate call from `from` succeeded: if this PS just handed it its
-  // shards, it serves them now.
-  void HandbackSettledBy(int from) ABSL_LOCKS_EXCLUDED(settle_mu_);
-  absl::Mutex settle_mu_;
-  // Written under settle_mu_; read first without it (every Replicate call
-  // asks, and almost never while a handback settles).
-  std::atomic<int> settling_for_{-1};
-  // InfinitePast: no handback; InfiniteFuture: one under way; else when
-  // the last one settles (its answer plus the new primary's start).
-  absl::Time handback_settles_at_ ABSL_GUARDED_BY(settle_mu_) =
-      absl::InfinitePast();
-  // Bumped when the settle instant or the held refusals change (the
-  // answering thread looks again).
-  uint64_t settle_changes_ ABSL_GUARDED_BY(settle_mu_) = 0;
-  struct HeldRefusal {
-    absl::Time until;  // kMaxHandbackHold after it came
-    std::function<void()> answer;
-  };
-  std::deque<HeldRefusal> held_refusals_ ABSL_GUARDED_BY(settle_mu_);
-  bool answering_refusals_ ABSL_GUARDED_BY(settle_mu_) = false;
-  std::thread settle_thread_ ABSL_GUARDED_BY(handback_mu_);
+  ShardTransfer* transfer_ = nullptr;
+  // This PS's own shards' step barrier (SYNC, SSP) and those it took over.
+  StepBarriers step_barriers_;
   WorkersSeen workers_seen_;
   MethodMetrics pull_, push_, create_;
   prometheus::Counter* rejected_nonfinite_;

@@ -7,7 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "glog/logging.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -64,82 +64,6 @@ void WarnIfExposed(const ServerOptions& options) {
                   "(docs/operations.md, Security model).";
 }
 
-// --replicas: how this PS's stream to its backups goes, and failovers.
-void AddReplicationMetrics(MetricsRegistry* registry,
-                           const Replicator* replicator,
-                           const Membership* membership,
-                           const LeaseHolder* lease) {
-  if (lease != nullptr) {
-    registry->AddGauge(
-        "psrt_lease_held",
-        "1 while a majority of the PS granted this PS a lease (it serves)", {},
-        [lease] { return lease->Check().ok() ? 1.0 : 0.0; });
-    registry->AddCounterFunction(
-        "psrt_lease_lapses_total",
-        "Times this PS lost its lease (cut off from most of the cluster)", {},
-        [lease] { return static_cast<double>(lease->lapses()); });
-  }
-  registry->AddCounterFunction(
-      "psrt_replication_updates_total",
-      "Pushes this PS forwarded to its backups and they acknowledged", {},
-      [replicator] { return static_cast<double>(replicator->updates_sent()); });
-  registry->AddCounterFunction(
-      "psrt_replication_calls_total",
-      "Replicate calls that carried them (updates per call: the batching)", {},
-      [replicator] { return static_cast<double>(replicator->calls()); });
-  registry->AddCounterFunction(
-      "psrt_unreplicated_pushes_total",
-      "Pushes acknowledged while a backup of this PS was out of sync", {},
-      [replicator] {
-        return static_cast<double>(replicator->unreplicated_updates());
-      });
-  registry->AddCounterFunction(
-      "psrt_failovers_total",
-      "Failovers this PS made or learned of (a PS's shards taken over by "
-      "its backup)",
-      {},
-      [membership] { return static_cast<double>(membership->failovers()); });
-  registry->AddCounterFunction(
-      "psrt_handbacks_total",
-      "Handbacks this PS made or learned of (a rejoined PS serving its "
-      "shards again)",
-      {},
-      [membership] { return static_cast<double>(membership->handbacks()); });
-  registry->AddGauge("psrt_failed_over_ps",
-                     "PS whose shards are served by a backup now", {},
-                     [membership] {
-                       return static_cast<double>(membership->failed().size());
-                     });
-  registry->AddGauge(
-      "psrt_replaced", "1 once a backup took this PS's shards over", {},
-      [replicator] { return replicator->replaced() ? 1.0 : 0.0; });
-  for (const Replicator::BackupState& b : replicator->Backups()) {
-    const int task = b.task;
-    const MetricLabels labels = {{"backup", std::to_string(task)}};
-    registry->AddGauge(
-        "psrt_replication_in_sync",
-        "1 while the backup follows this PS's stream, 0 once dropped", labels,
-        [replicator, task] {
-          for (const auto& s : replicator->Backups()) {
-            if (s.task == task) return s.in_sync ? 1.0 : 0.0;
-          }
-          return 0.0;
-        });
-    registry->AddGauge(
-        "psrt_replication_lag_updates",
-        "Pushes applied here that the backup has not acknowledged yet", labels,
-        [replicator, task] {
-          const uint64_t last = replicator->last_sequence();
-          for (const auto& s : replicator->Backups()) {
-            if (s.task == task && s.in_sync) {
-              return static_cast<double>(last - std::min(last, s.acknowledged));
-            }
-          }
-          return 0.0;
-        });
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
@@ -167,7 +91,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   auto replicas =
       ReplicaPlacement::Create(options.cluster.ps, options.replicas);
   if (!replicas.ok()) return replicas.status();
-  const std::vector<int> backups = replicas->BackupsOf(options.ps_task);
   Clock* const clock = options.clock != nullptr ? options.clock : Clock::Real();
   server->store_ = std::make_unique<ShardStore>(
       options.ps_task, options.cluster.num_ps(), options.memory_limit_bytes,
@@ -214,57 +137,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     if (!peers.ok()) return peers.status();
     server->peers_ = std::move(*peers);
   }
-  // With 2 PS the workers vote (membership.h), unless they cannot prove
-  // which worker they are (a secured cluster's workers hold no secret).
-  const int witnesses =
-      Membership::WitnessesFor(options.cluster.num_ps(), options.replicas,
-                               static_cast<int>(options.cluster.workers.size()),
-                               !options.security.peer_secret.empty());
-  if (options.replicas > 1 && options.cluster.num_ps() == 2 &&
-      !options.security.peer_secret.empty()) {
-    LOG(WARNING) << "--replicas=" << options.replicas << " with 2 PS and "
-                 << "--peer_secret_file: workers cannot prove which worker "
-                    "they are, so they do not vote";
-  }
-  server->membership_ = std::make_unique<Membership>(
-      server->peers_.get(), options.replicas, clock, witnesses);
-  Replicator::MayDrop may_drop;
-  if (server->membership_->Enabled()) {
-    Membership* membership = server->membership_.get();
-    const absl::Duration lease_term = options.lease.term;
-    std::shared_ptr<absl::Notification> cancel = server->drop_wait_cancel_;
-    may_drop = [membership, lease_term, cancel](int task,
-                                                const StreamView& without) {
-      return membership->DecideDrop(task, without, lease_term, *cancel);
-    };
-  }
-  server->replicator_ = std::make_unique<Replicator>(
-      server->peers_.get(), backups, std::move(may_drop), clock);
-  if (options.replicas > 1) {
-    // A primary's evictions go to its backups in its stream, in the order
-    // they happened among its updates of the shard (both under the shard's
-    // lock): the copies stay equal.
-    Replicator* replicator = server->replicator_.get();
-    server->store_->set_eviction_sink([replicator](const LocalVariable& v,
-                                                   int shard,
-                                                   std::vector<int64_t> ids) {
-      ReplicationLog::Update update;
-      ShardIds& evicted = update.evicted.emplace_back();
-      evicted.set_variable(v.name());
-      evicted.set_shard(shard);
-      evicted.mutable_ids()->Add(ids.begin(), ids.end());
-      replicator->Append(std::move(update));
-    });
-  }
-  if (!backups.empty()) {
-    LOG(INFO) << "--replicas=" << options.replicas << ": this PS's shards are "
-              << "copied to "
-              << absl::StrJoin(backups, ", ",
-                               [&](std::string* out, int t) {
-                                 out->append(server->peers_->Describe(t));
-                               })
-              << "; every push is acknowledged after they applied it";
-  }
+  server->replication_ = Replication::Create(
+      Replication::Options{options.replicas,
+                           static_cast<int>(options.cluster.workers.size()),
+                           !options.security.peer_secret.empty(), options.lease,
+                           options.failover, clock},
+      server->store_.get(), server->peers_.get());
   CheckpointOptions checkpoint_options = options.checkpoint;
   if (checkpoint_options.clock == nullptr) checkpoint_options.clock = clock;
   server->checkpoints_ = std::make_unique<CheckpointCoordinator>(
@@ -284,7 +162,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       server->store_.get(), &server->registry_, options.limits,
       server->checkpoints_.get(), options.restore_uri,
       options.security.auth_token, server->checkpoint_callers_.get(),
-      server->replicator_.get(), clock);
+      server->replication_->replicator(), clock);
   server->service_->set_peer_identity(server->peer_identity_.get());
   {
     ParameterServerService* service = server->service_.get();
@@ -295,100 +173,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         {}, [service] { return static_cast<double>(service->dedup_bytes()); });
   }
   if (options.replicas > 1) {
-    Replicator* replicator = server->replicator_.get();
-    ShardStore* store = server->store_.get();
-    // Replaced (it failed over while away): its copies stop serving, and
-    // it rejoins as a backup of the PS serving them (3 PS or more).
-    Rejoiner* rejoiner = nullptr;
-    if (server->membership_->Enabled()) {
-      server->rejoiner_ =
-          std::make_unique<Rejoiner>(store, server->service_->replica_applier(),
-                                     server->peers_.get(), clock);
-      rejoiner = server->rejoiner_.get();
-    }
-    if (rejoiner != nullptr) {
-      // Restarted while a primary it keeps copies of ran on (its stream
-      // holds updates this process never got): rejoin to get copies.
-      server->service_->replica_applier()->set_on_out_of_sync(
-          [rejoiner](int primary) {
-            LOG(WARNING) << "this PS holds none of PS " << primary
-                         << "'s updates (it restarted since): it rejoins as "
-                            "a backup to get a copy of that PS's shards";
-            rejoiner->Start();
-          });
-    }
-    if (rejoiner != nullptr) {
-      // Rejoined after its shards were taken over: it takes them back. (Set
-      // before the lease holder starts: a refused lease starts a rejoin,
-      // which ends seconds later, long after lease_ was set below.)
-      ParameterServerService* service = server->service_.get();
-      std::unique_ptr<LeaseHolder>* lease = &server->lease_;
-      rejoiner->set_on_rejoined([service, lease](int serving) {
-        absl::Status s =
-            service->ReclaimShards(serving, [lease, serving](absl::Time asked) {
-              if (*lease != nullptr) (*lease)->Reinstate(serving, asked);
-            });
-        if (!s.ok()) LOG(ERROR) << s;
-      });
-    }
-    // Set once the rejoiner is ready: it runs at once if this PS's first
-    // hello to a backup was refused already (replaced while it was down).
-    replicator->set_on_replaced([store, rejoiner] {
-      store->Retire();
-      if (rejoiner != nullptr) rejoiner->Start();
-    });
-    if (server->membership_->Enabled()) {
-      LeaseHolder::Options lease_options = options.lease;
-      lease_options.clock = clock;
-      lease_options.view = [replicator] { return replicator->View(); };
-      server->lease_ = std::make_unique<LeaseHolder>(
-          server->peers_.get(), server->membership_.get(),
-          [replicator](const std::string& why) {
-            replicator->MarkReplaced(why);
-          },
-          lease_options);
-    }
-    server->service_->EnableReplication(
-        server->membership_.get(), server->peers_.get(), server->lease_.get());
-    // Watch the primaries this PS is the first backup of.
-    std::vector<int> watched;
-    const ReplicaPlacement& placement = server->store_->replicas();
-    for (int primary : placement.BackedUpBy(options.ps_task)) {
-      if (placement.BackupsOf(primary)[0] == options.ps_task) {
-        watched.push_back(primary);
-      }
-    }
     ParameterServerService* service = server->service_.get();
-    Membership* membership = server->membership_.get();
+    Replication* replication = server->replication_.get();
+    replication->Start(Replication::Service{
+                           service->replica_applier(), service->step_barriers(),
+                           [service] { return service->CheckNotReplaced(); },
+                           [service] { service->ServesLiveCopy(); }},
+                       &server->registry_);
+    service->EnableReplication(replication->membership(), server->peers_.get(),
+                               replication->lease(), replication->transfer());
+    Membership* membership = replication->membership();
     server->checkpoints_->set_failover_view(
         [membership](int task) { return membership->IsFailed(task); });
-    AddReplicationMetrics(&server->registry_, server->replicator_.get(),
-                          membership, server->lease_.get());
-    server->failover_ = std::make_unique<FailoverMonitor>(
-        server->peers_.get(), membership, std::move(watched),
-        [service, membership](int primary) {
-          if (!service->TakeOver(primary)) return false;
-          membership->MarkFailed(primary);
-          return true;
-        },
-        [&options, clock] {
-          FailoverMonitor::Options failover = options.failover;
-          failover.clock = clock;
-          return failover;
-        }());
-    if (!server->membership_->Enabled()) {
-      LOG(WARNING) << "--replicas=" << options.replicas << " with "
-                   << options.cluster.num_ps()
-                   << " PS and no workers voting: no failover (a majority "
-                      "to decide that a PS is down needs 3 voters at "
-                      "least); backups only copy";
-    } else if (witnesses > 0) {
-      LOG(INFO) << "--replicas=" << options.replicas << " with 2 PS: the "
-                << witnesses << " worker(s) vote with the PS; this PS "
-                << "serves while " << server->membership_->voters() / 2 + 1
-                << " of " << server->membership_->voters()
-                << " voters granted it a lease";
-    }
   }
 
   auto credentials = MakeServerCredentials(options.security);
@@ -462,12 +258,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
 Server::~Server() {
   Shutdown(absl::Now());
   Wait();
-  // Threads that call into the service (failovers, leases, a rejoin) stop
-  // before it goes; a rejoin started late by the replicator does nothing.
-  failover_.reset();
-  lease_.reset();
+  // Threads that call into the service (failovers, leases, a rejoin, held
+  // refusals) stop before it goes; a rejoin started late by the replicator
+  // does nothing.
+  if (replication_) replication_->Stop();
   evictor_.reset();
-  if (rejoiner_) rejoiner_->Stop();
   // A restore still running in the background uses the restorer, which is
   // destroyed before the store.
   if (store_) store_->CancelFill();
@@ -492,13 +287,10 @@ void Server::Shutdown(absl::Time deadline) {
     // (No backups: nothing to stop, no thread.)
     absl::Notification shut_down;
     std::thread stop_replicator;
-    if (replicator_ != nullptr && replicator_->active()) {
+    if (replication_ != nullptr && replication_->replicator()->active()) {
       stop_replicator = std::thread([this, deadline, &shut_down] {
         if (!shut_down.WaitForNotificationWithDeadline(deadline)) {
-          if (!drop_wait_cancel_->HasBeenNotified()) {
-            drop_wait_cancel_->Notify();
-          }
-          replicator_->Stop();
+          replication_->StopReplicator();
         }
       });
     }

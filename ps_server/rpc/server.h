@@ -12,7 +12,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "partitioner/cluster_spec.h"
@@ -22,10 +21,7 @@
 #include "ps_server/metrics/metrics_http_server.h"
 #include "ps_server/peers/peer_transport.h"
 #include "ps_server/peers/ps_peers.h"
-#include "ps_server/replication/failover_monitor.h"
-#include "ps_server/replication/membership.h"
-#include "ps_server/replication/rejoiner.h"
-#include "ps_server/replication/replicator.h"
+#include "ps_server/replication/replication.h"
 #include "ps_server/rpc/ps_service.h"
 #include "ps_server/shards/row_evictor.h"
 #include "ps_server/shards/shard_store.h"
@@ -95,10 +91,11 @@ class Server {
   ShardStore* store() { return store_.get(); }
   CheckpointCoordinator* checkpoints() { return checkpoints_.get(); }
   ParameterServerService* service() { return service_.get(); }
-  Replicator* replicator() { return replicator_.get(); }
-  Membership* membership() { return membership_.get(); }
-  // Null without --replicas > 1 on 3 PS or more.
-  const LeaseHolder* lease() const { return lease_.get(); }
+  Replicator* replicator() { return replication_->replicator(); }
+  Membership* membership() { return replication_->membership(); }
+  // Null without --replicas > 1 and a majority to fail over with (3 PS,
+  // or 2 PS and workers voting).
+  const LeaseHolder* lease() const { return replication_->lease(); }
   // The gRPC server (its InProcessChannel reaches this PS without a port).
   grpc::Server* grpc_server() { return grpc_server_.get(); }
   const SecurityOptions& security() const { return options_.security; }
@@ -120,19 +117,13 @@ class Server {
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<CheckpointRestorer> restorer_;
   std::unique_ptr<PsPeers> peers_;
-  std::unique_ptr<Membership> membership_;
-  // Ends a drop's wait for its lease term (2 PS) when the server stops.
-  std::shared_ptr<absl::Notification> drop_wait_cancel_ =
-      std::make_shared<absl::Notification>();
-  std::unique_ptr<Rejoiner> rejoiner_;      // stopped before service_ goes
-  std::unique_ptr<Replicator> replicator_;  // outlives service_
-  std::unique_ptr<LeaseHolder> lease_;      // null: no failover
+  // Outlives service_; its threads are stopped before service_ goes.
+  std::unique_ptr<Replication> replication_;
   std::unique_ptr<CheckpointCoordinator> checkpoints_;
   std::unique_ptr<ClusterMembers> checkpoint_callers_;
   std::unique_ptr<PeerIdentity> peer_identity_;  // outlives service_
   std::unique_ptr<ParameterServerService> service_;
-  std::unique_ptr<FailoverMonitor> failover_;  // stopped before service_
-  std::unique_ptr<RowEvictor> evictor_;        // stopped before store_
+  std::unique_ptr<RowEvictor> evictor_;  // stopped before store_
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
   int port_ = 0;

@@ -1,31 +1,5 @@
-// Handback (--replicas > 1): a PS that failed over, restarted and rejoined
-// as a backup takes its primary role back from the PS that took its shards
-// over, so that the cluster's load is as placed again.
-//
-// On the PS serving the shards (ServeHandback): once the caller follows
-// this PS's stream and has caught up, this PS closes the shards' step
-// barrier, makes its copies backups (under each shard's lock: no push
-// applies to them here afterwards), waits until the caller applied every
-// update logged so far (so its copy equals this one), follows the caller's
-// stream for its copies from then on, records the caller's return (an
-// even term, membership.h) and answers. If the caller does not catch up
-// within kHandbackWait, everything is undone and the shards stay here.
-//
-// On the caller (ReclaimShards), after the answer: its shards are primary
-// here again, the step barrier resumes where the answer says it stands
-// (SYNC step, SSP clocks) with the pushes held for that step (they came
-// through the serving PS's stream), its lease counts the answer as a
-// grant, and last its replication to that PS restarts: it serves.
-//
-// Between the two the shards are served by neither PS: the pulls and
-// pushes refused here meanwhile are answered (UNAVAILABLE) only once the
-// handback settled (FinishFailed: the caller's first Replicate call after
-// the answer, which it sends once it serves, or kCallerStart), so that the
-// client, which learns the routing when refused, finds the caller serving
-// and retries there at once. They wait in a queue that a thread of their
-// own (settle_thread_) answers, not on gRPC's threads: the call that
-// settles the handback must find one free. The answer is also a lease
-// grant, so the caller serves without waiting for its next renewal.
+#include "ps_server/replication/shard_transfer.h"
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -36,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
-#include "ps_server/rpc/ps_service.h"
 
 namespace psrt {
 namespace {
@@ -57,14 +30,61 @@ constexpr absl::Duration kReclaimCallTimeout = absl::Seconds(30);
 
 }  // namespace
 
-absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
+ShardTransfer::ShardTransfer(Parts parts)
+    : store_(parts.store),
+      replicator_(parts.replicator),
+      membership_(parts.membership),
+      peers_(parts.peers),
+      applier_(parts.applier),
+      barriers_(parts.barriers),
+      clock_(parts.clock != nullptr ? parts.clock : Clock::Real()),
+      may_serve_(std::move(parts.may_serve)),
+      serves_live_copy_(std::move(parts.serves_live_copy)) {}
+
+bool ShardTransfer::TakeOver(int primary) {
+  if (!applier_->InSyncWith(primary)) {
+    LOG(ERROR) << "PS " << store_->ps_task() << " cannot take over PS "
+               << primary << "'s shards: its copy of them is not in sync "
+               << "(this PS started after PS " << primary
+               << " had applied pushes); they stay unserved until PS "
+               << primary << " returns or the cluster restores them";
+    return false;
+  }
+  // Fence first: the old primary acknowledges nothing from now on, so no
+  // push it applies after this point can be lost by the takeover.
+  applier_->Fence(primary);
+  const int shards = store_->Promote(primary);
+  // Its step barriers move here (their held pushes name shards served here
+  // from now on); until then SYNC and SSP calls for them are answered
+  // UNAVAILABLE and retried.
+  barriers_->ResumeTakenOver(primary, applier_->SyncBarriersOf(primary));
+  LOG(ERROR) << "PS " << store_->ps_task() << " took over " << shards
+             << " shard(s) of PS " << primary << " (failover)";
+  return true;
+}
+
+bool ShardTransfer::TakeOverRestarted(int primary) {
+  if (!membership_->Enabled() || primary < 0 || primary >= store_->num_ps() ||
+      membership_->IsFailed(primary)) {
+    return false;
+  }
+  // Only the first backup still serving takes over (as after a vote).
+  if (membership_->FirstLive(store_->replicas().BackupsOf(primary)) !=
+      store_->ps_task()) {
+    return false;
+  }
+  LOG(ERROR) << "PS " << primary << " restarted while this PS's copy of its "
+             << "shards followed its previous process: that process is gone, "
+             << "so this PS takes its shards over now";
+  if (!TakeOver(primary)) return false;
+  membership_->MarkFailed(primary);
+  return true;
+}
+
+absl::StatusOr<HandbackResponse> ShardTransfer::ServeHandback(
     const HandbackRequest& r) {
   const int self = store_->ps_task();
   const int from = r.from_task();
-  if (peers_ == nullptr || membership_ == nullptr || replicator_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "Handback: this PS runs without replicas");
-  }
   if (from < 0 || from >= store_->num_ps() || from == self) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Handback: from_task ", from, " is not another PS of this ",
@@ -78,7 +98,7 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
   HandbackResponse out;
   if (!membership_->IsFailed(from)) {
     // Answered before (the caller did not get the answer): the same again.
-    if (replica_applier_.Follows(from, r.incarnation())) {
+    if (applier_->Follows(from, r.incarnation())) {
       out.set_term(membership_->term(from));
       out.set_step(store_->global_step());
       return out;
@@ -88,7 +108,7 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
                      membership_->term(from),
                      "): it serves its own shards, nothing to hand back"));
   }
-  if (absl::Status s = CheckNotReplaced(); !s.ok()) return s;
+  if (absl::Status s = may_serve_(); !s.ok()) return s;
   const int serving =
       membership_->FirstLive(store_->replicas().BackupsOf(from));
   if (serving != self) {
@@ -101,12 +121,6 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
         "Handback: PS ", from, " is not (yet) a caught-up backup of PS ", self,
         " (it rejoins first); retry"));
   }
-  StepCoordinator* barrier = nullptr;
-  {
-    absl::MutexLock lock(&coordinators_mu_);
-    auto it = taken_over_.find(from);
-    if (it != taken_over_.end()) barrier = it->second.get();
-  }
   const absl::Time paused = clock_->Now();
   StartHoldingRefusals();
   // Undone: the refusals held meanwhile are answered at once.
@@ -115,12 +129,13 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
     handback_settles_at_ = clock_->Now();
     ++settle_changes_;
   };
-  StepCoordinator::Handover handover;
-  if (barrier != nullptr) {
-    handover = barrier->Close(absl::StrCat(
-        "PS ", self, " handed PS ", from, "'s shards back to it: ask any PS ",
-        "for the routing (GetStats) and retry there"));
-  }
+  const StepCoordinator::Handover handover =
+      barriers_
+          ->CloseTakenOver(from, absl::StrCat("PS ", self, " handed PS ", from,
+                                              "'s shards back to it: ask any "
+                                              "PS for the routing (GetStats) "
+                                              "and retry there"))
+          .value_or(StepCoordinator::Handover());
   const int shards = store_->Demote(from);
   // Every update applied to them here was logged under their locks, so
   // by now: the caller must have applied everything up to here.
@@ -132,7 +147,7 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
     if (acknowledged.has_value() && *acknowledged >= last) break;
     if (!acknowledged.has_value() || clock_->Now() > deadline) {
       store_->Promote(from);
-      if (barrier != nullptr) barrier->Reopen();
+      barriers_->ReopenTakenOver(from);
       return absl::UnavailableError(absl::StrCat(
           "Handback: PS ", from, " did not apply PS ", self,
           "'s updates through ", last, " within ",
@@ -144,21 +159,14 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
     // A poll of the caller's progress, not a wait on time: real time.
     absl::SleepFor(absl::Microseconds(200));
   }
-  replica_applier_.FollowHandedBack(from, r.incarnation(), r.stream_from());
+  applier_->FollowHandedBack(from, r.incarnation(), r.stream_from());
   const int64_t term = membership_->MarkReturned(from);
   // The answer is a lease grant (the caller times it from its request).
   if (absl::Status s = membership_->Grant(from, term); !s.ok()) {
     LOG(WARNING) << "PS " << self << " grants PS " << from
                  << " no lease with its shards: " << s;
   }
-  {
-    absl::MutexLock lock(&coordinators_mu_);
-    auto it = taken_over_.find(from);
-    if (it != taken_over_.end()) {
-      handed_back_.push_back(std::move(it->second));
-      taken_over_.erase(it);
-    }
-  }
+  barriers_->RetireTakenOver(from);
   // Done: refusals are held until the caller serves (its first Replicate
   // call, HandbackSettledBy) or kCallerStart.
   std::move(settle).Cancel();
@@ -183,7 +191,7 @@ absl::StatusOr<HandbackResponse> ParameterServerService::ServeHandback(
   return out;
 }
 
-void ParameterServerService::HandbackSettledBy(int from) {
+void ShardTransfer::HandbackSettledBy(int from) {
   if (settling_for_.load(std::memory_order_acquire) != from) return;
   absl::MutexLock lock(&settle_mu_);
   if (settling_for_.load() != from) return;
@@ -204,9 +212,8 @@ void ParameterServerService::HandbackSettledBy(int from) {
   }
 }
 
-bool ParameterServerService::HoldRefusal(const char* method,
-                                         const absl::Status& status,
-                                         std::function<void()> answer) {
+bool ShardTransfer::HoldRefusal(const char* method, const absl::Status& status,
+                                std::function<void()> answer) {
   if (status.code() != absl::StatusCode::kUnavailable ||
       (std::strcmp(method, "Push") != 0 && std::strcmp(method, "Pull") != 0)) {
     return false;
@@ -220,7 +227,7 @@ bool ParameterServerService::HoldRefusal(const char* method,
   return true;
 }
 
-void ParameterServerService::StartHoldingRefusals() {
+void ShardTransfer::StartHoldingRefusals() {
   {
     absl::MutexLock lock(&settle_mu_);
     handback_settles_at_ = absl::InfiniteFuture();
@@ -231,7 +238,7 @@ void ParameterServerService::StartHoldingRefusals() {
   settle_thread_ = std::thread([this] { AnswerHeldRefusals(); });
 }
 
-void ParameterServerService::AnswerHeldRefusals() {
+void ShardTransfer::AnswerHeldRefusals() {
   settle_mu_.Lock();
   while (true) {
     const absl::Time now = clock_->Now();
@@ -263,7 +270,9 @@ void ParameterServerService::AnswerHeldRefusals() {
   settle_mu_.Unlock();
 }
 
-ParameterServerService::~ParameterServerService() {
+ShardTransfer::~ShardTransfer() { Stop(); }
+
+void ShardTransfer::Stop() {
   absl::MutexLock one_at_a_time(&handback_mu_);
   {
     absl::MutexLock lock(&settle_mu_);
@@ -273,13 +282,9 @@ ParameterServerService::~ParameterServerService() {
   if (settle_thread_.joinable()) settle_thread_.join();
 }
 
-absl::Status ParameterServerService::ReclaimShards(
+absl::Status ShardTransfer::ReclaimShards(
     int serving, const std::function<void(absl::Time asked)>& on_reinstated) {
   const int self = store_->ps_task();
-  if (peers_ == nullptr || membership_ == nullptr || replicator_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "ReclaimShards: this PS runs without replicas");
-  }
   // Serving already (a rejoin that ran again after the handback).
   if (!replicator_->replaced()) return absl::OkStatus();
   // This PS serves nothing until the answer, so it logs nothing: its
@@ -323,12 +328,11 @@ absl::Status ParameterServerService::ReclaimShards(
   // for that step (they came through its stream).
   const std::vector<int64_t> clocks(answer->ssp_clocks().begin(),
                                     answer->ssp_clocks().end());
-  const ReplicaApplier::SyncBarrier barrier = replica_applier_.TakeBarrier(
-      serving, self, answer->sync_next_step(), clocks);
-  coordinator_.Resume(barrier.next_step, HeldPushes(barrier, serving),
-                      barrier.clocks);
+  barriers_->ResumeOwn(
+      serving,
+      applier_->TakeBarrier(serving, self, answer->sync_next_step(), clocks));
   // What it serves is the live copy, not what it restored at start.
-  told_serving_restored_ = true;
+  if (serves_live_copy_) serves_live_copy_();
   if (on_reinstated) on_reinstated(asked);  // the lease
   // Last: this PS serves once its stream is accepted (its first call,
   // which also tells `serving` to let the refused calls go).
