@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "proto/frame_writer.h"
+#include "ps_server/shards/count_min_sketch.h"
 
 namespace psrt {
 namespace {
@@ -24,6 +25,10 @@ struct ShardCopy {
   int64_t num_rows = 0;
   int64_t version = 0;
   uint64_t sequence = 0;
+  int64_t cold_rows = 0;  // rows [0, cold_rows) are from the cold tier
+  // Feature admission's sightings (none: empty).
+  std::vector<uint8_t> admission_counters;
+  int64_t admission_increments = 0;
 };
 
 ShardCopy CopyShard(const Shard& shard, const ReplicationLog& log) {
@@ -42,6 +47,11 @@ ShardCopy CopyShard(const Shard& shard, const ReplicationLog& log) {
       copy.sequence = log.next_sequence();
       copy.num_rows = shard.ExportRowsLocked(0, capacity, copy.ids.data(),
                                              copy.rows.data(), &copy.version);
+      copy.cold_rows = std::min(copy.num_rows, shard.ColdRowsLocked());
+      if (const CountMinSketch* sketch = shard.AdmissionSketchLocked()) {
+        copy.admission_counters = sketch->counters();
+        copy.admission_increments = sketch->increments();
+      }
     }
     if (!shard.exports_ids() || copy.num_rows < capacity) break;
     capacity *= 2;
@@ -65,6 +75,11 @@ std::vector<grpc::ByteBuffer> Messages(int self, const LocalVariable& v,
     header.set_first_row(first);
     header.set_num_rows(n);
     header.set_last(first + n == copy.num_rows);
+    header.set_cold_rows(copy.cold_rows);
+    const bool with_sketch = header.last() && !copy.admission_counters.empty();
+    if (with_sketch) {
+      header.set_admission_increments(copy.admission_increments);
+    }
     if (header.last()) {
       header.set_version(copy.version);
       header.set_sequence(copy.sequence);
@@ -73,6 +88,10 @@ std::vector<grpc::ByteBuffer> Messages(int self, const LocalVariable& v,
     frame.AddPayload(grpc::Slice(copy.ids.data() + first, n * sizeof(int64_t)));
     frame.AddPayload(grpc::Slice(copy.rows.data() + first * stride,
                                  n * stride * sizeof(float)));
+    if (with_sketch) {
+      frame.AddPayload(grpc::Slice(copy.admission_counters.data(),
+                                   copy.admission_counters.size()));
+    }
     messages.push_back(frame.Finish());
     first += n;
   } while (first < copy.num_rows);

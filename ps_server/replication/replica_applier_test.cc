@@ -3,12 +3,16 @@
 // out-of-place stream refused, naming why, with nothing applied.
 #include "ps_server/replication/replica_applier.h"
 
+#include <functional>
+
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "proto/frame_writer.h"
 #include "ps_server/replication/replication_log.h"
 #include "ps_server/replication/snapshot_installer.h"
 #include "ps_server/rpc/test_variable_spec.h"
+#include "ps_server/shards/count_min_sketch.h"
+#include "ps_server/shards/hash_embedding_shard.h"
 #include "ps_server/shards/shard_digest.h"
 
 namespace psrt {
@@ -434,10 +438,14 @@ TEST_F(ReplicaApplierTest,
 }
 
 // Rows [0, n) of `source`'s shard 0 of `variable` as InstallSnapshot
-// messages from PS `from`, the last one carrying `sequence`.
-std::vector<grpc::ByteBuffer> Snapshot(const ShardStore& source,
-                                       const std::string& variable, int from,
-                                       uint64_t sequence) {
+// messages from PS `from`, the last one carrying `sequence` (and the
+// counters of `sketch`, if set); `edit`, if set, changes the header of
+// each (numbered from 0).
+std::vector<grpc::ByteBuffer> Snapshot(
+    const ShardStore& source, const std::string& variable, int from,
+    uint64_t sequence,
+    const std::function<void(int, SnapshotChunk&)>& edit = nullptr,
+    const CountMinSketch* sketch = nullptr) {
   const Shard& shard = source.Find(variable)->shard(0);
   const int64_t n = shard.num_rows();
   std::vector<int64_t> ids(n);
@@ -455,10 +463,18 @@ std::vector<grpc::ByteBuffer> Snapshot(const ShardStore& source,
     chunk.set_last(first + count == n);
     chunk.set_version(version);
     chunk.set_sequence(sequence);
+    if (sketch != nullptr && chunk.last()) {
+      chunk.set_admission_increments(sketch->increments());
+    }
+    if (edit) edit(static_cast<int>(messages.size()), chunk);
     FrameWriter writer(chunk);
     writer.AddPayload(grpc::Slice(ids.data() + first, count * 8));
     writer.AddPayload(grpc::Slice(rows.data() + first * shard.row_stride(),
                                   count * shard.row_stride() * 4));
+    if (sketch != nullptr && chunk.last()) {
+      writer.AddPayload(
+          grpc::Slice(sketch->counters().data(), sketch->counters().size()));
+    }
     messages.push_back(writer.Finish());
   }
   return messages;
@@ -519,6 +535,53 @@ TEST_F(ReplicaApplierTest, ARejoinSnapshotThenTheStreamGiveThePrimarysBits) {
   apply(0.25f);
   EXPECT_EQ(ShardDigest(stores_[1]->Find("w")->shard(0)), ShardDigest(primary));
   EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), primary.version());
+}
+
+// A rejoin copies feature admission's sightings with the rows: ids the
+// source saw once are admitted on the copy by their next sighting, as on
+// the source. A sketch of another width is refused, naming the sizes.
+TEST_F(ReplicaApplierTest, ARejoinCopiesAdmissionSightingsWithTheRows) {
+  VariableSpec spec = TestVariableSpec("a", HASH_EMBEDDING, {0, 2});
+  spec.mutable_admission()->set_min_count(2);
+  spec.mutable_admission()->set_sketch_width(1024);
+  for (auto& store : stores_) {
+    ASSERT_TRUE(store->CreateVariables(2, {spec}, 3).ok());
+  }
+  const int primary = stores_[0]->Find("a")->layout->shards[0].ps_task;
+  const int backup = (primary + 1) % 3;
+  auto& source =
+      static_cast<HashEmbeddingShard&>(stores_[primary]->Find("a")->shard(0));
+  std::vector<int64_t> once, twice;
+  for (int64_t id = 1; id <= 100; ++id) (id <= 50 ? twice : once).push_back(id);
+  ASSERT_TRUE(source.EnsureRows(once).ok());
+  ASSERT_TRUE(source.EnsureRows(twice).ok());
+  ASSERT_TRUE(source.EnsureRows(twice).ok());
+  ASSERT_EQ(source.num_rows(), 50);
+  const CountMinSketch* sketch;
+  {
+    absl::ReaderMutexLock lock(source.mutex());
+    sketch = source.AdmissionSketchLocked();
+  }
+  ASSERT_NE(sketch, nullptr);
+
+  ReplicaApplier applier(stores_[backup].get(), &dedup_, 1 << 20);
+  applier.BeginRejoin(primary);
+  CountMinSketch other_width(2048);
+  auto refused = Install(
+      stores_[backup].get(), &applier,
+      Snapshot(*stores_[primary], "a", primary, 5, nullptr, &other_width));
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "does not fit"))
+      << refused.status();
+  auto installed =
+      Install(stores_[backup].get(), &applier,
+              Snapshot(*stores_[primary], "a", primary, 5, nullptr, sketch));
+  ASSERT_TRUE(installed.ok()) << installed.status();
+  auto& copy =
+      static_cast<HashEmbeddingShard&>(stores_[backup]->Find("a")->shard(0));
+  EXPECT_EQ(copy.num_rows(), 50);
+  ASSERT_TRUE(copy.EnsureRows(once).ok());
+  EXPECT_EQ(copy.num_rows(), 100) << "the sightings before the rejoin count";
 }
 
 TEST_F(ReplicaApplierTest, HostileSnapshotsAreRefusedNamingWhy) {
@@ -583,6 +646,14 @@ TEST_F(ReplicaApplierTest, HostileSnapshotsAreRefusedNamingWhy) {
       {"ends before its last chunk",
        chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_last(false); }),
        "ended before the chunk marked last"},
+      {"negative cold rows",
+       chunk([](SnapshotChunk& c, Ids&, Row&) { c.set_cold_rows(-1); }),
+       "got -1)"},
+      {"cold rows that change",
+       Snapshot(
+           *stores_[0], "w", 0, 5,
+           [](int i, SnapshotChunk& c) { c.set_cold_rows(i == 1 ? 3 : 0); }),
+       "the first chunk's cold_rows 0, got 3"},
       {"garbage", {grpc::ByteBuffer()}, ""},
   };
   // A chunk after the last one.

@@ -1,5 +1,6 @@
 #include "ps_server/replication/snapshot_installer.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -51,18 +52,23 @@ absl::Status SnapshotInstaller::AddMessage(const grpc::ByteBuffer& message) {
     from_ = chunk.from_task();
     variable_ = v;
     shard_ = chunk.shard();
+    cold_rows_ = chunk.cold_rows();
   }
   if (chunk.from_task() != from_ || chunk.variable() != variable_->name() ||
       chunk.shard() != shard_ || chunk.first_row() != next_row_ ||
       chunk.num_rows() < 0 || chunk.num_rows() > kMaxChunkRows ||
-      frame.num_payloads() != 2) {
+      chunk.cold_rows() != cold_rows_ || cold_rows_ < 0 ||
+      frame.num_payloads() < 2 ||
+      frame.num_payloads() > (chunk.last() ? 3 : 2)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "InstallSnapshot chunk (PS ", chunk.from_task(), ", '",
         chunk.variable(), "' shard ", chunk.shard(), ", rows ",
         chunk.first_row(), " + ", chunk.num_rows(), ", ", frame.num_payloads(),
         " payloads) does not continue PS ", from_, "'s '", variable_->name(),
         "' shard ", shard_, " at row ", next_row_,
-        " with ids and rows (at most ", kMaxChunkRows, " rows)"));
+        " with ids and rows (and, last, an admission sketch; at most ",
+        kMaxChunkRows, " rows, the first chunk's cold_rows ", cold_rows_,
+        ", got ", chunk.cold_rows(), ")"));
   }
   const VariableLayout& layout = *variable_->layout;
   Shard& target = variable_->shard(shard_);
@@ -90,13 +96,35 @@ absl::Status SnapshotInstaller::AddMessage(const grpc::ByteBuffer& message) {
                        shard_, ": id ", id, " does not belong to it"));
     }
   }
-  if (s = target.ImportRows(ids, rows.data()); !s.ok()) return s;
+  // The rows the sender held in its cold tier go to this copy's (they come
+  // first in the export order).
+  const int64_t cold = std::clamp<int64_t>(cold_rows_ - next_row_, 0, n);
+  if (cold > 0) {
+    s = target.ImportColdRows(absl::MakeConstSpan(ids).first(cold),
+                              rows.data());
+  }
+  if (s.ok() && cold < n) {
+    s = target.ImportRows(absl::MakeConstSpan(ids).subspan(cold),
+                          rows.data() + cold * stride);
+  }
+  if (!s.ok()) return s;
   next_row_ += n;
   if (chunk.last()) {
     if (chunk.sequence() == 0 || chunk.version() < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "InstallSnapshot of '", layout.spec.name(), "' shard ", shard_,
           ": last chunk without a sequence or with version ", chunk.version()));
+    }
+    if (frame.num_payloads() == 3) {
+      std::vector<uint8_t> counters(frame.payload(2).size());
+      frame.payload(2).CopyTo(counters.data());
+      if (s = target.ImportAdmissionSketch(counters,
+                                           chunk.admission_increments());
+          !s.ok()) {
+        return absl::Status(
+            s.code(), absl::StrCat("InstallSnapshot of '", layout.spec.name(),
+                                   "' shard ", shard_, ": ", s.message()));
+      }
     }
     target.RestoreVersion(chunk.version());
     if (s = applier_->RecordSnapshot(from_, layout.spec.name(), shard_,

@@ -40,6 +40,8 @@ class SnapshotInstaller {
   const LocalVariable* variable_ = nullptr;
   int shard_ = -1;
   int64_t next_row_ = 0;
+  // Rows [0, cold_rows_) go to this copy's cold tier (SnapshotChunk).
+  int64_t cold_rows_ = 0;
   bool saw_last_ = false;
 };
 

@@ -176,6 +176,9 @@ absl::Status PushHandler::CheckEvictionsFrom(
           "forwarded evictions name shard ", e.shard(), " of '", e.variable(),
           "', which is not a shard of a hash embedding here"));
     }
+    // A shard the sender took over from a failed primary has no copy
+    // here: not this PS's to follow (as with a forwarded push's items).
+    if (!v->Holds(e.shard())) continue;
     const int placed = v->layout->shards[e.shard()].ps_task;
     if (std::find(primaries.begin(), primaries.end(), placed) ==
         primaries.end()) {

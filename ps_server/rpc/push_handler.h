@@ -110,8 +110,10 @@ class PushHandler {
   void FollowPrimary(
       const google::protobuf::RepeatedPtrField<ShardIds>& dropped,
       const google::protobuf::RepeatedPtrField<ShardIds>& evicted);
-  // A forwarded update's evictions name hash shards placed on one of
-  // `primaries` (a primary evicts only its own shards' rows).
+  // A forwarded update's evictions name hash shards, and those this PS
+  // holds a copy of are placed on one of `primaries` (a primary evicts
+  // only the rows of shards it serves; those it took over from a failed
+  // primary have no copy here and are skipped, as a push's items are).
   static absl::Status CheckEvictionsFrom(
       const ShardStore& store,
       const google::protobuf::RepeatedPtrField<ShardIds>& evicted,

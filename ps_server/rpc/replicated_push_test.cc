@@ -207,6 +207,10 @@ class ReplicatedPushTest : public ::testing::Test {
     return v != nullptr && v->Holds(s) ? v->shard(s).version() : -1;
   }
 
+  // A bounded hash table on `num_ps` PS through a kill of PS 0, its
+  // failover, restart, rejoin and handback, with pushes in each phase.
+  void BoundedTableThroughRejoinAndHandback(int num_ps);
+
   // Moves the clock until PS 1 serves PS 0's shards.
   void FailOverPs0() {
     ASSERT_TRUE(cluster_->AdvanceUntil([&] { return cluster_->Serves(1, 0); },
@@ -575,6 +579,87 @@ TEST_F(ReplicatedPushTest, BudgetAndSsdTierSpillsAreReplicatedBitForBit) {
   EXPECT_GT(counts.evicted_rows, 10000);
   EXPECT_GT(counts.spilled_rows, 10000);
   ExpectFailoverServesTheSameRows(setup.get(), "h", 60000, 4);
+}
+
+// A bounded table (budget, SSD tier, admission min_count 2) through a
+// kill, a failover, a restart, a rejoin and a handback, with pushes in
+// each phase: every copy ends equal to its primary, both tiers. (With 3
+// PS, PS 1's evictions of PS 0's shards it served reached PS 2, which
+// holds no copy of them, and PS 2 dropped PS 1's stream.)
+TEST_F(ReplicatedPushTest, BoundedTablesStayEqualThroughRejoinAndHandback) {
+  BoundedTableThroughRejoinAndHandback(3);
+}
+
+// The same with 2 PS, the workers voting.
+TEST_F(ReplicatedPushTest, BoundedTablesOnTwoPsStayEqualThroughHandback) {
+  BoundedTableThroughRejoinAndHandback(2);
+}
+
+void ReplicatedPushTest::BoundedTableThroughRejoinAndHandback(int num_ps) {
+  StartCluster([num_ps](InProcessCluster::Options* o) {
+    o->num_ps = num_ps;
+    // With 2 PS each holds every shard: a larger budget, twice the ids.
+    o->memory_budget_bytes = int64_t{num_ps == 2 ? 8 : 6} << 20;
+    o->ssd_tier_dir = absl::StrCat(testing::TempDir(), "/rejoin_tier");
+  });
+  auto setup = NewClient();
+  ASSERT_NE(setup, nullptr);
+  VariableSpec spec = HashSpec("h");
+  spec.mutable_storage()->set_tier(StorageSpec::SSD);
+  spec.mutable_admission()->set_min_count(2);
+  spec.mutable_admission()->set_sketch_width(1 << 14);  // 256 KiB a copy
+  ASSERT_EQ(setup->CreateVariables({spec}), absl::OkStatus());
+  // Two clients (connected while every PS is up) push 50 pushes each of
+  // 1,024 random ids (of 60,000 or 120,000), concurrently; pushes to a primary
+  // whose backup is away wait for it to be given up on, so the clock moves.
+  std::unique_ptr<Client> clients[2] = {NewClient(), NewClient()};
+  for (auto& client : clients) {
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->RefreshCatalog().ok());
+  }
+  const int64_t max_id = num_ps == 2 ? 119999 : 59999;
+  int64_t step = 0;
+  auto push_phase = [&] {
+    const int64_t first_step = step;
+    step += 50;
+    return cluster_->AdvanceDuring(
+        [&] {
+          absl::Status failed[2];
+          std::vector<std::thread> threads;
+          for (int c = 0; c < 2; ++c) {
+            threads.emplace_back([&, c] {
+              std::mt19937 random(static_cast<uint32_t>(first_step + c));
+              std::uniform_int_distribution<int64_t> id(0, max_id);
+              std::vector<int64_t> ids(1024);
+              std::vector<float> grads(ids.size() * 4);
+              for (int p = 0; p < 50 && failed[c].ok(); ++p) {
+                for (int64_t& i : ids) i = id(random);
+                for (float& g : grads) g = static_cast<float>(random() % 7) - 3;
+                StepOptions at;
+                at.step = first_step + p;
+                failed[c] = clients[c]->Push(
+                    {PushOp::Rows("h", ids, grads.data())}, at);
+              }
+            });
+          }
+          for (std::thread& t : threads) t.join();
+          return failed[0].ok() ? failed[1] : failed[0];
+        },
+        absl::Seconds(120));
+  };
+  ASSERT_EQ(push_phase(), absl::OkStatus());
+  cluster_->Kill(0);
+  FailOverPs0();
+  ASSERT_EQ(push_phase(), absl::OkStatus());
+  ASSERT_EQ(cluster_->Restart(0), absl::OkStatus());
+  ASSERT_TRUE(cluster_->AdvanceUntil(
+      [&] { return cluster_->Serves(0, 0) && !cluster_->Serves(1, 0); },
+      absl::Seconds(120)))
+      << "PS 0 did not take its shards back";
+  ASSERT_EQ(push_phase(), absl::OkStatus());
+  AwaitBackups();
+  const HashRowCounts counts = ExpectCopiesEqual("h", Counts::kAny);
+  EXPECT_GT(counts.spilled_rows, 10000);
 }
 
 }  // namespace

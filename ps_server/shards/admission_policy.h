@@ -40,6 +40,9 @@ class AdmissionPolicy {
   int min_count() const { return min_count_; }
   // The sketch's memory.
   int64_t bytes() const { return sketch_.bytes(); }
+  // The sightings counted (a rejoin copies them with the rows).
+  const CountMinSketch& sketch() const { return sketch_; }
+  CountMinSketch* mutable_sketch() { return &sketch_; }
 
  private:
   AdmissionPolicy(int min_count, int64_t sketch_width, bool zeros);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "partitioner/id_hash.h"
 
@@ -49,6 +50,21 @@ int CountMinSketch::Increment(int64_t id) {
   }
   if (++increments_ >= kHalvingPeriodPerCounter * width_) Halve();
   return next;
+}
+
+absl::Status CountMinSketch::Assign(absl::Span<const uint8_t> counters,
+                                    int64_t increments) {
+  if (counters.size() != counters_.size() || increments < 0 ||
+      increments >= kHalvingPeriodPerCounter * width_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an admission sketch of ", counters.size(), " counters and ",
+        increments, " increments does not fit this one of ", kRows, " x ",
+        width_, " counters (a halving every ",
+        kHalvingPeriodPerCounter * width_, " increments)"));
+  }
+  std::copy(counters.begin(), counters.end(), counters_.begin());
+  increments_ = increments;
+  return absl::OkStatus();
 }
 
 void CountMinSketch::Halve() {

@@ -16,6 +16,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
 namespace psrt {
 
 class CountMinSketch {
@@ -38,6 +41,16 @@ class CountMinSketch {
   int64_t bytes() const { return static_cast<int64_t>(counters_.size()); }
   // Halvings so far.
   int64_t halvings() const { return halvings_; }
+
+  // Its state, as a copy of it needs it: the counters (kRows rows of
+  // width) and the increments since the last halving.
+  const std::vector<uint8_t>& counters() const { return counters_; }
+  int64_t increments() const { return increments_; }
+  // Takes another sketch's state (a rejoining copy of a shard takes its
+  // source's). INVALID_ARGUMENT naming the sizes unless it has this
+  // sketch's width and a count of increments below a halving's period;
+  // nothing changes then.
+  absl::Status Assign(absl::Span<const uint8_t> counters, int64_t increments);
 
  private:
   // The counter of `id` in each row.

@@ -67,5 +67,37 @@ TEST(CountMinSketchTest, SaturatesAndHalvesSoOldCountsFade) {
   EXPECT_EQ(sketch.Estimate(7), CountMinSketch::kMaxCount / 2);
 }
 
+// A rejoining copy of a shard takes its source's sightings: every estimate
+// the same, and the next halving at the same increment. A state of
+// another width, or past a halving's period, is refused and changes
+// nothing.
+TEST(CountMinSketchTest, AssignedStateEstimatesAndHalvesAsTheSource) {
+  CountMinSketch source(1024), copy(1024);
+  for (int64_t id = 0; id < 3000; ++id) {
+    for (int k = 0; k <= id % 4; ++k) source.Increment(id * 7919);
+  }
+  ASSERT_EQ(copy.Assign(source.counters(), source.increments()),
+            absl::OkStatus());
+  for (int64_t id = 0; id < 4000; ++id) {
+    ASSERT_EQ(copy.Estimate(id * 7919), source.Estimate(id * 7919)) << id;
+  }
+  const int64_t halvings = source.halvings();
+  while (source.halvings() == halvings) {
+    source.Increment(1);
+    copy.Increment(1);
+  }
+  EXPECT_EQ(copy.halvings(), halvings + 1);
+  EXPECT_EQ(copy.counters(), source.counters());
+
+  CountMinSketch wider(2048);
+  const std::vector<uint8_t> before = copy.counters();
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      copy.Assign(wider.counters(), wider.increments())));
+  EXPECT_TRUE(absl::IsInvalidArgument(copy.Assign(
+      source.counters(), CountMinSketch::kHalvingPeriodPerCounter * 1024)));
+  EXPECT_TRUE(absl::IsInvalidArgument(copy.Assign(source.counters(), -1)));
+  EXPECT_EQ(copy.counters(), before);
+}
+
 }  // namespace
 }  // namespace psrt

@@ -794,6 +794,62 @@ absl::Status HashEmbeddingShard::ImportRows(absl::Span<const int64_t> ids,
   return absl::OkStatus();
 }
 
+absl::Status HashEmbeddingShard::ImportColdRows(absl::Span<const int64_t> ids,
+                                                const float* rows) {
+  if (store_ == nullptr) return ImportRows(ids, rows);
+  // (The tier's index is reserved from the budget by the next sweep, as
+  // after the spills of pushes.)
+  absl::MutexLock lock(&mu_);
+  AwaitUnpinnedLocked();
+  bool moved = false;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    // A row in memory (a retried import) goes to disk with the new values.
+    const uint32_t row = table_.Find(ids[i]);
+    if (row != kNoRow) {
+      table_.Remove(row);
+      moved = true;
+    }
+    store_->Spill(ids[i], rows + i * stride_);
+  }
+  if (moved) ++rows_epoch_;
+  bounds_.Invalidate();
+  // An id on disk already is replaced there: the tier's row count says
+  // how many are new. Rows the tier cannot write come back to memory
+  // (CreateRow counts each as taken from the tier).
+  const int64_t staged = store_->staged_rows();
+  const int64_t on_disk_before = store_->rows();
+  spilled_ += staged;
+  absl::Status s = store_->Commit([this](int64_t id, const float* row) {
+    mu_.AssertHeld();  // Commit calls back on this thread, under mu_
+    CreateRow(id, row);
+  });
+  if (s.ok()) {
+    spilled_ += (store_->rows() - on_disk_before) - staged;
+  } else {
+    admission_.promoted_rows -= staged;
+  }
+  return s;
+}
+
+absl::Status HashEmbeddingShard::ImportAdmissionSketch(
+    absl::Span<const uint8_t> counters, int64_t increments) {
+  absl::MutexLock lock(&mu_);
+  if (admission_policy_ == nullptr) {
+    return Shard::ImportAdmissionSketch(counters, increments);
+  }
+  return admission_policy_->mutable_sketch()->Assign(counters, increments);
+}
+
+absl::Status HashEmbeddingShard::TakeFirstBlock() {
+  absl::MutexLock lock(&mu_);
+  if (table_.num_blocks() > 0) return absl::OkStatus();
+  if (reserve_) {
+    if (absl::Status s = reserve_(block_bytes()); !s.ok()) return s;
+  }
+  table_.AddBlock();
+  return absl::OkStatus();
+}
+
 void HashEmbeddingShard::EvictRowLocked(int64_t row) {
   if (eviction_listener_) evicted_ids_.push_back(table_.id(row));
   if (store_ != nullptr) {
@@ -804,17 +860,22 @@ void HashEmbeddingShard::EvictRowLocked(int64_t row) {
   ++admission_.evicted_rows;
 }
 
+void HashEmbeddingShard::AwaitUnpinnedLocked() {
+  // An export pinned the rows' order (a checkpoint, psctl replicas'
+  // digest): it ends soon.
+  while (pins_.load() > 0) {
+    mu_.Unlock();
+    absl::SleepFor(absl::Milliseconds(1));
+    mu_.Lock();
+  }
+}
+
 absl::Status HashEmbeddingShard::FollowEvictions(
     absl::Span<const int64_t> ids) {
   absl::Status spilled;
   {
     absl::MutexLock lock(&mu_);
-    // A digest reads rows by position (psctl replicas): it ends soon.
-    while (pins_.load() > 0) {
-      mu_.Unlock();
-      absl::SleepFor(absl::Milliseconds(1));
-      mu_.Lock();
-    }
+    AwaitUnpinnedLocked();
     bool moved = false;
     for (int64_t id : ids) {
       const uint32_t row = table_.Find(id);

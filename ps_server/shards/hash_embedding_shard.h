@@ -80,10 +80,17 @@ class HashEmbeddingShard final : public RowShard {
   static constexpr int64_t kIndexBytesPerRow = 64;
 
   // Bytes a block of rows costs: the rows, and their index and id entries.
-  int64_t block_bytes() const {
+  int64_t block_bytes() const { return BlockBytes(stride_); }
+  // One block of rows of `stride` floats (values and slots) and their index.
+  static int64_t BlockBytes(int64_t stride) {
     return kRowsPerBlock *
-           (stride_ * static_cast<int64_t>(sizeof(float)) + kIndexBytesPerRow);
+           (stride * static_cast<int64_t>(sizeof(float)) + kIndexBytesPerRow);
   }
+  // At --memory_budget_mb a shard keeps the blocks it holds and makes room
+  // in them: one that held none once the budget was full could never hold
+  // a row. So each takes its first block when created (the store counts it
+  // in the variable's plan). RESOURCE_EXHAUSTED if it cannot.
+  absl::Status TakeFirstBlock() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Takes `bytes` more for the shard's rows, or says why not.
   using Reserve = std::function<absl::Status(int64_t bytes)>;
@@ -133,6 +140,20 @@ class HashEmbeddingShard final : public RowShard {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status ImportRows(absl::Span<const int64_t> ids,
                           const float* rows) override;
+  absl::Status ImportColdRows(absl::Span<const int64_t> ids,
+                              const float* rows) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  const CountMinSketch* AdmissionSketchLocked() const override
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return admission_policy_ != nullptr ? &admission_policy_->sketch()
+                                        : nullptr;
+  }
+  absl::Status ImportAdmissionSketch(absl::Span<const uint8_t> counters,
+                                     int64_t increments) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t ColdRowsLocked() const override ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return ExportedFromDiskLocked();
+  }
   void RestoreVersion(int64_t version) override;
   int64_t row_stride() const override { return stride_; }
   int64_t row_width() const override { return width_; }
@@ -320,6 +341,9 @@ class HashEmbeddingShard final : public RowShard {
   // blocks make room: their rows go to the tier first and the blocks are
   // given back. Run after each sweep (not while pinned).
   void ReserveTierIndex();
+  // Waits (releasing mu_ meanwhile) until no export pins the rows, before
+  // rows move between tiers outside a push.
+  void AwaitUnpinnedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rows [0, result) of the export order are on disk.
   int64_t ExportedFromDiskLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

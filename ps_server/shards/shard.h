@@ -26,6 +26,8 @@
 
 namespace psrt {
 
+class CountMinSketch;
+
 // Floats [offset, offset + count) of a dense shard, or the rows of `ids`.
 struct ShardSlice {
   int64_t offset = 0;
@@ -185,11 +187,36 @@ class Shard {
   // rows exactly.
   virtual int64_t ExportRowsLocked(int64_t first, int64_t count, int64_t* ids,
                                    float* out, int64_t* version) const = 0;
+  // How many of the rows ExportRowsLocked gives come first from the
+  // shard's cold tier (SSD; 0 without one), read under the same hold of
+  // *mutex() as the export.
+  virtual int64_t ColdRowsLocked() const { return 0; }
+  // Feature admission's sightings (a hash shard with admission; null
+  // otherwise), read under *mutex() like ExportRowsLocked, so that a copy
+  // made of the rows counts what its source counted.
+  virtual const CountMinSketch* AdmissionSketchLocked() const {
+    return nullptr;
+  }
+  // Takes another copy's sightings (CountMinSketch::Assign);
+  // FAILED_PRECONDITION for a shard without admission.
+  virtual absl::Status ImportAdmissionSketch(absl::Span<const uint8_t> counters,
+                                             int64_t increments) {
+    return absl::FailedPreconditionError(
+        "this shard counts no sightings (no feature admission)");
+  }
   // Overwrites (hash: creates where needed) the rows of global `ids` from
   // rows[i * row_stride()...]. Hash shards: RESOURCE_EXHAUSTED past the
   // capacity. REQUIRES: every id belongs to this shard.
   virtual absl::Status ImportRows(absl::Span<const int64_t> ids,
                                   const float* rows) = 0;
+  // ImportRows for rows another copy holds in its cold tier: with a tier
+  // here they go straight to it (a copy's memory then holds what its
+  // source's memory held, whatever the import order of the shards);
+  // without one, to memory.
+  virtual absl::Status ImportColdRows(absl::Span<const int64_t> ids,
+                                      const float* rows) {
+    return ImportRows(ids, rows);
+  }
   virtual void RestoreVersion(int64_t version) = 0;
 };
 

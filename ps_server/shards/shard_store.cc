@@ -85,6 +85,16 @@ absl::Status ShardStore::AllocateShards(LocalVariable* v,
     if (!KeepsCopyOf(primary)) continue;
     auto made = MakeShard(*v->layout, s, v->optimizer.get(), init, initialize);
     if (!made.ok()) return made.status();
+    if (evict_at_memory_limit_ && v->layout->kind() == HASH_EMBEDDING) {
+      if (absl::Status taken =
+              static_cast<HashEmbeddingShard&>(**made).TakeFirstBlock();
+          !taken.ok()) {
+        return absl::Status(
+            taken.code(),
+            absl::StrCat("hash embedding '", v->layout->spec.name(), "' shard ",
+                         s, "'s first block of rows: ", taken.message()));
+      }
+    }
     if (eviction_sink_ && v->layout->kind() == HASH_EMBEDDING) {
       static_cast<HashEmbeddingShard&>(**made).set_eviction_listener(
           [this, v, s](std::vector<int64_t> ids) {
@@ -184,11 +194,22 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
   // Plan on a copy so a memory refusal leaves the catalog untouched.
   ShardMap plan = map_;
   int64_t new_bytes = 0;
+  // Hash shards' first blocks, reserved by the shards as they are made:
+  // counted here, not returned.
+  int64_t first_blocks = 0;
   for (const VariableSpec* spec : to_add) {
     if (spec->storage().tier() == StorageSpec::SSD) {
       if (absl::Status s = CheckSsdTier(*spec); !s.ok()) return s;
     }
     if (absl::Status s = plan.Add(*spec); !s.ok()) return s;
+    // At the budget each hash shard takes its first block of rows when it
+    // is made (HashEmbeddingShard::TakeFirstBlock).
+    int64_t first_block = 0;
+    if (spec->kind() == HASH_EMBEDDING && evict_at_memory_limit_) {
+      first_block = HashEmbeddingShard::BlockBytes(
+          plan.Find(spec->name())->row_width *
+          (1 + CreateOptimizer(spec->optimizer())->num_slots()));
+    }
     for (const ShardLayout& shard : plan.Find(spec->name())->shards) {
       if (!KeepsCopyOf(shard.ps_task)) continue;
       // Hash rows reserve their memory as they are created; an admission
@@ -198,6 +219,7 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
       } else if (spec->has_admission()) {
         new_bytes += CountMinSketch::kRows * spec->admission().sketch_width();
       }
+      first_blocks += first_block;
       if (spec->storage().tier() == StorageSpec::SSD) {
         new_bytes += RowSpillStore::kMemoryBytes;
       }
@@ -212,12 +234,12 @@ absl::StatusOr<int64_t> ShardStore::PlanBytes(
   } else {
     usable = UsableMemory();
   }
-  if (usable.bytes >= 0 && new_bytes > usable.bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("creating ", to_add.size(), " variable(s) needs ",
-                     new_bytes, " bytes on PS ", ps_task_, " but only ",
-                     usable.bytes, " are available (", usable.source,
-                     "); use more PS tasks or smaller variables"));
+  if (usable.bytes >= 0 && new_bytes + first_blocks > usable.bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "creating ", to_add.size(), " variable(s) needs ",
+        new_bytes + first_blocks, " bytes on PS ", ps_task_, " but only ",
+        usable.bytes, " are available (", usable.source,
+        "); use more PS tasks or smaller variables"));
   }
   return new_bytes;
 }

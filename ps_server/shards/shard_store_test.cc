@@ -144,6 +144,50 @@ TEST(ShardStoreTest, HashEmbeddingGrowthCountsAgainstTheMemoryLimit) {
       store.CreateVariables(2, {Spec("more", 1 << 18, 1)}, 1).status()));
 }
 
+// At --memory_budget_mb a hash shard makes room in the blocks it holds.
+// Each takes its first block when created, so a table whose ids come late
+// still gets rows after another filled the budget; a table that cannot
+// get its first block is refused when created, naming the bytes.
+TEST(ShardStoreTest, AtTheBudgetEveryHashShardHoldsABlockToWorkIn) {
+  auto hash = [](const std::string& name) {
+    VariableSpec h;
+    h.set_name(name);
+    h.set_kind(HASH_EMBEDDING);
+    h.add_shape(0);
+    h.add_shape(16);
+    h.mutable_partition()->set_num_shards(1);
+    h.mutable_optimizer()->set_kind(OptimizerSpec::ADAGRAD);
+    h.mutable_optimizer()->set_learning_rate(0.1f);
+    return h;
+  };
+  const int64_t block = HashEmbeddingShard::BlockBytes(32);  // 16 + a slot
+  ShardStore store(0, 1, 4 * block);
+  store.set_evict_at_memory_limit(true);
+  ASSERT_TRUE(store.CreateVariables(0, {hash("early"), hash("late")}, 1).ok());
+  auto& early = static_cast<HashEmbeddingShard&>(store.Find("early")->shard(0));
+  auto& late = static_cast<HashEmbeddingShard&>(store.Find("late")->shard(0));
+  EXPECT_EQ(early.reserved_bytes(), block);
+  EXPECT_EQ(late.reserved_bytes(), block);
+  // "early" takes every block left, then evicts in them.
+  int64_t next_id = 1;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<int64_t> ids(1000);
+    for (int64_t& id : ids) id = next_id++ * 7919;
+    ASSERT_EQ(early.EnsureRows(ids), absl::OkStatus()) << "batch " << i;
+  }
+  EXPECT_EQ(early.reserved_bytes(), 3 * block);
+  EXPECT_GT(early.row_counts().evicted_rows, 0);
+  std::vector<int64_t> late_ids(1000);
+  for (int64_t& id : late_ids) id = next_id++ * 7919;
+  ASSERT_EQ(late.EnsureRows(late_ids), absl::OkStatus());
+  EXPECT_EQ(late.num_rows(), 1000);
+  auto refused = store.CreateVariables(2, {hash("after")}, 1);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                absl::StrCat("needs ", block, " bytes")))
+      << refused.status();
+}
+
 // A creation prepared but never committed (its coordinator died) holds
 // the store for kPreparedTtl on the store's clock, then is discarded with
 // its memory, so the next creation goes on; before then it is refused.
