@@ -272,6 +272,64 @@ TEST_F(ReplicatedPushTest, AnAcknowledgedPushIsOnTheBackupAndSurvivesAKill) {
   }
 }
 
+// PS 0 killed at each step of a push's forward to its backup, PS 1: (a)
+// applied on PS 0, the forward refused on a cut link; (b) the forward held
+// in flight on the link; (c) the backup applied it, the answer maybe not
+// back. Each time the client's retry reaches PS 1 once it took over, and
+// the push is applied there exactly once: the 4th push moves every value
+// to exactly -4 (a lost push leaves -3, one applied twice -5).
+TEST_F(ReplicatedPushTest, APrimaryKilledAtEachStepOfAForwardLosesNothing) {
+  enum class KillWhen { kForwardRefused, kForwardInFlight, kBackupApplied };
+  for (KillWhen when : {KillWhen::kForwardRefused, KillWhen::kForwardInFlight,
+                        KillWhen::kBackupApplied}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "kill point " << static_cast<int>(when));
+    StartCluster();
+    auto client = NewClient();
+    ASSERT_NE(client, nullptr);
+    ASSERT_EQ(client->CreateVariables({DenseSpec(1.0f)}), absl::OkStatus());
+    const int s0 = ShardOf(0);
+    ASSERT_GE(s0, 0);
+    const std::vector<float> grad(kFloats, 1.0f);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(client->PushDense("d", grad.data()), absl::OkStatus());
+    }
+    if (when == KillWhen::kForwardRefused) cluster_->links()->Cut(0, 1);
+    if (when == KillWhen::kForwardInFlight) {
+      cluster_->links()->Delay(0, 1, absl::Milliseconds(300));
+    }
+    absl::Notification pushed;
+    absl::Status push_status;
+    std::thread pusher([&] {
+      push_status = client->PushDense("d", grad.data());
+      pushed.Notify();
+    });
+    // The moment to kill, read on this thread (the one that kills).
+    const int on = when == KillWhen::kBackupApplied ? 1 : 0;
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (VersionAt(on, s0) < 4 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    ASSERT_EQ(VersionAt(on, s0), 4) << "the push did not reach PS " << on;
+    if (when != KillWhen::kBackupApplied) {
+      EXPECT_LT(VersionAt(1, s0), 4) << "the backup had it already";
+    }
+    cluster_->Kill(0);
+    FailOverPs0();
+    // PS 2's part waits until PS 0, its backup, is given up on.
+    ASSERT_TRUE(cluster_->AdvanceUntil([&] { return pushed.HasBeenNotified(); },
+                                       absl::Seconds(60)));
+    pusher.join();
+    ASSERT_EQ(push_status, absl::OkStatus());
+    EXPECT_EQ(VersionAt(1, s0), 4);
+    std::vector<float> values(kFloats);
+    ASSERT_EQ(client->PullDense("d", values.data()), absl::OkStatus());
+    for (int i = 0; i < kFloats; ++i) {
+      EXPECT_EQ(values[i], -4.0f) << "element " << i;
+    }
+  }
+}
+
 // The SYNC barrier counts every worker: worker 0's push is held (nothing
 // applied), worker 1's completes the step, which applies the mean once.
 TEST_F(ReplicatedPushTest, ASyncStepAppliesOnceEveryWorkerPushed) {
