@@ -93,7 +93,7 @@ std::unique_ptr<Replication> Replication::Create(const Options& options,
                                                  ShardStore* store,
                                                  const PsPeers* peers) {
   std::unique_ptr<Replication> r(new Replication(options, store, peers));
-  Clock* const clock = options.clock != nullptr ? options.clock : Clock::Real();
+  Clock* const clock = r->clock_;
   const int num_ps = store->num_ps();
   // With 2 PS the workers vote (membership.h), unless they cannot prove
   // which worker they are (a secured cluster's workers hold no secret).
@@ -150,8 +150,7 @@ std::unique_ptr<Replication> Replication::Create(const Options& options,
 Replication::~Replication() { Stop(); }
 
 void Replication::Start(Service service, MetricsRegistry* registry) {
-  Clock* const clock =
-      options_.clock != nullptr ? options_.clock : Clock::Real();
+  Clock* const clock = clock_;
   Replicator* replicator = replicator_.get();
   Membership* membership = membership_.get();
   ShardStore* store = store_;

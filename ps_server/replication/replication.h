@@ -87,9 +87,13 @@ class Replication {
 
  private:
   Replication(const Options& options, ShardStore* store, const PsPeers* peers)
-      : options_(options), store_(store), peers_(peers) {}
+      : options_(options),
+        clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+        store_(store),
+        peers_(peers) {}
 
   const Options options_;
+  Clock* const clock_;
   ShardStore* const store_;
   const PsPeers* const peers_;
   // Ends a drop's wait for its lease term (2 PS) when the server stops.

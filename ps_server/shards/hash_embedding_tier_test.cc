@@ -169,6 +169,18 @@ void TrainBoth(Table* tiered, Table* reference, int steps, int64_t first_step,
   }
 }
 
+// A PS's memory, as --memory_budget_mb gives it: `limit` bytes shared by
+// every shard that reserves through it.
+HashEmbeddingShard::Reserve SharedBudget(int64_t* reserved, int64_t limit) {
+  return [reserved, limit](int64_t bytes) {
+    if (*reserved + bytes > limit) {
+      return absl::ResourceExhaustedError("over the test's budget");
+    }
+    *reserved += bytes;
+    return absl::OkStatus();
+  };
+}
+
 TEST(HashEmbeddingTierTest, SpilledAndPromotedRowsMatchAllInMemoryBitForBit) {
   Table tiered(/*max_rows=*/100, TestDir("bits"));
   Table reference(0, "");
@@ -281,9 +293,7 @@ TEST(HashEmbeddingTierTest, AnImportFillsBothTiers) {
 // shard gives back blocks for it, so its memory stays within the budget,
 // and the rows those blocks held go to the tier, not away.
 TEST(HashEmbeddingTierTest, TheTierIndexIsHeldWithinTheMemoryBudget) {
-  const int64_t block_bytes = HashEmbeddingShard::kRowsPerBlock *
-                              (2 * kDim * static_cast<int64_t>(sizeof(float)) +
-                               HashEmbeddingShard::kIndexBytesPerRow);
+  const int64_t block_bytes = HashEmbeddingShard::BlockBytes(2 * kDim);
   // 40 blocks of rows, and the store's buffers (reserved by whoever
   // creates the store, as the PS does).
   const int64_t limit = 40 * block_bytes + RowSpillStore::kMemoryBytes;
@@ -347,17 +357,9 @@ TEST(HashEmbeddingTierTest, TheTierIndexIsHeldWithinTheMemoryBudget) {
 // through a budget of 3. Spilling moves rows; each gradient still lands
 // on its id's row: the copy holds what an all-in-memory table holds.
 TEST(HashEmbeddingTierTest, ABackupAtItsBudgetSpillsAndUpdatesTheRightRows) {
-  const int64_t block_bytes = HashEmbeddingShard::kRowsPerBlock *
-                              (2 * kDim * static_cast<int64_t>(sizeof(float)) +
-                               HashEmbeddingShard::kIndexBytesPerRow);
+  const int64_t block_bytes = HashEmbeddingShard::BlockBytes(2 * kDim);
   int64_t reserved = 0;
-  Table backup(0, "", [&](int64_t bytes) {
-    if (reserved + bytes > 3 * block_bytes) {
-      return absl::ResourceExhaustedError("over the test's budget");
-    }
-    reserved += bytes;
-    return absl::OkStatus();
-  });
+  Table backup(0, "", SharedBudget(&reserved, 3 * block_bytes));
   Table reference(0, "");
   std::mt19937_64 random(7);
   std::vector<int64_t> seen;
@@ -380,18 +382,6 @@ TEST(HashEmbeddingTierTest, ABackupAtItsBudgetSpillsAndUpdatesTheRightRows) {
   }
   EXPECT_GT(backup.shard->row_counts().spilled_rows, 5 * 4096);
   EXPECT_EQ(backup.Export(), reference.Export());
-}
-
-// A PS's memory, as --memory_budget_mb gives it: `limit` bytes shared by
-// every shard that reserves through it.
-HashEmbeddingShard::Reserve SharedBudget(int64_t* reserved, int64_t limit) {
-  return [reserved, limit](int64_t bytes) {
-    if (*reserved + bytes > limit) {
-      return absl::ResourceExhaustedError("over the test's budget");
-    }
-    *reserved += bytes;
-    return absl::OkStatus();
-  };
 }
 
 // A shard's rows as a rejoin sends them: ids and rows in export order,
@@ -441,9 +431,7 @@ absl::Status Import(const ShardRows& from, HashEmbeddingShard* to,
 // next cannot get a block: the rejoin failed so (netns bounded-tables
 // test, 2 of 6 runs).
 TEST(HashEmbeddingTierTest, ACopyImportedTierByTierFitsItsSourcesBudget) {
-  const int64_t block_bytes = HashEmbeddingShard::kRowsPerBlock *
-                              (2 * kDim * static_cast<int64_t>(sizeof(float)) +
-                               HashEmbeddingShard::kIndexBytesPerRow);
+  const int64_t block_bytes = HashEmbeddingShard::BlockBytes(2 * kDim);
   const int64_t limit = 10 * block_bytes;
   int64_t source_memory = 0;
   Table first(0, "", SharedBudget(&source_memory, limit));
