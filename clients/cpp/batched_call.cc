@@ -210,15 +210,22 @@ void BatchedCall::BuildPushCalls() {
     // Dense shards, split by float.
     for (const PlannedItem& item : items) {
       if (item.layout->kind() != DENSE) continue;
-      const char* grad = gradient(item);
+      // Assigned values travel exact, whatever the wire dtype.
+      const WireDtype item_dtype = item.assign ? FLOAT32 : dtype;
+      const size_t item_bytes = WireValueBytes(item_dtype);
+      const char* grad = item.assign
+                             ? reinterpret_cast<const char*>(item.dense_grad)
+                             : gradient(item);
       int64_t begin = 0;
       do {
-        const int64_t n = fit(value_bytes, item.count - begin);
+        const int64_t n = fit(item_bytes, item.count - begin);
         TensorItem* t = add_item(item);
         t->set_offset(begin);
         t->set_count(n);
+        t->set_dtype(item_dtype);
+        t->set_assign(item.assign);
         t->set_grad_payload(packer.AddPayload(
-            lease_.Lend(grad + begin * value_bytes, n * value_bytes)));
+            lease_.Lend(grad + begin * item_bytes, n * item_bytes)));
         begin += n;
       } while (begin < item.count);
     }

@@ -393,6 +393,16 @@ absl::StatusOr<CheckpointResponse> Client::Checkpoint(const std::string& uri,
   return response;
 }
 
+absl::StatusOr<RendezvousResponse> Client::Rendezvous(
+    const RendezvousRequest& request) {
+  RendezvousResponse response;
+  grpc::Status s = CallWithRetry(options_, [&](grpc::ClientContext* ctx) {
+    return connections_[0]->stub()->Rendezvous(ctx, request, &response);
+  });
+  if (!s.ok()) return connections_[0]->StatusOf(s, "Rendezvous on");
+  return response;
+}
+
 absl::StatusOr<std::vector<StatsResponse>> Client::Stats() {
   std::vector<StatsResponse> out(connections_.size());
   for (size_t i = 0; i < connections_.size(); ++i) {

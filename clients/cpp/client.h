@@ -130,6 +130,12 @@ class Client {
   absl::StatusOr<CheckpointResponse> Checkpoint(
       const std::string& uri = "", absl::Duration timeout = absl::Hours(1));
 
+  // The all-reduce ring's meeting point on PS 0 (ps_worker
+  // --dense_sync=allreduce; ps_server/rpc/rendezvous_store.h): stores
+  // `request.set`, answers the keys of `request.get` present.
+  absl::StatusOr<RendezvousResponse> Rendezvous(
+      const RendezvousRequest& request);
+
   int num_ps() const { return static_cast<int>(connections_.size()); }
   // The PS task serving PS `ps`'s shards now: `ps` itself, or after a
   // failover (--replicas) the backup that took them over.

@@ -39,9 +39,18 @@ struct PushOp {
   const float* grad = nullptr;
   float learning_rate = 0;
   bool ids_unique = false;
+  // Dense only: `grad` holds values that replace the variable's (sent as
+  // float32 whatever the wire dtype; the optimizer's slots stay). ASYNC
+  // pushes only.
+  bool assign = false;
 
   static PushOp Dense(std::string variable, const float* grad) {
     return {std::move(variable), {}, grad};
+  }
+  static PushOp AssignDense(std::string variable, const float* values) {
+    PushOp op{std::move(variable), {}, values};
+    op.assign = true;
+    return op;
   }
   static PushOp Rows(std::string variable, absl::Span<const int64_t> ids,
                      const float* grad) {

@@ -160,12 +160,13 @@ class ShardGroups {
 // One item per shard of a dense variable: the shard's slice of `out` (pull)
 // or of `grad` (push).
 void AddDenseShards(const VariableLayout& v, float* out, const float* grad,
-                    float learning_rate, StepPlan* plan) {
+                    float learning_rate, StepPlan* plan, bool assign = false) {
   for (const ShardLayout& s : v.shards) {
     PlannedItem item;
     item.layout = &v;
     item.shard = s.shard;
     item.learning_rate = learning_rate;
+    item.assign = assign;
     item.count = s.num_rows * v.row_width;
     const int64_t first = s.row_begin * v.row_width;
     if (out != nullptr) item.dense_out = out + first;
@@ -263,8 +264,15 @@ absl::StatusOr<StepPlan> PlanPush(const ShardMap& catalog,
                        op.learning_rate, " must be finite and >= 0"));
     }
     if (v.kind() == DENSE) {
-      AddDenseShards(v, nullptr, op.grad, op.learning_rate, &plan);
+      AddDenseShards(v, nullptr, op.grad, op.learning_rate, &plan, op.assign);
       continue;
+    }
+    if (op.assign) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push of '", op.variable,
+                       "': values can be assigned to dense "
+                       "variables only; it is ",
+                       VariableKind_Name(v.kind())));
     }
     if (absl::Status st = CheckIds(v, op.ids, "push"); !st.ok()) return st;
     const int64_t width = v.row_width;

@@ -21,6 +21,7 @@ struct PlannedItem {
   const VariableLayout* layout = nullptr;
   int shard = 0;
   float learning_rate = 0;  // push override
+  bool assign = false;      // push: dense_grad holds values (PushOp.assign)
 
   // DENSE: the whole shard, [0, count) floats.
   int64_t count = 0;

@@ -152,5 +152,32 @@ TEST(StepPlanTest, BadOpsAreCaughtBeforeSending) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(StepPlanTest, AssignedValuesGoToEveryShardOfADenseVariableOnly) {
+  ShardMap catalog = Catalog();
+  std::vector<float> values(10, 2.5f);
+  auto plan = PlanPush(catalog, {PushOp::AssignDense("w", values.data())});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int items = 0;
+  for (const auto& list : plan->items_by_ps) {
+    for (const PlannedItem& item : list) {
+      EXPECT_TRUE(item.assign);
+      ++items;
+    }
+  }
+  EXPECT_EQ(items, 2);
+  EXPECT_EQ(PlanPush(catalog, {PushOp::AssignDense("e", values.data())})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int64_t> ids = {1};
+  PushOp rows = PushOp::Rows("e", ids, values.data());
+  rows.assign = true;
+  absl::Status refused = PlanPush(catalog, {rows}).status();
+  EXPECT_NE(refused.message().find("values can be assigned to dense "
+                                   "variables only; it is EMBEDDING"),
+            std::string::npos)
+      << refused;
+}
+
 }  // namespace
 }  // namespace psrt

@@ -36,6 +36,16 @@ class PushMessage {
     t->set_grad_payload(Add(grad.data(), grad.size() * 4));
     return *this;
   }
+  // The last item's payload holds values to assign, not a gradient.
+  PushMessage& Assign() {
+    header_.mutable_items(header_.items_size() - 1)->set_assign(true);
+    return *this;
+  }
+  PushMessage& Mode(Consistency::Mode mode) {
+    header_.mutable_consistency()->set_mode(mode);
+    header_.mutable_consistency()->set_workers(1);
+    return *this;
+  }
   PushMessage& Id(uint64_t request_id) {
     header_.set_client_id(9);
     header_.set_request_id(request_id);
@@ -206,6 +216,60 @@ TEST_F(HandlersTest, ErrorsNameVariableShardAndNumbers) {
         << c.text << " -> " << r.status();
   }
   EXPECT_EQ(Dense(), std::vector<float>(6, 0.0f));
+}
+
+// --dense_sync=allreduce writes dense values into the PS: the values
+// replace the range exactly (no optimizer step: the version, Adam's t,
+// stays), and an assignment anywhere it does not belong is refused whole.
+TEST_F(HandlersTest, AssignedValuesReplaceADenseRangeAndNothingElse) {
+  auto r = Push(
+      {PushMessage().Dense("w", 0, 2, {0.25f, -3e38f, 7}).Assign().Build()});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Dense(), (std::vector<float>{0, 0, 0.25f, -3e38f, 7, 0}));
+  EXPECT_EQ(store_.Find("w")->shard(0).version(), 0);
+  // A gradient applied after moves the values as ever (SGD at rate 1).
+  ASSERT_TRUE(Push({PushMessage().Dense("w", 0, 4, {10}).Build()}).ok());
+  EXPECT_EQ(Dense()[4], -3.0f);
+  EXPECT_EQ(store_.Find("w")->shard(0).version(), 1);
+
+  struct Case {
+    grpc::ByteBuffer message;
+    const char* text;
+    absl::StatusCode code = absl::StatusCode::kInvalidArgument;
+  } cases[] = {
+      {PushMessage()
+           .Rows("emb", 0, {3}, std::vector<float>(16, 1))
+           .Assign()
+           .Build(),
+       "assign: values replace a dense variable's in a push; this is a "
+       "EMBEDDING"},
+      {PushMessage()
+           .Dense("w", 0, 0, {1, 2})
+           .Assign()
+           .Mode(Consistency::SYNC)
+           .Build(),
+       "assigned values are taken in ASYNC pushes only, not SYNC"},
+      {PushMessage()
+           .Dense("w", 0, 0, {1, 2})
+           .Assign()
+           .Dense("w", 0, 3, {1})
+           .Build(),
+       "some items assign values and others carry gradients"},
+      {PushMessage().Dense("w", 0, 0, {NAN}).Assign().Build(),
+       "gradient element 0 is nan"},
+      {PushMessage().Dense("w", 0, 5, {1, 2}).Assign().Build(),
+       "range [5, 7) is not inside the shard's 6 floats",
+       absl::StatusCode::kOutOfRange},
+  };
+  const std::vector<float> before = Dense();
+  for (auto& c : cases) {
+    auto refused = Push({c.message});
+    EXPECT_EQ(refused.status().code(), c.code)
+        << c.text << " -> " << refused.status();
+    EXPECT_NE(refused.status().message().find(c.text), std::string::npos)
+        << c.text << " -> " << refused.status();
+  }
+  EXPECT_EQ(Dense(), before);
 }
 
 TEST_F(HandlersTest, StreamsApplyOnlyWhenCompleteAndRetriesApplyOnce) {

@@ -405,6 +405,7 @@ ParameterServerService::ParameterServerService(
       step_barriers_(store, &dedup_scopes_, limits.max_push_bytes,
                      limits.max_workers, replicator, clock_),
       workers_seen_(limits.max_workers),
+      rendezvous_(limits.max_workers),
       pull_(MakeMethodMetrics("Pull")),
       push_(MakeMethodMetrics("Push")),
       create_(MakeMethodMetrics("CreateVariables")),
@@ -1225,6 +1226,22 @@ grpc::ServerUnaryReactor* ParameterServerService::RenewLease(
           (*out.mutable_ps_terms())[task] = term;
         }
         return out;
+      });
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Rendezvous(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<RendezvousRequest>(
+      context, "Rendezvous", request, response, /*detached=*/false,
+      [this](const RendezvousRequest& r) -> absl::StatusOr<RendezvousResponse> {
+        if (store_->ps_task() != 0) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "Rendezvous: the workers' all-reduce ring meets on PS 0; this "
+              "is PS ",
+              store_->ps_task()));
+        }
+        return rendezvous_.Serve(r);
       });
 }
 

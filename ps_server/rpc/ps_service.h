@@ -25,6 +25,7 @@
 #include "ps_server/replication/replication_log.h"
 #include "ps_server/replication/shard_transfer.h"
 #include "ps_server/rpc/push_dedup.h"
+#include "ps_server/rpc/rendezvous_store.h"
 #include "ps_server/rpc/step_barriers.h"
 #include "ps_server/rpc/step_coordinator.h"
 #include "ps_server/rpc/workers_seen.h"
@@ -57,19 +58,19 @@ struct MethodMetrics {
 using ParameterServerCallbackBase = ParameterServer::WithRawCallbackMethod_CommitCheckpoint<
     ParameterServer::WithRawCallbackMethod_Checkpoint<ParameterServer::WithRawCallbackMethod_SaveShards<
         ParameterServer::WithRawCallbackMethod_CreateVariables<
-            ParameterServer::WithRawCallbackMethod_ListVariables<
-                ParameterServer::WithRawCallbackMethod_GetStats<
-                    ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::WithRawCallbackMethod_Push<
-                        ParameterServer::WithRawCallbackMethod_Replicate<
-                            ParameterServer::WithRawCallbackMethod_Suspect<
-                                ParameterServer::WithRawCallbackMethod_RenewLease<
-                                    ParameterServer::WithRawCallbackMethod_Rejoin<
-                                        ParameterServer::WithRawCallbackMethod_InstallSnapshot<
-                                            ParameterServer::WithRawCallbackMethod_Handback<
+            ParameterServer::WithRawCallbackMethod_ListVariables<ParameterServer::WithRawCallbackMethod_GetStats<
+                ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::WithRawCallbackMethod_Push<
+                    ParameterServer::WithRawCallbackMethod_Replicate<
+                        ParameterServer::WithRawCallbackMethod_Suspect<
+                            ParameterServer::WithRawCallbackMethod_RenewLease<
+                                ParameterServer::WithRawCallbackMethod_Rejoin<
+                                    ParameterServer::WithRawCallbackMethod_InstallSnapshot<
+                                        ParameterServer::WithRawCallbackMethod_Handback<
+                                            ParameterServer::WithRawCallbackMethod_Witness<
                                                 ParameterServer::
-                                                    WithRawCallbackMethod_Witness<
+                                                    WithRawCallbackMethod_Rendezvous<
                                                         ParameterServer::
-                                                            Service>>>>>>>>>>>>>>>;
+                                                            Service>>>>>>>>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -139,6 +140,11 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerUnaryReactor* Witness(grpc::CallbackServerContext* context,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
+  // Worker to PS 0 (ps_worker --dense_sync=allreduce): where the workers
+  // form their all-reduce ring (rendezvous_store.h).
+  grpc::ServerUnaryReactor* Rendezvous(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* InstallSnapshot(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
@@ -262,6 +268,7 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   // This PS's own shards' step barrier (SYNC, SSP) and those it took over.
   StepBarriers step_barriers_;
   WorkersSeen workers_seen_;
+  RendezvousStore rendezvous_;
   MethodMetrics pull_, push_, create_;
   prometheus::Counter* rejected_nonfinite_;
   prometheus::Histogram* push_apply_seconds_;

@@ -74,6 +74,13 @@ absl::Status PushHandler::AddMessage(const grpc::ByteBuffer& message) {
     ResolvedItem resolved;
     absl::Status s = ResolveItem(*store_, item, *frame, kind_, &resolved);
     if (!s.ok()) return s;
+    if (resolved.assign &&
+        first_header_.consistency().mode() != Consistency::ASYNC) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push of '", item.variable(), "' shard ", item.shard(),
+          ": assigned values are taken in ASYNC pushes only, not ",
+          Consistency::Mode_Name(first_header_.consistency().mode())));
+    }
     rows_ += resolved.by_range ? 1 : static_cast<int64_t>(resolved.ids.size());
     items_.push_back(std::move(resolved));
   }
@@ -304,6 +311,7 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       updates.back().shard = item.shard;
       updates.back().target = &item.target();
       updates.back().update.learning_rate = item.learning_rate;
+      updates.back().update.assign = item.assign;
       updates.back().update.max_abs_grad = 0;
       updates.back().update.global_step = store_->global_step();
       if (kind_ == RequestKind::kReplica) {
@@ -317,6 +325,12 @@ absl::Status PushHandler::Apply(float scale) ABSL_NO_THREAD_SAFETY_ANALYSIS {
       }
     }
     ShardUpdate& u = updates[it->second].update;
+    if (u.assign != item.assign) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push of '", item.variable->name(), "' shard ", item.shard,
+          ": some items assign values and others carry gradients; a "
+          "shard's items in one push must all do one or the other"));
+    }
     u.max_abs_grad = std::max(u.max_abs_grad, item.max_abs_grad);
     if (item.by_range) {
       u.ranges.push_back({item.offset, item.count, item.grad});

@@ -266,6 +266,17 @@ absl::Status ResolveItem(const ShardStore& store, const TensorItem& item,
   // The variable's kind fixes how the wire addresses it: a range of a
   // dense shard's floats, or rows by id.
   out->by_range = out->variable->layout->kind() == DENSE;
+  if (item.assign() && (kind == RequestKind::kPull || !out->by_range)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(kind, item),
+        "assign: values replace a dense variable's in a "
+        "push; this is ",
+        kind == RequestKind::kPull
+            ? std::string("a pull")
+            : absl::StrCat("a ",
+                           VariableKind_Name(out->variable->layout->kind()))));
+  }
+  out->assign = item.assign();
   absl::Status addressed = out->by_range ? ResolveRange(item, kind, out)
                                          : ResolveIds(item, frame, kind, out);
   if (!addressed.ok() || kind == RequestKind::kPull) return addressed;

@@ -35,6 +35,7 @@ struct ResolvedItem {
   PayloadView grad;          // push only: float32 values
   float max_abs_grad = 0;    // push only: the gradient's largest magnitude
   float learning_rate = 0;   // push only: effective rate
+  bool assign = false;       // push only: `grad` holds values (dense)
   // Push: the type the gradient came in; pull: the type to send values in.
   WireDtype dtype = FLOAT32;
   // Push of 16-bit values: `grad` views them decoded here (move-only, so

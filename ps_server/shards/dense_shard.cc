@@ -123,6 +123,11 @@ void DenseShard::Apply(absl::Span<const Piece> pieces, float learning_rate) {
 }
 
 absl::Status DenseShard::Prepare(ShardUpdate* update, float scale) {
+  if (update->assign && scale != 1.0f) {
+    return absl::InvalidArgumentError(
+        "assigned values cannot be combined with other workers' gradients "
+        "(a SYNC step)");
+  }
   if (scale == 1.0f) return absl::OkStatus();
   int64_t lo = INT64_MAX, hi = 0;
   for (const Piece& p : update->ranges) {
@@ -148,6 +153,8 @@ absl::Status DenseShard::Prepare(ShardUpdate* update, float scale) {
 }
 
 absl::Status DenseShard::CheckLocked(ShardUpdate* update) {
+  // Assigned values were checked finite as they arrived.
+  if (update->assign) return absl::OkStatus();
   if (bounds_.Clear(*update, version_, *optimizer_,
                     [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
                       return ExactBoundsLocked();
@@ -158,6 +165,16 @@ absl::Status DenseShard::CheckLocked(ShardUpdate* update) {
 }
 
 absl::Status DenseShard::ApplyLocked(const ShardUpdate& update, float* undo) {
+  if (update.assign) {
+    for (const Piece& piece : update.ranges) {
+      float* const to = params_.get() + piece.offset;
+      ForEachFloatRun(piece.grad, [&](const float* v, size_t n, size_t first) {
+        std::memcpy(to + first, v, n * sizeof(float));
+      });
+    }
+    bounds_.Invalidate();
+    return absl::OkStatus();
+  }
   ApplyRangesLocked(update.ranges, update.learning_rate);
   bounds_.Applied(update, version_);
   return absl::OkStatus();

@@ -47,6 +47,9 @@ struct RangeGradient {
 // learning rate. Shard::Prepare rewrites it into what ApplyLocked applies.
 struct ShardUpdate {
   float learning_rate = 0;
+  // Dense shards: the ranges hold values that replace the shard's
+  // (TensorItem.assign), not gradients; no optimizer step.
+  bool assign = false;
   // The largest magnitude of the gradients, where the push's check found
   // it; +Inf: unknown (the shard cannot prove the update finite from its
   // value bounds, shard_bounds.h).

@@ -1,0 +1,196 @@
+// The ring over real Gloo TCP connections on loopback, its members threads
+// of this process meeting through a real RendezvousStore (what PS 0 serves,
+// called in-process instead of over gRPC).
+#include "ps_worker/allreduce/allreduce_ring.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "ps_server/rpc/rendezvous_store.h"
+
+namespace psrt {
+namespace {
+
+AllreduceRing::Options RingOptions(RendezvousStore* store, int worker,
+                                   int num_workers,
+                                   absl::Duration timeout = absl::Seconds(30)) {
+  AllreduceRing::Options options;
+  options.worker = worker;
+  options.num_workers = num_workers;
+  options.timeout = timeout;
+  for (int w = 0; w < num_workers; ++w) {
+    options.worker_addresses.push_back(absl::StrCat("host", w, ":2222"));
+  }
+  options.rendezvous = [store](const RendezvousRequest& r) {
+    return store->Serve(r);
+  };
+  return options;
+}
+
+// Runs `body(worker)` on `n` threads at once.
+template <typename Body>
+void OnEveryWorker(int n, Body body) {
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) threads.emplace_back([&body, w] { body(w); });
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(AllreduceRingTest, EveryMemberGetsTheSameBitsOfTheSum) {
+  constexpr int kWorkers = 3;
+  constexpr size_t kFloats = 100003;  // not a multiple of anything
+  RendezvousStore store(kWorkers);
+  // Magnitudes from 1e-6 to 1e6: the order of additions shows in the
+  // low bits, so members that summed in different orders would differ.
+  std::vector<std::vector<float>> data(kWorkers, std::vector<float>(kFloats));
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> exponent(-6, 6);
+  for (auto& d : data) {
+    for (float& x : d)
+      x = std::pow(10.0f, exponent(random)) * (random() % 2 ? 1 : -1);
+  }
+  std::vector<double> exact(kFloats, 0), magnitude(kFloats, 0);
+  for (const auto& d : data) {
+    for (size_t i = 0; i < kFloats; ++i) {
+      exact[i] += d[i];
+      magnitude[i] += std::abs(d[i]);
+    }
+  }
+  std::vector<absl::Status> status(kWorkers);
+  OnEveryWorker(kWorkers, [&](int w) {
+    auto ring = AllreduceRing::Join(RingOptions(&store, w, kWorkers), 0,
+                                    /*holds_state=*/false);
+    if (!ring.ok()) {
+      status[w] = ring.status();
+      return;
+    }
+    status[w] = (*ring)->Sum(data[w].data(), kFloats);
+  });
+  for (const absl::Status& s : status) ASSERT_TRUE(s.ok()) << s;
+  for (int w = 1; w < kWorkers; ++w) {
+    EXPECT_EQ(
+        std::memcmp(data[w].data(), data[0].data(), kFloats * sizeof(float)), 0)
+        << "worker " << w << " differs from worker 0";
+  }
+  // And it is the sum: within the rounding of two float additions
+  // (each at most 2^-24 of the magnitudes summed); a term left out or
+  // counted twice is off by itself.
+  size_t far = 0;
+  for (size_t i = 0; i < kFloats; ++i) {
+    far += std::abs(data[0][i] - exact[i]) > std::ldexp(magnitude[i], -22);
+  }
+  EXPECT_EQ(far, 0u);
+}
+
+TEST(AllreduceRingTest, TheLowestMemberHoldingStateBroadcastsIt) {
+  constexpr int kWorkers = 3;
+  RendezvousStore store(kWorkers);
+  std::vector<std::vector<float>> state(kWorkers, std::vector<float>(1000));
+  for (int w = 0; w < kWorkers; ++w) {
+    for (size_t i = 0; i < 1000; ++i) state[w][i] = w * 1000.0f + i;
+  }
+  std::vector<int> holder(kWorkers, -2);
+  std::vector<absl::Status> status(kWorkers);
+  OnEveryWorker(kWorkers, [&](int w) {
+    // Workers 1 and 2 hold state (survivors), 0 is new (restarted).
+    auto ring = AllreduceRing::Join(RingOptions(&store, w, kWorkers), 0,
+                                    /*holds_state=*/w >= 1);
+    if (!ring.ok()) {
+      status[w] = ring.status();
+      return;
+    }
+    holder[w] = (*ring)->state_holder();
+    status[w] = (*ring)->Broadcast(state[w].data(), 1000 * sizeof(float),
+                                   (*ring)->state_holder());
+  });
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(status[w].ok()) << status[w];
+    EXPECT_EQ(holder[w], 1);
+    EXPECT_EQ(state[w], state[1]) << "worker " << w;
+  }
+  EXPECT_EQ(state[0][5], 1005.0f);
+}
+
+TEST(AllreduceRingTest, AWorkerThatNeverJoinsIsNamedWithinTheTimeout) {
+  RendezvousStore store(3);
+  std::vector<absl::Status> status(2);
+  const absl::Time start = absl::Now();
+  OnEveryWorker(2, [&](int w) {
+    status[w] =
+        AllreduceRing::Join(RingOptions(&store, w, 3, absl::Milliseconds(1500)),
+                            0, false)
+            .status();
+  });
+  const absl::Duration took = absl::Now() - start;
+  for (const absl::Status& s : status) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(absl::StrContains(s.message(), "worker 2 did not join")) << s;
+  }
+  EXPECT_LT(took, absl::Seconds(10));
+}
+
+TEST(AllreduceRingTest, AMemberGoneIsNamedAtOnceAndTheRingFormsAgain) {
+  constexpr int kWorkers = 3;
+  RendezvousStore store(kWorkers);
+  std::vector<std::unique_ptr<AllreduceRing>> rings(kWorkers);
+  const absl::Duration timeout = absl::Seconds(4);
+  OnEveryWorker(kWorkers, [&](int w) {
+    auto ring =
+        AllreduceRing::Join(RingOptions(&store, w, kWorkers, timeout), 0, true);
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    rings[w] = *std::move(ring);
+    std::vector<float> one(10, 1.0f);
+    ASSERT_TRUE(rings[w]->Sum(one.data(), one.size()).ok());
+    EXPECT_EQ(one[9], 3.0f);
+  });
+  // Worker 2 dies: its connections close, as a killed process's do.
+  rings[2].reset();
+  std::vector<absl::Status> status(2);
+  const absl::Time start = absl::Now();
+  OnEveryWorker(2, [&](int w) {
+    std::vector<float> one(10, 1.0f);
+    status[w] = rings[w]->Sum(one.data(), one.size());
+  });
+  const absl::Duration took = absl::Now() - start;
+  for (const absl::Status& s : status) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(),
+                                  "broke in its all-reduce number 2: worker 2 "
+                                  "(host2:2222) is gone: not alive"))
+        << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "generation 0")) << s;
+  }
+  // Named within the timeout and margin the survivors wait for each
+  // other (plus a second for the threads here), never later.
+  EXPECT_LT(took, timeout + AllreduceRing::kAliveMargin + absl::Seconds(1));
+  std::printf("the survivors named worker 2 after %.2f s\n",
+              absl::ToDoubleSeconds(took));
+  // Worker 2 restarts: it joins the newest generation it has no keys in,
+  // the survivors the next one; the survivors' state goes to it.
+  auto joins = AllreduceRing::GenerationToJoin(RingOptions(&store, 2, 3));
+  ASSERT_TRUE(joins.ok()) << joins.status();
+  EXPECT_EQ(*joins, 1);
+  std::vector<float> sums(kWorkers, 0);
+  std::vector<int> holder(kWorkers, -2);
+  OnEveryWorker(kWorkers, [&](int w) {
+    const int64_t generation = w == 2 ? *joins : rings[w]->generation() + 1;
+    auto ring = AllreduceRing::Join(RingOptions(&store, w, kWorkers),
+                                    generation, /*holds_state=*/w != 2);
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    holder[w] = (*ring)->state_holder();
+    float x = w + 1.0f;
+    ASSERT_TRUE((*ring)->Sum(&x, 1).ok());
+    sums[w] = x;
+  });
+  EXPECT_EQ(sums, std::vector<float>(kWorkers, 6.0f));
+  EXPECT_EQ(holder, std::vector<int>(kWorkers, 0));
+}
+
+}  // namespace
+}  // namespace psrt
