@@ -164,8 +164,30 @@ DEFINE_double(ps_recovery_secs, 600,
               "the variables (a restarted PS restores its shards from its "
               "latest checkpoint); 0: fail at once.");
 DEFINE_double(sync_timeout_secs, 60,
-              "sync/ssp: how long to wait for other workers before failing "
-              "with their names.");
+              "sync/ssp, and --dense_sync=allreduce: how long to wait for "
+              "other workers before failing with their names.");
+DEFINE_string(dense_sync, "ps",
+              "Where dense variables train: ps (pulled and pushed through "
+              "the PS under --mode, as the embeddings) or allreduce (a copy "
+              "in every worker; each step their gradients are averaged "
+              "among the workers by a Gloo ring all-reduce and every worker "
+              "applies --dense_optimizer alike; --mode then governs the "
+              "embeddings alone). allreduce with several workers needs "
+              "--max_steps.");
+DEFINE_string(allreduce_host, "",
+              "--dense_sync=allreduce: the address the other workers reach "
+              "this one's ring at (a port of its own is picked); empty: "
+              "this worker's host in the cluster spec, else 127.0.0.1.");
+DEFINE_int64(dense_to_ps_every_steps, 100,
+             "--dense_sync=allreduce: worker 0 writes its dense values into "
+             "the PS every N steps and after the last, so that checkpoints, "
+             "psctl export and the evaluator hold them (at most N steps "
+             "behind; exact at the end). 0: after the last step only.");
+DEFINE_double(ring_reform_secs, 0,
+              "--dense_sync=allreduce: when a worker dies, how long the "
+              "others wait for it to restart (launch.py --restart_workers) "
+              "and the ring to form again; 0: they fail at once, naming "
+              "it.");
 DEFINE_int32(log_every_steps, 100, "Progress line interval.");
 DEFINE_int64(eval_every_steps, 0, "Evaluate every N steps (0: at the end).");
 DEFINE_string(summary_dir, "",
@@ -408,6 +430,31 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
         absl::StrCat("--mode=", FLAGS_mode, " is not async, sync or ssp"));
   }
   o.consistency.set_workers(o.num_workers);
+  o.dense_sync = FLAGS_dense_sync;
+  o.worker_addresses = cluster->workers;
+  o.allreduce_host = FLAGS_allreduce_host;
+  if (o.allreduce_host.empty()) {
+    o.allreduce_host = "127.0.0.1";
+    if (o.worker_index < static_cast<int>(cluster->workers.size())) {
+      const std::string& address = cluster->workers[o.worker_index];
+      o.allreduce_host = address.substr(0, address.rfind(':'));
+      if (o.allreduce_host.size() > 2 && o.allreduce_host.front() == '[') {
+        o.allreduce_host =
+            o.allreduce_host.substr(1, o.allreduce_host.size() - 2);
+      }
+    }
+  }
+  if (!(FLAGS_ring_reform_secs >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ring_reform_secs=", FLAGS_ring_reform_secs, ": must be >= 0"));
+  }
+  o.ring_reform_timeout = absl::Seconds(FLAGS_ring_reform_secs);
+  if (FLAGS_dense_to_ps_every_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dense_to_ps_every_steps=", FLAGS_dense_to_ps_every_steps,
+        ": must be >= 0"));
+  }
+  o.dense_to_ps_every_steps = FLAGS_dense_to_ps_every_steps;
   o.consistency.set_timeout_seconds(
       static_cast<float>(FLAGS_sync_timeout_secs));
   return o;

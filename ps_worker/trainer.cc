@@ -10,11 +10,13 @@
 #include "absl/time/clock.h"
 #include "ps_worker/batch_preparer.h"
 #include "ps_worker/data/data_sharding.h"
+#include "ps_worker/dense_allreduce.h"
 #include "ps_worker/device.h"
 #include "ps_worker/evaluation.h"
 #include "ps_worker/no_compute_towers.h"
 #include "ps_worker/row_cache.h"
 #include "ps_worker/summary_writer.h"
+#include "util/crc32c.h"
 
 namespace psrt {
 namespace {
@@ -128,7 +130,10 @@ absl::Status Trainer::Prepare(Step* step, const Consistency& consistency,
     op.ids_unique = true;
     step->pull_ops.push_back(op);
   }
-  for (size_t d = 0; d < model_->dense_variables().size(); ++d) {
+  // --dense_sync=allreduce: the dense values are this worker's own,
+  // copied in when the step computes (UseOwnDenseValues).
+  for (size_t d = 0; d < model_->dense_variables().size() && dense_ == nullptr;
+       ++d) {
     step->params.dense[d].resize(model_->dense_variables()[d].size);
     step->pull_ops.push_back(PullOp::Dense(model_->dense_variables()[d].name,
                                            step->params.dense[d].data()));
@@ -280,6 +285,17 @@ absl::Status Trainer::Setup(Step* first) {
         "sync training needs --max_steps: every worker must run the same "
         "number of steps");
   }
+  if (options_.dense_sync != "ps" && options_.dense_sync != "allreduce") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dense_sync=", options_.dense_sync, ": expected ps or allreduce"));
+  }
+  if (options_.dense_sync == "allreduce" && options_.num_workers > 1 &&
+      options_.max_steps <= 0) {
+    return absl::InvalidArgumentError(
+        "--dense_sync=allreduce needs --max_steps: every worker takes part "
+        "in every step's all-reduce, so all must run the same number of "
+        "steps");
+  }
   if (absl::Status s = Connect(); !s.ok()) return s;
 
   absl::StatusOr<ShardedData> sharded =
@@ -384,6 +400,62 @@ absl::StatusOr<bool> Trainer::ResumeFromRestoredServers(Step* first) {
   return false;
 }
 
+absl::Status Trainer::StartDenseAllreduce(Step* first) {
+  if (options_.dense_sync != "allreduce") return absl::OkStatus();
+  std::vector<VariableSpec> specs;
+  std::vector<std::vector<float>> values;
+  std::vector<PullOp> pulls;
+  values.reserve(model_->dense_variables().size());
+  for (const Model::DenseVariable& dense : model_->dense_variables()) {
+    for (const VariableSpec& spec : model_->variables()) {
+      if (spec.name() == dense.name) specs.push_back(spec);
+    }
+    values.emplace_back(dense.size);
+    pulls.push_back(PullOp::Dense(dense.name, values.back().data()));
+  }
+  if (absl::Status s = client_->Pull(pulls); !s.ok()) return s;
+  DenseAllreduce::Options options;
+  options.ring.worker = options_.worker_index;
+  options.ring.num_workers = options_.num_workers;
+  options.ring.hostname = options_.allreduce_host;
+  options.ring.worker_addresses = options_.worker_addresses;
+  options.ring.timeout =
+      options_.consistency.timeout_seconds() > 0
+          ? absl::Seconds(options_.consistency.timeout_seconds())
+          : absl::Seconds(60);
+  options.ring.rendezvous =
+      [client = client_.get()](const RendezvousRequest& request) {
+        return client->Rendezvous(request);
+      };
+  options.reform_timeout = options_.ring_reform_timeout;
+  auto dense = DenseAllreduce::Create(std::move(specs), std::move(options));
+  if (!dense.ok()) return dense.status();
+  dense_ = *std::move(dense);
+  if (absl::Status s = dense_->Start(std::move(values), first->index);
+      !s.ok()) {
+    return s;
+  }
+  first->index = dense_->next_step();
+  int64_t floats = 0;
+  for (const auto& v : dense_->values()) floats += v.size();
+  Log(absl::StrFormat(
+      "dense variables: %d (%d floats) all-reduced among %d workers "
+      "(ring generation %d, listening on %s); training from step %d",
+      dense_->values().size(), floats, options_.num_workers,
+      dense_->generation(), options_.allreduce_host, first->index));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::WriteDenseToPs() {
+  if (dense_ == nullptr || options_.worker_index != 0) return absl::OkStatus();
+  std::vector<PushOp> ops;
+  for (size_t d = 0; d < model_->dense_variables().size(); ++d) {
+    ops.push_back(PushOp::AssignDense(model_->dense_variables()[d].name,
+                                      dense_->values()[d].data()));
+  }
+  return client_->Push(ops);
+}
+
 absl::StatusOr<std::unique_ptr<TowerRunner>> Trainer::CreateTowers() {
   std::string device_choice;
   absl::StatusOr<std::unique_ptr<TowerRunner>> towers;
@@ -435,7 +507,8 @@ absl::Status Trainer::StartPush(Step* step) {
     op.learning_rate = DecayedLearningRate(config_.embedding_optimizer);
     step->push_ops.push_back(op);
   }
-  for (size_t i = 0; i < model_->dense_variables().size(); ++i) {
+  for (size_t i = 0; i < model_->dense_variables().size() && dense_ == nullptr;
+       ++i) {
     PushOp op = PushOp::Dense(model_->dense_variables()[i].name,
                               step->grads.dense[i].data());
     op.learning_rate = DecayedLearningRate(config_.dense_optimizer);
@@ -506,6 +579,7 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   absl::StatusOr<bool> done = ResumeFromRestoredServers(cur.get());
   if (!done.ok()) return done.status();
   if (*done) return TrainingResult();
+  if (absl::Status s = StartDenseAllreduce(cur.get()); !s.ok()) return s;
   auto towers = CreateTowers();
   if (!towers.ok()) return towers.status();
 
@@ -520,6 +594,8 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   ProgressInterval interval;
   Breakdown& breakdown = interval.breakdown;
   std::vector<float> predictions;
+  double allreduce_ms = 0;  // --dense_sync=allreduce: the all-reduces'
+  int64_t allreduce_steps = 0;
   // Steps whose pushes are in flight, oldest first: at most
   // --pushes_in_flight of them.
   std::deque<std::unique_ptr<Step>> pushing;
@@ -593,7 +669,7 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       continue;  // pull these steps again
     }
     AddPhase(WorkerMetrics::kPull, MillisSince(t), &breakdown.pull);
-    if (sync && cur->pull->sync_step() > cur->index) {
+    if (sync && cur->pull != nullptr && cur->pull->sync_step() > cur->index) {
       // The cluster is ahead (this worker restarted): join at its step; the
       // steps pulled ahead are renumbered after it and pulled again.
       Log(absl::StrCat("joining at step ", cur->pull->sync_step()));
@@ -638,11 +714,26 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     const bool last = pulling.size() == 1;
 
     t = absl::Now();
+    if (dense_ != nullptr) cur->params.dense = dense_->values();
     predictions.resize(cur->batch.size);
     const absl::StatusOr<double> loss = (*towers)->Run(
         cur->batch, cur->params, &cur->grads, predictions.data());
     if (!loss.ok()) return loss.status();
     AddPhase(WorkerMetrics::kCompute, MillisSince(t), &breakdown.compute);
+    if (dense_ != nullptr) {
+      // The dense update: averaged among the workers, applied here (its
+      // time counts as the push's).
+      t = absl::Now();
+      if (absl::Status s = dense_->Apply(
+              cur->grads.dense, DecayedLearningRate(config_.dense_optimizer),
+              cur->index);
+          !s.ok()) {
+        return s;
+      }
+      allreduce_ms += absl::ToDoubleMilliseconds(dense_->last_allreduce_time());
+      ++allreduce_steps;
+      AddPhase(WorkerMetrics::kPush, MillisSince(t), &breakdown.push);
+    }
 
     // At most --pushes_in_flight pushes outstanding: wait for the oldest,
     // then send.
@@ -667,6 +758,16 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
     }
     pushing.push_back(std::move(pulling.front()));
     pulling.pop_front();
+    if (options_.dense_to_ps_every_steps > 0 && !last &&
+        result.steps % options_.dense_to_ps_every_steps == 0) {
+      if (absl::Status s = WriteDenseToPs(); !s.ok()) {
+        if (!Recoverable(s)) return s;
+        Log(
+            absl::StrCat("writing the dense values into the PS failed (the "
+                         "next write carries them): ",
+                         s.ToString()));
+      }
+    }
     if (options_.evaluate && options_.eval_every_steps > 0 && !last &&
         result.steps % options_.eval_every_steps == 0 &&
         !options_.eval.patterns.empty()) {
@@ -697,6 +798,17 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
                      s.ToString()));
   }
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (absl::Status s = WriteDenseToPs(); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("writing the trained dense values into "
+                                     "the PS: ",
+                                     s.message()));
+  }
+  if (dense_ != nullptr) {
+    result.dropped_dense_updates = dense_->dropped_updates();
+    result.allreduce_bytes = dense_->fused_bytes();
+    result.allreduce_ms = allreduce_ms / std::max<int64_t>(allreduce_steps, 1);
+  }
   return Report(result);
 }
 
@@ -715,6 +827,22 @@ absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
                         result.row_cache_hits, result.row_cache_lookups,
                         100.0 * result.row_cache_hits /
                             std::max<int64_t>(result.row_cache_lookups, 1)));
+  }
+  if (dense_ != nullptr) {
+    uint32_t crc = 0;
+    int64_t floats = 0;
+    for (const std::vector<float>& v : dense_->values()) {
+      crc = Crc32cExtend(crc, v.data(), v.size() * sizeof(float));
+      floats += v.size();
+    }
+    Log(absl::StrFormat(
+        "dense all-reduce: %d bytes a step, %.3f ms mean (%.1f MB/s); "
+        "%d updates, %d dropped; ring generation %d; dense values "
+        "crc32c=%08x over %d floats",
+        result.allreduce_bytes, result.allreduce_ms,
+        result.allreduce_bytes / std::max(result.allreduce_ms, 1e-6) / 1e3,
+        dense_->updates(), result.dropped_dense_updates, dense_->generation(),
+        crc, floats));
   }
   Log(absl::StrFormat(
       "done: steps=%d examples=%d seconds=%.1f examples/s=%.1f bad_records=%d "
@@ -745,7 +873,10 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
     DeduplicateIds(step.batch, &step.params.slots, &step.params.unique_ids);
     // Evaluation reads the current parameters without taking part in steps.
     if (absl::Status s = Prepare(&step, Consistency()); !s.ok()) return s;
-    if (absl::Status s = step.pull->Wait(); !s.ok()) return s;
+    if (step.pull != nullptr) {
+      if (absl::Status s = step.pull->Wait(); !s.ok()) return s;
+    }
+    if (dense_ != nullptr) step.params.dense = dense_->values();
     predictions.resize(step.batch.size);
     model_->Compute(step.batch, 0, step.batch.size, 1.0f, step.params, nullptr,
                     predictions.data());

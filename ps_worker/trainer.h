@@ -31,6 +31,7 @@
 
 namespace psrt {
 
+class DenseAllreduce;
 class RowCache;
 class TowerRunner;
 class SummaryWriter;
@@ -50,6 +51,24 @@ struct TrainerOptions {
   // (no_compute_towers.h), the row path's ceiling.
   std::string compute = "model";
   Consistency consistency;
+  // Where the dense variables train: "ps" (pulled and pushed through the
+  // PS, under `consistency`, as the embeddings) or "allreduce" (a copy in
+  // every worker, gradients averaged among the workers each step:
+  // dense_allreduce.h; `consistency` then governs the embeddings alone).
+  std::string dense_sync = "ps";
+  // --dense_sync=allreduce: the address this worker's ring peers reach it
+  // at (its TF_CONFIG host), every worker's (to name a dead one), and how
+  // long the survivors of a dead worker wait for the ring to form again
+  // with it restarted (0: training fails naming it). The ring's other
+  // waits are consistency.timeout_seconds.
+  std::string allreduce_host = "127.0.0.1";
+  std::vector<std::string> worker_addresses;
+  absl::Duration ring_reform_timeout = absl::ZeroDuration();
+  // --dense_sync=allreduce: worker 0 writes its dense values into the PS
+  // every this many steps and after the last, so that the PS's copy (what
+  // checkpoints, export and the evaluator read) is at most this many steps
+  // behind, and exact at the end. 0: after the last step only.
+  int64_t dense_to_ps_every_steps = 100;
   int64_t max_steps = 0;  // 0: until the training data is exhausted
   // Pushes a worker keeps in flight: it sends step k's gradients once the
   // push of step k - pushes_in_flight was acknowledged (1: one at a time).
@@ -110,6 +129,11 @@ struct TrainingResult {
   // With the row cache: rows read from it, of rows the steps read.
   int64_t row_cache_hits = 0;
   int64_t row_cache_lookups = 0;
+  // --dense_sync=allreduce: dense updates dropped when the ring broke and
+  // formed again, and the all-reduce's fused bytes a step and mean time.
+  int64_t dropped_dense_updates = 0;
+  int64_t allreduce_bytes = 0;
+  double allreduce_ms = 0;
 };
 
 class Trainer {
@@ -122,6 +146,8 @@ class Trainer {
   // After Run: the model and a client connected to the cluster (tests read
   // the trained parameters through them).
   const Model* model() const { return model_.get(); }
+  // --dense_sync=allreduce: this worker's dense variables (null otherwise).
+  const DenseAllreduce* dense_allreduce() const { return dense_.get(); }
   // What --metrics_port serves; updated while Run trains.
   const WorkerMetrics& metrics() const { return metrics_; }
   Client* client() const { return client_.get(); }
@@ -161,6 +187,13 @@ class Trainer {
   // true if --max_steps was already reached there.
   absl::StatusOr<bool> ResumeFromRestoredServers(Step* first);
   absl::StatusOr<std::unique_ptr<TowerRunner>> CreateTowers();
+  // --dense_sync=allreduce: joins the ring with the dense values pulled
+  // from the PS; `first` continues at the ring's step (a restarted
+  // worker's: the survivors').
+  absl::Status StartDenseAllreduce(Step* first);
+  // --dense_sync=allreduce, worker 0: its dense values into the PS (an
+  // ASYNC push assigning them).
+  absl::Status WriteDenseToPs();
   // The learning-rate override of this epoch's pushes to variables of
   // `optimizer` (learning_rate_decay per epoch); 0: none, the variable's.
   float DecayedLearningRate(const OptimizerSpec& optimizer) const;
@@ -205,7 +238,8 @@ class Trainer {
   std::unique_ptr<Dataset> dataset_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<SummaryWriter> summary_;
-  std::unique_ptr<RowCache> row_cache_;  // null: --row_cache_staleness=0
+  std::unique_ptr<RowCache> row_cache_;    // null: --row_cache_staleness=0
+  std::unique_ptr<DenseAllreduce> dense_;  // null: --dense_sync=ps
   WorkerMetrics metrics_;
 };
 

@@ -255,10 +255,13 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
         argv = on_host(i % args.hosts) + [a.replace("{index}", str(i)) for a in command]
         workers_procs.append(Process("worker", i, argv, env, args.logs, echo=True))
 
-    # In sync and SSP modes the other workers wait for a dead one and then
-    # fail naming it (--sync_timeout_secs): let them say so rather than
-    # stopping everything the moment one worker dies.
-    stepped = any(m in a for a in command for m in ("--mode=sync", "--mode=ssp"))
+    # In sync and SSP modes, and with all-reduced dense layers, the other
+    # workers wait for a dead one and then fail naming it
+    # (--sync_timeout_secs): let them say so rather than stopping
+    # everything the moment one worker dies.
+    stepped = any(
+        m in a for a in command for m in ("--mode=sync", "--mode=ssp", "--dense_sync=allreduce")
+    )
     # With --replicas > 1 a PS that dies is replaced by its backup: the job
     # goes on without it (docs/operations.md, Replicas).
     replicated = any(a.startswith("--replicas=") and a != "--replicas=1" for a in args.ps_flag)

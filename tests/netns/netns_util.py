@@ -2,6 +2,7 @@
 import functools
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -53,3 +54,28 @@ def wait_for(path, pattern, timeout=120):
             return
         time.sleep(0.1)
     raise AssertionError(f"{path} never matched {pattern!r}:\n{read(path)[-2000:]}")
+
+
+def launch(logs, data, hosts, extra, worker_flags):
+    """deploy/local/launch.py with `hosts` hosts (launcher flags `extra`),
+    each running ps_worker DeepFM on the test data with `worker_flags`."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, "deploy/local/launch.py"),
+            f"--hosts={hosts}",
+            f"--logs={logs}",
+            f"--bin_dir={ROOT}",
+            *extra,
+            "--",
+            os.path.join(ROOT, "ps_worker/ps_worker"),
+            "--model=deepfm",
+            f"--train_files={data}/train-*",
+            f"--eval_files={data}/test.tfrecords",
+            "--batch_size=256",
+            *worker_flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

@@ -15,31 +15,12 @@ import time
 
 import pytest
 
+import netns_util
 from netns_util import AUC, DONE, ROOT, needs_netns, netns, read, wait_for
 
 
 def launch(logs, data, hosts, extra, worker_flags):
-    return subprocess.Popen(
-        [
-            sys.executable,
-            os.path.join(ROOT, "deploy/local/launch.py"),
-            f"--hosts={hosts}",
-            f"--logs={logs}",
-            f"--bin_dir={ROOT}",
-            *extra,
-            "--",
-            os.path.join(ROOT, "ps_worker/ps_worker"),
-            "--model=deepfm",
-            f"--train_files={data}/train-*",
-            f"--eval_files={data}/test.tfrecords",
-            "--batch_size=256",
-            "--log_every_steps=20",
-            *worker_flags,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return netns_util.launch(logs, data, hosts, extra, ["--log_every_steps=20", *worker_flags])
 
 
 def launch_replicated(logs, data, prefix, subnet, port, ps_flags, worker_flags, hosts=3):
