@@ -169,6 +169,27 @@ def main():
         pb.CreateVariablesRequest(first_index=0, specs=[dense], num_ps=2).SerializeToString(),
     )
 
+    # rendezvous_fuzzer: 2-byte-length-prefixed RendezvousRequests.
+    def prefixed(*requests):
+        out = b""
+        for r in requests:
+            body = r.SerializeToString()
+            out += len(body).to_bytes(2, "little") + body
+        return out
+
+    gloo_key = pb.RendezvousEntry(key="gloo/0", value=b"\x01" * 600)
+    write(
+        "rendezvous_fuzzer",
+        "form_and_read",
+        prefixed(
+            pb.RendezvousRequest(worker=0, generation=0, set=[gloo_key]),
+            pb.RendezvousRequest(worker=1, generation=0, get=["gloo/0", "member/1"]),
+            pb.RendezvousRequest(
+                worker=2, generation=1, set=[pb.RendezvousEntry(key="alive/2", value=b"1")]
+            ),
+        ),
+    )
+
     # checkpoint_files_fuzzer: 0 + MANIFEST.json, 1 + a shard file.
     manifest = (
         b'{"format_version": 2, "name": "ckpt-0000000003-0000000000001", '

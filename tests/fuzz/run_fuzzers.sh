@@ -18,7 +18,7 @@ targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(request_fuzzer unary_request_fuzzer peer_request_fuzzer
            checkpoint_files_fuzzer s3_response_fuzzer record_reader_fuzzer
-           example_cache_fuzzer)
+           example_cache_fuzzer rendezvous_fuzzer)
 fi
 out=out/fuzz
 mkdir -p "$out/gen" "$out/obj" "$out/crashes"
@@ -57,6 +57,7 @@ sources=(
   util/memory_headroom.cc
   ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc
   ps_server/rpc/push_handler.cc ps_server/rpc/push_dedup.cc
+  ps_server/rpc/rendezvous_store.cc
   ps_server/replication/replica_applier.cc ps_server/replication/snapshot_installer.cc
   ps_server/checkpoint/checkpoint_catalog.cc ps_server/checkpoint/shard_file.cc
   storage/storage.cc storage/file_storage.cc
