@@ -720,9 +720,17 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
         cur->batch, cur->params, &cur->grads, predictions.data());
     if (!loss.ok()) return loss.status();
     AddPhase(WorkerMetrics::kCompute, MillisSince(t), &breakdown.compute);
+    // At most --pushes_in_flight pushes outstanding: wait for the oldest,
+    // then send.
+    t = absl::Now();
+    while (static_cast<int>(pushing.size()) >= options_.pushes_in_flight) {
+      if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
+    }
+    AddPhase(WorkerMetrics::kPush, MillisSince(t), &breakdown.push);
+    if (absl::Status s = StartPush(cur); !s.ok()) return s;
     if (dense_ != nullptr) {
       // The dense update: averaged among the workers, applied here (its
-      // time counts as the push's).
+      // time counts as the push's), while the embeddings' push travels.
       t = absl::Now();
       if (absl::Status s = dense_->Apply(
               cur->grads.dense, DecayedLearningRate(config_.dense_optimizer),
@@ -734,15 +742,6 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
       ++allreduce_steps;
       AddPhase(WorkerMetrics::kPush, MillisSince(t), &breakdown.push);
     }
-
-    // At most --pushes_in_flight pushes outstanding: wait for the oldest,
-    // then send.
-    t = absl::Now();
-    while (static_cast<int>(pushing.size()) >= options_.pushes_in_flight) {
-      if (absl::Status s = finish_oldest_push(); !s.ok()) return s;
-    }
-    AddPhase(WorkerMetrics::kPush, MillisSince(t), &breakdown.push);
-    if (absl::Status s = StartPush(cur); !s.ok()) return s;
 
     result.steps = cur->index + 1;
     result.examples += cur->batch.size;
