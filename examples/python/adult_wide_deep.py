@@ -18,13 +18,27 @@ processes. The psrt version differs from the local one by the lines marked
         --worker_index=0 --num_workers=2
     # then evaluate what the servers hold
     examples/python/adult_wide_deep.py --data=testdata/adult --cluster=... --evaluate_only
+    # hybrid: the MLP by torch DistributedDataParallel (Gloo all-reduce,
+    # torch.optim on every worker), the embeddings on psrt (as ps_worker
+    # --dense_sync=allreduce); under the launcher or torchrun
+    deploy/local/launch.py --hosts=2 -- \
+        examples/python/adult_wide_deep.py --data=testdata/adult --mode=sync --ddp
 
 Prints one line per epoch and `test_accuracy=<x>` at the end (in sync mode
-every worker evaluates the same final parameters).
+every worker evaluates the same final parameters); with --ddp also
+`dense_crc32=<x>`, a checksum of the worker's MLP parameters (equal on every
+worker: DDP averages the gradients, every worker applies the same Adam).
+
+--ddp joins torch.distributed's Gloo process group: through torchrun's
+MASTER_ADDR and MASTER_PORT where set, else at TF_CONFIG's worker 0 address
+(its port is one no worker listens on; the group's store takes it).
 """
 import argparse
+import datetime
+import json
 import os
 import sys
+import zlib
 
 import numpy as np
 import torch
@@ -114,6 +128,11 @@ def main():
     p.add_argument(
         "--mode", choices=["async", "sync"], default="async", help="psrt: how workers combine"
     )
+    p.add_argument(
+        "--ddp",
+        action="store_true",
+        help="psrt: the MLP by DistributedDataParallel (Gloo), the embeddings on psrt",
+    )
     p.add_argument("--evaluate_only", action="store_true")
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--batch_size", type=int, default=128)
@@ -163,10 +182,18 @@ def main():
             client, "wd/deep", vocab, args.dim, optimizer="adagrad", learning_rate=0.05  # psrt:
         )
         model = WideDeep(wide, deep, fields, args.dim, dense_dim)
-        dense = psrt.torch.DenseParameters(
-            client, model.mlp, prefix="wd/mlp/", optimizer="adam", learning_rate=1e-3  # psrt:
-        )
-        steps = psrt.torch.Steps(client, [wide, deep, dense])  # psrt: one push a step
+        if args.ddp:
+            # psrt: the MLP all-reduced among the workers, the embeddings
+            # on the servers.
+            join_process_group(args.cluster, info)
+            model.mlp = torch.nn.parallel.DistributedDataParallel(model.mlp)
+            dense_opt = torch.optim.Adam(model.mlp.parameters(), lr=1e-3, eps=1e-7)
+            steps = psrt.torch.Steps(client, [wide, deep])
+        else:
+            dense = psrt.torch.DenseParameters(
+                client, model.mlp, prefix="wd/mlp/", optimizer="adam", learning_rate=1e-3  # psrt:
+            )
+            steps = psrt.torch.Steps(client, [wide, deep, dense])  # psrt: one push a step
     step = 0
 
     if not args.evaluate_only:
@@ -191,11 +218,13 @@ def main():
                     steps.pull(step)  # psrt: this step's dense weights
                     model.mlp.zero_grad()
                 loss = loss_fn(model(ids, x), y)
-                loss.backward()
+                loss.backward()  # (--ddp: the MLP's gradients averaged)
                 if args.local:
                     sparse_opt.step()
                     dense_opt.step()
                 else:
+                    if args.ddp:
+                        dense_opt.step()
                     steps.push()  # psrt: rows' and dense gradients, one push
                 step += 1
                 total += loss.item() * idx.size
@@ -209,6 +238,72 @@ def main():
         logits = model(*(torch.from_numpy(t) for t in test[:2]))
     accuracy = float(((logits > 0).numpy() == (test[2] > 0.5)).mean())
     print(f"test_accuracy={accuracy:.5f} examples={test[2].size}", flush=True)
+    if args.ddp:
+        crc = 0
+        for tensor in model.mlp.module.state_dict().values():
+            crc = zlib.crc32(tensor.detach().contiguous().numpy().tobytes(), crc)
+        print(f"dense_crc32={crc:08x}", flush=True)
+        torch.distributed.destroy_process_group()
+
+
+def join_process_group(cluster, info):
+    """torch.distributed's Gloo group of the workers: torchrun's
+    MASTER_ADDR/MASTER_PORT, else TF_CONFIG's (or --cluster's) worker 0.
+    Gloo listens on the interface holding this worker's own TF_CONFIG
+    address (GLOO_SOCKET_IFNAME, unless set): its default, the machine's
+    host name, may resolve to an address the other hosts cannot reach."""
+    import torch.distributed as dist
+
+    spec = json.loads(cluster or os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    workers = spec.get("chief", []) + spec.get("worker", [])
+    if "MASTER_ADDR" in os.environ:
+        init = "env://"
+    elif len(workers) < info.world_size:
+        raise SystemExit(
+            "--ddp needs torchrun's MASTER_ADDR/MASTER_PORT or a cluster spec listing "
+            f"{info.world_size} workers (it lists {len(workers)})"
+        )
+    else:
+        init = f"tcp://{workers[0]}"
+    if "GLOO_SOCKET_IFNAME" not in os.environ and info.rank < len(workers):
+        interface = interface_of(workers[info.rank].rsplit(":", 1)[0])
+        if interface:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
+    # A worker that never joins (or dies) fails the others within 2 minutes.
+    dist.init_process_group(
+        "gloo",
+        init_method=init,
+        rank=info.rank,
+        world_size=info.world_size,
+        timeout=datetime.timedelta(minutes=2),
+    )
+
+
+def interface_of(host):
+    """The network interface holding `host`'s IPv4 address, or None."""
+    import fcntl
+    import socket
+    import struct
+
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return None
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            try:
+                # SIOCGIFADDR: the interface's IPv4 address.
+                answer = fcntl.ioctl(
+                    probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode())
+                )
+            except OSError:
+                continue
+            if socket.inet_ntoa(answer[20:24]) == address:
+                return name
+    finally:
+        probe.close()
+    return None
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ worker processes through a 2-PS psrt cluster reaches the test accuracy of
 the same script trained locally (within 0.5%): started by hand (async),
 and as Python workers under deploy/local/launch.py (sync)."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -91,3 +92,42 @@ def test_python_workers_under_the_launcher_train_in_sync_mode():
     print(f"local {local:.5f}, psrt sync 2 workers {first:.5f}")
     assert first == second
     assert abs(first - local) <= 0.005, (local, first)
+
+
+def test_pytorch_ddp_dense_layers_with_psrt_embeddings():
+    """--ddp: the MLP by torch DistributedDataParallel over Gloo (the group
+    met at TF_CONFIG's worker 0), the embeddings on psrt in sync mode, two
+    workers under deploy/local/launch.py -- on hosts in network namespaces
+    where this runs as root (CI), else on loopback addresses. Both workers
+    end with the same MLP bits, and the held-out accuracy is the local
+    run's within 0.5%."""
+    local = accuracy(run("--local"))
+    hosts = ["--netns=psrtpy", "--netns_subnet=10.99.0"] if os.geteuid() == 0 else []
+    out = subprocess.run(
+        [
+            sys.executable,
+            "deploy/local/launch.py",
+            "--hosts=2",
+            "--bin_dir=.",
+            "--base_port=25900",
+            f"--logs={tempfile.mkdtemp(prefix='psrt_ddp_')}",
+            *hosts,
+            "--",
+            sys.executable,
+            SCRIPT,
+            "--data=testdata/adult",
+            "--mode=sync",
+            "--ddp",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    found = dict(re.findall(r"\[worker(\d)\] test_accuracy=([0-9.]+)", out.stdout))
+    crcs = dict(re.findall(r"\[worker(\d)\] dense_crc32=([0-9a-f]{8})", out.stdout))
+    assert sorted(found) == ["0", "1"] and sorted(crcs) == ["0", "1"], out.stdout[-4000:]
+    print(f"local {local:.5f}, DDP + psrt 2 workers {found}, MLP crc32 {crcs}")
+    assert crcs["0"] == crcs["1"]
+    assert found["0"] == found["1"]
+    assert abs(float(found["0"]) - local) <= 0.005, (local, found)
