@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "partitioner/variable_spec.h"
+#include "util/crc32c.h"
 
 namespace psrt {
 namespace {
@@ -50,6 +51,14 @@ DenseAllreduce::DenseAllreduce(std::vector<VariableSpec> specs, Options options)
     }
     slots_.push_back(std::move(slots));
   }
+}
+
+uint32_t DenseAllreduce::values_crc32c() const {
+  uint32_t crc = 0;
+  for (const std::vector<float>& v : values_) {
+    crc = Crc32cExtend(crc, v.data(), v.size() * sizeof(float));
+  }
+  return crc;
 }
 
 std::vector<char> DenseAllreduce::SaveState() const {

@@ -64,6 +64,9 @@ class DenseAllreduce {
   // The step training continues at (after Start: the state holder's).
   int64_t next_step() const { return next_step_; }
   int64_t updates() const { return updates_; }
+  // CRC-32C of the values (every variable's float32 bits, in order): equal
+  // on every worker.
+  uint32_t values_crc32c() const;
   int64_t dropped_updates() const { return dropped_updates_; }
   int64_t generation() const { return ring_ ? ring_->generation() : -1; }
   // Bytes the last Apply all-reduced and the time its all-reduce took.

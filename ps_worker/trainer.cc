@@ -16,7 +16,6 @@
 #include "ps_worker/no_compute_towers.h"
 #include "ps_worker/row_cache.h"
 #include "ps_worker/summary_writer.h"
-#include "util/crc32c.h"
 
 namespace psrt {
 namespace {
@@ -440,9 +439,11 @@ absl::Status Trainer::StartDenseAllreduce(Step* first) {
   for (const auto& v : dense_->values()) floats += v.size();
   Log(absl::StrFormat(
       "dense variables: %d (%d floats) all-reduced among %d workers "
-      "(ring generation %d, listening on %s); training from step %d",
+      "(ring generation %d, listening on %s); training from step %d, "
+      "starting dense crc32c=%08x",
       dense_->values().size(), floats, options_.num_workers,
-      dense_->generation(), options_.allreduce_host, first->index));
+      dense_->generation(), options_.allreduce_host, first->index,
+      dense_->values_crc32c()));
   return absl::OkStatus();
 }
 
@@ -828,12 +829,8 @@ absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
                             std::max<int64_t>(result.row_cache_lookups, 1)));
   }
   if (dense_ != nullptr) {
-    uint32_t crc = 0;
     int64_t floats = 0;
-    for (const std::vector<float>& v : dense_->values()) {
-      crc = Crc32cExtend(crc, v.data(), v.size() * sizeof(float));
-      floats += v.size();
-    }
+    for (const std::vector<float>& v : dense_->values()) floats += v.size();
     Log(absl::StrFormat(
         "dense all-reduce: %d bytes a step, %.3f ms mean (%.1f MB/s); "
         "%d updates, %d dropped; ring generation %d; dense values "
@@ -841,7 +838,7 @@ absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
         result.allreduce_bytes, result.allreduce_ms,
         result.allreduce_bytes / std::max(result.allreduce_ms, 1e-6) / 1e3,
         dense_->updates(), result.dropped_dense_updates, dense_->generation(),
-        crc, floats));
+        dense_->values_crc32c(), floats));
   }
   Log(absl::StrFormat(
       "done: steps=%d examples=%d seconds=%.1f examples/s=%.1f bad_records=%d "

@@ -4,7 +4,8 @@
 // in-process tests (ps_worker/dense_allreduce_test.cc) do not: the
 // trainer's wiring end to end -- both workers end with the same dense bits,
 // the PS holds those bits afterwards (what checkpoints and export read),
-// and the run computes what the same run through the PS computes.
+// the run computes what the same run through the PS computes, and a run
+// restored from a checkpoint starts every worker from the saved bits.
 #include <regex>
 #include <string>
 #include <vector>
@@ -24,14 +25,18 @@ namespace {
 const char kVal[] = "testdata/criteo_deepfm_sagemaker/val.tfrecords";
 const char kWorker[] = "ps_worker/ps_worker";
 
-// The "dense values crc32c=..." a worker printed at the end ("" if none).
-std::string DenseDigest(const std::string& output) {
-  std::smatch m;
-  if (!std::regex_search(output, m,
-                         std::regex("dense values crc32c=([0-9a-f]{8})"))) {
-    return "";
+// The last "<label>=<crc32c>" a worker printed ("" if none): its dense
+// values at the end ("dense values crc32c") or when the ring formed
+// ("starting dense crc32c").
+std::string DenseDigest(const std::string& output,
+                        const std::string& label = "dense values crc32c") {
+  const std::regex digest(label + "=([0-9a-f]{8})");
+  std::string last;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), digest);
+       it != std::sregex_iterator(); ++it) {
+    last = (*it)[1].str();
   }
-  return m[1].str();
+  return last;
 }
 
 // The PS's dense variables, in catalog order, as the worker digests its
@@ -62,13 +67,17 @@ struct TrainingRun {
   std::string ps_digest;
 };
 
-// DeepFM on 2 PS and 2 workers, SYNC embeddings, record-sharded data in
-// file order: the same examples in the same steps every run.
+// DeepFM on 2 PS (with `ps_flags`) and 2 workers, SYNC embeddings,
+// record-sharded data in file order: the same examples in the same steps
+// every run. `checkpoint`: after the workers, a checkpoint's URI.
 TrainingRun TrainTwoWorkers(const std::string& dir,
-                            const std::string& dense_sync) {
+                            const std::string& dense_sync,
+                            std::vector<std::string> ps_flags = {},
+                            std::string* checkpoint = nullptr) {
   LocalCluster::Options o;
   o.num_ps = 2;
   o.num_workers = 2;
+  o.extra_flags = std::move(ps_flags);
   auto cluster = LocalCluster::Start(o);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   if (!cluster.ok()) return {};
@@ -84,6 +93,14 @@ TrainingRun TrainTwoWorkers(const std::string& dir,
       {0, 1}, absl::Minutes(4));
   for (const auto& w : run.workers) EXPECT_EQ(w.exit_code, 0) << w.output;
   run.ps_digest = PsDenseDigest(**cluster);
+  if (checkpoint != nullptr) {
+    auto client = Client::Connect((*cluster)->MakeClientOptions());
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return run;
+    auto saved = (*client)->Checkpoint();
+    EXPECT_TRUE(saved.ok()) << saved.status();
+    if (saved.ok()) *checkpoint = saved->uri();
+  }
   return run;
 }
 
@@ -124,6 +141,38 @@ TEST(HybridTrainingTest, DenseLayersAllReducedMatchThePsRunBitForBitAcross) {
     EXPECT_NEAR(auc, ref_auc, 5e-4);
     EXPECT_NEAR(loss, ref_loss, 5e-4);
   }
+}
+
+// Checkpoints hold the whole model: worker 0 wrote the trained dense
+// values into the PS, the checkpoint saved them, and a hybrid run restored
+// from it starts every worker from those very bits.
+TEST(HybridTrainingTest,
+     ACheckpointHoldsTheDenseLayersAndARestoreStartsFromThem) {
+  const std::string dir = FreshTestDir("hybrid_ckpt");
+  ASSERT_TRUE(SplitTfRecords(kVal, 8000, dir + "/train.tfrecords",
+                             dir + "/eval.tfrecords")
+                  .ok());
+  std::string uri;
+  const TrainingRun trained = TrainTwoWorkers(
+      dir, "allreduce",
+      {absl::StrCat("--checkpoint_uri=", FreshTestDir("hybrid_ckpt_root"))},
+      &uri);
+  ASSERT_FALSE(uri.empty());
+  const std::string digest = DenseDigest(trained.workers[0].output);
+  ASSERT_FALSE(digest.empty());
+  EXPECT_EQ(trained.ps_digest, digest);
+  const TrainingRun restored =
+      TrainTwoWorkers(dir, "allreduce", {absl::StrCat("--restore=", uri)});
+  ASSERT_EQ(restored.workers.size(), 2u);
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(DenseDigest(restored.workers[w].output, "starting dense crc32c"),
+              digest)
+        << restored.workers[w].output;
+  }
+  // And they trained on from there alike.
+  EXPECT_EQ(DenseDigest(restored.workers[0].output),
+            DenseDigest(restored.workers[1].output));
+  EXPECT_NE(DenseDigest(restored.workers[0].output), digest);
 }
 
 }  // namespace
