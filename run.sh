@@ -59,6 +59,7 @@ print_stage_table() {
   done
   printf '%-20s %6d s%s\n' total "$total" "$( ((rc == 0)) || echo "  (failed: exit $rc)")"
   tools/slowest_tests.sh 10 out/ci/tests.log out/ci/asan-tests.log || true
+  tools/failed_tests.sh 80 out/ci/tests.log out/ci/asan-tests.log || true
 }
 
 # Test targets for the ASan pass: every test but those tagged heavy
