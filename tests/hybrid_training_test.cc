@@ -6,6 +6,8 @@
 // the PS holds those bits afterwards (what checkpoints and export read),
 // the run computes what the same run through the PS computes, and a run
 // restored from a checkpoint starts every worker from the saved bits.
+#include <algorithm>
+#include <cmath>
 #include <regex>
 #include <string>
 #include <vector>
@@ -41,15 +43,15 @@ std::string DenseDigest(const std::string& output,
 
 // The PS's dense variables, in catalog order, as the worker digests its
 // own (crc32c over their float32 values).
-std::string PsDenseDigest(const LocalCluster& cluster) {
+std::vector<float> PsDenseValues(const LocalCluster& cluster) {
   auto client = Client::Connect(cluster.MakeClientOptions());
   EXPECT_TRUE(client.ok()) << client.status();
-  if (!client.ok()) return "";
+  if (!client.ok()) return {};
   EXPECT_TRUE((*client)->RefreshCatalog().ok());
   auto variables = (*client)->ListVariables();
   EXPECT_TRUE(variables.ok()) << variables.status();
-  if (!variables.ok()) return "";
-  uint32_t crc = 0;
+  if (!variables.ok()) return {};
+  std::vector<float> all;
   for (const VariableInfo& info : (*variables)[0].variables()) {
     const VariableSpec& spec = info.spec();
     if (spec.kind() != DENSE) continue;
@@ -57,14 +59,20 @@ std::string PsDenseDigest(const LocalCluster& cluster) {
     for (int64_t d : spec.shape()) size *= d;
     std::vector<float> values(size);
     EXPECT_TRUE((*client)->PullDense(spec.name(), values.data()).ok());
-    crc = Crc32cExtend(crc, values.data(), values.size() * sizeof(float));
+    all.insert(all.end(), values.begin(), values.end());
   }
-  return absl::StrFormat("%08x", crc);
+  return all;
+}
+
+std::string Digest(const std::vector<float>& values) {
+  return absl::StrFormat("%08x",
+                         Crc32c(values.data(), values.size() * sizeof(float)));
 }
 
 struct TrainingRun {
   std::vector<LocalCluster::WorkerRun> workers;
-  std::string ps_digest;
+  std::vector<float> ps_dense;  // the PS's dense variables after the run
+  std::string ps_digest;        // their CRC-32C
 };
 
 // DeepFM on 2 PS (with `ps_flags`) and 2 workers, SYNC embeddings,
@@ -92,7 +100,8 @@ TrainingRun TrainTwoWorkers(const std::string& dir,
        "--eval_on_all_workers", absl::StrCat("--dense_sync=", dense_sync)},
       {0, 1}, absl::Minutes(4));
   for (const auto& w : run.workers) EXPECT_EQ(w.exit_code, 0) << w.output;
-  run.ps_digest = PsDenseDigest(**cluster);
+  run.ps_dense = PsDenseValues(**cluster);
+  run.ps_digest = Digest(run.ps_dense);
   if (checkpoint != nullptr) {
     auto client = Client::Connect((*cluster)->MakeClientOptions());
     EXPECT_TRUE(client.ok()) << client.status();
@@ -124,22 +133,30 @@ TEST(HybridTrainingTest, DenseLayersAllReducedMatchThePsRunBitForBitAcross) {
 
   // The same run through the PS (SYNC: the PS averages the two workers'
   // dense gradients and applies the same optimizer) is the same math; only
-  // the order of the float sums differs. Held-out metrics agree closely.
+  // the order of the float sums differs. The final dense parameters (on
+  // the PS once every step applied) agree to float rounding. (The workers'
+  // own evaluations are printed, not compared: a SYNC worker's final
+  // evaluation may read the PS before its last step is applied.)
   const TrainingRun reference = TrainTwoWorkers(dir, "ps");
   ASSERT_EQ(reference.workers.size(), 2u);
+  ASSERT_EQ(reference.ps_dense.size(), hybrid.ps_dense.size());
+  ASSERT_GT(hybrid.ps_dense.size(), 100000u);
+  double worst = 0, moved = 0;
+  for (size_t i = 0; i < hybrid.ps_dense.size(); ++i) {
+    worst = std::max<double>(
+        worst, std::abs(hybrid.ps_dense[i] - reference.ps_dense[i]));
+  }
+  std::printf("dense parameters: largest difference from the PS run %.3g\n",
+              worst);
+  // Adam at 0.001 for 60 steps moves a parameter by up to 0.06: a
+  // difference in the update itself (another mean, another optimizer
+  // step) is of that order; rounding is far below it.
+  EXPECT_LT(worst, 1e-4);
   for (int w = 0; w < 2; ++w) {
     const double auc = LastMetric(hybrid.workers[w].output, "eval_auc");
-    const double ref_auc = LastMetric(reference.workers[w].output, "eval_auc");
-    const double loss = LastMetric(hybrid.workers[w].output, "eval_logloss");
-    const double ref_loss =
-        LastMetric(reference.workers[w].output, "eval_logloss");
-    std::printf(
-        "worker %d: held-out AUC %.5f (through the PS %.5f), logloss %.5f "
-        "(%.5f)\n",
-        w, auc, ref_auc, loss, ref_loss);
-    ASSERT_GT(auc, 0.6);
-    EXPECT_NEAR(auc, ref_auc, 5e-4);
-    EXPECT_NEAR(loss, ref_loss, 5e-4);
+    std::printf("worker %d: held-out AUC %.5f (through the PS %.5f)\n", w, auc,
+                LastMetric(reference.workers[w].output, "eval_auc"));
+    EXPECT_GT(auc, 0.6);
   }
 }
 
