@@ -408,6 +408,11 @@ void Replicator::Settle(Stream* stream, uint64_t generation,
     // The stream was restarted (AddBackup) while this call was out: its
     // outcome is about the old stream.
     if (stream->generation != generation) return;
+    // A call cut short because this PS is stopping says nothing of the
+    // backup: the stream stays as it was and Stop answers the pushes
+    // still waiting UNAVAILABLE. (Taking it for a lost backup settled them
+    // OK: a push acknowledged as this PS went down, on no backup.)
+    if (!error.ok() && stopping_) return;
     if (error.ok()) {
       stream->state.established = true;
       stream->state.acknowledged = std::max(stream->state.acknowledged, last);

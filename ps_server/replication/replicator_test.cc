@@ -4,6 +4,8 @@
 
 #include <memory>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "ps_server/replication/unreachable_peers.h"
 
@@ -35,6 +37,35 @@ TEST(ReplicatorTest, TheReplacedCallbackRunsAtOnceWhenSetAfterIt) {
   EXPECT_EQ(calls, 1);
   replicator.MarkReplaced("PS 1 took over, said again");
   EXPECT_EQ(calls, 1);
+}
+
+// A push waiting for a backup this PS cannot reach, which no vote lets it
+// drop, when the PS stops (SIGTERM, or a test's kill): its answer is
+// UNAVAILABLE. The sender's call, cut short by the stop, once marked the
+// backup lost and so settled the push OK: acknowledged on no backup, then
+// lost when the backup took over (replicated_push_test's kill after a
+// refused forward saw it under ASan: -3 after 4 acknowledged pushes).
+TEST(ReplicatorTest, APushWaitingForItsBackupIsRefusedWhenThePsStops) {
+  auto peers = UnreachablePeers();
+  Replicator replicator(
+      peers.get(), /*backups=*/{1},
+      /*may_drop=*/[](int, const StreamView&) { return false; });
+  ReplicationLog::Update update;
+  update.step = 1;
+  const uint64_t sequence = replicator.Append(std::move(update));
+  absl::Notification answered;
+  absl::Status answer;
+  replicator.WhenReplicated(sequence, [&](absl::Status s) {
+    answer = s;
+    answered.Notify();
+  });
+  // The sender retries the unreachable backup meanwhile.
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(answered.HasBeenNotified());
+  replicator.Stop();
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(answer.code(), absl::StatusCode::kUnavailable) << answer;
+  EXPECT_EQ(replicator.unreplicated_updates(), 0);
 }
 
 }  // namespace
