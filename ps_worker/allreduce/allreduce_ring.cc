@@ -1,8 +1,11 @@
 #include "ps_worker/allreduce/allreduce_ring.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +24,22 @@ std::string AliveKey(int worker) { return absl::StrCat("alive/", worker); }
 std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+// Gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that
+// died raises SIGPIPE, whose default action ends this process silently
+// (exit 141) before the write's error could name the dead worker. The
+// process ignores it from its first ring on, unless someone installed a
+// handler of their own.
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
 }
 
 }  // namespace
@@ -65,6 +84,7 @@ absl::StatusOr<std::unique_ptr<AllreduceRing>> AllreduceRing::Join(
                                                    options.worker, " of ",
                                                    options.num_workers));
   }
+  IgnoreSigpipe();
   std::unique_ptr<AllreduceRing> ring(
       new AllreduceRing(options, generation, join_timeout));
   if (absl::Status s =

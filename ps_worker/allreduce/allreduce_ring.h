@@ -16,7 +16,8 @@
 // says in the store that it is alive, and the error names the workers that
 // did not within the timeout (and kAliveMargin) of the first failure: the
 // dead ones. A survivor thus fails naming them at most that long after
-// the ring broke.
+// the ring broke. Join makes the process ignore SIGPIPE (unless it has a
+// handler): Gloo's writes to a dead peer would otherwise end it.
 #ifndef PSRT_PS_WORKER_ALLREDUCE_ALLREDUCE_RING_H_
 #define PSRT_PS_WORKER_ALLREDUCE_ALLREDUCE_RING_H_
 
