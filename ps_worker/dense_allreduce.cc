@@ -53,6 +53,12 @@ DenseAllreduce::DenseAllreduce(std::vector<VariableSpec> specs, Options options)
   }
 }
 
+int64_t DenseAllreduce::floats() const {
+  int64_t n = 0;
+  for (const std::vector<float>& v : values_) n += v.size();
+  return n;
+}
+
 uint32_t DenseAllreduce::values_crc32c() const {
   uint32_t crc = 0;
   for (const std::vector<float>& v : values_) {
@@ -163,7 +169,8 @@ absl::Status DenseAllreduce::Apply(const std::vector<std::vector<float>>& grads,
   }
   const absl::Time start = absl::Now();
   absl::Status reduced = ring_->Sum(fused_.data(), fused_.size());
-  last_allreduce_ = absl::Now() - start;
+  allreduce_time_ += absl::Now() - start;
+  ++allreduces_;
   if (!reduced.ok()) {
     if (options_.reform_timeout <= absl::ZeroDuration() ||
         !absl::IsUnavailable(reduced)) {

@@ -69,9 +69,13 @@ class DenseAllreduce {
   uint32_t values_crc32c() const;
   int64_t dropped_updates() const { return dropped_updates_; }
   int64_t generation() const { return ring_ ? ring_->generation() : -1; }
-  // Bytes the last Apply all-reduced and the time its all-reduce took.
-  int64_t fused_bytes() const { return fused_.size() * sizeof(float); }
-  absl::Duration last_allreduce_time() const { return last_allreduce_; }
+  // Floats of all the dense variables, as one all-reduce moves them.
+  int64_t floats() const;
+  // The mean time of the all-reduces so far (zero before the first).
+  absl::Duration mean_allreduce_time() const {
+    return allreduces_ == 0 ? absl::ZeroDuration()
+                            : allreduce_time_ / allreduces_;
+  }
 
  private:
   DenseAllreduce(std::vector<VariableSpec> specs, Options options);
@@ -93,7 +97,8 @@ class DenseAllreduce {
   int64_t updates_ = 0;
   int64_t next_step_ = 0;
   int64_t dropped_updates_ = 0;
-  absl::Duration last_allreduce_;
+  absl::Duration allreduce_time_;  // all the Sums so far
+  int64_t allreduces_ = 0;
 };
 
 }  // namespace psrt

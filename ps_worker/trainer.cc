@@ -130,7 +130,7 @@ absl::Status Trainer::Prepare(Step* step, const Consistency& consistency,
     step->pull_ops.push_back(op);
   }
   // --dense_sync=allreduce: the dense values are this worker's own,
-  // copied in when the step computes (UseOwnDenseValues).
+  // copied in when the step computes (Run) or evaluates (Evaluate).
   for (size_t d = 0; d < model_->dense_variables().size() && dense_ == nullptr;
        ++d) {
     step->params.dense[d].resize(model_->dense_variables()[d].size);
@@ -435,13 +435,11 @@ absl::Status Trainer::StartDenseAllreduce(Step* first) {
     return s;
   }
   first->index = dense_->next_step();
-  int64_t floats = 0;
-  for (const auto& v : dense_->values()) floats += v.size();
   Log(absl::StrFormat(
       "dense variables: %d (%d floats) all-reduced among %d workers "
       "(ring generation %d, listening on %s); training from step %d, "
       "starting dense crc32c=%08x",
-      dense_->values().size(), floats, options_.num_workers,
+      dense_->values().size(), dense_->floats(), options_.num_workers,
       dense_->generation(), options_.allreduce_host, first->index,
       dense_->values_crc32c()));
   return absl::OkStatus();
@@ -595,8 +593,6 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   ProgressInterval interval;
   Breakdown& breakdown = interval.breakdown;
   std::vector<float> predictions;
-  double allreduce_ms = 0;  // --dense_sync=allreduce: the all-reduces'
-  int64_t allreduce_steps = 0;
   // Steps whose pushes are in flight, oldest first: at most
   // --pushes_in_flight of them.
   std::deque<std::unique_ptr<Step>> pushing;
@@ -739,8 +735,6 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
           !s.ok()) {
         return s;
       }
-      allreduce_ms += absl::ToDoubleMilliseconds(dense_->last_allreduce_time());
-      ++allreduce_steps;
       AddPhase(WorkerMetrics::kPush, MillisSince(t), &breakdown.push);
     }
 
@@ -806,8 +800,9 @@ absl::StatusOr<TrainingResult> Trainer::Run() {
   }
   if (dense_ != nullptr) {
     result.dropped_dense_updates = dense_->dropped_updates();
-    result.allreduce_bytes = dense_->fused_bytes();
-    result.allreduce_ms = allreduce_ms / std::max<int64_t>(allreduce_steps, 1);
+    result.allreduce_bytes = dense_->floats() * sizeof(float);
+    result.allreduce_ms =
+        absl::ToDoubleMilliseconds(dense_->mean_allreduce_time());
   }
   return Report(result);
 }
@@ -829,8 +824,6 @@ absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
                             std::max<int64_t>(result.row_cache_lookups, 1)));
   }
   if (dense_ != nullptr) {
-    int64_t floats = 0;
-    for (const std::vector<float>& v : dense_->values()) floats += v.size();
     Log(absl::StrFormat(
         "dense all-reduce: %d bytes a step, %.3f ms mean (%.1f MB/s); "
         "%d updates, %d dropped; ring generation %d; dense values "
@@ -838,7 +831,7 @@ absl::StatusOr<TrainingResult> Trainer::Report(TrainingResult result) {
         result.allreduce_bytes, result.allreduce_ms,
         result.allreduce_bytes / std::max(result.allreduce_ms, 1e-6) / 1e3,
         dense_->updates(), result.dropped_dense_updates, dense_->generation(),
-        dense_->values_crc32c(), floats));
+        dense_->values_crc32c(), dense_->floats()));
   }
   Log(absl::StrFormat(
       "done: steps=%d examples=%d seconds=%.1f examples/s=%.1f bad_records=%d "
@@ -859,6 +852,9 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
   if (!dataset.ok()) return dataset.status();
   Evaluator evaluator;
   Step step;
+  // --dense_sync=allreduce: this worker's dense values, for every batch
+  // (Prepare pulls none and keeps them).
+  if (dense_ != nullptr) step.params.dense = dense_->values();
   std::vector<float> predictions;
   const absl::Time start = absl::Now();
   while (true) {
@@ -872,7 +868,6 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
     if (step.pull != nullptr) {
       if (absl::Status s = step.pull->Wait(); !s.ok()) return s;
     }
-    if (dense_ != nullptr) step.params.dense = dense_->values();
     predictions.resize(step.batch.size);
     model_->Compute(step.batch, 0, step.batch.size, 1.0f, step.params, nullptr,
                     predictions.data());

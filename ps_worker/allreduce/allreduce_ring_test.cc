@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -42,6 +43,26 @@ void OnEveryWorker(int n, Body body) {
   for (std::thread& t : threads) t.join();
 }
 
+// `n` members join generation 0 at once; member w holds state if
+// holds_state(w). Empty (a failure recorded) if one could not join.
+std::vector<std::unique_ptr<AllreduceRing>> FormRing(
+    RendezvousStore* store, int n, const std::function<bool(int)>& holds_state,
+    absl::Duration timeout = absl::Seconds(30)) {
+  std::vector<std::unique_ptr<AllreduceRing>> rings(n);
+  std::vector<absl::Status> status(n);
+  OnEveryWorker(n, [&](int w) {
+    auto ring = AllreduceRing::Join(RingOptions(store, w, n, timeout), 0,
+                                    holds_state(w));
+    status[w] = ring.status();
+    if (ring.ok()) rings[w] = *std::move(ring);
+  });
+  for (const absl::Status& s : status) {
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return {};
+  }
+  return rings;
+}
+
 TEST(AllreduceRingTest, EveryMemberGetsTheSameBitsOfTheSum) {
   constexpr int kWorkers = 3;
   constexpr size_t kFloats = 100003;  // not a multiple of anything
@@ -62,15 +83,11 @@ TEST(AllreduceRingTest, EveryMemberGetsTheSameBitsOfTheSum) {
       magnitude[i] += std::abs(d[i]);
     }
   }
+  auto rings = FormRing(&store, kWorkers, [](int) { return false; });
+  ASSERT_EQ(rings.size(), size_t{kWorkers});
   std::vector<absl::Status> status(kWorkers);
   OnEveryWorker(kWorkers, [&](int w) {
-    auto ring = AllreduceRing::Join(RingOptions(&store, w, kWorkers), 0,
-                                    /*holds_state=*/false);
-    if (!ring.ok()) {
-      status[w] = ring.status();
-      return;
-    }
-    status[w] = (*ring)->Sum(data[w].data(), kFloats);
+    status[w] = rings[w]->Sum(data[w].data(), kFloats);
   });
   for (const absl::Status& s : status) ASSERT_TRUE(s.ok()) << s;
   for (int w = 1; w < kWorkers; ++w) {
@@ -95,19 +112,15 @@ TEST(AllreduceRingTest, TheLowestMemberHoldingStateBroadcastsIt) {
   for (int w = 0; w < kWorkers; ++w) {
     for (size_t i = 0; i < 1000; ++i) state[w][i] = w * 1000.0f + i;
   }
+  // Workers 1 and 2 hold state (survivors), 0 is new (restarted).
+  auto rings = FormRing(&store, kWorkers, [](int w) { return w >= 1; });
+  ASSERT_EQ(rings.size(), size_t{kWorkers});
   std::vector<int> holder(kWorkers, -2);
   std::vector<absl::Status> status(kWorkers);
   OnEveryWorker(kWorkers, [&](int w) {
-    // Workers 1 and 2 hold state (survivors), 0 is new (restarted).
-    auto ring = AllreduceRing::Join(RingOptions(&store, w, kWorkers), 0,
-                                    /*holds_state=*/w >= 1);
-    if (!ring.ok()) {
-      status[w] = ring.status();
-      return;
-    }
-    holder[w] = (*ring)->state_holder();
-    status[w] = (*ring)->Broadcast(state[w].data(), 1000 * sizeof(float),
-                                   (*ring)->state_holder());
+    holder[w] = rings[w]->state_holder();
+    status[w] = rings[w]->Broadcast(state[w].data(), 1000 * sizeof(float),
+                                    rings[w]->state_holder());
   });
   for (int w = 0; w < kWorkers; ++w) {
     ASSERT_TRUE(status[w].ok()) << status[w];
@@ -138,13 +151,11 @@ TEST(AllreduceRingTest, AWorkerThatNeverJoinsIsNamedWithinTheTimeout) {
 TEST(AllreduceRingTest, AMemberGoneIsNamedAtOnceAndTheRingFormsAgain) {
   constexpr int kWorkers = 3;
   RendezvousStore store(kWorkers);
-  std::vector<std::unique_ptr<AllreduceRing>> rings(kWorkers);
   const absl::Duration timeout = absl::Seconds(4);
+  auto rings = FormRing(
+      &store, kWorkers, [](int) { return true; }, timeout);
+  ASSERT_EQ(rings.size(), size_t{kWorkers});
   OnEveryWorker(kWorkers, [&](int w) {
-    auto ring =
-        AllreduceRing::Join(RingOptions(&store, w, kWorkers, timeout), 0, true);
-    ASSERT_TRUE(ring.ok()) << ring.status();
-    rings[w] = *std::move(ring);
     std::vector<float> one(10, 1.0f);
     ASSERT_TRUE(rings[w]->Sum(one.data(), one.size()).ok());
     EXPECT_EQ(one[9], 3.0f);

@@ -136,13 +136,10 @@ def compare(title, cases, base_flags, rounds, metric):
         runs = results[name]
         quality = statistics.median(rows[0][1] if metric == "AUC" else rows[0][2] for rows in runs)
         ar = [rows[0][3] for rows in runs if rows[0][3] is not None]
+        ar_ms = f"{statistics.median(ar):.2f}" if ar else "-"
         print(
             f"| {name} | {med[name]:.0f} | {med[name] / med[names[0]]:.2f} "
-            f"| {med[name] / med[names[1]]:.2f} | {quality:.4f} "
-            f"| {statistics.median(ar):.2f} |"
-            if ar
-            else f"| {name} | {med[name]:.0f} | {med[name] / med[names[0]]:.2f} "
-            f"| {med[name] / med[names[1]]:.2f} | {quality:.4f} | - |"
+            f"| {med[name] / med[names[1]]:.2f} | {quality:.4f} | {ar_ms} |"
         )
 
 

@@ -33,6 +33,31 @@ def run(*args):
     return out.stdout
 
 
+def launch_example(launcher_flags, script_flags):
+    """The example as the worker command of deploy/local/launch.py with 2
+    hosts; its stdout (every worker's lines, prefixed "[workerN]")."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "deploy/local/launch.py",
+            "--hosts=2",
+            "--bin_dir=.",
+            f"--logs={tempfile.mkdtemp(prefix='psrt_launch_')}",
+            *launcher_flags,
+            "--",
+            sys.executable,
+            SCRIPT,
+            "--data=testdata/adult",
+            *script_flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    return out.stdout
+
+
 def test_two_workers_through_psrt_match_local_training(make_cluster):
     local = accuracy(run("--local"))
     cluster = make_cluster(2)
@@ -68,26 +93,9 @@ def test_python_workers_under_the_launcher_train_in_sync_mode():
     in sync mode both workers end on the same parameters, so both print the
     same held-out accuracy."""
     local = accuracy(run("--local"))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "deploy/local/launch.py",
-            "--hosts=2",
-            "--bin_dir=.",
-            f"--logs={tempfile.mkdtemp(prefix='psrt_launch_')}",
-            "--",
-            sys.executable,
-            SCRIPT,
-            "--data=testdata/adult",
-            "--mode=sync",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    found = re.findall(r"\[worker(\d)\] test_accuracy=([0-9.]+)", out.stdout)
-    assert sorted(w for w, _ in found) == ["0", "1"], out.stdout[-4000:]
+    out = launch_example([], ["--mode=sync"])
+    found = re.findall(r"\[worker(\d)\] test_accuracy=([0-9.]+)", out)
+    assert sorted(w for w, _ in found) == ["0", "1"], out[-4000:]
     first, second = (float(a) for _, a in found)
     print(f"local {local:.5f}, psrt sync 2 workers {first:.5f}")
     assert first == second
@@ -103,30 +111,10 @@ def test_pytorch_ddp_dense_layers_with_psrt_embeddings():
     run's within 0.5%."""
     local = accuracy(run("--local"))
     hosts = ["--netns=psrtpy", "--netns_subnet=10.99.0"] if os.geteuid() == 0 else []
-    out = subprocess.run(
-        [
-            sys.executable,
-            "deploy/local/launch.py",
-            "--hosts=2",
-            "--bin_dir=.",
-            "--base_port=25900",
-            f"--logs={tempfile.mkdtemp(prefix='psrt_ddp_')}",
-            *hosts,
-            "--",
-            sys.executable,
-            SCRIPT,
-            "--data=testdata/adult",
-            "--mode=sync",
-            "--ddp",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    found = dict(re.findall(r"\[worker(\d)\] test_accuracy=([0-9.]+)", out.stdout))
-    crcs = dict(re.findall(r"\[worker(\d)\] dense_crc32=([0-9a-f]{8})", out.stdout))
-    assert sorted(found) == ["0", "1"] and sorted(crcs) == ["0", "1"], out.stdout[-4000:]
+    out = launch_example([*hosts, "--base_port=25900"], ["--mode=sync", "--ddp"])
+    found = dict(re.findall(r"\[worker(\d)\] test_accuracy=([0-9.]+)", out))
+    crcs = dict(re.findall(r"\[worker(\d)\] dense_crc32=([0-9a-f]{8})", out))
+    assert sorted(found) == ["0", "1"] and sorted(crcs) == ["0", "1"], out[-4000:]
     print(f"local {local:.5f}, DDP + psrt 2 workers {found}, MLP crc32 {crcs}")
     assert crcs["0"] == crcs["1"]
     assert found["0"] == found["1"]
