@@ -81,6 +81,17 @@ def example_cache(key, chunks):
     return out + b"PSRTEND1" + struct.pack("<2Q", examples, len(chunks))
 
 
+def data_plane_message(kind, connection, sequence, body, status=0, key=0, body_bytes=None):
+    """A data-plane header message (dataplane/frame.h) with `body` inline,
+    or announcing `body_bytes` sent apart."""
+    size = len(body) if body_bytes is None else body_bytes
+    head = struct.pack("<IHHIIQIII", 0x50445350, 1, kind, connection, sequence, size, status, 0, 0)
+    head += struct.pack("<Q", key)
+    crc = crc32c(head)
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return head + struct.pack("<I", masked) + body
+
+
 def main():
     gen = tempfile.mkdtemp()
     subprocess.run(["protoc", f"-I{ROOT}", f"--python_out={gen}", "proto/ps.proto"], check=True)
@@ -287,6 +298,22 @@ def main():
         example_cache(b"fuzz", [[(0.0, [5, 9], [1.0, 1.0], []), (1.0, [2], [1.0], [3.0])]]),
     )
     write("example_cache_fuzzer", "empty", example_cache(b"fuzz", []))
+    # data_plane_frame_fuzzer: header messages as a PS's data plane gets them.
+    address = b"fi_shm://1234\x00"
+    proof = bytes(range(32))
+    hello = struct.pack("<H", len(address)) + address + struct.pack("<H", len(proof)) + proof
+    write("data_plane_frame_fuzzer", "hello", data_plane_message(1, 7, 0, hello))
+    write("data_plane_frame_fuzzer", "request_inline", data_plane_message(3, 7, 1, b"abc", key=99))
+    write(
+        "data_plane_frame_fuzzer",
+        "request_apart",
+        data_plane_message(3, 7, 2, b"", key=99, body_bytes=10000),
+    )
+    write(
+        "data_plane_frame_fuzzer",
+        "error_response",
+        data_plane_message(4, 7, 2, b"refused", status=3),
+    )
     print(f"seeds written under {CORPUS}")
 
 

@@ -1,0 +1,120 @@
+// The data plane's framing: every message on a data-plane connection starts
+// with one fixed 48-byte header, little-endian, checked before anything it
+// names touches memory.
+//
+//   offset  size  field
+//        0     4  magic "PSDP"
+//        4     2  version (1)
+//        6     2  kind (FrameKind)
+//        8     4  connection id (the server's, from the gRPC handshake)
+//       12     4  sequence (a request's number on its connection)
+//       16     8  body bytes (the message that follows this header)
+//       24     4  status code (absl::StatusCode; responses only)
+//       28     4  flags (0; a set bit is refused)
+//       32     4  reserved (0; anything else is refused)
+//       36     8  connection key (the welcome's; 0 in a hello and welcome)
+//       44     4  CRC-32C of bytes [0, 44) (masked)
+//
+// The connection key is 8 random bytes the server hands the client in its
+// welcome (sent to the address the hello proved). Every later frame of
+// the connection carries it, and a frame whose key is not its
+// connection's is dropped: providers that cannot say who sent a message
+// (shm reports a peer it never inserted as the first one it did) cannot
+// be used to speak on another client's connection.
+//
+// A frame travels as tagged messages (fabric_endpoint.h). A body of up to
+// kInlineBodyBytes rides in the header's message, right after it; a longer
+// one follows as its own message, received into a buffer of exactly
+// `body_bytes` where its reader wants it: a body longer than its header
+// said is truncated by the fabric and refused, a shorter one is refused by
+// size. The header's message is tagged HeaderTag(connection, sequence),
+// a separate body BodyTag(...). Nothing is applied from a frame whose
+// header or body fails a check.
+#ifndef PSRT_DATAPLANE_FRAME_H_
+#define PSRT_DATAPLANE_FRAME_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace psrt::dataplane {
+
+inline constexpr uint32_t kFrameMagic = 0x50445350;  // "PSDP"
+inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr size_t kFrameHeaderBytes = 48;
+inline constexpr size_t kInlineBodyBytes = 4096;
+// The largest message a header's receive buffer takes.
+inline constexpr size_t kHeaderMessageBytes =
+    kFrameHeaderBytes + kInlineBodyBytes;
+
+inline uint64_t HeaderTag(uint32_t connection_id, uint32_t sequence) {
+  return (uint64_t{connection_id} << 32) |
+         (uint64_t{sequence & 0x7fffffffu} << 1);
+}
+inline uint64_t BodyTag(uint32_t connection_id, uint32_t sequence) {
+  return HeaderTag(connection_id, sequence) | 1;
+}
+// A receive matching any header message: only the body bit is compared.
+inline constexpr uint64_t kAnyHeaderIgnoreBits = ~uint64_t{1};
+
+enum class FrameKind : uint16_t {
+  kHello = 1,     // client -> server: its fabric address and proof
+  kWelcome = 2,   // server -> client: the hello was accepted
+  kRequest = 3,   // client -> server: a call's bytes
+  kResponse = 4,  // server -> client: the call's answer or its error
+};
+
+struct FrameHeader {
+  FrameKind kind = FrameKind::kRequest;
+  uint32_t connection_id = 0;
+  uint32_t sequence = 0;
+  uint64_t body_bytes = 0;
+  // A response's status; the body then holds the error's message.
+  absl::StatusCode status_code = absl::StatusCode::kOk;
+  uint64_t connection_key = 0;
+};
+
+// What a reader accepts: the largest body of each direction.
+struct FrameLimits {
+  uint64_t max_body_bytes = uint64_t{1} << 30;
+  // A hello's body: a fabric address (a few dozen bytes) and a proof.
+  uint64_t max_hello_bytes = 4096;
+};
+
+// The 48 header bytes of `header` (its header CRC filled in).
+void EncodeFrameHeader(const FrameHeader& header,
+                       uint8_t out[kFrameHeaderBytes]);
+
+// The header in `bytes`, which must be exactly kFrameHeaderBytes long.
+// INVALID_ARGUMENT naming the first thing wrong: the length, the magic, the
+// version, an unknown kind, set flags or reserved bytes, a status code out
+// of range, a header CRC mismatch, a body over `limits` (a hello's or
+// welcome's over max_hello_bytes). The body is not checksummed: TCP and
+// shared memory do not corrupt it, and a CRC would cost a fifth of the
+// bandwidth.
+absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
+                                             const FrameLimits& limits);
+
+// OK if a body of `received` bytes is what `header` announced.
+absl::Status CheckFrameBody(const FrameHeader& header, uint64_t received);
+
+// A frame read off one header message of `message_bytes` bytes: the header
+// and, when the body is inline, the body. INVALID_ARGUMENT when the
+// message is not a header followed by exactly its inline body, or exactly
+// a header when the body is separate.
+struct FrameMessage {
+  FrameHeader header;
+  absl::Span<const uint8_t> inline_body;  // empty when the body follows
+  bool body_follows = false;
+};
+absl::StatusOr<FrameMessage> ParseFrameMessage(
+    absl::Span<const uint8_t> message, const FrameLimits& limits);
+
+const char* FrameKindName(FrameKind kind);
+
+}  // namespace psrt::dataplane
+
+#endif  // PSRT_DATAPLANE_FRAME_H_
