@@ -17,7 +17,7 @@ main_packages=(
   bazel-bootstrap bazel-rules-java pkg-config g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev libgoogle-glog-dev libgflags-dev
-  libcivetweb-dev libcurl4-openssl-dev libgloo-dev libssl-dev
+  libcivetweb-dev libcurl4-openssl-dev libgloo-dev libssl-dev libfabric-dev
   prometheus-cpp-dev
   zlib1g-dev liburing-dev python3
 )

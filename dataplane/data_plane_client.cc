@@ -1,0 +1,313 @@
+#include "dataplane/data_plane_client.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace psrt::dataplane {
+namespace {
+
+// A call's posted operation and where its outcome goes.
+struct CallOp {
+  Op op;
+  int* pending = nullptr;
+  absl::Status status;
+  uint64_t bytes = 0;
+  bool done = false;
+};
+
+void Prepare(CallOp* call_op, int* pending) {
+  call_op->op.user = call_op;
+  call_op->pending = pending;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(
+    const FabricOptions& fabric, absl::string_view server_address,
+    const Challenge& challenge, absl::string_view token, absl::Time deadline,
+    FrameLimits limits) {
+  absl::StatusOr<std::unique_ptr<FabricEndpoint>> endpoint =
+      FabricEndpoint::Open(fabric);
+  if (!endpoint.ok()) return endpoint.status();
+  absl::StatusOr<fi_addr_t> server = (*endpoint)->InsertPeer(server_address);
+  if (!server.ok()) return server.status();
+  const std::string hello_body =
+      EncodeHello((*endpoint)->address(),
+                  HelloProof(token, challenge, (*endpoint)->address()));
+  std::unique_ptr<DataPlaneClient> client(new DataPlaneClient(
+      *std::move(endpoint), *server, challenge.connection_id, limits));
+  absl::MutexLock lock(&client->mu_);
+  absl::StatusOr<MemoryRegion> region =
+      client->endpoint_->Register(client->answer_, sizeof(client->answer_));
+  if (!region.ok()) return region.status();
+  client->answer_region_ = *std::move(region);
+  FrameHeader hello;
+  hello.kind = FrameKind::kHello;
+  hello.connection_id = challenge.connection_id;
+  absl::StatusOr<FrameMessage> answer = client->Exchange(
+      hello,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(hello_body.data()),
+                          hello_body.size()),
+      deadline);
+  if (!answer.ok()) {
+    return absl::Status(
+        absl::IsDeadlineExceeded(answer.status())
+            ? absl::StatusCode::kUnavailable
+            : answer.status().code(),
+        absl::StrCat("no welcome from the data plane at the PS: ",
+                     answer.status().message()));
+  }
+  if (answer->header.kind == FrameKind::kResponse &&
+      answer->header.status_code != absl::StatusCode::kOk) {
+    return absl::Status(
+        answer->header.status_code,
+        absl::StrCat("the PS refused the data-plane connection: ",
+                     absl::string_view(reinterpret_cast<const char*>(
+                                           answer->inline_body.data()),
+                                       answer->inline_body.size())));
+  }
+  if (answer->header.kind != FrameKind::kWelcome ||
+      answer->inline_body.size() != 8) {
+    return absl::UnavailableError(
+        absl::StrCat("the PS answered a data-plane hello with a ",
+                     FrameKindName(answer->header.kind), " frame of ",
+                     answer->inline_body.size(), " bytes"));
+  }
+  for (int i = 7; i >= 0; --i) {
+    client->key_ = (client->key_ << 8) | answer->inline_body[i];
+  }
+  return client;
+}
+
+DataPlaneClient::DataPlaneClient(std::unique_ptr<FabricEndpoint> endpoint,
+                                 fi_addr_t server, uint32_t connection_id,
+                                 FrameLimits limits)
+    : provider_(endpoint->provider()),
+      server_(server),
+      connection_id_(connection_id),
+      limits_(limits),
+      endpoint_(std::move(endpoint)) {}
+
+DataPlaneClient::~DataPlaneClient() {
+  absl::MutexLock lock(&mu_);
+  if (endpoint_ != nullptr) endpoint_->Close();
+  answer_region_ = MemoryRegion();
+  endpoint_.reset();
+}
+
+bool DataPlaneClient::broken() const {
+  absl::MutexLock lock(&mu_);
+  return !broken_.ok();
+}
+
+absl::Status DataPlaneClient::Break(absl::Status why) {
+  broken_ = why;
+  // Closing ends every operation still posted: none can write into the
+  // caller's memory after this call returns.
+  endpoint_->Close();
+  answer_region_ = MemoryRegion();
+  endpoint_.reset();
+  return why;
+}
+
+absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
+  Completion completions[8];
+  while (*pending > 0) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return Break(absl::DeadlineExceededError(
+          absl::StrCat("data-plane call on connection ", connection_id_,
+                       " passed its deadline")));
+    }
+    const size_t n = endpoint_->Poll(completions, 8, left);
+    for (size_t i = 0; i < n; ++i) {
+      auto* call_op = static_cast<CallOp*>(completions[i].op->user);
+      call_op->status = completions[i].status;
+      call_op->bytes = completions[i].bytes;
+      call_op->done = true;
+      --*call_op->pending;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
+    const FrameHeader& frame_header, absl::Span<const uint8_t> body,
+    absl::Time deadline) {
+  FrameHeader header = frame_header;
+  header.body_bytes = body.size();
+  const bool body_follows = body.size() > kInlineBodyBytes;
+  int pending = 0;
+  CallOp answer, header_send, body_send;
+  Prepare(&answer, &pending);
+  Prepare(&header_send, &pending);
+  Prepare(&body_send, &pending);
+  message_.resize(kFrameHeaderBytes + (body_follows ? 0 : body.size()));
+  EncodeFrameHeader(header, message_.data());
+  if (!body_follows && !body.empty()) {
+    std::memcpy(message_.data() + kFrameHeaderBytes, body.data(), body.size());
+  }
+  absl::StatusOr<MemoryRegion> message_region =
+      endpoint_->Register(message_.data(), message_.size());
+  if (!message_region.ok()) return Break(message_region.status());
+  MemoryRegion body_region;
+  if (body_follows) {
+    absl::StatusOr<MemoryRegion> r =
+        endpoint_->Register(const_cast<uint8_t*>(body.data()), body.size());
+    if (!r.ok()) return Break(r.status());
+    body_region = *std::move(r);
+  }
+  const uint32_t id = header.connection_id, seq = header.sequence;
+  // Posts one operation, making progress while the provider's queue is
+  // full (the operations completing meanwhile are this call's own).
+  auto post = [&](const std::function<absl::Status()>& fn)
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    while (true) {
+      absl::Status s = fn();
+      if (s.ok()) {
+        ++pending;
+        return s;
+      }
+      if (!absl::IsResourceExhausted(s) || absl::Now() > deadline) return s;
+      Completion c[8];
+      const size_t n = endpoint_->Poll(c, 8, absl::Milliseconds(1));
+      for (size_t i = 0; i < n; ++i) {
+        auto* call_op = static_cast<CallOp*>(c[i].op->user);
+        call_op->status = c[i].status;
+        call_op->bytes = c[i].bytes;
+        call_op->done = true;
+        --*call_op->pending;
+      }
+    }
+  };
+  absl::Status s = post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return endpoint_->PostRecv(server_, HeaderTag(id, seq), 0, answer_,
+                               sizeof(answer_), answer_region_.desc(),
+                               &answer.op);
+  });
+  if (s.ok()) {
+    s = post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return endpoint_->PostSend(server_, HeaderTag(id, seq), message_.data(),
+                                 message_.size(), message_region->desc(),
+                                 &header_send.op);
+    });
+  }
+  if (s.ok() && body_follows) {
+    s = post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return endpoint_->PostSend(server_, BodyTag(id, seq), body.data(),
+                                 body.size(), body_region.desc(),
+                                 &body_send.op);
+    });
+  }
+  if (!s.ok()) return Break(s);
+  if (absl::Status waited = Await(&pending, deadline); !waited.ok()) {
+    return waited;
+  }
+  for (CallOp* op : {&header_send, &body_send, &answer}) {
+    if (op->done && !op->status.ok()) {
+      return Break(absl::UnavailableError(absl::StrCat(
+          "data-plane call on connection ", id, ": ", op->status.message())));
+    }
+  }
+  absl::StatusOr<FrameMessage> frame =
+      ParseFrameMessage(absl::MakeConstSpan(answer_, answer.bytes), limits_);
+  if (!frame.ok()) return Break(frame.status());
+  if (frame->header.connection_id != id || frame->header.sequence != seq) {
+    return Break(absl::InternalError(absl::StrCat(
+        "data-plane answer for connection ", frame->header.connection_id,
+        " call ", frame->header.sequence, ", expected ", id, " call ", seq)));
+  }
+  return frame;
+}
+
+absl::Status DataPlaneClient::Call(absl::Span<const uint8_t> request,
+                                   const BodySink& sink, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("data-plane connection ", connection_id_,
+                     " broke earlier (", broken_.message(), "); open another"));
+  }
+  if (request.size() > limits_.max_body_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data-plane request of ", request.size(),
+                     " bytes, over the limit ", limits_.max_body_bytes));
+  }
+  FrameHeader header;
+  header.kind = FrameKind::kRequest;
+  header.connection_id = connection_id_;
+  header.connection_key = key_;
+  if (((++sequence_) & 0x7fffffffu) == 0) ++sequence_;  // 0 is the hello's
+  header.sequence = sequence_ & 0x7fffffffu;
+  absl::StatusOr<FrameMessage> answer = Exchange(header, request, deadline);
+  if (!answer.ok()) return answer.status();
+  if (answer->header.kind != FrameKind::kResponse ||
+      answer->header.connection_key != key_) {
+    return Break(absl::InternalError(absl::StrCat(
+        "data-plane call answered with a ", FrameKindName(answer->header.kind),
+        " frame",
+        answer->header.connection_key != key_ ? " without this connection's key"
+                                              : "")));
+  }
+  if (answer->header.status_code != absl::StatusCode::kOk) {
+    return absl::Status(answer->header.status_code,
+                        absl::string_view(reinterpret_cast<const char*>(
+                                              answer->inline_body.data()),
+                                          answer->inline_body.size()));
+  }
+  const uint64_t bytes = answer->header.body_bytes;
+  absl::StatusOr<absl::Span<uint8_t>> target = sink(bytes);
+  if (target.ok() && target->size() != bytes) {
+    target = absl::InternalError(absl::StrCat(
+        "response sink gave ", target->size(), " bytes for ", bytes));
+  }
+  if (!target.ok()) {
+    // The body (if sent apart) is still on its way: the connection cannot
+    // be used again.
+    return answer->body_follows ? Break(target.status()) : target.status();
+  }
+  if (!answer->body_follows) {
+    if (bytes > 0)
+      std::memcpy(target->data(), answer->inline_body.data(), bytes);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<MemoryRegion> region =
+      endpoint_->Register(target->data(), target->size());
+  if (!region.ok()) return Break(region.status());
+  int pending = 0;
+  CallOp body;
+  Prepare(&body, &pending);
+  absl::Status s = endpoint_->PostRecv(
+      server_, BodyTag(connection_id_, header.sequence), 0, target->data(),
+      target->size(), region->desc(), &body.op);
+  if (!s.ok()) return Break(s);
+  ++pending;
+  if (absl::Status waited = Await(&pending, deadline); !waited.ok()) {
+    return waited;
+  }
+  if (!body.status.ok()) return Break(body.status);
+  if (absl::Status checked = CheckFrameBody(answer->header, body.bytes);
+      !checked.ok()) {
+    return Break(checked);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> DataPlaneClient::Call(
+    absl::Span<const uint8_t> request, absl::Time deadline) {
+  std::string reply;
+  absl::Status s = Call(
+      request,
+      [&reply](uint64_t bytes) -> absl::StatusOr<absl::Span<uint8_t>> {
+        reply.resize(bytes);
+        return absl::MakeSpan(reinterpret_cast<uint8_t*>(reply.data()),
+                              reply.size());
+      },
+      deadline);
+  if (!s.ok()) return s;
+  return reply;
+}
+
+}  // namespace psrt::dataplane

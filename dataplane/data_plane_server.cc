@@ -1,0 +1,593 @@
+#include "dataplane/data_plane_server.h"
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace psrt::dataplane {
+namespace {
+
+enum Purpose : int { kHeaderSlot = 1, kBody, kDrain, kSend };
+
+// Separate bodies from unknown senders drained at once; beyond it their
+// bodies are left to the provider (a sender that could do this holds no
+// connection and gets nothing handed on either way).
+constexpr size_t kMaxDrainsInFlight = 64;
+
+// Request bodies are received into buffers kept for the next request
+// (up to this many bytes of them): a fresh 64 MiB allocation costs its
+// page faults and zeroing on every push, more than the transfer itself.
+constexpr size_t kPooledBodyBytes = size_t{512} << 20;
+
+}  // namespace
+
+// Memory a request body is received into; not zeroed.
+class DataPlaneServer::BodyBuffer {
+ public:
+  explicit BodyBuffer(size_t capacity)
+      : data_(new uint8_t[capacity]), capacity_(capacity) {}
+  uint8_t* data() { return data_.get(); }
+  const uint8_t* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }
+  void set_size(size_t size) { size_ = size; }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t capacity_;
+  size_t size_ = 0;
+};
+
+class DataPlaneServer::BodyBufferPool
+    : public std::enable_shared_from_this<BodyBufferPool> {
+ public:
+  // A buffer of `size` bytes, handed back here when its last user drops
+  // it. Throws std::bad_alloc.
+  std::shared_ptr<BodyBuffer> Take(size_t size) {
+    std::unique_ptr<BodyBuffer> buffer;
+    {
+      absl::MutexLock lock(&mu_);
+      // The smallest kept buffer that is large enough and not over twice
+      // the size (a small request does not pin a huge buffer).
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if ((*it)->capacity() >= size && (*it)->capacity() <= 2 * size + 4096 &&
+            (best == free_.end() || (*it)->capacity() < (*best)->capacity())) {
+          best = it;
+        }
+      }
+      if (best != free_.end()) {
+        buffer = std::move(*best);
+        free_.erase(best);
+        free_bytes_ -= buffer->capacity();
+      }
+    }
+    if (buffer == nullptr) buffer = std::make_unique<BodyBuffer>(size);
+    buffer->set_size(size);
+    std::weak_ptr<BodyBufferPool> pool = weak_from_this();
+    return std::shared_ptr<BodyBuffer>(buffer.release(), [pool](BodyBuffer* b) {
+      std::unique_ptr<BodyBuffer> owned(b);
+      if (auto alive = pool.lock()) alive->Return(std::move(owned));
+    });
+  }
+
+ private:
+  void Return(std::unique_ptr<BodyBuffer> buffer) {
+    absl::MutexLock lock(&mu_);
+    if (free_bytes_ + buffer->capacity() > kPooledBodyBytes) return;
+    free_bytes_ += buffer->capacity();
+    free_.push_back(std::move(buffer));
+  }
+
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<BodyBuffer>> free_ ABSL_GUARDED_BY(mu_);
+  size_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+struct DataPlaneServer::HeaderSlot {
+  Op op;
+  uint8_t bytes[kHeaderMessageBytes];
+  MemoryRegion region;
+};
+
+struct DataPlaneServer::BodyReceive {
+  Op op;
+  FrameHeader header;
+  Caller caller = {FI_ADDR_NOTAVAIL, 0, 0, 0};
+  std::shared_ptr<BodyBuffer> data;
+  MemoryRegion region;
+};
+
+struct DataPlaneServer::PendingSend {
+  Op header_op, body_op;
+  std::vector<uint8_t> message;  // header + inline body
+  std::shared_ptr<const void> owner;
+  MemoryRegion message_region, body_region;
+  int outstanding = 0;
+};
+
+absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
+    DataPlaneServerOptions options, CallHandler handler) {
+  absl::StatusOr<std::unique_ptr<FabricEndpoint>> endpoint =
+      FabricEndpoint::Open(options.fabric);
+  if (!endpoint.ok()) return endpoint.status();
+  std::unique_ptr<DataPlaneServer> server(new DataPlaneServer(
+      std::move(options), std::move(handler), *std::move(endpoint)));
+  for (int i = 0; i < std::max(1, server->options_.header_slots); ++i) {
+    auto slot = std::make_unique<HeaderSlot>();
+    slot->op.purpose = kHeaderSlot;
+    slot->op.user = slot.get();
+    absl::StatusOr<MemoryRegion> region =
+        server->endpoint_->Register(slot->bytes, sizeof(slot->bytes));
+    if (!region.ok()) return region.status();
+    slot->region = *std::move(region);
+    if (absl::Status s = server->PostHeaderSlot(slot.get()); !s.ok()) return s;
+    server->slots_.push_back(std::move(slot));
+  }
+  server->progress_ = std::thread([s = server.get()] { s->ProgressLoop(); });
+  for (int i = 0; i < std::max(1, server->options_.handler_threads); ++i) {
+    server->handlers_.emplace_back([s = server.get()] { s->HandlerLoop(); });
+  }
+  return server;
+}
+
+DataPlaneServer::DataPlaneServer(DataPlaneServerOptions options,
+                                 CallHandler handler,
+                                 std::unique_ptr<FabricEndpoint> endpoint)
+    : options_(std::move(options)),
+      handler_(std::move(handler)),
+      endpoint_(std::move(endpoint)),
+      gate_(options_.token),
+      body_pool_(std::make_shared<BodyBufferPool>()) {}
+
+DataPlaneServer::~DataPlaneServer() {
+  stopping_ = true;
+  if (progress_.joinable()) progress_.join();
+  for (std::thread& t : handlers_) t.join();
+  // Closing the endpoint ends every posted operation; then their memory
+  // (and its registrations) can go, before the domain does.
+  endpoint_->Close();
+  slots_.clear();
+  bodies_.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    sends_.clear();
+    work_.clear();
+  }
+  endpoint_.reset();
+}
+
+DataPlaneServerStats DataPlaneServer::stats() const {
+  DataPlaneServerStats s;
+  s.calls = calls_;
+  s.refused_hellos = refused_hellos_;
+  s.refused_frames = refused_frames_;
+  s.refused_bodies = refused_bodies_;
+  s.bytes_in = bytes_in_;
+  s.bytes_out = bytes_out_;
+  return s;
+}
+
+size_t DataPlaneServer::connections() const {
+  absl::MutexLock lock(&mu_);
+  return connections_.size();
+}
+
+absl::Status DataPlaneServer::Post(const std::function<absl::Status()>& post) {
+  // The provider's queues fill under load; the progress thread drains them.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (true) {
+    absl::Status s = post();
+    if (!absl::IsResourceExhausted(s) || stopping_ || absl::Now() > give_up) {
+      return s;
+    }
+    absl::SleepFor(absl::Microseconds(20));
+  }
+}
+
+absl::Status DataPlaneServer::PostHeaderSlot(HeaderSlot* slot) {
+  return Post([&] {
+    return endpoint_->PostRecv(FI_ADDR_UNSPEC, 0, kAnyHeaderIgnoreBits,
+                               slot->bytes, sizeof(slot->bytes),
+                               slot->region.desc(), &slot->op);
+  });
+}
+
+void DataPlaneServer::ProgressLoop() {
+  Completion completions[32];
+  while (!stopping_) {
+    const size_t n = endpoint_->Poll(completions, 32, absl::Milliseconds(100));
+    for (size_t i = 0; i < n; ++i) {
+      const Completion& c = completions[i];
+      if (c.op == nullptr) continue;
+      switch (c.op->purpose) {
+        case kHeaderSlot: {
+          auto* slot = static_cast<HeaderSlot*>(c.op->user);
+          OnHeader(slot, c);
+          if (absl::Status s = PostHeaderSlot(slot); !s.ok() && !stopping_) {
+            LOG(ERROR) << "data plane: could not post a header receive: " << s;
+          }
+          break;
+        }
+        case kBody:
+          OnBody(static_cast<BodyReceive*>(c.op->user), c);
+          break;
+        case kDrain: {
+          --drains_in_flight_;
+          bodies_.erase(static_cast<BodyReceive*>(c.op->user));
+          break;
+        }
+        case kSend: {
+          auto* send = static_cast<PendingSend*>(c.op->user);
+          if (!c.status.ok()) {
+            LOG_EVERY_N(WARNING, 100)
+                << "data plane: a response could not be sent: " << c.status;
+          }
+          absl::MutexLock lock(&mu_);
+          if (--send->outstanding == 0) sends_.erase(send);
+          break;
+        }
+        default:
+          break;
+      }
+    }
+  }
+}
+
+void DataPlaneServer::OnHeader(HeaderSlot* slot, const Completion& c) {
+  if (!c.status.ok()) {  // longer than any header message: not ours
+    ++refused_frames_;
+    LOG_EVERY_N(WARNING, 100) << "data plane: dropped a message: " << c.status;
+    return;
+  }
+  absl::StatusOr<FrameMessage> frame = ParseFrameMessage(
+      absl::MakeConstSpan(slot->bytes, c.bytes), options_.limits);
+  if (!frame.ok()) {
+    ++refused_frames_;
+    LOG_EVERY_N(WARNING, 100) << "data plane: " << frame.status();
+    return;
+  }
+  switch (frame->header.kind) {
+    case FrameKind::kHello:
+      OnHello(*frame);
+      return;
+    case FrameKind::kRequest:
+      OnRequest(*frame, c.source);
+      return;
+    default:
+      ++refused_frames_;
+      LOG_EVERY_N(WARNING, 100)
+          << "data plane: a client sent a " << FrameKindName(frame->header.kind)
+          << " frame";
+      if (frame->body_follows) {
+        DrainBody(frame->header.connection_id, frame->header.sequence);
+      }
+  }
+}
+
+void DataPlaneServer::OnHello(const FrameMessage& frame) {
+  const uint32_t id = frame.header.connection_id;
+  if (frame.body_follows) {  // hellos are small (FrameLimits)
+    ++refused_hellos_;
+    DrainBody(id, frame.header.sequence);
+    return;
+  }
+  absl::StatusOr<Hello> hello = DecodeHello(
+      absl::string_view(reinterpret_cast<const char*>(frame.inline_body.data()),
+                        frame.inline_body.size()));
+  bool outstanding = false;
+  absl::Status s = hello.status();
+  if (s.ok()) s = gate_.Redeem(id, *hello, &outstanding);
+  if (!s.ok()) {
+    ++refused_hellos_;
+    LOG_EVERY_N(WARNING, 20) << "data plane: refused a hello: " << s;
+    // Only a hello for a challenge this server issued (over gRPC, to a
+    // caller gRPC let in) is answered: an answer to anything else would
+    // let anyone aim this server's messages at any address.
+    if (!outstanding || !hello.ok()) return;
+  }
+  absl::StatusOr<fi_addr_t> peer = endpoint_->InsertPeer(hello->client_address);
+  if (!peer.ok()) {
+    ++refused_hellos_;
+    LOG_EVERY_N(WARNING, 20)
+        << "data plane: refused a hello: " << peer.status();
+    return;
+  }
+  if (!s.ok()) {
+    SendError(Caller{*peer, id, 0, 0}, s);
+    return;
+  }
+  const uint64_t key = NewConnectionKey();
+  {
+    absl::MutexLock lock(&mu_);
+    if (connections_.size() >= options_.max_connections) {
+      auto oldest = connections_.begin();
+      for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+        if (it->second.last_used < oldest->second.last_used) oldest = it;
+      }
+      LOG(INFO) << "data plane: " << connections_.size()
+                << " connections open; closing the least recently used, "
+                << oldest->first;
+      connections_.erase(oldest);
+    }
+    connections_[id] = Connection{*peer, key, ++use_counter_};
+  }
+  FrameHeader welcome;
+  welcome.kind = FrameKind::kWelcome;
+  welcome.connection_id = id;
+  auto key_bytes = std::make_shared<std::array<uint8_t, 8>>();
+  for (int i = 0; i < 8; ++i)
+    (*key_bytes)[i] = static_cast<uint8_t>(key >> (8 * i));
+  SendFrame(*peer, welcome, absl::MakeConstSpan(*key_bytes), key_bytes);
+}
+
+void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
+  const FrameHeader& header = frame.header;
+  Caller caller{FI_ADDR_NOTAVAIL, header.connection_id, header.sequence,
+                header.connection_key};
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = connections_.find(header.connection_id);
+    // The connection's key, and its address where the provider says who
+    // sent the message.
+    if (it != connections_.end() && it->second.key == header.connection_key &&
+        (source == FI_ADDR_NOTAVAIL || source == it->second.peer)) {
+      caller.peer = it->second.peer;
+      it->second.last_used = ++use_counter_;
+    }
+  }
+  if (caller.peer == FI_ADDR_NOTAVAIL) {
+    ++refused_frames_;
+    LOG_EVERY_N(WARNING, 100)
+        << "data plane: a request on connection " << header.connection_id
+        << " without that connection's key or from another address, dropped";
+    if (frame.body_follows) DrainBody(header.connection_id, header.sequence);
+    return;
+  }
+  if (!frame.body_follows) {
+    std::shared_ptr<BodyBuffer> request;
+    try {
+      request = body_pool_->Take(frame.inline_body.size());
+    } catch (const std::bad_alloc&) {
+      SendError(caller,
+                absl::ResourceExhaustedError("no memory for a request"));
+      return;
+    }
+    if (!frame.inline_body.empty()) {
+      std::memcpy(request->data(), frame.inline_body.data(),
+                  frame.inline_body.size());
+    }
+    Dispatch(caller, std::move(request), 0);
+    return;
+  }
+  bool over_budget = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (inflight_body_bytes_ + header.body_bytes >
+        options_.max_inflight_body_bytes) {
+      over_budget = true;
+    } else {
+      inflight_body_bytes_ += header.body_bytes;
+    }
+  }
+  if (over_budget) {
+    DrainBody(header.connection_id, header.sequence);
+    SendError(caller,
+              absl::ResourceExhaustedError(absl::StrCat(
+                  "this PS is receiving ", options_.max_inflight_body_bytes,
+                  " bytes of requests already; retry")));
+    return;
+  }
+  auto body = std::make_unique<BodyReceive>();
+  body->op.purpose = kBody;
+  body->op.user = body.get();
+  body->header = header;
+  body->caller = caller;
+  absl::Status s;
+  try {
+    body->data = body_pool_->Take(header.body_bytes);
+  } catch (const std::bad_alloc&) {
+    s = absl::ResourceExhaustedError(absl::StrCat("no memory for a request of ",
+                                                  header.body_bytes, " bytes"));
+  }
+  if (s.ok()) {
+    absl::StatusOr<MemoryRegion> region =
+        endpoint_->Register(body->data->data(), body->data->size());
+    s = region.status();
+    if (s.ok()) body->region = *std::move(region);
+  }
+  if (s.ok()) {
+    s = Post([&] {
+      return endpoint_->PostRecv(caller.peer,
+                                 BodyTag(header.connection_id, header.sequence),
+                                 0, body->data->data(), body->data->size(),
+                                 body->region.desc(), &body->op);
+    });
+  }
+  if (!s.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      inflight_body_bytes_ -= header.body_bytes;
+    }
+    DrainBody(header.connection_id, header.sequence);
+    SendError(caller, s);
+    return;
+  }
+  BodyReceive* key = body.get();
+  bodies_[key] = std::move(body);
+}
+
+void DataPlaneServer::OnBody(BodyReceive* body, const Completion& c) {
+  std::unique_ptr<BodyReceive> owned = std::move(bodies_[body]);
+  bodies_.erase(body);
+  const FrameHeader& header = body->header;
+  absl::Status s = c.status;
+  if (s.ok()) s = CheckFrameBody(header, c.bytes);
+  if (!s.ok()) {
+    ++refused_bodies_;
+    {
+      absl::MutexLock lock(&mu_);
+      inflight_body_bytes_ -= header.body_bytes;
+    }
+    SendError(body->caller,
+              absl::InvalidArgumentError(absl::StrCat(
+                  "request body refused, nothing applied: ", s.message())));
+    return;
+  }
+  Dispatch(body->caller, std::move(body->data), header.body_bytes);
+}
+
+void DataPlaneServer::DrainBody(uint32_t connection_id, uint32_t sequence) {
+  // shm (1.17) jams its receive queue for every sender when a large
+  // message is truncated into a smaller receive: there the body is left
+  // unmatched, which holds up only its own sender.
+  if (provider() == "shm") return;
+  if (drains_in_flight_ >= kMaxDrainsInFlight) return;
+  auto drain = std::make_unique<BodyReceive>();
+  drain->op.purpose = kDrain;
+  drain->op.user = drain.get();
+  // Zero bytes posted: the body completes truncated, and is gone.
+  if (endpoint_
+          ->PostRecv(FI_ADDR_UNSPEC, BodyTag(connection_id, sequence), 0,
+                     nullptr, 0, nullptr, &drain->op)
+          .ok()) {
+    ++drains_in_flight_;
+    BodyReceive* key = drain.get();
+    bodies_[key] = std::move(drain);
+  }
+}
+
+void DataPlaneServer::Dispatch(const Caller& caller,
+                               std::shared_ptr<BodyBuffer> request,
+                               uint64_t charged_bytes) {
+  absl::MutexLock lock(&mu_);
+  work_.push_back([this, caller, request = std::move(request), charged_bytes] {
+    ++calls_;
+    bytes_in_ += static_cast<int64_t>(request->size());
+    absl::StatusOr<Reply> reply =
+        handler_(caller.connection_id,
+                 absl::MakeConstSpan(request->data(), request->size()));
+    {
+      absl::MutexLock lock(&mu_);
+      inflight_body_bytes_ -= charged_bytes;
+    }
+    if (!reply.ok()) {
+      SendError(caller, reply.status());
+      return;
+    }
+    bytes_out_ += static_cast<int64_t>(reply->bytes.size());
+    FrameHeader header;
+    header.kind = FrameKind::kResponse;
+    header.connection_id = caller.connection_id;
+    header.sequence = caller.sequence;
+    header.connection_key = caller.key;
+    SendFrame(caller.peer, header, reply->bytes, std::move(reply->owner));
+  });
+  work_ready_.Signal();
+}
+
+void DataPlaneServer::SendError(const Caller& caller,
+                                const absl::Status& status) {
+  FrameHeader header;
+  header.kind = FrameKind::kResponse;
+  header.connection_id = caller.connection_id;
+  header.sequence = caller.sequence;
+  header.connection_key = caller.key;
+  header.status_code = status.code();
+  absl::string_view message = status.message();
+  auto text = std::make_shared<std::string>(
+      message.substr(0, std::min(message.size(), kInlineBodyBytes)));
+  absl::Span<const uint8_t> body(reinterpret_cast<const uint8_t*>(text->data()),
+                                 text->size());
+  SendFrame(caller.peer, header, body, std::move(text));
+}
+
+void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
+                                absl::Span<const uint8_t> body,
+                                std::shared_ptr<const void> owner) {
+  FrameHeader header = frame_header;
+  header.body_bytes = body.size();
+  auto send = std::make_unique<PendingSend>();
+  PendingSend* p = send.get();
+  p->header_op.purpose = p->body_op.purpose = kSend;
+  p->header_op.user = p->body_op.user = p;
+  const bool body_follows = body.size() > kInlineBodyBytes;
+  p->message.resize(kFrameHeaderBytes + (body_follows ? 0 : body.size()));
+  EncodeFrameHeader(header, p->message.data());
+  if (!body_follows && !body.empty()) {
+    std::memcpy(p->message.data() + kFrameHeaderBytes, body.data(),
+                body.size());
+  }
+  p->owner = std::move(owner);
+  absl::Status s;
+  if (absl::StatusOr<MemoryRegion> r =
+          endpoint_->Register(p->message.data(), p->message.size());
+      r.ok()) {
+    p->message_region = *std::move(r);
+  } else {
+    s = r.status();
+  }
+  if (s.ok() && body_follows) {
+    absl::StatusOr<MemoryRegion> r =
+        endpoint_->Register(const_cast<uint8_t*>(body.data()), body.size());
+    if (r.ok()) {
+      p->body_region = *std::move(r);
+    } else {
+      s = r.status();
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    p->outstanding = body_follows ? 2 : 1;
+    sends_[p] = std::move(send);
+  }
+  const uint32_t id = header.connection_id, seq = header.sequence;
+  int posted = 0;
+  if (s.ok()) {
+    s = Post([&] {
+      return endpoint_->PostSend(peer, HeaderTag(id, seq), p->message.data(),
+                                 p->message.size(), p->message_region.desc(),
+                                 &p->header_op);
+    });
+    if (s.ok()) ++posted;
+  }
+  if (s.ok() && body_follows) {
+    s = Post([&] {
+      return endpoint_->PostSend(peer, BodyTag(id, seq), body.data(),
+                                 body.size(), p->body_region.desc(),
+                                 &p->body_op);
+    });
+    if (s.ok()) ++posted;
+  }
+  if (!s.ok()) {
+    LOG_EVERY_N(WARNING, 100) << "data plane: could not answer connection "
+                              << id << " call " << seq << ": " << s;
+    absl::MutexLock lock(&mu_);
+    p->outstanding -= (body_follows ? 2 : 1) - posted;
+    if (p->outstanding == 0) sends_.erase(p);
+  }
+}
+
+void DataPlaneServer::HandlerLoop() {
+  while (true) {
+    std::function<void()> work;
+    {
+      absl::MutexLock lock(&mu_);
+      if (work_.empty() && !stopping_) {
+        work_ready_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+      }
+      if (work_.empty()) {
+        if (stopping_) return;
+        continue;
+      }
+      work = std::move(work_.front());
+      work_.pop_front();
+    }
+    work();
+  }
+}
+
+}  // namespace psrt::dataplane

@@ -1,0 +1,157 @@
+// A PS's side of the data plane: one fabric endpoint serving calls from
+// clients that opened a connection with a challenge from this server's
+// gRPC service (connection_gate.h).
+//
+// A progress thread reads the endpoint's completions: header messages
+// (posted receives any client's frame may land in), bodies (received from
+// the connection's own address into memory allocated for exactly the size
+// its header announced, within the limits), and sends. A request whose
+// header and body check is handed to `handler` on one of the handler
+// threads; its Reply (or its error) goes back as one response frame.
+//
+// What arrives is hostile until proven otherwise: a frame that does not
+// parse, names a connection that was never opened, or comes from another
+// address than the one its connection was opened from is counted and
+// dropped (its separate body drained), never handed on; a body that is
+// not exactly its header's size is answered INVALID_ARGUMENT and never
+// handed on. The server keeps serving throughout.
+#ifndef PSRT_DATAPLANE_DATA_PLANE_SERVER_H_
+#define PSRT_DATAPLANE_DATA_PLANE_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "dataplane/connection_gate.h"
+#include "dataplane/fabric_endpoint.h"
+#include "dataplane/frame.h"
+
+namespace psrt::dataplane {
+
+// A call's answer: bytes that `owner` keeps alive until they are sent.
+struct Reply {
+  absl::Span<const uint8_t> bytes;
+  std::shared_ptr<const void> owner;
+};
+
+// Runs on a handler thread; `request` is valid for the call only.
+using CallHandler = std::function<absl::StatusOr<Reply>(
+    uint32_t connection_id, absl::Span<const uint8_t> request)>;
+
+struct DataPlaneServerOptions {
+  FabricOptions fabric;
+  std::string token;  // the cluster's; empty: hellos carry no proof
+  FrameLimits limits;
+  int header_slots = 64;          // header messages received at once
+  int handler_threads = 2;        // calls handled at once
+  size_t max_connections = 1024;  // beyond: the least recently used closes
+  // Request bodies being received or handled at once, in bytes; a request
+  // beyond it is answered RESOURCE_EXHAUSTED.
+  uint64_t max_inflight_body_bytes = uint64_t{2} << 30;
+};
+
+struct DataPlaneServerStats {
+  int64_t calls = 0;           // handed to the handler
+  int64_t refused_hellos = 0;  // no challenge, or a proof that did not check
+  int64_t refused_frames = 0;  // malformed, unknown connection, wrong sender
+  int64_t refused_bodies = 0;  // not the size their header announced
+  int64_t bytes_in = 0;        // request bodies handed on
+  int64_t bytes_out = 0;       // reply bodies sent
+};
+
+class DataPlaneServer {
+ public:
+  // UNAVAILABLE when the provider cannot be opened here.
+  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(
+      DataPlaneServerOptions options, CallHandler handler);
+  ~DataPlaneServer();
+  DataPlaneServer(const DataPlaneServer&) = delete;
+  DataPlaneServer& operator=(const DataPlaneServer&) = delete;
+
+  const std::string& address() const { return endpoint_->address(); }
+  const std::string& provider() const { return endpoint_->provider(); }
+
+  // For the gRPC handshake (whose caller gRPC authenticated).
+  Challenge IssueChallenge() { return gate_.Issue(); }
+
+  DataPlaneServerStats stats() const;
+  size_t connections() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct HeaderSlot;
+  struct BodyReceive;
+  class BodyBuffer;
+  class BodyBufferPool;
+  struct PendingSend;
+  struct Connection {
+    fi_addr_t peer = FI_ADDR_NOTAVAIL;
+    uint64_t key = 0;  // frame.h's connection key
+    uint64_t last_used = 0;
+  };
+  // Where a call's answer goes.
+  struct Caller {
+    fi_addr_t peer;
+    uint32_t connection_id;
+    uint32_t sequence;
+    uint64_t key;
+  };
+
+  DataPlaneServer(DataPlaneServerOptions options, CallHandler handler,
+                  std::unique_ptr<FabricEndpoint> endpoint);
+  absl::Status PostHeaderSlot(HeaderSlot* slot);
+  void ProgressLoop();
+  void OnHeader(HeaderSlot* slot, const Completion& c);
+  void OnHello(const FrameMessage& frame);
+  void OnRequest(const FrameMessage& frame, fi_addr_t source);
+  void OnBody(BodyReceive* body, const Completion& c);
+  void DrainBody(uint32_t connection_id, uint32_t sequence);
+  void Dispatch(const Caller& caller, std::shared_ptr<BodyBuffer> request,
+                uint64_t charged_bytes);
+  void SendFrame(fi_addr_t peer, const FrameHeader& header,
+                 absl::Span<const uint8_t> body,
+                 std::shared_ptr<const void> owner);
+  void SendError(const Caller& caller, const absl::Status& status);
+  absl::Status Post(const std::function<absl::Status()>& post);
+  void HandlerLoop();
+
+  const DataPlaneServerOptions options_;
+  const CallHandler handler_;
+  std::unique_ptr<FabricEndpoint> endpoint_;
+  ConnectionGate gate_;
+  std::shared_ptr<BodyBufferPool> body_pool_;
+  std::atomic<bool> stopping_{false};
+
+  // The progress thread's own.
+  std::vector<std::unique_ptr<HeaderSlot>> slots_;
+  absl::flat_hash_map<BodyReceive*, std::unique_ptr<BodyReceive>> bodies_;
+  uint64_t use_counter_ = 0;
+  size_t drains_in_flight_ = 0;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, Connection> connections_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<PendingSend*, std::unique_ptr<PendingSend>> sends_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> work_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar work_ready_;
+  uint64_t inflight_body_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::atomic<int64_t> calls_{0}, refused_hellos_{0}, refused_frames_{0},
+      refused_bodies_{0}, bytes_in_{0}, bytes_out_{0};
+
+  std::thread progress_;
+  std::vector<std::thread> handlers_;
+};
+
+}  // namespace psrt::dataplane
+
+#endif  // PSRT_DATAPLANE_DATA_PLANE_SERVER_H_

@@ -1,0 +1,453 @@
+// The data plane end to end over real libfabric providers (tcp and shm) in
+// one process: calls, the token, hostile frames and bodies, deadlines.
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dataplane/data_plane_client.h"
+#include "dataplane/data_plane_server.h"
+#include "dataplane/forked_server.h"
+#include "gtest/gtest.h"
+
+namespace psrt::dataplane {
+namespace {
+
+constexpr char kToken[] = "cluster-token";
+
+absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + seed);
+  return v;
+}
+
+// Calls with bodies inline (0, 1 and 4096 bytes), just apart, and of
+// 8 MiB come back reversed (the handlers' answer), exactly, into the
+// caller's own buffer and not a byte past it.
+void ExpectExactRoundTrips(DataPlaneClient* client) {
+  for (size_t n : {size_t{0}, size_t{1}, kInlineBodyBytes, kInlineBodyBytes + 1,
+                   size_t{8} << 20}) {
+    const std::vector<uint8_t> request = Pattern(n, static_cast<uint8_t>(n));
+    std::vector<uint8_t> mine(n + 1, 0xee);  // the caller's buffer
+    absl::Status s = client->Call(
+        request,
+        [&](uint64_t bytes) -> absl::StatusOr<absl::Span<uint8_t>> {
+          if (bytes != n) return absl::InternalError("unexpected size");
+          return absl::MakeSpan(mine.data(), bytes);
+        },
+        In(absl::Seconds(10)));
+    ASSERT_TRUE(s.ok()) << n << ": " << s;
+    EXPECT_TRUE(std::equal(request.rbegin(), request.rend(), mine.begin()))
+        << n;
+    EXPECT_EQ(mine[n], 0xee) << "written past the " << n << " bytes";
+  }
+}
+
+// A handler that answers a request with its bytes reversed, and counts.
+class DataPlaneTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void StartServer(FrameLimits limits = FrameLimits()) {
+    DataPlaneServerOptions options;
+    options.fabric = Fabric();
+    options.token = kToken;
+    options.limits = limits;
+    absl::StatusOr<std::unique_ptr<DataPlaneServer>> server =
+        DataPlaneServer::Start(
+            options,
+            [this](uint32_t,
+                   absl::Span<const uint8_t> request) -> absl::StatusOr<Reply> {
+              ++handled_;
+              if (request.size() == 5 &&
+                  std::memcmp(request.data(), "sleep", 5) == 0) {
+                absl::SleepFor(absl::Seconds(1));
+              }
+              if (request.size() == 4 &&
+                  std::memcmp(request.data(), "fail", 4) == 0) {
+                return absl::FailedPreconditionError("asked to fail");
+              }
+              auto reversed = std::make_shared<std::vector<uint8_t>>(
+                  request.rbegin(), request.rend());
+              return Reply{absl::MakeConstSpan(*reversed), reversed};
+            });
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  FabricOptions Fabric() const {
+    FabricOptions fabric;
+    fabric.provider = GetParam();
+    return fabric;
+  }
+
+  absl::StatusOr<std::unique_ptr<DataPlaneClient>> Connect(
+      absl::string_view token = kToken) {
+    return DataPlaneClient::Connect(Fabric(), server_->address(),
+                                    server_->IssueChallenge(), token,
+                                    In(absl::Seconds(10)));
+  }
+
+  std::atomic<int> handled_{0};
+  std::unique_ptr<DataPlaneServer> server_;
+};
+
+TEST_P(DataPlaneTest, CallsCarryExactBytesIntoTheCallersMemory) {
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_NE((*client)->provider().find(GetParam()), std::string::npos);
+  ExpectExactRoundTrips(client->get());
+  EXPECT_EQ(handled_, 5);
+  EXPECT_EQ(server_->stats().bytes_in,
+            static_cast<int64_t>(1 + 2 * kInlineBodyBytes + 1 + (8 << 20)));
+}
+
+TEST_P(DataPlaneTest, AClientWithoutTheTokenIsRefusedAndNothingIsHandled) {
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  auto refused = Connect("not-the-token");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("does not check"),
+            std::string::npos)
+      << refused.status();
+  // A challenge can open one connection: its second hello is not answered.
+  const Challenge challenge = server_->IssueChallenge();
+  auto first = DataPlaneClient::Connect(Fabric(), server_->address(), challenge,
+                                        kToken, In(absl::Seconds(10)));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second =
+      DataPlaneClient::Connect(Fabric(), server_->address(), challenge, kToken,
+                               In(absl::Milliseconds(500)));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable)
+      << second.status();
+  EXPECT_EQ(server_->stats().refused_hellos, 2);
+  EXPECT_EQ(server_->connections(), 1u);
+  EXPECT_EQ(handled_, 0);
+  auto reply = (*first)->Call(Pattern(3, 1), In(absl::Seconds(10)));
+  EXPECT_TRUE(reply.ok()) << reply.status();
+}
+
+// A peer speaking the framing by hand, to send what a client never would.
+class RawPeer {
+ public:
+  RawPeer(const FabricOptions& fabric, const std::string& server_address) {
+    endpoint_ = *FabricEndpoint::Open(fabric);
+    server_ = *endpoint_->InsertPeer(server_address);
+  }
+  // Sends `bytes` and waits for the send to complete, unless `wait` is
+  // false (a body the server drains may never complete its sender).
+  void Send(uint64_t tag, const std::vector<uint8_t>& bytes, bool wait = true) {
+    ops_.push_back(std::make_unique<Op>());
+    kept_.push_back(bytes);
+    Op& op = *ops_.back();
+    const std::vector<uint8_t>& kept = kept_.back();
+    absl::Status posted;
+    Completion c;
+    // The first send to a peer waits for its connection (tcp).
+    while (absl::IsResourceExhausted(
+        posted = endpoint_->PostSend(server_, tag, kept.data(), kept.size(),
+                                     nullptr, &op))) {
+      endpoint_->Poll(&c, 1, absl::Milliseconds(1));
+    }
+    ASSERT_TRUE(posted.ok()) << posted;
+    while (wait) {
+      ASSERT_EQ(endpoint_->Poll(&c, 1, absl::Seconds(10)), 1u);
+      if (c.op == &op) return;
+    }
+  }
+  static std::vector<uint8_t> Message(const FrameHeader& header,
+                                      absl::string_view inline_body = "") {
+    std::vector<uint8_t> m(kFrameHeaderBytes);
+    EncodeFrameHeader(header, m.data());
+    m.insert(m.end(), inline_body.begin(), inline_body.end());
+    return m;
+  }
+  // The answer to `sequence` on `connection`, or nullopt within 1 s.
+  absl::StatusOr<FrameMessage> Answer(uint32_t connection, uint32_t sequence) {
+    Op op;
+    EXPECT_TRUE(endpoint_
+                    ->PostRecv(server_, HeaderTag(connection, sequence), 0,
+                               answer_, sizeof(answer_), nullptr, &op)
+                    .ok());
+    Completion c;
+    if (endpoint_->Poll(&c, 1, absl::Seconds(1)) == 0) {
+      endpoint_->Cancel(&op);
+      while (endpoint_->Poll(&c, 1, absl::Seconds(1)) == 0) {
+      }
+      return absl::DeadlineExceededError("no answer");
+    }
+    return ParseFrameMessage(absl::MakeConstSpan(answer_, c.bytes),
+                             FrameLimits());
+  }
+  // Opens a connection as a client would; key() is then its key.
+  uint64_t key() const { return key_; }
+  uint32_t Open(const Challenge& challenge) {
+    FrameHeader hello;
+    hello.kind = FrameKind::kHello;
+    hello.connection_id = challenge.connection_id;
+    const std::string body =
+        EncodeHello(endpoint_->address(),
+                    HelloProof(kToken, challenge, endpoint_->address()));
+    hello.body_bytes = body.size();
+    Send(HeaderTag(challenge.connection_id, 0), Message(hello, body));
+    absl::StatusOr<FrameMessage> welcome = Answer(challenge.connection_id, 0);
+    EXPECT_TRUE(welcome.ok()) << welcome.status();
+    if (welcome.ok()) {
+      EXPECT_EQ(welcome->header.kind, FrameKind::kWelcome);
+      EXPECT_EQ(welcome->inline_body.size(), 8u);
+      std::memcpy(&key_, welcome->inline_body.data(), 8);  // little-endian
+    }
+    return challenge.connection_id;
+  }
+
+ private:
+  std::unique_ptr<FabricEndpoint> endpoint_;
+  fi_addr_t server_;
+  std::vector<std::unique_ptr<Op>> ops_;
+  uint64_t key_ = 0;
+  std::deque<std::vector<uint8_t>> kept_;
+  uint8_t answer_[kHeaderMessageBytes];
+};
+
+TEST_P(DataPlaneTest, ForgedFramesAreDroppedAndTheServerKeepsServing) {
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  RawPeer attacker(Fabric(), server_->address());
+  // A request naming the client's connection, from another address.
+  FrameHeader request;
+  request.kind = FrameKind::kRequest;
+  request.connection_id = (*client)->connection_id();
+  request.sequence = 1;
+  request.body_bytes = 3;
+  attacker.Send(HeaderTag(request.connection_id, 1),
+                RawPeer::Message(request, "abc"));
+  // Garbage, and a frame kind only a server sends.
+  attacker.Send(HeaderTag(5, 5), std::vector<uint8_t>(64, 0x41));
+  FrameHeader welcome;
+  welcome.kind = FrameKind::kWelcome;
+  attacker.Send(HeaderTag(0, 0), RawPeer::Message(welcome));
+  // Last (its body may hold up the attacker's own later messages on shm):
+  // one with a separate body, naming a connection never opened.
+  request.connection_id = 77;
+  request.body_bytes = 100000;
+  attacker.Send(HeaderTag(77, 1), RawPeer::Message(request));
+  attacker.Send(BodyTag(77, 1), std::vector<uint8_t>(100000, 1), false);
+  const absl::Time until = In(absl::Seconds(10));
+  while (server_->stats().refused_frames < 4 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(server_->stats().refused_frames, 4);
+  EXPECT_EQ(handled_, 0);
+  auto reply = (*client)->Call(Pattern(10, 3), In(absl::Seconds(10)));
+  EXPECT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(handled_, 1);
+}
+
+// (Not over shm: libfabric 1.17's shm jams its receive queue for every
+// sender once a message is truncated into a shorter receive, seen here as
+// the next client's send spinning forever; docs/architecture.md.)
+TEST_P(DataPlaneTest, ABodyNotItsHeadersSizeIsRefusedWithNothingHandled) {
+  FrameLimits limits;
+  limits.max_body_bytes = 1 << 20;
+  ASSERT_NO_FATAL_FAILURE(StartServer(limits));
+  FrameHeader request;
+  request.kind = FrameKind::kRequest;
+  request.body_bytes = 10000;
+  {
+    // Longer than announced: the fabric truncates it into the 10000 bytes
+    // posted, and the server refuses it. (rxm may then close the
+    // connection before the refusal reaches it: the answer is not waited
+    // for.)
+    RawPeer liar(Fabric(), server_->address());
+    request.connection_id = liar.Open(server_->IssueChallenge());
+    request.connection_key = liar.key();
+    request.sequence = 1;
+    liar.Send(HeaderTag(request.connection_id, 1), RawPeer::Message(request));
+    liar.Send(BodyTag(request.connection_id, 1),
+              std::vector<uint8_t>(10100, 2));
+    const absl::Time until = In(absl::Seconds(10));
+    while (server_->stats().refused_bodies < 1 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_EQ(server_->stats().refused_bodies, 1);
+  }
+  RawPeer peer(Fabric(), server_->address());
+  const uint32_t id = peer.Open(server_->IssueChallenge());
+  request.connection_id = id;
+  request.connection_key = peer.key();
+  // Shorter than announced: refused, and said so.
+  request.sequence = 2;
+  peer.Send(HeaderTag(id, 2), RawPeer::Message(request));
+  peer.Send(BodyTag(id, 2), std::vector<uint8_t>(9000, 2));
+  absl::StatusOr<FrameMessage> answer = peer.Answer(id, 2);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->header.status_code, absl::StatusCode::kInvalidArgument);
+  const std::string message(answer->inline_body.begin(),
+                            answer->inline_body.end());
+  EXPECT_NE(message.find("nothing applied"), std::string::npos) << message;
+  // Over the server's limit: not even received; the frame is dropped.
+  request.sequence = 3;
+  request.body_bytes = (1 << 20) + 1;
+  peer.Send(HeaderTag(id, 3), RawPeer::Message(request));
+  EXPECT_FALSE(peer.Answer(id, 3).ok());
+  // An inline body one byte off its header.
+  request.sequence = 4;
+  request.body_bytes = 5;
+  peer.Send(HeaderTag(id, 4), RawPeer::Message(request, "four"));
+  EXPECT_FALSE(peer.Answer(id, 4).ok());
+  EXPECT_EQ(handled_, 0);
+  EXPECT_EQ(server_->stats().refused_bodies, 2);
+  EXPECT_EQ(server_->stats().refused_frames, 2);
+  // The same connection's well-formed call is served.
+  request.sequence = 5;
+  request.body_bytes = 10000;
+  peer.Send(HeaderTag(id, 5), RawPeer::Message(request));
+  peer.Send(BodyTag(id, 5), std::vector<uint8_t>(10000, 2));
+  answer = peer.Answer(id, 5);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->header.status_code, absl::StatusCode::kOk);
+  EXPECT_EQ(answer->header.body_bytes, 10000u);
+  EXPECT_EQ(handled_, 1);
+}
+
+TEST_P(DataPlaneTest, ErrorsComeBackAndDeadlinesBreakOnlyTheirConnection) {
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::string fail = "fail";
+  auto failed = (*client)->Call(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(fail.data()), 4),
+      In(absl::Seconds(10)));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(failed.status().message(), "asked to fail");
+  EXPECT_FALSE((*client)->broken());
+  const std::string sleep = "sleep";
+  const absl::Time start = absl::Now();
+  auto late = (*client)->Call(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(sleep.data()), 5),
+      In(absl::Milliseconds(200)));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(900));
+  EXPECT_TRUE((*client)->broken());
+  auto after = (*client)->Call(Pattern(3, 1), In(absl::Seconds(10)));
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable);
+  auto fresh = Connect();
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  auto reply = (*fresh)->Call(Pattern(3, 1), In(absl::Seconds(10)));
+  EXPECT_TRUE(reply.ok()) << reply.status();
+}
+
+// In one process over tcp only: two shm endpoints in one process crashed
+// in libfabric (3 runs in 40); shm runs across processes below, as a PS
+// and its clients do.
+INSTANTIATE_TEST_SUITE_P(InProcess, DataPlaneTest, ::testing::Values("tcp"));
+
+// The server in a child process. Its handler answers "count" with the
+// number of calls it handled before, anything else with the request
+// reversed.
+class ForkedDataPlaneTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    DataPlaneServerOptions options;
+    options.fabric.provider = GetParam();
+    options.token = kToken;
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    auto server = ForkedServer::Start(
+        options,
+        [calls](uint32_t,
+                absl::Span<const uint8_t> request) -> absl::StatusOr<Reply> {
+          if (request.size() == 5 &&
+              std::memcmp(request.data(), "count", 5) == 0) {
+            auto text =
+                std::make_shared<std::string>(std::to_string(calls->load()));
+            return Reply{absl::MakeConstSpan(
+                             reinterpret_cast<const uint8_t*>(text->data()),
+                             text->size()),
+                         text};
+          }
+          ++*calls;
+          auto reversed = std::make_shared<std::vector<uint8_t>>(
+              request.rbegin(), request.rend());
+          return Reply{absl::MakeConstSpan(*reversed), reversed};
+        },
+        3);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  absl::StatusOr<std::unique_ptr<DataPlaneClient>> Connect(
+      int challenge, absl::string_view token = kToken) {
+    FabricOptions fabric;
+    fabric.provider = GetParam();
+    return DataPlaneClient::Connect(fabric, server_->address(),
+                                    server_->challenges()[challenge], token,
+                                    In(absl::Seconds(10)));
+  }
+
+  std::unique_ptr<ForkedServer> server_;
+};
+
+TEST_P(ForkedDataPlaneTest, CallsCarryExactBytesBetweenProcesses) {
+  auto client = Connect(0);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_NE((*client)->provider().find(GetParam()), std::string::npos);
+  ExpectExactRoundTrips(client->get());
+}
+
+TEST_P(ForkedDataPlaneTest, AWrongTokenIsRefusedAndAForgedRequestNotHandled) {
+  auto refused = Connect(0, "not-the-token");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied)
+      << refused.status();
+  auto client = Connect(1);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Call(Pattern(10, 1), In(absl::Seconds(10))).ok());
+  // Another process names the client's connection without its key (over
+  // shm the provider reports such a sender as the client itself).
+  RawPeer attacker(FabricOptions{GetParam(), "127.0.0.1"}, server_->address());
+  FrameHeader forged;
+  forged.kind = FrameKind::kRequest;
+  forged.connection_id = (*client)->connection_id();
+  forged.sequence = 1000;
+  forged.body_bytes = 3;
+  attacker.Send(HeaderTag(forged.connection_id, 1000),
+                RawPeer::Message(forged, "abc"));
+  EXPECT_FALSE(attacker.Answer(forged.connection_id, 1000).ok());
+  const std::string count = "count";
+  auto calls = (*client)->Call(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(count.data()), 5),
+      In(absl::Seconds(10)));
+  ASSERT_TRUE(calls.ok()) << calls.status();
+  EXPECT_EQ(*calls, "1");  // the client's call only
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, ForkedDataPlaneTest,
+                         ::testing::Values("tcp", "shm"));
+
+TEST(FabricEndpointTest, AMissingProviderIsUnavailableByName) {
+  FabricOptions fabric;
+  fabric.provider = "no_such_provider";
+  auto endpoint = FabricEndpoint::Open(fabric);
+  ASSERT_FALSE(endpoint.ok());
+  EXPECT_EQ(endpoint.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(endpoint.status().message().find("no_such_provider"),
+            std::string::npos)
+      << endpoint.status();
+}
+
+TEST(FabricEndpointTest, PeerAddressesAreCheckedBeforeLibfabricReadsThem) {
+  auto endpoint = FabricEndpoint::Open(FabricOptions());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  EXPECT_FALSE((*endpoint)->InsertPeer("").ok());
+  EXPECT_FALSE((*endpoint)->InsertPeer(std::string(3, 'x')).ok());
+  EXPECT_FALSE((*endpoint)->InsertPeer(std::string(1000, 'x')).ok());
+  EXPECT_TRUE((*endpoint)->InsertPeer((*endpoint)->address()).ok());
+}
+
+}  // namespace
+}  // namespace psrt::dataplane

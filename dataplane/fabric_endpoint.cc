@@ -1,0 +1,297 @@
+#include "dataplane/fabric_endpoint.h"
+
+#include <netinet/in.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <cstring>
+#include <thread>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+
+namespace psrt::dataplane {
+namespace {
+
+static_assert(std::is_standard_layout_v<Op>,
+              "an Op is handed to libfabric as its own first member");
+
+constexpr size_t kMaxAddressBytes = 256;
+
+}  // namespace
+
+MemoryRegion::~MemoryRegion() {
+  if (mr_ != nullptr) fi_close(&mr_->fid);
+}
+
+MemoryRegion::MemoryRegion(MemoryRegion&& other) noexcept
+    : mr_(other.mr_), desc_(other.desc_) {
+  other.mr_ = nullptr;
+  other.desc_ = nullptr;
+}
+
+MemoryRegion& MemoryRegion::operator=(MemoryRegion&& other) noexcept {
+  if (this != &other) {
+    if (mr_ != nullptr) fi_close(&mr_->fid);
+    mr_ = other.mr_;
+    desc_ = other.desc_;
+    other.mr_ = nullptr;
+    other.desc_ = nullptr;
+  }
+  return *this;
+}
+
+absl::Status FabricEndpoint::Fail(absl::string_view call, int rc) const {
+  return absl::UnavailableError(absl::StrCat(
+      "libfabric ", call, " (", provider_, "): ", fi_strerror(-rc)));
+}
+
+absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
+    const FabricOptions& options) {
+  std::unique_ptr<FabricEndpoint> endpoint(new FabricEndpoint());
+  endpoint->provider_ = options.provider;
+  fi_info* hints = fi_allocinfo();
+  if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo");
+  hints->caps = FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->threading = FI_THREAD_SAFE;
+  hints->fabric_attr->prov_name = strdup(options.provider.c_str());
+  fi_info* info = nullptr;
+  const bool bind_node = options.provider != "shm" && !options.node.empty();
+  int rc = fi_getinfo(
+      FI_VERSION(1, 17), bind_node ? options.node.c_str() : nullptr,
+      bind_node ? "0" : nullptr, bind_node ? FI_SOURCE : 0, hints, &info);
+  fi_freeinfo(hints);
+  if (rc != 0 || info == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("libfabric has no provider \"", options.provider,
+                     "\" for tagged reliable messages",
+                     bind_node ? absl::StrCat(" on ", options.node) : "", ": ",
+                     fi_strerror(-rc)));
+  }
+  std::unique_ptr<fi_info, decltype(&fi_freeinfo)> info_owner(info,
+                                                              &fi_freeinfo);
+  endpoint->provider_ = info->fabric_attr->prov_name;
+  // Providers offer more than was asked (RMA, atomics); asking for those
+  // too makes some (shm) want memory-registration modes this endpoint
+  // never uses. Keep to what it uses.
+  constexpr uint64_t kUsed =
+      FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV | FI_SEND | FI_RECV;
+  info->caps &= kUsed;
+
+  if (info->tx_attr != nullptr) info->tx_attr->caps &= kUsed;
+  if (info->rx_attr != nullptr) info->rx_attr->caps &= kUsed;
+  switch (info->addr_format) {
+    case FI_SOCKADDR_IN:
+      endpoint->address_bytes_ = sizeof(sockaddr_in);
+      break;
+    case FI_SOCKADDR_IN6:
+      endpoint->address_bytes_ = sizeof(sockaddr_in6);
+      break;
+    default:
+      endpoint->address_bytes_ = 0;
+  }
+  FabricEndpoint* e = endpoint.get();
+  if ((rc = fi_fabric(info->fabric_attr, &e->fabric_, nullptr)) != 0) {
+    return e->Fail("fi_fabric", rc);
+  }
+  rc = fi_domain(e->fabric_, info, &e->domain_, nullptr);
+  if (rc == -FI_ENODATA) {
+    // shm 1.17 states its domain's registration mode in the old form
+    // (FI_MR_BASIC | FI_MR_SCALABLE) and opens a domain only for a user
+    // asking exactly FI_MR_BASIC: the same three bits (virtual addresses,
+    // allocated memory, provider keys) in that form, no local
+    // registration.
+    info->domain_attr->mr_mode = FI_MR_BASIC;
+    rc = fi_domain(e->fabric_, info, &e->domain_, nullptr);
+  }
+  if (rc != 0) return e->Fail("fi_domain", rc);
+  e->needs_registration_ = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+  fi_cq_attr cq_attr = {};
+  cq_attr.format = FI_CQ_FORMAT_TAGGED;
+  cq_attr.size = 4096;
+  // A blocking read where the provider wakes it (tcp: its sockets); shm
+  // has nothing to wake a waiter, so its completions are polled.
+  e->can_wait_ = options.provider != "shm";
+  cq_attr.wait_obj = e->can_wait_ ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
+  if (fi_cq_open(e->domain_, &cq_attr, &e->cq_, nullptr) != 0) {
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    e->can_wait_ = false;
+    if ((rc = fi_cq_open(e->domain_, &cq_attr, &e->cq_, nullptr)) != 0) {
+      return e->Fail("fi_cq_open", rc);
+    }
+  }
+  fi_av_attr av_attr = {};
+  av_attr.type = FI_AV_UNSPEC;
+  if ((rc = fi_av_open(e->domain_, &av_attr, &e->av_, nullptr)) != 0) {
+    return e->Fail("fi_av_open", rc);
+  }
+  if ((rc = fi_endpoint(e->domain_, info, &e->ep_, nullptr)) != 0) {
+    return e->Fail("fi_endpoint", rc);
+  }
+  if ((rc = fi_ep_bind(e->ep_, &e->av_->fid, 0)) != 0) {
+    return e->Fail("fi_ep_bind(av)", rc);
+  }
+  if ((rc = fi_ep_bind(e->ep_, &e->cq_->fid, FI_TRANSMIT | FI_RECV)) != 0) {
+    return e->Fail("fi_ep_bind(cq)", rc);
+  }
+  if ((rc = fi_enable(e->ep_)) != 0) return e->Fail("fi_enable", rc);
+  char name[kMaxAddressBytes];
+  size_t length = sizeof(name);
+  if ((rc = fi_getname(&e->ep_->fid, name, &length)) != 0) {
+    return e->Fail("fi_getname", rc);
+  }
+  e->address_.assign(name, length);
+  return endpoint;
+}
+
+void FabricEndpoint::Close() {
+  if (ep_ != nullptr) fi_close(&ep_->fid);
+  ep_ = nullptr;
+}
+
+FabricEndpoint::~FabricEndpoint() {
+  Close();
+  if (av_ != nullptr) fi_close(&av_->fid);
+  if (cq_ != nullptr) fi_close(&cq_->fid);
+  if (domain_ != nullptr) fi_close(&domain_->fid);
+  if (fabric_ != nullptr) fi_close(&fabric_->fid);
+}
+
+absl::StatusOr<fi_addr_t> FabricEndpoint::InsertPeer(
+    absl::string_view address) {
+  if (address.empty() || address.size() > kMaxAddressBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fabric address of ", address.size(), " bytes (1 to ",
+                     kMaxAddressBytes, " expected)"));
+  }
+  if (address_bytes_ != 0 && address.size() != address_bytes_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fabric address of ", address.size(), " bytes; ",
+                     provider_, " addresses have ", address_bytes_));
+  }
+  if (address_bytes_ == 0 &&
+      address.find('\0') != address.size() - 1) {  // a C string, whole
+    return absl::InvalidArgumentError(
+        absl::StrCat(provider_, " address is not one terminated string"));
+  }
+  // libfabric reads the bytes; keep them in memory this call owns.
+  std::string copy(address);
+  fi_addr_t peer = FI_ADDR_NOTAVAIL;
+  const int inserted = fi_av_insert(av_, copy.data(), 1, &peer, 0, nullptr);
+  if (inserted != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        provider_, " refused a peer address (fi_av_insert: ",
+        inserted < 0 ? fi_strerror(-inserted) : "not inserted", ")"));
+  }
+  return peer;
+}
+
+void FabricEndpoint::RemovePeer(fi_addr_t peer) {
+  fi_av_remove(av_, &peer, 1, 0);
+}
+
+absl::StatusOr<MemoryRegion> FabricEndpoint::Register(void* data,
+                                                      size_t bytes) {
+  MemoryRegion region;
+  if (!needs_registration_) return region;
+  int rc = fi_mr_reg(domain_, data, bytes, FI_SEND | FI_RECV, 0, 0, 0,
+                     &region.mr_, nullptr);
+  if (rc != 0) return Fail("fi_mr_reg", rc);
+  region.desc_ = fi_mr_desc(region.mr_);
+  return region;
+}
+
+absl::Status FabricEndpoint::PostSend(fi_addr_t peer, uint64_t tag,
+                                      const void* data, size_t bytes,
+                                      void* desc, Op* op) {
+  const ssize_t rc = fi_tsend(ep_, data, bytes, desc, peer, tag, op);
+  if (rc == 0) return absl::OkStatus();
+  if (rc == -FI_EAGAIN) return absl::ResourceExhaustedError("send queue full");
+  return Fail("fi_tsend", static_cast<int>(rc));
+}
+
+absl::Status FabricEndpoint::PostRecv(fi_addr_t source, uint64_t tag,
+                                      uint64_t ignore, void* data, size_t bytes,
+                                      void* desc, Op* op) {
+  const ssize_t rc = fi_trecv(ep_, data, bytes, desc, source, tag, ignore, op);
+  if (rc == 0) return absl::OkStatus();
+  if (rc == -FI_EAGAIN) {
+    return absl::ResourceExhaustedError("receive queue full");
+  }
+  return Fail("fi_trecv", static_cast<int>(rc));
+}
+
+void FabricEndpoint::Cancel(Op* op) { fi_cancel(&ep_->fid, op); }
+
+size_t FabricEndpoint::Poll(Completion* out, size_t max,
+                            absl::Duration timeout) {
+  constexpr size_t kBatch = 32;
+  fi_cq_tagged_entry entries[kBatch];
+  fi_addr_t sources[kBatch];
+  max = std::min(max, kBatch);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  ssize_t n;
+  while (true) {
+    if (can_wait_) {
+      const int64_t ms = std::max<int64_t>(
+          0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+      n = fi_cq_sreadfrom(cq_, entries, max, sources, nullptr,
+                          static_cast<int>(std::min<int64_t>(ms, 1000)));
+    } else {
+      n = fi_cq_readfrom(cq_, entries, max, sources);
+    }
+    if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT) break;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return 0;
+    if (!can_wait_) {
+      // Polled: spin (yielding) for the first 200 us, then nap, so that an
+      // idle endpoint costs little CPU and a busy one little latency.
+      if (now - start < absl::Microseconds(200)) {
+        std::this_thread::yield();
+      } else {
+        absl::SleepFor(std::min(absl::Microseconds(50), deadline - now));
+      }
+    }
+  }
+  if (n == -FI_EAVAIL) {
+    fi_cq_err_entry error = {};
+    if (fi_cq_readerr(cq_, &error, 0) != 1) return 0;
+    Completion& c = out[0];
+    c = Completion();
+    c.op = static_cast<Op*>(error.op_context);
+    c.tag = error.tag;
+    c.bytes = error.len;
+    if (error.err == FI_ETRUNC) {
+      c.status = absl::InvalidArgumentError(
+          absl::StrCat("message longer than the ", error.len,
+                       " bytes posted for it (", error.olen, " over)"));
+    } else if (error.err == FI_ECANCELED) {
+      c.status = absl::CancelledError("operation cancelled");
+    } else {
+      c.status = absl::UnavailableError(absl::StrCat(
+          "libfabric (", provider_, "): ", fi_strerror(error.err)));
+    }
+    return 1;
+  }
+  if (n < 0) return 0;
+  for (ssize_t i = 0; i < n; ++i) {
+    Completion& c = out[i];
+    c = Completion();
+    c.op = static_cast<Op*>(entries[i].op_context);
+    c.bytes = entries[i].len;
+    c.tag = entries[i].tag;
+    c.source = sources[i];
+  }
+  return static_cast<size_t>(n);
+}
+
+}  // namespace psrt::dataplane
