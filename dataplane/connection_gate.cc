@@ -1,11 +1,10 @@
 #include "dataplane/connection_gate.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include "absl/strings/str_cat.h"
+#include "security/hmac.h"
 
 namespace psrt::dataplane {
 namespace {
@@ -35,9 +34,13 @@ absl::StatusOr<std::string> TakeField(absl::string_view* body,
   return field;
 }
 
+void RandomBytes(void* out, size_t n) {
+  RAND_bytes(static_cast<unsigned char*>(out), static_cast<int>(n));
+}
+
 uint32_t RandomId() {
   uint32_t id = 0;
-  RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof(id));
+  RandomBytes(&id, sizeof(id));
   return id;
 }
 
@@ -46,7 +49,7 @@ uint32_t RandomId() {
 uint64_t NewConnectionKey() {
   uint64_t key = 0;
   while (key == 0) {
-    RAND_bytes(reinterpret_cast<unsigned char*>(&key), sizeof(key));
+    RandomBytes(&key, sizeof(key));
   }
   return key;
 }
@@ -54,15 +57,9 @@ uint64_t NewConnectionKey() {
 std::string HelloProof(absl::string_view token, const Challenge& challenge,
                        absl::string_view client_address) {
   if (token.empty()) return "";
-  const std::string message =
-      absl::StrCat("psrt-dataplane/1|", challenge.connection_id, "|",
-                   challenge.nonce, "|", client_address);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(),
-       digest, &length);
-  return std::string(reinterpret_cast<const char*>(digest), length);
+  return HmacSha256(
+      token, absl::StrCat("psrt-dataplane/1|", challenge.connection_id, "|",
+                          challenge.nonce, "|", client_address));
 }
 
 std::string EncodeHello(absl::string_view client_address,
@@ -100,8 +97,7 @@ ConnectionGate::ConnectionGate(std::string token, size_t max_pending,
 Challenge ConnectionGate::Issue() {
   Challenge challenge;
   challenge.nonce.resize(kNonceBytes);
-  RAND_bytes(reinterpret_cast<unsigned char*>(challenge.nonce.data()),
-             kNonceBytes);
+  RandomBytes(challenge.nonce.data(), kNonceBytes);
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
   DropExpiredLocked(now);

@@ -12,14 +12,26 @@ namespace {
 struct CallOp {
   Op op;
   int* pending = nullptr;
-  absl::Status status;
+  absl::Status status;  // stays OK until the operation completes
   uint64_t bytes = 0;
-  bool done = false;
 };
 
 void Prepare(CallOp* call_op, int* pending) {
   call_op->op.user = call_op;
   call_op->pending = pending;
+}
+
+// Waits up to `timeout` for completions, which drives the provider's
+// progress, and records each in its CallOp.
+void RecordCompletions(FabricEndpoint* endpoint, absl::Duration timeout) {
+  Completion completions[8];
+  const size_t n = endpoint->Poll(completions, 8, timeout);
+  for (size_t i = 0; i < n; ++i) {
+    auto* call_op = static_cast<CallOp*>(completions[i].op->user);
+    call_op->status = completions[i].status;
+    call_op->bytes = completions[i].bytes;
+    --*call_op->pending;
+  }
 }
 
 }  // namespace
@@ -113,7 +125,6 @@ absl::Status DataPlaneClient::Break(absl::Status why) {
 }
 
 absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
-  Completion completions[8];
   while (*pending > 0) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
@@ -121,14 +132,7 @@ absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
           absl::StrCat("data-plane call on connection ", connection_id_,
                        " passed its deadline")));
     }
-    const size_t n = endpoint_->Poll(completions, 8, left);
-    for (size_t i = 0; i < n; ++i) {
-      auto* call_op = static_cast<CallOp*>(completions[i].op->user);
-      call_op->status = completions[i].status;
-      call_op->bytes = completions[i].bytes;
-      call_op->done = true;
-      --*call_op->pending;
-    }
+    RecordCompletions(endpoint_.get(), left);
   }
   return absl::OkStatus();
 }
@@ -171,15 +175,7 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
         return s;
       }
       if (!absl::IsResourceExhausted(s) || absl::Now() > deadline) return s;
-      Completion c[8];
-      const size_t n = endpoint_->Poll(c, 8, absl::Milliseconds(1));
-      for (size_t i = 0; i < n; ++i) {
-        auto* call_op = static_cast<CallOp*>(c[i].op->user);
-        call_op->status = c[i].status;
-        call_op->bytes = c[i].bytes;
-        call_op->done = true;
-        --*call_op->pending;
-      }
+      RecordCompletions(endpoint_.get(), absl::Milliseconds(1));
     }
   };
   absl::Status s = post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -206,7 +202,7 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
     return waited;
   }
   for (CallOp* op : {&header_send, &body_send, &answer}) {
-    if (op->done && !op->status.ok()) {
+    if (!op->status.ok()) {
       return Break(absl::UnavailableError(absl::StrCat(
           "data-plane call on connection ", id, ": ", op->status.message())));
     }

@@ -160,6 +160,17 @@ class RawPeer {
       if (c.op == &op) return;
     }
   }
+  // A request with `body` inline, on `connection_id` with `key`.
+  void SendRequest(uint32_t connection_id, uint32_t sequence, uint64_t key,
+                   absl::string_view body) {
+    FrameHeader request;
+    request.kind = FrameKind::kRequest;
+    request.connection_id = connection_id;
+    request.sequence = sequence;
+    request.connection_key = key;
+    request.body_bytes = body.size();
+    Send(HeaderTag(connection_id, sequence), Message(request, body));
+  }
   static std::vector<uint8_t> Message(const FrameHeader& header,
                                       absl::string_view inline_body = "") {
     std::vector<uint8_t> m(kFrameHeaderBytes);
@@ -220,21 +231,18 @@ TEST_P(DataPlaneTest, ForgedFramesAreDroppedAndTheServerKeepsServing) {
   ASSERT_TRUE(client.ok()) << client.status();
   RawPeer attacker(Fabric(), server_->address());
   // A request naming the client's connection, from another address.
-  FrameHeader request;
-  request.kind = FrameKind::kRequest;
-  request.connection_id = (*client)->connection_id();
-  request.sequence = 1;
-  request.body_bytes = 3;
-  attacker.Send(HeaderTag(request.connection_id, 1),
-                RawPeer::Message(request, "abc"));
+  attacker.SendRequest((*client)->connection_id(), 1, 0, "abc");
   // Garbage, and a frame kind only a server sends.
   attacker.Send(HeaderTag(5, 5), std::vector<uint8_t>(64, 0x41));
   FrameHeader welcome;
   welcome.kind = FrameKind::kWelcome;
   attacker.Send(HeaderTag(0, 0), RawPeer::Message(welcome));
-  // Last (its body may hold up the attacker's own later messages on shm):
-  // one with a separate body, naming a connection never opened.
+  // One with a separate body, naming a connection never opened (its body
+  // is drained; the attacker's send of it may never complete).
+  FrameHeader request;
+  request.kind = FrameKind::kRequest;
   request.connection_id = 77;
+  request.sequence = 1;
   request.body_bytes = 100000;
   attacker.Send(HeaderTag(77, 1), RawPeer::Message(request));
   attacker.Send(BodyTag(77, 1), std::vector<uint8_t>(100000, 1), false);
@@ -410,14 +418,8 @@ TEST_P(ForkedDataPlaneTest, AWrongTokenIsRefusedAndAForgedRequestNotHandled) {
   // Another process names the client's connection without its key (over
   // shm the provider reports such a sender as the client itself).
   RawPeer attacker(FabricOptions{GetParam(), "127.0.0.1"}, server_->address());
-  FrameHeader forged;
-  forged.kind = FrameKind::kRequest;
-  forged.connection_id = (*client)->connection_id();
-  forged.sequence = 1000;
-  forged.body_bytes = 3;
-  attacker.Send(HeaderTag(forged.connection_id, 1000),
-                RawPeer::Message(forged, "abc"));
-  EXPECT_FALSE(attacker.Answer(forged.connection_id, 1000).ok());
+  attacker.SendRequest((*client)->connection_id(), 1000, 0, "abc");
+  EXPECT_FALSE(attacker.Answer((*client)->connection_id(), 1000).ok());
   const std::string count = "count";
   auto calls = (*client)->Call(
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(count.data()), 5),

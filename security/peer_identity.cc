@@ -1,24 +1,14 @@
 #include "security/peer_identity.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "security/hmac.h"
 
 namespace psrt {
 namespace {
-
-std::string HmacSha256(absl::string_view key, absl::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
-       &length);
-  return std::string(reinterpret_cast<const char*>(out), length);
-}
 
 std::string ProofBytes(const std::string& secret, int task,
                        absl::string_view method) {

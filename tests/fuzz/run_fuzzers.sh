@@ -58,7 +58,7 @@ sources=(
   ps_server/rpc/request_item.cc ps_server/rpc/pull_handler.cc
   ps_server/rpc/push_handler.cc ps_server/rpc/push_dedup.cc
   ps_server/rpc/rendezvous_store.cc
-  dataplane/frame.cc dataplane/connection_gate.cc
+  dataplane/frame.cc dataplane/connection_gate.cc security/hmac.cc
   ps_server/replication/replica_applier.cc ps_server/replication/snapshot_installer.cc
   ps_server/checkpoint/checkpoint_catalog.cc ps_server/checkpoint/shard_file.cc
   storage/storage.cc storage/file_storage.cc
@@ -77,7 +77,7 @@ for src in "${sources[@]}"; do
   # Rebuilt when its source or any header is newer (a header's change, a
   # virtual's return type say, must not link against stale objects).
   if [[ ! -f "$obj" || "$src" -nt "$obj" ||
-    -n "$(find proto partitioner util ps_server storage ps_worker dataplane -name '*.h' \
+    -n "$(find proto partitioner util ps_server storage ps_worker dataplane security -name '*.h' \
       -newer "$obj" -print -quit)" ]]; then
     # shellcheck disable=SC2086
     clang++ $cflags -fsanitize=fuzzer-no-link -c "$src" -o "$obj" &
