@@ -1,5 +1,6 @@
 #include "dataplane/data_plane_client.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -124,6 +125,9 @@ absl::Status DataPlaneClient::Break(absl::Status why) {
   return why;
 }
 
+// How often a waiting call asks peer_check_ whether the PS is gone.
+constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(50);
+
 absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
   while (*pending > 0) {
     const absl::Duration left = deadline - absl::Now();
@@ -132,7 +136,10 @@ absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
           absl::StrCat("data-plane call on connection ", connection_id_,
                        " passed its deadline")));
     }
-    RecordCompletions(endpoint_.get(), left);
+    RecordCompletions(endpoint_.get(), std::min(left, kPeerCheckInterval));
+    if (*pending > 0 && peer_check_) {
+      if (absl::Status s = peer_check_(); !s.ok()) return Break(s);
+    }
   }
   return absl::OkStatus();
 }

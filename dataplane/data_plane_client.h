@@ -53,6 +53,17 @@ class DataPlaneClient {
                                    absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Asked every 50 ms while a call waits: an error (the PS's process is
+  // gone, which shm never reports) breaks the call with it at once
+  // instead of at its deadline. Set before the first call.
+  void set_peer_check(std::function<absl::Status()> check) {
+    peer_check_ = std::move(check);
+  }
+  // The peer check's answer now (OK without one).
+  absl::Status CheckPeer() const {
+    return peer_check_ ? peer_check_() : absl::OkStatus();
+  }
+
   const std::string& provider() const { return provider_; }
   uint32_t connection_id() const { return connection_id_; }
   bool broken() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -76,6 +87,7 @@ class DataPlaneClient {
   const uint32_t connection_id_;
   const FrameLimits limits_;
   uint64_t key_ = 0;  // the welcome's connection key (frame.h)
+  std::function<absl::Status()> peer_check_;
   mutable absl::Mutex mu_;
   std::unique_ptr<FabricEndpoint> endpoint_ ABSL_GUARDED_BY(mu_);
   uint32_t sequence_ ABSL_GUARDED_BY(mu_) = 0;

@@ -17,75 +17,7 @@ enum Purpose : int { kHeaderSlot = 1, kBody, kDrain, kSend };
 // connection and gets nothing handed on either way).
 constexpr size_t kMaxDrainsInFlight = 64;
 
-// Request bodies are received into buffers kept for the next request
-// (up to this many bytes of them): a fresh 64 MiB allocation costs its
-// page faults and zeroing on every push, more than the transfer itself.
-constexpr size_t kPooledBodyBytes = size_t{512} << 20;
-
 }  // namespace
-
-// Memory a request body is received into; not zeroed.
-class DataPlaneServer::BodyBuffer {
- public:
-  explicit BodyBuffer(size_t capacity)
-      : data_(new uint8_t[capacity]), capacity_(capacity) {}
-  uint8_t* data() { return data_.get(); }
-  const uint8_t* data() const { return data_.get(); }
-  size_t size() const { return size_; }
-  size_t capacity() const { return capacity_; }
-  void set_size(size_t size) { size_ = size; }
-
- private:
-  std::unique_ptr<uint8_t[]> data_;
-  size_t capacity_;
-  size_t size_ = 0;
-};
-
-class DataPlaneServer::BodyBufferPool
-    : public std::enable_shared_from_this<BodyBufferPool> {
- public:
-  // A buffer of `size` bytes, handed back here when its last user drops
-  // it. Throws std::bad_alloc.
-  std::shared_ptr<BodyBuffer> Take(size_t size) {
-    std::unique_ptr<BodyBuffer> buffer;
-    {
-      absl::MutexLock lock(&mu_);
-      // The smallest kept buffer that is large enough and not over twice
-      // the size (a small request does not pin a huge buffer).
-      auto best = free_.end();
-      for (auto it = free_.begin(); it != free_.end(); ++it) {
-        if ((*it)->capacity() >= size && (*it)->capacity() <= 2 * size + 4096 &&
-            (best == free_.end() || (*it)->capacity() < (*best)->capacity())) {
-          best = it;
-        }
-      }
-      if (best != free_.end()) {
-        buffer = std::move(*best);
-        free_.erase(best);
-        free_bytes_ -= buffer->capacity();
-      }
-    }
-    if (buffer == nullptr) buffer = std::make_unique<BodyBuffer>(size);
-    buffer->set_size(size);
-    std::weak_ptr<BodyBufferPool> pool = weak_from_this();
-    return std::shared_ptr<BodyBuffer>(buffer.release(), [pool](BodyBuffer* b) {
-      std::unique_ptr<BodyBuffer> owned(b);
-      if (auto alive = pool.lock()) alive->Return(std::move(owned));
-    });
-  }
-
- private:
-  void Return(std::unique_ptr<BodyBuffer> buffer) {
-    absl::MutexLock lock(&mu_);
-    if (free_bytes_ + buffer->capacity() > kPooledBodyBytes) return;
-    free_bytes_ += buffer->capacity();
-    free_.push_back(std::move(buffer));
-  }
-
-  absl::Mutex mu_;
-  std::vector<std::unique_ptr<BodyBuffer>> free_ ABSL_GUARDED_BY(mu_);
-  size_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 struct DataPlaneServer::HeaderSlot {
   Op op;
@@ -111,6 +43,14 @@ struct DataPlaneServer::PendingSend {
 
 absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
     DataPlaneServerOptions options, CallHandler handler) {
+  return Start(std::move(options), [handler = std::move(handler)](
+                                       Request request, Respond respond) {
+    respond(handler(request.connection_id, request.bytes));
+  });
+}
+
+absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
+    DataPlaneServerOptions options, AsyncCallHandler handler) {
   absl::StatusOr<std::unique_ptr<FabricEndpoint>> endpoint =
       FabricEndpoint::Open(options.fabric);
   if (!endpoint.ok()) return endpoint.status();
@@ -135,15 +75,24 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
 }
 
 DataPlaneServer::DataPlaneServer(DataPlaneServerOptions options,
-                                 CallHandler handler,
+                                 AsyncCallHandler handler,
                                  std::unique_ptr<FabricEndpoint> endpoint)
     : options_(std::move(options)),
       handler_(std::move(handler)),
+      liveness_(std::make_shared<Liveness>()),
       endpoint_(std::move(endpoint)),
       gate_(options_.token),
-      body_pool_(std::make_shared<BodyBufferPool>()) {}
+      body_pool_(std::make_shared<BodyBufferPool>()) {
+  absl::MutexLock lock(&liveness_->mu);
+  liveness_->server = this;
+}
 
 DataPlaneServer::~DataPlaneServer() {
+  {
+    // Answers from now on send nothing; one being sent finishes first.
+    absl::MutexLock lock(&liveness_->mu);
+    liveness_->server = nullptr;
+  }
   stopping_ = true;
   if (progress_.joinable()) progress_.join();
   for (std::thread& t : handlers_) t.join();
@@ -467,26 +416,38 @@ void DataPlaneServer::Dispatch(const Caller& caller,
   work_.push_back([this, caller, request = std::move(request), charged_bytes] {
     ++calls_;
     bytes_in_ += static_cast<int64_t>(request->size());
-    absl::StatusOr<Reply> reply =
-        handler_(caller.connection_id,
-                 absl::MakeConstSpan(request->data(), request->size()));
-    {
-      absl::MutexLock lock(&mu_);
-      inflight_body_bytes_ -= charged_bytes;
-    }
-    if (!reply.ok()) {
-      SendError(caller, reply.status());
-      return;
-    }
-    bytes_out_ += static_cast<int64_t>(reply->bytes.size());
-    FrameHeader header;
-    header.kind = FrameKind::kResponse;
-    header.connection_id = caller.connection_id;
-    header.sequence = caller.sequence;
-    header.connection_key = caller.key;
-    SendFrame(caller.peer, header, reply->bytes, std::move(reply->owner));
+    Request call;
+    call.connection_id = caller.connection_id;
+    call.bytes = absl::MakeConstSpan(request->data(), request->size());
+    call.owner = request;
+    handler_(std::move(call), [liveness = liveness_, caller,
+                               charged_bytes](absl::StatusOr<Reply> reply) {
+      absl::ReaderMutexLock lock(&liveness->mu);
+      if (liveness->server != nullptr) {
+        liveness->server->Answer(caller, std::move(reply), charged_bytes);
+      }
+    });
   });
   work_ready_.Signal();
+}
+
+void DataPlaneServer::Answer(const Caller& caller, absl::StatusOr<Reply> reply,
+                             uint64_t charged_bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    inflight_body_bytes_ -= charged_bytes;
+  }
+  if (!reply.ok()) {
+    SendError(caller, reply.status());
+    return;
+  }
+  bytes_out_ += static_cast<int64_t>(reply->bytes.size());
+  FrameHeader header;
+  header.kind = FrameKind::kResponse;
+  header.connection_id = caller.connection_id;
+  header.sequence = caller.sequence;
+  header.connection_key = caller.key;
+  SendFrame(caller.peer, header, reply->bytes, std::move(reply->owner));
 }
 
 void DataPlaneServer::SendError(const Caller& caller,

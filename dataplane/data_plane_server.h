@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "dataplane/body_buffer_pool.h"
 #include "dataplane/connection_gate.h"
 #include "dataplane/fabric_endpoint.h"
 #include "dataplane/frame.h"
@@ -47,6 +48,20 @@ struct Reply {
 // Runs on a handler thread; `request` is valid for the call only.
 using CallHandler = std::function<absl::StatusOr<Reply>(
     uint32_t connection_id, absl::Span<const uint8_t> request)>;
+
+// A request as an AsyncCallHandler gets it: `bytes` stay valid while
+// `owner` is held.
+struct Request {
+  uint32_t connection_id = 0;
+  absl::Span<const uint8_t> bytes;
+  std::shared_ptr<const void> owner;
+};
+// Answers one call. Call it exactly once, from any thread; once the
+// server is gone it sends nothing.
+using Respond = std::function<void(absl::StatusOr<Reply>)>;
+// Starts on a handler thread and may answer later from another (a push
+// held for other workers' steps), so a wait holds no handler thread.
+using AsyncCallHandler = std::function<void(Request request, Respond respond)>;
 
 struct DataPlaneServerOptions {
   FabricOptions fabric;
@@ -73,6 +88,9 @@ class DataPlaneServer {
  public:
   // UNAVAILABLE when the provider cannot be opened here.
   static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(
+      DataPlaneServerOptions options, AsyncCallHandler handler);
+  // The same with a handler that answers before it returns.
+  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(
       DataPlaneServerOptions options, CallHandler handler);
   ~DataPlaneServer();
   DataPlaneServer(const DataPlaneServer&) = delete;
@@ -90,8 +108,6 @@ class DataPlaneServer {
  private:
   struct HeaderSlot;
   struct BodyReceive;
-  class BodyBuffer;
-  class BodyBufferPool;
   struct PendingSend;
   struct Connection {
     fi_addr_t peer = FI_ADDR_NOTAVAIL;
@@ -106,8 +122,16 @@ class DataPlaneServer {
     uint64_t key;
   };
 
-  DataPlaneServer(DataPlaneServerOptions options, CallHandler handler,
+  // What a Respond reaches: the server, until it stops.
+  struct Liveness {
+    absl::Mutex mu;
+    DataPlaneServer* server ABSL_GUARDED_BY(mu);
+  };
+
+  DataPlaneServer(DataPlaneServerOptions options, AsyncCallHandler handler,
                   std::unique_ptr<FabricEndpoint> endpoint);
+  void Answer(const Caller& caller, absl::StatusOr<Reply> reply,
+              uint64_t charged_bytes);
   absl::Status PostHeaderSlot(HeaderSlot* slot);
   void ProgressLoop();
   void OnHeader(HeaderSlot* slot, const Completion& c);
@@ -125,7 +149,8 @@ class DataPlaneServer {
   void HandlerLoop();
 
   const DataPlaneServerOptions options_;
-  const CallHandler handler_;
+  const AsyncCallHandler handler_;
+  const std::shared_ptr<Liveness> liveness_;
   std::unique_ptr<FabricEndpoint> endpoint_;
   ConnectionGate gate_;
   std::shared_ptr<BodyBufferPool> body_pool_;

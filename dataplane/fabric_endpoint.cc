@@ -8,7 +8,9 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 
@@ -54,6 +56,17 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
     const FabricOptions& options) {
   std::unique_ptr<FabricEndpoint> endpoint(new FabricEndpoint());
   endpoint->provider_ = options.provider;
+  // rxm (tcp) keeps 16 KiB buffers, 128 per connection queue: 86 MiB
+  // resident for an idle PS. 8 KiB (a header message with its inline
+  // body fits) and 16 per queue: 15 MiB, and the same bandwidth
+  // (docs/benchmarks.md). The environment still decides where it says.
+  // Set once, before libfabric first reads it.
+  static std::once_flag rxm_defaults;
+  std::call_once(rxm_defaults, [] {
+    setenv("FI_OFI_RXM_BUFFER_SIZE", "8192", /*overwrite=*/0);
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
+    setenv("FI_OFI_RXM_MSG_TX_SIZE", "16", 0);
+  });
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo");
   hints->caps = FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV;

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "cli/data_plane_flags.h"
 #include "cli/help.h"
 #include "cli/security_flags.h"
 #include "gflags/gflags.h"
@@ -229,6 +230,10 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
     options.evict_at_memory_limit = true;
   }
   options.replicas = FLAGS_replicas;
+  auto data_plane = psrt::DataPlaneFromFlags();
+  if (!data_plane.ok()) return data_plane.status();
+  options.data_plane = data_plane->data_plane;
+  options.data_plane_providers = data_plane->providers;
   options.ssd_tier_dir = FLAGS_ssd_tier_dir;  // empty: Run makes one
   if (!(FLAGS_eviction_interval_secs > 0)) {
     return absl::InvalidArgumentError(

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cli/data_plane_flags.h"
 #include "cli/help.h"
 #include "cli/security_flags.h"
 #include "gflags/gflags.h"
@@ -319,6 +320,10 @@ absl::StatusOr<TrainerOptions> TrainerOptionsFromFlags() {
   auto security = SecurityOptionsFromFlags();
   if (!security.ok()) return security.status();
   o.client.security = *security;
+  auto data_plane = DataPlaneFromFlags();
+  if (!data_plane.ok()) return data_plane.status();
+  o.client.data_plane = data_plane->data_plane;
+  o.client.data_plane_providers = data_plane->providers;
   auto wire_dtype = ParseWireDtypeFlag(FLAGS_wire_dtype);
   if (!wire_dtype.ok()) return wire_dtype.status();
   o.client.wire_dtype = *wire_dtype;

@@ -439,7 +439,13 @@ TEST_F(ClusterTest, SyncStepAppliesTheMeanOfEveryWorkersGradient) {
 // Every series docs/operations.md lists, from a live server, with values
 // that follow from what the test did.
 TEST_F(ClusterTest, MetricsEndpointServesEveryDocumentedSeries) {
-  auto client = NewClient();
+  // Over gRPC: its standard series count the calls too (over the data
+  // plane the psrt_* series are the same: data_plane_cluster_test).
+  ClientOptions over_grpc = cluster_->MakeClientOptions();
+  over_grpc.data_plane = "grpc";
+  auto connected = Client::Connect(over_grpc);
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  std::unique_ptr<Client> client = *std::move(connected);
   VariableSpec d = Spec("d", DENSE, {1000}, 1, OptimizerSpec::SGD, 1.0f);
   VariableSpec e = Spec("e", EMBEDDING, {100, 4}, 1, OptimizerSpec::SGD, 1.0f);
   ASSERT_EQ(client->CreateVariables({d, e}), absl::OkStatus());
@@ -576,8 +582,11 @@ TEST(ClusterMessageTest, LargeTensorsTravelInBoundedMessages) {
   ASSERT_TRUE(stats.ok());
   EXPECT_GT((*stats)[0].bytes_in(), kFloats * 4);
 
-  // The bound is real: a client whose messages are 4 MiB is refused.
+  // The bound is real: a client whose messages are 4 MiB is refused
+  // (gRPC's per-message bound; the data plane bounds a call's whole body
+  // by --max_push_bytes instead).
   ClientOptions big_messages = (*cluster)->MakeClientOptions();
+  big_messages.data_plane = "grpc";
   big_messages.message_bytes = 4 << 20;
   big_messages.max_attempts = 1;
   auto unsplit = Client::Connect(big_messages);

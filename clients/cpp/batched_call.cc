@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "clients/cpp/data_plane_rpc.h"
 #include "clients/cpp/ps_task_status.h"
 #include "glog/logging.h"
 #include "proto/frame_packer.h"
@@ -272,12 +273,34 @@ PsConnection* BatchedCall::ConnectionFor(int ps) const {
   return (*context_.connections)[serving].get();
 }
 
+bool BatchedCall::FitsDataPlane(const Call& call) const {
+  // A data-plane call is one body each way, held whole in memory: calls
+  // beyond (a pull of more than 768 MiB, say) keep to gRPC's stream.
+  constexpr uint64_t kMaxBody = uint64_t{768} << 20;
+  uint64_t bytes = 0;
+  if (push_) {
+    for (const grpc::ByteBuffer& m : call.push_messages) bytes += m.Length();
+  } else {
+    for (const PullTarget& t : call.targets) bytes += t.floats * sizeof(float);
+  }
+  return bytes <= kMaxBody;
+}
+
 void BatchedCall::Launch(Call* call) {
   ++call->attempts;
   const absl::Duration timeout = context_.options->call_timeout;
-  if (push_) {
+  DataPlaneLink* data_plane = call->connection->data_plane();
+  if (data_plane != nullptr && !FitsDataPlane(*call)) data_plane = nullptr;
+  if (data_plane != nullptr && !data_plane->Usable()) data_plane = nullptr;
+  if (push_ && data_plane != nullptr) {
+    call->rpc = std::make_unique<DataPlanePushCall>(
+        data_plane, &call->push_messages, timeout);
+  } else if (push_) {
     call->rpc = std::make_unique<PushCall>(call->connection,
                                            &call->push_messages, timeout);
+  } else if (data_plane != nullptr) {
+    call->rpc = std::make_unique<DataPlanePullCall>(
+        data_plane, call->pull_request, &call->targets, timeout);
   } else {
     call->rpc = std::make_unique<PullCall>(call->connection, call->pull_request,
                                            &call->targets, timeout);
@@ -423,7 +446,7 @@ absl::Status BatchedCall::Wait() {
   if (result.ok() && !push_) {
     bool first = true;
     for (const Call& call : calls_) {
-      const auto* pull = static_cast<const PullCall*>(call.rpc.get());
+      const auto* pull = static_cast<const PullRpcCall*>(call.rpc.get());
       if (pull == nullptr) continue;
       sync_step_ =
           first ? pull->sync_step() : std::min(sync_step_, pull->sync_step());

@@ -63,6 +63,8 @@ class BatchedCall {
   // `item`'s gradient in 16-bit `dtype`, in a buffer of narrowed_.
   const char* Narrow(WireDtype dtype, const PlannedItem& item);
   void Launch(Call* call);
+  // Small enough for one data-plane body each way.
+  bool FitsDataPlane(const Call& call) const;
   PsConnection* ConnectionFor(int ps) const;
   bool Retryable(const grpc::Status& status) const;
   // `failure` with what each PS did with this push appended ("applied on

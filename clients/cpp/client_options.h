@@ -30,8 +30,18 @@ struct ClientOptions {
   // Largest message sent or asked for; tensors are split into messages of
   // this size (one embedding row at least).
   size_t message_bytes = 1 << 20;
-  // TCP connections per PS; calls are spread over them.
+  // TCP connections per PS; calls are spread over them (and as many
+  // data-plane connections).
   int channels_per_ps = 2;
+  // How pushes and pulls travel (clients/cpp/data_plane_link.h): "grpc",
+  // or "fabric" (libfabric, where the PS serves it and a provider opens
+  // here; else gRPC, said once in the log). Opt-in: slower than gRPC
+  // today (docs/benchmarks.md, "Data plane").
+  std::string data_plane = "grpc";
+  // The data plane's providers this client may open: "tcp"; "shm" too
+  // for shared memory to a PS on this host, where the PS serves it (not
+  // by default: see docs/architecture.md, dataplane/).
+  std::vector<std::string> data_plane_providers = {"tcp"};
   // Identifies this worker in push headers (sync modes); -1 if none.
   int worker_index = -1;
   // With 2 PS run with --replicas > 1, the worker this client votes as,

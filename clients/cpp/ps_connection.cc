@@ -1,9 +1,11 @@
 #include "clients/cpp/ps_connection.h"
 
+#include <climits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "clients/cpp/data_plane_link.h"
 #include "clients/cpp/ps_task_status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -48,6 +50,10 @@ grpc::ChannelArguments ClientChannelArguments(const ClientOptions& options,
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // With pushes and pulls on the data plane, a channel may see no call
+  // for long: it stays connected (never idle), so that a channel not
+  // READY means the PS is gone (a data-plane call's peer check).
+  args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, INT_MAX);
   return args;
 }
 
@@ -69,7 +75,13 @@ PsConnection::PsConnection(int ps_task, std::string address,
     channels_.push_back(std::move(c));
   }
   stub_ = ParameterServer::NewStub(channels_[0].channel);
+  // The data plane carries no encryption: with TLS, all stays on gRPC.
+  if (options.data_plane == "fabric" && !options.security.tls()) {
+    data_plane_ = std::make_unique<DataPlaneLink>(this, options);
+  }
 }
+
+PsConnection::~PsConnection() = default;
 
 bool PsConnection::Unreachable() const {
   for (const Channel& c : channels_) {
@@ -78,6 +90,26 @@ bool PsConnection::Unreachable() const {
     }
   }
   return true;
+}
+
+bool PsConnection::Down() const {
+  bool failed = false;
+  for (const Channel& c : channels_) {
+    const grpc_connectivity_state state =
+        c.channel->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) return false;
+    failed |= state == GRPC_CHANNEL_TRANSIENT_FAILURE;
+  }
+  return failed;
+}
+
+uint64_t PsConnection::ChannelEpoch() const {
+  for (const Channel& c : channels_) {
+    const bool ready =
+        c.channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
+    if (c.was_ready->exchange(ready) && !ready) ++channel_epoch_;
+  }
+  return channel_epoch_.load();
 }
 
 absl::Status PsConnection::StatusOf(const grpc::Status& s,

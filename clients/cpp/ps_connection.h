@@ -20,9 +20,12 @@
 
 namespace psrt {
 
+class DataPlaneLink;
+
 class PsConnection {
  public:
   PsConnection(int ps_task, std::string address, const ClientOptions& options);
+  ~PsConnection();
   PsConnection(const PsConnection&) = delete;
   PsConnection& operator=(const PsConnection&) = delete;
 
@@ -44,10 +47,23 @@ class PsConnection {
     return *channels_[i].push;
   }
   ParameterServer::Stub* stub() const { return stub_.get(); }
+  // Pushes and pulls over libfabric (data_plane_link.h); null when the
+  // client keeps them on gRPC (--data_plane=grpc, TLS).
+  DataPlaneLink* data_plane() const { return data_plane_.get(); }
 
   // True when no channel to this PS is connected (READY): of several
   // failures in one call, such a PS's is the likely cause to name.
   bool Unreachable() const;
+
+  // True when no channel is READY and one failed to connect
+  // (TRANSIENT_FAILURE): the PS's process is gone or cut off. Idle
+  // channels are asked to connect, so a PS that restarted is not taken
+  // for down once they have.
+  bool Down() const;
+  // Counts the times a channel was seen to leave READY (polled here):
+  // a data-plane connection opened at one count is to a PS process that
+  // may be gone at a later one (a PS restarted on its address).
+  uint64_t ChannelEpoch() const;
 
   // Polls the standard health service until SERVING or the deadline.
   absl::Status WaitHealthy(absl::Time deadline) const;
@@ -56,12 +72,17 @@ class PsConnection {
   struct Channel {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<grpc::internal::RpcMethod> pull, push;
+    // Last seen READY (ChannelEpoch).
+    std::unique_ptr<std::atomic<bool>> was_ready =
+        std::make_unique<std::atomic<bool>>(false);
   };
   const int ps_task_;
   const std::string address_;
   std::vector<Channel> channels_;
   std::unique_ptr<ParameterServer::Stub> stub_;
   std::atomic<uint32_t> next_{0};
+  mutable std::atomic<uint64_t> channel_epoch_{0};
+  std::unique_ptr<DataPlaneLink> data_plane_;  // after what it uses
 };
 
 // Channel arguments shared by every psrt client channel.

@@ -4,6 +4,7 @@
 #ifndef PSRT_CLIENTS_CPP_RPC_CALL_H_
 #define PSRT_CLIENTS_CPP_RPC_CALL_H_
 
+#include <cstdint>
 #include <functional>
 
 #include "grpcpp/support/status.h"
@@ -17,6 +18,13 @@ class RpcCall {
   virtual void Start(std::function<void()> on_done) = 0;
   // The outcome. REQUIRES: on_done has run.
   virtual const grpc::Status& status() const = 0;
+};
+
+// A pull's call, over gRPC or the data plane.
+class PullRpcCall : public RpcCall {
+ public:
+  // The lowest sync_step of the response (SYNC pulls). REQUIRES: done.
+  virtual int64_t sync_step() const = 0;
 };
 
 }  // namespace psrt

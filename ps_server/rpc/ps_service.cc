@@ -16,6 +16,7 @@
 #include "ps_server/replication/rejoin_source.h"
 #include "ps_server/replication/shard_role.h"
 #include "ps_server/replication/snapshot_installer.h"
+#include "ps_server/rpc/data_planes.h"
 #include "ps_server/rpc/out_of_memory.h"
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_handler.h"
@@ -50,20 +51,9 @@ class ParameterServerService::PullReactor final
  public:
   PullReactor(ParameterServerService* service, const grpc::ByteBuffer* request)
       : service_(service) {
-    service_->pull_.requests->Increment();
-    service_->pull_.bytes_in->Increment(static_cast<double>(request->Length()));
     PullRequestHeader header;
-    absl::Status s = frame_.Parse(*request);
-    if (s.ok()) s = frame_.ParseHeader(&header);
-    if (s.ok()) {
-      s = service_->step_barriers_.own()->CheckStepFields(
-          header.consistency(), header.worker_index(), header.step());
-    }
-    if (s.ok() && header.consistency().mode() != Consistency::ASYNC) {
-      auto coordinator = service_->step_barriers_.For(header);
-      if (coordinator.ok()) coordinator_ = *coordinator;
-      s = coordinator.status();
-    }
+    absl::Status s =
+        service_->ReadPullRequest(*request, &frame_, &header, &coordinator_);
     if (!s.ok()) {
       service_->FinishFailed(this, "Pull", s);
       return;
@@ -116,23 +106,12 @@ class ParameterServerService::PullReactor final
       token_ = 0;
     }
     absl::StatusOr<std::unique_ptr<PullResponder>> responder =
-        ready.ok()
-            ? AnswerOutOfMemory("Pull",
-                                [&] {
-                                  return PullResponder::Create(
-                                      *service_->store_, frame_,
-                                      service_->limits_.max_message_bytes);
-                                })
-            : ready;
+        ready.ok() ? service_->MakePullResponder(frame_, coordinator_) : ready;
     if (!responder.ok()) {
       service_->FinishFailed(this, "Pull", responder.status());
       return;
     }
     responder_ = std::move(*responder);
-    responder_->set_sync_step(coordinator_->sync_step());
-    service_->pull_.rows->Increment(static_cast<double>(responder_->rows()));
-    service_->pull_.bytes_out->Increment(
-        static_cast<double>(responder_->value_bytes()));
     if (absl::Status s = responder_->Next(&prepared_); !s.ok()) {
       service_->FinishFailed(this, "Pull", s);
       return;
@@ -207,13 +186,7 @@ class ParameterServerService::PushReactor final
   PushReactor(ParameterServerService* service, grpc::ByteBuffer* response)
       : service_(service),
         response_(response),
-        handler_(std::make_unique<PushHandler>(
-            service->store_,
-            service->dedup_scopes_.For(service->store_->ps_task()),
-            service->limits_.max_push_bytes, RequestKind::kPush,
-            service->replicator_)) {
-    handler_->set_dedup_scopes(&service->dedup_scopes_);
-    service_->push_.requests->Increment();
+        handler_(service->NewPushHandler()) {
     StartRead(&message_);
   }
 
@@ -230,64 +203,16 @@ class ParameterServerService::PushReactor final
     }
     // End of the stream: the client finished writing (or went away; then
     // the final message is missing and Finish refuses to apply).
-    service_->push_.bytes_in->Increment(static_cast<double>(handler_->bytes()));
-    const PushRequestHeader& first = handler_->first_header();
-    const Consistency consistency = first.consistency();
-    if (absl::Status s = service_->step_barriers_.own()->CheckStepFields(
-            consistency, first.worker_index(), first.step());
-        handler_->complete() && !s.ok()) {
-      service_->FinishFailed(this, "Push", s);
-      return;
-    }
-    StepCoordinator* coordinator = service_->step_barriers_.own();
-    if (consistency.mode() != Consistency::ASYNC && handler_->complete()) {
-      absl::StatusOr<StepCoordinator*> found =
-          service_->step_barriers_.For(first);
-      absl::Status s = found.status();
-      if (s.ok() && first.has_for_ps())
-        s = handler_->CheckPlacedOn(first.for_ps());
-      if (!s.ok()) {
-        service_->FinishFailed(this, "Push", s);
-        return;
-      }
-      coordinator = *found;
-    }
-    if (consistency.mode() == Consistency::SYNC && handler_->complete()) {
-      // Held for the step's barrier; applied with the other workers'.
-      const int worker_index = first.worker_index();
-      const int64_t step = first.step();
-      coordinator->SyncPush(
-          std::move(handler_),
-          [this, worker_index, step](absl::StatusOr<PushResponse> result) {
-            Complete(std::move(result), worker_index, step);
-          });
-      return;
-    }
-    // Answered when the backups (--replicas) have it too, without holding
-    // this gRPC thread meanwhile.
-    handler_->FinishAsync(
-        [this, coordinator](absl::StatusOr<PushResponse> result) {
-          service_->push_apply_seconds_->Observe(handler_->apply_seconds());
-          const PushRequestHeader& header = handler_->first_header();
-          if (result.ok() && header.consistency().mode() == Consistency::SSP) {
-            coordinator->AdvanceClock(header);
+    service_->FinishPush(
+        &handler_, [this](absl::StatusOr<PushResponse> result) {
+          if (!result.ok()) {
+            service_->FinishFailed(this, "Push", result.status());
+            return;
           }
-          Complete(std::move(result), header.worker_index(), header.step());
+          grpc::Slice slice(result->SerializeAsString());
+          *response_ = grpc::ByteBuffer(&slice, 1);
+          Finish(grpc::Status::OK);
         });
-  }
-
-  void Complete(absl::StatusOr<PushResponse> result, int worker_index,
-                int64_t step) {
-    if (!result.ok()) {
-      service_->FinishFailed(this, "Push", result.status());
-      return;
-    }
-    service_->push_.rows->Increment(
-        static_cast<double>(result->rows_applied()));
-    service_->workers_seen_.Saw(worker_index, step);
-    grpc::Slice slice(result->SerializeAsString());
-    *response_ = grpc::ByteBuffer(&slice, 1);
-    Finish(grpc::Status::OK);
   }
 
   void OnDone() override {
@@ -650,6 +575,103 @@ void SerializeResponse(const Response& response, grpc::ByteBuffer* out) {
 }
 
 }  // namespace
+
+absl::Status ParameterServerService::ReadPullRequest(
+    const grpc::ByteBuffer& request, FrameReader* frame,
+    PullRequestHeader* header, StepCoordinator** coordinator) {
+  pull_.requests->Increment();
+  pull_.bytes_in->Increment(static_cast<double>(request.Length()));
+  *coordinator = step_barriers_.own();
+  absl::Status s = frame->Parse(request);
+  if (s.ok()) s = frame->ParseHeader(header);
+  if (s.ok()) {
+    s = step_barriers_.own()->CheckStepFields(
+        header->consistency(), header->worker_index(), header->step());
+  }
+  if (s.ok() && header->consistency().mode() != Consistency::ASYNC) {
+    absl::StatusOr<StepCoordinator*> found = step_barriers_.For(*header);
+    if (found.ok()) *coordinator = *found;
+    s = found.status();
+  }
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<PullResponder>>
+ParameterServerService::MakePullResponder(const FrameReader& frame,
+                                          StepCoordinator* coordinator) {
+  absl::StatusOr<std::unique_ptr<PullResponder>> responder =
+      AnswerOutOfMemory("Pull", [&] {
+        return PullResponder::Create(*store_, frame, limits_.max_message_bytes);
+      });
+  if (!responder.ok()) return responder;
+  (*responder)->set_sync_step(coordinator->sync_step());
+  pull_.rows->Increment(static_cast<double>((*responder)->rows()));
+  pull_.bytes_out->Increment(static_cast<double>((*responder)->value_bytes()));
+  return responder;
+}
+
+std::unique_ptr<PushHandler> ParameterServerService::NewPushHandler() {
+  push_.requests->Increment();
+  auto handler = std::make_unique<PushHandler>(
+      store_, dedup_scopes_.For(store_->ps_task()), limits_.max_push_bytes,
+      RequestKind::kPush, replicator_);
+  handler->set_dedup_scopes(&dedup_scopes_);
+  return handler;
+}
+
+void ParameterServerService::FinishPush(
+    std::unique_ptr<PushHandler>* handler_slot,
+    std::function<void(absl::StatusOr<PushResponse>)> done) {
+  PushHandler* handler = handler_slot->get();
+  push_.bytes_in->Increment(static_cast<double>(handler->bytes()));
+  const PushRequestHeader& first = handler->first_header();
+  const Consistency consistency = first.consistency();
+  if (absl::Status s = step_barriers_.own()->CheckStepFields(
+          consistency, first.worker_index(), first.step());
+      handler->complete() && !s.ok()) {
+    done(s);
+    return;
+  }
+  StepCoordinator* coordinator = step_barriers_.own();
+  if (consistency.mode() != Consistency::ASYNC && handler->complete()) {
+    absl::StatusOr<StepCoordinator*> found = step_barriers_.For(first);
+    absl::Status s = found.status();
+    if (s.ok() && first.has_for_ps())
+      s = handler->CheckPlacedOn(first.for_ps());
+    if (!s.ok()) {
+      done(s);
+      return;
+    }
+    coordinator = *found;
+  }
+  const int worker_index = first.worker_index();
+  const int64_t step = first.step();
+  auto counted = [this, worker_index, step,
+                  done = std::move(done)](absl::StatusOr<PushResponse> result) {
+    if (result.ok()) {
+      push_.rows->Increment(static_cast<double>(result->rows_applied()));
+      workers_seen_.Saw(worker_index, step);
+    }
+    done(std::move(result));
+  };
+  if (consistency.mode() == Consistency::SYNC && handler->complete()) {
+    // Held for the step's barrier; applied with the other workers'.
+    coordinator->SyncPush(std::move(*handler_slot), std::move(counted));
+    return;
+  }
+  // Answered when the backups (--replicas) have it too, without holding
+  // the caller's thread meanwhile.
+  handler->FinishAsync(
+      [this, handler, coordinator,
+       counted = std::move(counted)](absl::StatusOr<PushResponse> result) {
+        push_apply_seconds_->Observe(handler->apply_seconds());
+        const PushRequestHeader& header = handler->first_header();
+        if (result.ok() && header.consistency().mode() == Consistency::SSP) {
+          coordinator->AdvanceClock(header);
+        }
+        counted(std::move(result));
+      });
+}
 
 // One unary method: token, parse, `handle` (on a thread of its own when
 // `detached`: checkpoints take seconds to minutes, longer than gRPC's
@@ -1053,6 +1075,24 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Push(
   if (s.ok()) s = CheckNotReplaced();
   if (!s.ok()) return new RejectReadReactor(this, "Push", s);
   return new PushReactor(this, response);
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::OpenDataPlane(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary<OpenDataPlaneRequest>(
+      context, "OpenDataPlane", request, response, /*detached=*/false,
+      [this](const OpenDataPlaneRequest& r)
+          -> absl::StatusOr<OpenDataPlaneResponse> {
+        if (absl::Status s = CheckNotReplaced(); !s.ok()) return s;
+        if (data_planes_ == nullptr) {
+          return absl::FailedPreconditionError(
+              "this PS serves pushes and pulls over gRPC only "
+              "(--data_plane=grpc, TLS required, or no libfabric provider "
+              "opened here)");
+        }
+        return data_planes_->Open(r);
+      });
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Replicate(

@@ -14,6 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "dataplane/data_plane_server.h"
+#include "proto/frame_reader.h"
 #include "proto/ps.grpc.pb.h"
 #include "ps_server/checkpoint/checkpoint_coordinator.h"
 #include "ps_server/metrics/metrics.h"
@@ -24,7 +26,9 @@
 #include "ps_server/replication/replica_applier.h"
 #include "ps_server/replication/replication_log.h"
 #include "ps_server/replication/shard_transfer.h"
+#include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_dedup.h"
+#include "ps_server/rpc/push_handler.h"
 #include "ps_server/rpc/rendezvous_store.h"
 #include "ps_server/rpc/step_barriers.h"
 #include "ps_server/rpc/step_coordinator.h"
@@ -35,6 +39,8 @@
 #include "util/clock.h"
 
 namespace psrt {
+
+class DataPlanes;
 
 struct ServiceLimits {
   size_t max_message_bytes = 16 << 20;      // one Pull response message at most
@@ -57,20 +63,20 @@ struct MethodMetrics {
 // does not parse is INVALID_ARGUMENT naming the method.
 using ParameterServerCallbackBase = ParameterServer::WithRawCallbackMethod_CommitCheckpoint<
     ParameterServer::WithRawCallbackMethod_Checkpoint<ParameterServer::WithRawCallbackMethod_SaveShards<
-        ParameterServer::WithRawCallbackMethod_CreateVariables<
-            ParameterServer::WithRawCallbackMethod_ListVariables<ParameterServer::WithRawCallbackMethod_GetStats<
-                ParameterServer::WithRawCallbackMethod_Pull<ParameterServer::WithRawCallbackMethod_Push<
-                    ParameterServer::WithRawCallbackMethod_Replicate<
-                        ParameterServer::WithRawCallbackMethod_Suspect<
-                            ParameterServer::WithRawCallbackMethod_RenewLease<
-                                ParameterServer::WithRawCallbackMethod_Rejoin<
-                                    ParameterServer::WithRawCallbackMethod_InstallSnapshot<
-                                        ParameterServer::WithRawCallbackMethod_Handback<
-                                            ParameterServer::WithRawCallbackMethod_Witness<
+        ParameterServer::WithRawCallbackMethod_CreateVariables<ParameterServer::WithRawCallbackMethod_ListVariables<
+            ParameterServer::WithRawCallbackMethod_GetStats<ParameterServer::WithRawCallbackMethod_Pull<
+                ParameterServer::WithRawCallbackMethod_Push<ParameterServer::WithRawCallbackMethod_Replicate<
+                    ParameterServer::WithRawCallbackMethod_Suspect<
+                        ParameterServer::WithRawCallbackMethod_RenewLease<
+                            ParameterServer::WithRawCallbackMethod_Rejoin<
+                                ParameterServer::WithRawCallbackMethod_InstallSnapshot<
+                                    ParameterServer::WithRawCallbackMethod_Handback<
+                                        ParameterServer::WithRawCallbackMethod_Witness<
+                                            ParameterServer::WithRawCallbackMethod_Rendezvous<
                                                 ParameterServer::
-                                                    WithRawCallbackMethod_Rendezvous<
+                                                    WithRawCallbackMethod_OpenDataPlane<
                                                         ParameterServer::
-                                                            Service>>>>>>>>>>>>>>>>;
+                                                            Service>>>>>>>>>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerCallbackBase {
  public:
@@ -148,6 +154,16 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerReadReactor<grpc::ByteBuffer>* InstallSnapshot(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
+  // Worker to PS: a challenge for a data-plane connection (data_planes.h).
+  grpc::ServerUnaryReactor* OpenDataPlane(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  // This PS's data-plane servers (null: none; OpenDataPlane then answers
+  // FAILED_PRECONDITION). Set before serving; they must outlive the calls.
+  void set_data_planes(DataPlanes* planes) { data_planes_ = planes; }
+  // A push or pull that came over the data plane: the same checks, waits,
+  // metrics and answers as the gRPC call (data_plane_calls.cc).
+  void ServeDataPlane(dataplane::Request request, dataplane::Respond respond);
   ReplicaApplier* replica_applier() { return &replica_applier_; }
   // The step barriers of the shards this PS serves.
   StepBarriers* step_barriers() { return &step_barriers_; }
@@ -236,6 +252,26 @@ class ParameterServerService final : public ParameterServerCallbackBase {
 
   class PullReactor;
   class PushReactor;
+  // A pull's request read and checked (counted in the pull metrics): its
+  // frame, header, and the step barrier it waits on.
+  absl::Status ReadPullRequest(const grpc::ByteBuffer& request,
+                               FrameReader* frame, PullRequestHeader* header,
+                               StepCoordinator** coordinator);
+  // Once the pull may proceed: its responder (counted).
+  absl::StatusOr<std::unique_ptr<PullResponder>> MakePullResponder(
+      const FrameReader& frame, StepCoordinator* coordinator);
+  std::unique_ptr<PushHandler> NewPushHandler();
+  // A push's messages have all arrived: checks its step fields, applies it
+  // (SYNC: holds it for its step's barrier, taking `*handler`), counts it,
+  // then `done` on any thread. `*handler` must live until `done` ran.
+  void FinishPush(std::unique_ptr<PushHandler>* handler,
+                  std::function<void(absl::StatusOr<PushResponse>)> done);
+  // Fail for a data-plane call, answered as FinishFailed answers.
+  void FailDataPlane(const char* method, const absl::Status& status,
+                     dataplane::Respond respond);
+  void ServeDataPlanePull(grpc::ByteBuffer request, dataplane::Respond respond);
+  void ServeDataPlanePush(std::vector<grpc::ByteBuffer> messages,
+                          dataplane::Respond respond);
   template <typename Call>
   class ReadAllReactor;
   class ReplicateCall;
@@ -265,6 +301,10 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   const PsPeers* peers_ = nullptr;
   LeaseHolder* lease_ = nullptr;
   ShardTransfer* transfer_ = nullptr;
+  DataPlanes* data_planes_ = nullptr;
+  // Pull replies on the data plane are written into these.
+  std::shared_ptr<dataplane::BodyBufferPool> reply_buffers_ =
+      std::make_shared<dataplane::BodyBufferPool>();
   // This PS's own shards' step barrier (SYNC, SSP) and those it took over.
   StepBarriers step_barriers_;
   WorkersSeen workers_seen_;

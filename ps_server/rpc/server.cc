@@ -187,6 +187,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         [membership](int task) { return membership->IsFailed(task); });
   }
 
+  if (absl::Status s = server->StartDataPlanes(options); !s.ok()) return s;
+
   auto credentials = MakeServerCredentials(options.security);
   if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
@@ -255,6 +257,44 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   return server;
 }
 
+absl::Status Server::StartDataPlanes(const ServerOptions& options) {
+  if (options.data_plane == "grpc" || options.listen_address.empty()) {
+    return absl::OkStatus();
+  }
+  if (options.data_plane != "fabric") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_plane=", options.data_plane,
+                     ": expected fabric (libfabric beside gRPC) or grpc"));
+  }
+  if (options.security.tls()) {
+    LOG(WARNING) << "data plane off: TLS is configured and the data plane "
+                    "carries no encryption, so pushes and pulls stay on "
+                    "gRPC (over TLS)";
+    return absl::OkStatus();
+  }
+  DataPlanesOptions planes;
+  planes.providers = options.data_plane_providers;
+  // Clients on other hosts reach this PS where the cluster spec says.
+  const std::string& self = options.cluster.ps[options.ps_task];
+  std::string host = self.substr(0, self.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  planes.tcp_node = host;
+  planes.token = options.security.auth_token;
+  planes.max_body_bytes =
+      std::max<uint64_t>(options.limits.max_push_bytes + (16 << 20),
+                         options.limits.max_message_bytes + (16 << 20));
+  ParameterServerService* service = service_.get();
+  data_planes_ = DataPlanes::Start(
+      planes,
+      [service](dataplane::Request request, dataplane::Respond respond) {
+        service->ServeDataPlane(std::move(request), std::move(respond));
+      });
+  service->set_data_planes(data_planes_.get());
+  return absl::OkStatus();
+}
+
 Server::~Server() {
   Shutdown(absl::Now());
   Wait();
@@ -296,6 +336,9 @@ void Server::Shutdown(absl::Time deadline) {
     }
     grpc_server_->Shutdown(absl::ToChronoTime(deadline));
     shut_down.Notify();
+    // No new data-plane connections (gRPC stopped), and none served now.
+    service_->set_data_planes(nullptr);
+    data_planes_.reset();
     if (stop_replicator.joinable()) stop_replicator.join();
   }
   metrics_.reset();

@@ -22,6 +22,7 @@
 #include "ps_server/peers/peer_transport.h"
 #include "ps_server/peers/ps_peers.h"
 #include "ps_server/replication/replication.h"
+#include "ps_server/rpc/data_planes.h"
 #include "ps_server/rpc/ps_service.h"
 #include "ps_server/shards/row_evictor.h"
 #include "ps_server/shards/shard_store.h"
@@ -74,6 +75,12 @@ struct ServerOptions {
   // channels to cluster.ps with `security`. Tests connect PS of one
   // process with InProcessLinks (ps_server/peers/in_process_links.h).
   std::function<std::unique_ptr<PeerTransport>(int self)> peer_transport;
+  // How pushes and pulls travel (data_planes.h): "grpc", or "fabric"
+  // (libfabric beside gRPC, where a provider opens; not with TLS).
+  std::string data_plane = "grpc";
+  // The data plane's providers: one for clients on any host ("tcp"), and
+  // "shm" for those on this host (opt-in: docs/architecture.md).
+  std::vector<std::string> data_plane_providers = {"tcp"};
   // Lease and failover timing (--replicas, 3 PS or more).
   LeaseHolder::Options lease;
   FailoverMonitor::Options failover;
@@ -99,6 +106,8 @@ class Server {
   // The gRPC server (its InProcessChannel reaches this PS without a port).
   grpc::Server* grpc_server() { return grpc_server_.get(); }
   const SecurityOptions& security() const { return options_.security; }
+  // The data plane's servers; null when pushes and pulls are gRPC's only.
+  const DataPlanes* data_planes() const { return data_planes_.get(); }
 
   // Draining (SIGTERM): the health service answers NOT_SERVING from now
   // on, so load balancers and Kubernetes' readiness probe stop sending
@@ -111,6 +120,9 @@ class Server {
 
  private:
   Server() = default;
+  // --data_plane=fabric: the data plane's servers (data_planes.h), unless
+  // TLS is configured or no provider opens (logged either way).
+  absl::Status StartDataPlanes(const ServerOptions& options);
 
   ServerOptions options_;
   MetricsRegistry registry_;
@@ -123,6 +135,8 @@ class Server {
   std::unique_ptr<ClusterMembers> checkpoint_callers_;
   std::unique_ptr<PeerIdentity> peer_identity_;  // outlives service_
   std::unique_ptr<ParameterServerService> service_;
+  // Stopped at Shutdown, before service_ goes.
+  std::unique_ptr<DataPlanes> data_planes_;
   std::unique_ptr<RowEvictor> evictor_;  // stopped before store_
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsHttpServer> metrics_;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "cli/data_plane_flags.h"
 #include "cli/help.h"
 #include "cli/security_flags.h"
 #include "clients/cpp/client.h"
@@ -409,6 +410,13 @@ int Run() {
   options.security = *security;
   options.message_bytes = FLAGS_message_bytes;
   options.channels_per_ps = FLAGS_channels_per_ps;
+  auto data_plane = DataPlaneFromFlags();
+  if (!data_plane.ok()) {
+    LOG(ERROR) << data_plane.status();
+    return 2;
+  }
+  options.data_plane = data_plane->data_plane;
+  options.data_plane_providers = data_plane->providers;
   auto wire_dtype = ParseWireDtypeFlag(FLAGS_wire_dtype);
   if (!wire_dtype.ok()) {
     LOG(ERROR) << wire_dtype.status();

@@ -130,7 +130,7 @@ class PyClient {
            std::string tls_cert_file, std::string tls_key_file,
            std::string auth_token, int wire_dtype, int mode, int workers,
            int staleness, double sync_timeout, int worker_index,
-           int witness_index) {
+           int witness_index, std::string data_plane) {
     ClientOptions options;
     options.ps_addresses = std::move(addresses);
     options.call_timeout = absl::Seconds(timeout);
@@ -145,6 +145,11 @@ class PyClient {
       throw py::value_error(absl::StrCat("unknown wire dtype ", wire_dtype));
     }
     options.wire_dtype = static_cast<WireDtype>(wire_dtype);
+    if (data_plane != "fabric" && data_plane != "grpc") {
+      throw py::value_error(
+          absl::StrCat("data_plane ", data_plane, ": expected fabric or grpc"));
+    }
+    options.data_plane = std::move(data_plane);
     options.worker_index = worker_index;
     options.witness_index = witness_index;
     if (!Consistency::Mode_IsValid(mode)) {
@@ -451,14 +456,15 @@ PYBIND11_MODULE(_native, m) {
   py::class_<PyClient>(m, "Client")
       .def(py::init<std::vector<std::string>, double, int, int, double,
                     std::string, std::string, std::string, std::string, int,
-                    int, int, int, double, int, int>(),
+                    int, int, int, double, int, int, std::string>(),
            py::arg("addresses"), py::arg("timeout"), py::arg("max_attempts"),
            py::arg("channels_per_ps"), py::arg("failover_wait"),
            py::arg("tls_ca_file"), py::arg("tls_cert_file"),
            py::arg("tls_key_file"), py::arg("auth_token"),
            py::arg("wire_dtype"), py::arg("mode"), py::arg("workers"),
            py::arg("staleness"), py::arg("sync_timeout"),
-           py::arg("worker_index"), py::arg("witness_index"))
+           py::arg("worker_index"), py::arg("witness_index"),
+           py::arg("data_plane"))
       .def("close", &PyClient::Close)
       .def("wait_for_servers", &PyClient::WaitForServers)
       .def("create_variables", &PyClient::CreateVariables)

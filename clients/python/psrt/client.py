@@ -134,6 +134,7 @@ class Client:
         staleness: int = 0,
         sync_timeout: float = 600.0,
         worker: Optional[WorkerInfo] = None,
+        data_plane: str = "grpc",
     ) -> None:
         """TLS: tls_ca_file (PEM CA of the servers), with tls_cert_file and
         tls_key_file for mutual TLS; auth_token (default $PSRT_AUTH_TOKEN)
@@ -145,13 +146,18 @@ class Client:
         at most `staleness` steps ahead), as ps_worker --mode; in sync and
         ssp push once per step (psrt.torch.Steps does). worker: rank and
         count (default psrt.worker_info()); sync_timeout: how long a pull
-        waits for the other workers before failing, naming them."""
+        waits for the other workers before failing, naming them.
+        data_plane: "grpc", or "fabric" to move pushes and pulls over
+        libfabric where the PS serves it (ps_server --data_plane=fabric),
+        else gRPC (said once in the log)."""
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
         if not (isinstance(staleness, int) and 0 <= staleness <= 1 << 20):
             raise ValueError(f"staleness must be an integer in [0, 2^20], got {staleness!r}")
         if not (isinstance(sync_timeout, numbers.Real) and 0 < sync_timeout <= 86400):
             raise ValueError(f"sync_timeout must be in (0, 86400] seconds, got {sync_timeout!r}")
+        if data_plane not in ("fabric", "grpc"):
+            raise ValueError(f"data_plane must be 'fabric' or 'grpc', got {data_plane!r}")
         if wire_dtype not in _WIRE_DTYPES:
             raise ValueError(f"wire_dtype {wire_dtype!r}: expected one of fp32, bf16, fp16")
         # The worker's rank also makes it a witness with 2 PS and replicas
@@ -180,7 +186,9 @@ class Client:
         security = (tls_ca_file or "", tls_cert_file or "", tls_key_file or "", token.strip())
         steps = (_MODES[mode], worker.world_size, staleness, float(sync_timeout), rank, witness)
         wire = _WIRE_DTYPES[wire_dtype]
-        self._client = _native_call(_native.Client, self.addresses, *calls, *security, wire, *steps)
+        self._client = _native_call(
+            _native.Client, self.addresses, *calls, *security, wire, *steps, data_plane
+        )
 
     @property
     def num_ps(self) -> int:

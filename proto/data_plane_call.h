@@ -1,0 +1,48 @@
+// A push's or pull's body on the data plane (dataplane/): which method,
+// then the messages its gRPC call would stream, in one contiguous body.
+//
+//   [u8 method][3 zero bytes][u32 count] then per message [u32 bytes][bytes]
+//
+// little-endian. Read back, each message is a grpc::ByteBuffer over the
+// body's own memory (no copy), so PushHandler, PullResponder and the
+// client's pull scatter read them as they read a gRPC stream's.
+#ifndef PSRT_PROTO_DATA_PLANE_CALL_H_
+#define PSRT_PROTO_DATA_PLANE_CALL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace psrt {
+
+enum class DataPlaneMethod : uint8_t { kPull = 1, kPush = 2 };
+
+// Bytes EncodeDataPlaneCall writes for `messages`.
+size_t DataPlaneCallBytes(absl::Span<const grpc::ByteBuffer> messages);
+// Writes the body into `out` (DataPlaneCallBytes of it).
+void EncodeDataPlaneCall(DataPlaneMethod method,
+                         absl::Span<const grpc::ByteBuffer> messages,
+                         uint8_t* out);
+
+struct DataPlaneCall {
+  DataPlaneMethod method;
+  // Over `body`'s memory.
+  std::vector<grpc::ByteBuffer> messages;
+};
+// INVALID_ARGUMENT naming what is wrong (an unknown method, a count or a
+// size past the body's end, bytes left over, more than `max_messages`).
+// With `owner` (what keeps `body` alive), the messages hold a reference
+// to it and may outlive the caller's (a push forwarded to backups keeps
+// its messages); without, they must not outlive `body`.
+absl::StatusOr<DataPlaneCall> DecodeDataPlaneCall(
+    absl::Span<const uint8_t> body, size_t max_messages,
+    std::shared_ptr<const void> owner = nullptr);
+
+}  // namespace psrt
+
+#endif  // PSRT_PROTO_DATA_PLANE_CALL_H_

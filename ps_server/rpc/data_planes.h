@@ -1,0 +1,64 @@
+// A PS's data plane (dataplane/): the libfabric servers its pushes and
+// pulls may travel over beside gRPC, and the challenges (OpenDataPlane)
+// that open a connection to them.
+//
+// Two servers, each started when its provider opens here: `shm` for
+// clients on this host (dataplane/host_key.h) and `tcp` for the others,
+// listening on this PS's host in the cluster spec. A PS with neither
+// serves gRPC only and says so once; clients then push and pull over
+// gRPC (the fallback). Not started with TLS: the data plane carries no
+// encryption, so a cluster that requires TLS keeps every byte on gRPC.
+#ifndef PSRT_PS_SERVER_RPC_DATA_PLANES_H_
+#define PSRT_PS_SERVER_RPC_DATA_PLANES_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dataplane/data_plane_server.h"
+#include "proto/ps.pb.h"
+
+namespace psrt {
+
+struct DataPlanesOptions {
+  // Providers to serve: "shm" on this host, and one for other hosts
+  // ("tcp"; another libfabric provider by name, such as "efa").
+  std::vector<std::string> providers = {"tcp"};
+  // Where clients on other hosts reach this PS (tcp): its host in the
+  // cluster spec.
+  std::string tcp_node = "127.0.0.1";
+  std::string token;  // the cluster's (--auth_token); empty: none
+  uint64_t max_body_bytes = uint64_t{1} << 30;
+};
+
+class DataPlanes {
+ public:
+  // Starts what opens here (logged; a provider that does not open is
+  // named with why). Null when none does.
+  static std::unique_ptr<DataPlanes> Start(const DataPlanesOptions& options,
+                                           dataplane::AsyncCallHandler handler);
+
+  // A challenge on the server the client should use: shm when it runs
+  // on this host and can open shm, else tcp. FAILED_PRECONDITION when no
+  // provider served here is one the client can open.
+  absl::StatusOr<OpenDataPlaneResponse> Open(
+      const OpenDataPlaneRequest& request);
+
+  // "shm, tcp at 10.0.0.2": for logs and the status page.
+  std::string Describe() const;
+  // Calls served over the data plane, all providers.
+  int64_t calls() const;
+
+ private:
+  DataPlanes() = default;
+  std::string host_key_;
+  std::unique_ptr<dataplane::DataPlaneServer> shm_;
+  // Across hosts: the first provider listed other than shm (tcp).
+  std::unique_ptr<dataplane::DataPlaneServer> tcp_;
+  std::string tcp_provider_, tcp_node_;
+};
+
+}  // namespace psrt
+
+#endif  // PSRT_PS_SERVER_RPC_DATA_PLANES_H_
