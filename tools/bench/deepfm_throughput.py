@@ -84,6 +84,8 @@ def run_psrt(
         f"--logs={logs}",
         "--base_port=24000",
         f"--bin_dir={bin_dir}",
+        # A worker asking for the data plane gets PS that serve it.
+        *(["--ps_flag=--data_plane=fabric"] if "--data_plane=fabric" in worker_flags else []),
         "--",
         os.path.join(bin_dir, "ps_worker/ps_worker"),
         f"--model={model}",
@@ -170,12 +172,20 @@ def main():
         default="async",
         help="comma-separated ps_worker --mode values for the 1-host runs",
     )
+    p.add_argument(
+        "--two_host_data_planes",
+        default="fabric,grpc",
+        help="ps_worker --data_plane values of the 2-host runs (psrt_2_hosts is the first)",
+    )
     args = p.parse_args()
     ensure_data(args.data_dir, args.data_examples)
+    planes = args.two_host_data_planes.split(",")
+    two_host = {d: "psrt_2_hosts" if i == 0 else f"psrt_2_hosts_{d}" for i, d in enumerate(planes)}
     modes = args.one_host_modes.split(",")
     one_host = {m: "psrt_1_host" if m == "async" else f"psrt_1_host_{m}" for m in modes}
     results = {k: [] for k in one_host.values()}
-    results.update({"psrt_2_hosts": [], "pytorch": []})
+    results.update({k: [] for k in two_host.values()})
+    results["pytorch"] = []
     aucs = {k: [] for k in results}
     steps_of = {}
     torch_threads = []
@@ -192,11 +202,18 @@ def main():
             )
             results[key].append(rate)
             aucs[key].append(steps_of[key].pop("auc"))
-        rate, steps_of["psrt_2_hosts"] = run_psrt(
-            2, args.data_dir, args.steps, args.batch_size, args.towers, evaluate=True
-        )
-        results["psrt_2_hosts"].append(rate)
-        aucs["psrt_2_hosts"].append(steps_of["psrt_2_hosts"].pop("auc"))
+        for plane, key in two_host.items():
+            rate, steps_of[key] = run_psrt(
+                2,
+                args.data_dir,
+                args.steps,
+                args.batch_size,
+                args.towers,
+                worker_flags=(f"--data_plane={plane}",),
+                evaluate=True,
+            )
+            results[key].append(rate)
+            aucs[key].append(steps_of[key].pop("auc"))
         # The baseline at its fastest: each thread count run in full (a short
         # probe picks 1 or 2 by noise here), the fastest kept.
         counts = range(1, (os.cpu_count() or 1) + 1) if args.torch_threads == "each" else [0]
@@ -234,6 +251,8 @@ def main():
         )
     first = one_host[modes[0]]
     print(f"  2 hosts / 1 host ({modes[0]}): {med['psrt_2_hosts'] / med[first]:.2f}x")
+    for plane, key in list(two_host.items())[1:]:
+        print(f"  2 hosts, {planes[0]} / {plane}: {med['psrt_2_hosts'] / med[key]:.2f}x")
     for hosts, b in sorted(steps_of.items(), key=str):
         print(
             f"  per-step ms, {hosts} (last interval): "

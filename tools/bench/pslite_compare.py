@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """psrt against ps-lite (dmlc/ps-lite) on ps_bench's cases, interleaved in
-one run: dense_4MiB and dense_64MiB (SGD push, whole-value pull) and
+one run: psrt with its data plane (--data_plane=fabric) and over gRPC, and
+ps-lite, on dense_4MiB and dense_64MiB (SGD push, whole-value pull) and
 embedding_100k (Adagrad push and pull of 100k random rows of a 1M x 16
 table), one operation in flight, one server, one worker, loopback.
 
@@ -62,11 +63,17 @@ def build_driver(pslite_dir, out):
     )
 
 
-def run_psrt(seconds, log):
-    """{(case, op): ps_bench's JSON result} against a fresh ps_server."""
+def run_psrt(seconds, log, data_plane):
+    """{(case, op): ps_bench's JSON result} against a fresh ps_server, with
+    pushes and pulls over `data_plane` (fabric or grpc) on both sides."""
     port = free_port()
     server = subprocess.Popen(
-        [os.path.join(BIN, "ps_server/ps_server"), f"--port={port}", "--metrics_port=0"],
+        [
+            os.path.join(BIN, "ps_server/ps_server"),
+            f"--port={port}",
+            "--metrics_port=0",
+            f"--data_plane={data_plane}",
+        ],
         stdout=log,
         stderr=log,
     )
@@ -79,6 +86,7 @@ def run_psrt(seconds, log):
                 f"--cases={CASES}",
                 "--repeat=1",
                 f"--seconds={seconds}",
+                f"--data_plane={data_plane}",
                 "--json",
             ],
             log,
@@ -133,36 +141,49 @@ def run_pslite(driver, seconds):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pslite_dir", required=True, help="a built ps-lite checkout")
+    p.add_argument("--pslite_dir", help="a built ps-lite checkout")
+    p.add_argument(
+        "--pslite_driver",
+        help="pslite_bench already built from --pslite_dir (on a host without its headers)",
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=2)
     args = p.parse_args()
-    driver = os.path.join(tempfile.mkdtemp(prefix="pslite_bench_"), "pslite_bench")
-    build_driver(os.path.abspath(args.pslite_dir), driver)
+    if not args.pslite_driver and not args.pslite_dir:
+        p.error("--pslite_dir or --pslite_driver is needed")
+    driver = args.pslite_driver
+    if not driver:
+        driver = os.path.join(tempfile.mkdtemp(prefix="pslite_bench_"), "pslite_bench")
+        build_driver(os.path.abspath(args.pslite_dir), driver)
     os.makedirs(os.path.join(ROOT, "out", "bench"), exist_ok=True)
     log = open(os.path.join(ROOT, "out", "bench", "pslite_compare.log"), "w")
-    psrt, tcp, iperf3, pslite = {}, {}, {}, {}
+    psrt = {"fabric": {}, "grpc": {}}
+    tcp, iperf3, pslite = {}, {}, {}
     for r in range(args.rounds):
-        for key, result in run_psrt(args.seconds, log).items():
-            psrt.setdefault(key, []).append(result["gbytes_per_s"])
-            tcp.setdefault(key, []).append(result["tcp_gbytes_per_s"])
-            iperf3.setdefault(key, []).append(result["iperf3_gbytes_per_s"])
+        for data_plane in ("fabric", "grpc"):
+            for key, result in run_psrt(args.seconds, log, data_plane).items():
+                psrt[data_plane].setdefault(key, []).append(result["gbytes_per_s"])
+                tcp.setdefault(key, []).append(result["tcp_gbytes_per_s"])
+                iperf3.setdefault(key, []).append(result["iperf3_gbytes_per_s"])
         for key, gbs in run_pslite(driver, args.seconds).items():
             pslite.setdefault(key, []).append(gbs)
         print(f"round {r + 1}/{args.rounds}: psrt {psrt} ps-lite {pslite}", flush=True)
     print(f"\nmedians of {args.rounds} rounds (GB/s; ids + rows for embeddings):")
     print(
-        f"{'case':16} {'op':5} {'psrt':>7} {'ps-lite':>8} {'psrt/ps-lite':>13} "
-        f"{'TCP':>6} {'iperf3':>7} {'psrt/TCP':>9} {'ps-lite/TCP':>12}"
+        f"{'case':16} {'op':5} {'fabric':>7} {'grpc':>7} {'ps-lite':>8} {'fabric/ps-lite':>15} "
+        f"{'grpc/ps-lite':>13} {'fabric/grpc':>12} {'iperf3':>7} {'fabric/iperf3':>14}"
     )
-    for key in sorted(psrt):
-        if key not in pslite:
+    for key in sorted(psrt["fabric"]):
+        if key not in pslite or key not in psrt["grpc"]:
             continue
-        a, b, t, i = (statistics.median(x[key]) for x in (psrt, pslite, tcp, iperf3))
+        f, g, b, t, i = (
+            statistics.median(x[key]) for x in (psrt["fabric"], psrt["grpc"], pslite, tcp, iperf3)
+        )
         print(
-            f"{key[0]:16} {key[1]:5} {a:7.3f} {b:8.3f} {a / b:12.2f}x "
-            f"{t:6.2f} {i:7.2f} {a / t:8.2f}x {b / t:11.2f}x"
-            + ("  (TCP baseline below 0.9x iperf3: ratios to it overstated)" if t < 0.9 * i else "")
+            f"{key[0]:16} {key[1]:5} {f:7.3f} {g:7.3f} {b:8.3f} {f / b:14.2f}x "
+            f"{g / b:12.2f}x {f / g:11.2f}x {i:7.2f} "
+            + (f"{f / i:13.2f}x" if i > 0 else "   (no iperf3)")
+            + ("  (TCP baseline below 0.9x iperf3)" if t < 0.9 * i else "")
         )
 
 

@@ -24,7 +24,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, "bazel-bin")
+BIN = os.environ.get("PSRT_BIN_DIR", os.path.join(ROOT, "bazel-bin"))
 
 
 def free_port():
