@@ -13,6 +13,7 @@
 #include "dataplane/host_key.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
+#include "partitioner/cluster_spec.h"
 
 namespace psrt {
 namespace {
@@ -21,10 +22,9 @@ namespace {
 // PS sees the address its hello names): a UDP socket's, connected there.
 // "" when it cannot be told (then the provider picks).
 std::string LocalAddressToward(const std::string& host_port) {
-  std::string host = host_port.substr(0, host_port.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[') {
-    host = host.substr(1, host.size() - 2);
-  }
+  std::string host;
+  int port;
+  if (!SplitHostPort(host_port, &host, &port).ok()) return "";
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
@@ -72,11 +72,6 @@ DataPlaneLink::~DataPlaneLink() {
     for (auto& lane : lanes_) lanes.push_back(lane.get());
   }
   for (LaneState* lane : lanes) lane->thread.join();
-}
-
-std::string DataPlaneLink::provider() const {
-  absl::MutexLock lock(&mu_);
-  return provider_;
 }
 
 absl::StatusOr<std::unique_ptr<dataplane::DataPlaneClient>>

@@ -57,9 +57,6 @@ class DataPlaneLink {
   // Lanes (threads, connections) per PS at most; beyond, calls queue.
   static constexpr size_t kMaxLanes = 16;
 
-  // The provider the last connection opened with ("shm", "tcp"), or "".
-  std::string provider() const ABSL_LOCKS_EXCLUDED(mu_);
-
  private:
   struct LaneState;
   enum class Decision { kUndecided, kUse, kGrpc };

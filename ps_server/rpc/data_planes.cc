@@ -91,12 +91,4 @@ std::string DataPlanes::Describe() const {
   return served.empty() ? "nothing" : absl::StrJoin(served, ", ");
 }
 
-int64_t DataPlanes::calls() const {
-  int64_t calls = 0;
-  for (const auto* server : {shm_.get(), tcp_.get()}) {
-    if (server != nullptr) calls += server->stats().calls;
-  }
-  return calls;
-}
-
 }  // namespace psrt

@@ -47,8 +47,6 @@ class DataPlanes {
 
   // "shm, tcp at 10.0.0.2": for logs and the status page.
   std::string Describe() const;
-  // Calls served over the data plane, all providers.
-  int64_t calls() const;
 
  private:
   DataPlanes() = default;

@@ -275,12 +275,12 @@ absl::Status Server::StartDataPlanes(const ServerOptions& options) {
   DataPlanesOptions planes;
   planes.providers = options.data_plane_providers;
   // Clients on other hosts reach this PS where the cluster spec says.
-  const std::string& self = options.cluster.ps[options.ps_task];
-  std::string host = self.substr(0, self.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
+  int port;
+  if (absl::Status s = SplitHostPort(options.cluster.ps[options.ps_task],
+                                     &planes.tcp_node, &port);
+      !s.ok()) {
+    return s;
   }
-  planes.tcp_node = host;
   planes.token = options.security.auth_token;
   planes.max_body_bytes =
       std::max<uint64_t>(options.limits.max_push_bytes + (16 << 20),

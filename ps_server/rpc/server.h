@@ -106,8 +106,6 @@ class Server {
   // The gRPC server (its InProcessChannel reaches this PS without a port).
   grpc::Server* grpc_server() { return grpc_server_.get(); }
   const SecurityOptions& security() const { return options_.security; }
-  // The data plane's servers; null when pushes and pulls are gRPC's only.
-  const DataPlanes* data_planes() const { return data_planes_.get(); }
 
   // Draining (SIGTERM): the health service answers NOT_SERVING from now
   // on, so load balancers and Kubernetes' readiness probe stop sending
