@@ -1,6 +1,7 @@
 #include "dataplane/data_plane_client.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <utility>
 
@@ -61,8 +62,8 @@ absl::StatusOr<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(
   hello.connection_id = challenge.connection_id;
   absl::StatusOr<FrameMessage> answer = client->Exchange(
       hello,
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(hello_body.data()),
-                          hello_body.size()),
+      {Segment(reinterpret_cast<const uint8_t*>(hello_body.data()),
+               hello_body.size())},
       deadline);
   if (!answer.ok()) {
     return absl::Status(
@@ -145,30 +146,41 @@ absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
 }
 
 absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
-    const FrameHeader& frame_header, absl::Span<const uint8_t> body,
+    const FrameHeader& frame_header, absl::Span<const Segment> segments,
     absl::Time deadline) {
+  const OutgoingBody body(segments, endpoint_->iov_limit());
   FrameHeader header = frame_header;
-  header.body_bytes = body.size();
-  const bool body_follows = body.size() > kInlineBodyBytes;
+  header.body_bytes = body.bytes();
+  const bool body_follows = body.bytes() > kInlineBodyBytes;
   int pending = 0;
-  CallOp answer, header_send, body_send;
+  CallOp answer, header_send;
   Prepare(&answer, &pending);
   Prepare(&header_send, &pending);
-  Prepare(&body_send, &pending);
-  message_.resize(kFrameHeaderBytes + (body_follows ? 0 : body.size()));
+  message_.resize(kFrameHeaderBytes);
   EncodeFrameHeader(header, message_.data());
-  if (!body_follows && !body.empty()) {
-    std::memcpy(message_.data() + kFrameHeaderBytes, body.data(), body.size());
+  if (body_follows) {
+    AppendBodySends(body.send_bytes(), &message_);
+  } else {
+    message_.resize(kFrameHeaderBytes + body.bytes());
+    body.CopyTo(message_.data() + kFrameHeaderBytes);
   }
   absl::StatusOr<MemoryRegion> message_region =
       endpoint_->Register(message_.data(), message_.size());
   if (!message_region.ok()) return Break(message_region.status());
-  MemoryRegion body_region;
-  if (body_follows) {
-    absl::StatusOr<MemoryRegion> r =
-        endpoint_->Register(const_cast<uint8_t*>(body.data()), body.size());
-    if (!r.ok()) return Break(r.status());
-    body_region = *std::move(r);
+  const size_t sends = body_follows ? body.sends().size() : 0;
+  std::vector<CallOp> body_sends(sends);
+  std::vector<std::array<void*, 4>> descs(sends);
+  std::vector<MemoryRegion> regions;
+  for (size_t i = 0; i < sends; ++i) {
+    Prepare(&body_sends[i], &pending);
+    const OutgoingBody::Send& send = body.sends()[i];
+    for (size_t j = 0; j < send.count; ++j) {
+      absl::StatusOr<MemoryRegion> r =
+          endpoint_->Register(send.iov[j].iov_base, send.iov[j].iov_len);
+      if (!r.ok()) return Break(r.status());
+      descs[i][j] = r->desc();
+      regions.push_back(*std::move(r));
+    }
   }
   const uint32_t id = header.connection_id, seq = header.sequence;
   // Posts one operation, making progress while the provider's queue is
@@ -197,21 +209,28 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
                                  &header_send.op);
     });
   }
-  if (s.ok() && body_follows) {
+  for (size_t i = 0; s.ok() && i < sends; ++i) {
     s = post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return endpoint_->PostSend(server_, BodyTag(id, seq), body.data(),
-                                 body.size(), body_region.desc(),
-                                 &body_send.op);
+      const OutgoingBody::Send& send = body.sends()[i];
+      return endpoint_->PostSendv(server_, BodyTag(id, seq), send.iov,
+                                  descs[i].data(), send.count,
+                                  &body_sends[i].op);
     });
   }
   if (!s.ok()) return Break(s);
   if (absl::Status waited = Await(&pending, deadline); !waited.ok()) {
     return waited;
   }
-  for (CallOp* op : {&header_send, &body_send, &answer}) {
+  for (CallOp* op : {&header_send, &answer}) {
     if (!op->status.ok()) {
       return Break(absl::UnavailableError(absl::StrCat(
           "data-plane call on connection ", id, ": ", op->status.message())));
+    }
+  }
+  for (const CallOp& op : body_sends) {
+    if (!op.status.ok()) {
+      return Break(absl::UnavailableError(absl::StrCat(
+          "data-plane call on connection ", id, ": ", op.status.message())));
     }
   }
   absl::StatusOr<FrameMessage> frame =
@@ -227,15 +246,23 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
 
 absl::Status DataPlaneClient::Call(absl::Span<const uint8_t> request,
                                    const BodySink& sink, absl::Time deadline) {
+  const Segment whole = request;
+  return Call(absl::MakeConstSpan(&whole, 1), sink, deadline);
+}
+
+absl::Status DataPlaneClient::Call(absl::Span<const Segment> request,
+                                   const BodySink& sink, absl::Time deadline) {
+  uint64_t request_bytes = 0;
+  for (const Segment& s : request) request_bytes += s.size();
   absl::MutexLock lock(&mu_);
   if (!broken_.ok()) {
     return absl::UnavailableError(
         absl::StrCat("data-plane connection ", connection_id_,
                      " broke earlier (", broken_.message(), "); open another"));
   }
-  if (request.size() > limits_.max_body_bytes) {
+  if (request_bytes > limits_.max_body_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data-plane request of ", request.size(),
+        absl::StrCat("data-plane request of ", request_bytes,
                      " bytes, over the limit ", limits_.max_body_bytes));
   }
   FrameHeader header;
@@ -279,19 +306,34 @@ absl::Status DataPlaneClient::Call(absl::Span<const uint8_t> request,
   absl::StatusOr<MemoryRegion> region =
       endpoint_->Register(target->data(), target->size());
   if (!region.ok()) return Break(region.status());
+  // One receive per message the body comes in, back to back.
   int pending = 0;
-  CallOp body;
-  Prepare(&body, &pending);
-  absl::Status s = endpoint_->PostRecv(
-      server_, BodyTag(connection_id_, header.sequence), 0, target->data(),
-      target->size(), region->desc(), &body.op);
-  if (!s.ok()) return Break(s);
-  ++pending;
+  std::vector<CallOp> pieces(answer->body_sends.size());
+  uint64_t at = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    Prepare(&pieces[i], &pending);
+    absl::Status s =
+        endpoint_->PostRecv(server_, BodyTag(connection_id_, header.sequence),
+                            0, target->data() + at, answer->body_sends[i],
+                            region->desc(), &pieces[i].op);
+    if (!s.ok()) return Break(s);
+    ++pending;
+    at += answer->body_sends[i];
+  }
   if (absl::Status waited = Await(&pending, deadline); !waited.ok()) {
     return waited;
   }
-  if (!body.status.ok()) return Break(body.status);
-  if (absl::Status checked = CheckFrameBody(answer->header, body.bytes);
+  uint64_t received = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].status.ok()) return Break(pieces[i].status);
+    if (pieces[i].bytes != answer->body_sends[i]) {
+      return Break(absl::InvalidArgumentError(absl::StrCat(
+          "data-plane reply's message ", i, " of ", pieces[i].bytes,
+          " bytes, its frame said ", answer->body_sends[i])));
+    }
+    received += pieces[i].bytes;
+  }
+  if (absl::Status checked = CheckFrameBody(answer->header, received);
       !checked.ok()) {
     return Break(checked);
   }
@@ -300,6 +342,12 @@ absl::Status DataPlaneClient::Call(absl::Span<const uint8_t> request,
 
 absl::StatusOr<std::string> DataPlaneClient::Call(
     absl::Span<const uint8_t> request, absl::Time deadline) {
+  const Segment whole = request;
+  return Call(absl::MakeConstSpan(&whole, 1), deadline);
+}
+
+absl::StatusOr<std::string> DataPlaneClient::Call(
+    absl::Span<const Segment> request, absl::Time deadline) {
   std::string reply;
   absl::Status s = Call(
       request,

@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "dataplane/body_pieces.h"
 #include "dataplane/connection_gate.h"
 #include "dataplane/fabric_endpoint.h"
 #include "dataplane/frame.h"
@@ -48,8 +49,15 @@ class DataPlaneClient {
   // PS's error comes back with its code and message.
   absl::Status Call(absl::Span<const uint8_t> request, const BodySink& sink,
                     absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same with the request as the pieces it is made of, sent from
+  // where they are (body_pieces.h).
+  absl::Status Call(absl::Span<const Segment> request, const BodySink& sink,
+                    absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // The same, the reply in a string.
   absl::StatusOr<std::string> Call(absl::Span<const uint8_t> request,
+                                   absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::string> Call(absl::Span<const Segment> request,
                                    absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -72,9 +80,9 @@ class DataPlaneClient {
   DataPlaneClient(std::unique_ptr<FabricEndpoint> endpoint, fi_addr_t server,
                   uint32_t connection_id, FrameLimits limits);
   // Posts a receive for the header of `sequence`'s answer, sends `header`
-  // and `body`, and waits for both sends and the answer's header message.
+  // and `body`, and waits for every send and the answer's header message.
   absl::StatusOr<FrameMessage> Exchange(const FrameHeader& header,
-                                        absl::Span<const uint8_t> body,
+                                        absl::Span<const Segment> body,
                                         absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `*pending` of this call's operations completed.

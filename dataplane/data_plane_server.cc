@@ -1,5 +1,6 @@
 #include "dataplane/data_plane_server.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
@@ -25,8 +26,14 @@ struct DataPlaneServer::HeaderSlot {
   MemoryRegion region;
 };
 
+// A request's body being received: one receive per message it comes in
+// (a drain: one receive of nothing).
 struct DataPlaneServer::BodyReceive {
-  Op op;
+  explicit BodyReceive(size_t sends) : ops(sends) {}
+  std::vector<Op> ops;
+  std::vector<uint32_t> sizes;
+  size_t outstanding = 0;
+  absl::Status failure;  // the first message that did not check
   FrameHeader header;
   Caller caller = {FI_ADDR_NOTAVAIL, 0, 0, 0};
   std::shared_ptr<BodyBuffer> data;
@@ -34,10 +41,13 @@ struct DataPlaneServer::BodyReceive {
 };
 
 struct DataPlaneServer::PendingSend {
-  Op header_op, body_op;
-  std::vector<uint8_t> message;  // header + inline body
+  Op header_op;
+  std::vector<Op> body_ops;
+  std::vector<uint8_t> message;  // header + inline body or body sizes
+  OutgoingBody body;
   std::shared_ptr<const void> owner;
-  MemoryRegion message_region, body_region;
+  MemoryRegion message_region;
+  std::vector<MemoryRegion> body_regions;
   int outstanding = 0;
 };
 
@@ -166,7 +176,8 @@ void DataPlaneServer::ProgressLoop() {
           break;
         case kDrain: {
           --drains_in_flight_;
-          bodies_.erase(static_cast<BodyReceive*>(c.op->user));
+          auto* drain = static_cast<BodyReceive*>(c.op->user);
+          if (--drain->outstanding == 0) bodies_.erase(drain);
           break;
         }
         case kSend: {
@@ -212,7 +223,8 @@ void DataPlaneServer::OnHeader(HeaderSlot* slot, const Completion& c) {
           << "data plane: a client sent a " << FrameKindName(frame->header.kind)
           << " frame";
       if (frame->body_follows) {
-        DrainBody(frame->header.connection_id, frame->header.sequence);
+        DrainBody(frame->header.connection_id, frame->header.sequence,
+                  frame->body_sends.size());
       }
   }
 }
@@ -221,7 +233,7 @@ void DataPlaneServer::OnHello(const FrameMessage& frame) {
   const uint32_t id = frame.header.connection_id;
   if (frame.body_follows) {  // hellos are small (FrameLimits)
     ++refused_hellos_;
-    DrainBody(id, frame.header.sequence);
+    DrainBody(id, frame.header.sequence, frame.body_sends.size());
     return;
   }
   absl::StatusOr<Hello> hello = DecodeHello(
@@ -270,7 +282,8 @@ void DataPlaneServer::OnHello(const FrameMessage& frame) {
   auto key_bytes = std::make_shared<std::array<uint8_t, 8>>();
   for (int i = 0; i < 8; ++i)
     (*key_bytes)[i] = static_cast<uint8_t>(key >> (8 * i));
-  SendFrame(*peer, welcome, absl::MakeConstSpan(*key_bytes), key_bytes);
+  const Segment body = absl::MakeConstSpan(*key_bytes);
+  SendFrame(*peer, welcome, {&body, 1}, key_bytes);
 }
 
 void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
@@ -293,7 +306,9 @@ void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
     LOG_EVERY_N(WARNING, 100)
         << "data plane: a request on connection " << header.connection_id
         << " without that connection's key or from another address, dropped";
-    if (frame.body_follows) DrainBody(header.connection_id, header.sequence);
+    if (frame.body_follows) {
+      DrainBody(header.connection_id, header.sequence, frame.body_sends.size());
+    }
     return;
   }
   if (!frame.body_follows) {
@@ -323,16 +338,19 @@ void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
     }
   }
   if (over_budget) {
-    DrainBody(header.connection_id, header.sequence);
+    DrainBody(header.connection_id, header.sequence, frame.body_sends.size());
     SendError(caller,
               absl::ResourceExhaustedError(absl::StrCat(
                   "this PS is receiving ", options_.max_inflight_body_bytes,
                   " bytes of requests already; retry")));
     return;
   }
-  auto body = std::make_unique<BodyReceive>();
-  body->op.purpose = kBody;
-  body->op.user = body.get();
+  auto body = std::make_unique<BodyReceive>(frame.body_sends.size());
+  body->sizes = frame.body_sends;
+  for (Op& op : body->ops) {
+    op.purpose = kBody;
+    op.user = body.get();
+  }
   body->header = header;
   body->caller = caller;
   absl::Status s;
@@ -348,33 +366,51 @@ void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
     s = region.status();
     if (s.ok()) body->region = *std::move(region);
   }
-  if (s.ok()) {
+  // The messages land back to back, in the order they were sent.
+  uint64_t at = 0;
+  size_t posted = 0;
+  for (size_t i = 0; s.ok() && i < body->ops.size(); ++i) {
     s = Post([&] {
       return endpoint_->PostRecv(caller.peer,
                                  BodyTag(header.connection_id, header.sequence),
-                                 0, body->data->data(), body->data->size(),
-                                 body->region.desc(), &body->op);
+                                 0, body->data->data() + at, body->sizes[i],
+                                 body->region.desc(), &body->ops[i]);
     });
+    if (s.ok()) ++posted;
+    at += body->sizes[i];
   }
-  if (!s.ok()) {
+  if (!s.ok() && posted == 0) {
     {
       absl::MutexLock lock(&mu_);
       inflight_body_bytes_ -= header.body_bytes;
     }
-    DrainBody(header.connection_id, header.sequence);
+    DrainBody(header.connection_id, header.sequence, body->ops.size());
     SendError(caller, s);
     return;
   }
+  // Posted in part: what was posted completes (and is refused) first.
+  if (!s.ok()) {
+    body->failure = s;
+    DrainBody(header.connection_id, header.sequence, body->ops.size() - posted);
+  }
+  body->outstanding = posted;
   BodyReceive* key = body.get();
   bodies_[key] = std::move(body);
 }
 
 void DataPlaneServer::OnBody(BodyReceive* body, const Completion& c) {
+  const size_t index = static_cast<size_t>(c.op - body->ops.data());
+  if (body->failure.ok() && !c.status.ok()) body->failure = c.status;
+  if (body->failure.ok() && c.bytes != body->sizes[index]) {
+    body->failure = absl::InvalidArgumentError(
+        absl::StrCat("message ", index, " of ", c.bytes,
+                     " bytes, its frame said ", body->sizes[index]));
+  }
+  if (--body->outstanding > 0) return;
   std::unique_ptr<BodyReceive> owned = std::move(bodies_[body]);
   bodies_.erase(body);
   const FrameHeader& header = body->header;
-  absl::Status s = c.status;
-  if (s.ok()) s = CheckFrameBody(header, c.bytes);
+  const absl::Status s = body->failure;
   if (!s.ok()) {
     ++refused_bodies_;
     {
@@ -389,21 +425,30 @@ void DataPlaneServer::OnBody(BodyReceive* body, const Completion& c) {
   Dispatch(body->caller, std::move(body->data), header.body_bytes);
 }
 
-void DataPlaneServer::DrainBody(uint32_t connection_id, uint32_t sequence) {
+void DataPlaneServer::DrainBody(uint32_t connection_id, uint32_t sequence,
+                                size_t sends) {
   // shm (1.17) jams its receive queue for every sender when a large
   // message is truncated into a smaller receive: there the body is left
   // unmatched, which holds up only its own sender.
   if (provider() == "shm") return;
-  if (drains_in_flight_ >= kMaxDrainsInFlight) return;
-  auto drain = std::make_unique<BodyReceive>();
-  drain->op.purpose = kDrain;
-  drain->op.user = drain.get();
-  // Zero bytes posted: the body completes truncated, and is gone.
-  if (endpoint_
-          ->PostRecv(FI_ADDR_UNSPEC, BodyTag(connection_id, sequence), 0,
-                     nullptr, 0, nullptr, &drain->op)
-          .ok()) {
+  sends = std::min(sends, kMaxDrainsInFlight -
+                              std::min(kMaxDrainsInFlight, drains_in_flight_));
+  if (sends == 0) return;
+  auto drain = std::make_unique<BodyReceive>(sends);
+  // Zero bytes posted: each message completes truncated, and is gone.
+  for (Op& op : drain->ops) {
+    op.purpose = kDrain;
+    op.user = drain.get();
+    if (!endpoint_
+             ->PostRecv(FI_ADDR_UNSPEC, BodyTag(connection_id, sequence), 0,
+                        nullptr, 0, nullptr, &op)
+             .ok()) {
+      break;
+    }
+    ++drain->outstanding;
     ++drains_in_flight_;
+  }
+  if (drain->outstanding > 0) {
     BodyReceive* key = drain.get();
     bodies_[key] = std::move(drain);
   }
@@ -441,13 +486,15 @@ void DataPlaneServer::Answer(const Caller& caller, absl::StatusOr<Reply> reply,
     SendError(caller, reply.status());
     return;
   }
-  bytes_out_ += static_cast<int64_t>(reply->bytes.size());
+  for (const Segment& segment : reply->segments) {
+    bytes_out_ += static_cast<int64_t>(segment.size());
+  }
   FrameHeader header;
   header.kind = FrameKind::kResponse;
   header.connection_id = caller.connection_id;
   header.sequence = caller.sequence;
   header.connection_key = caller.key;
-  SendFrame(caller.peer, header, reply->bytes, std::move(reply->owner));
+  SendFrame(caller.peer, header, reply->segments, std::move(reply->owner));
 }
 
 void DataPlaneServer::SendError(const Caller& caller,
@@ -461,26 +508,35 @@ void DataPlaneServer::SendError(const Caller& caller,
   absl::string_view message = status.message();
   auto text = std::make_shared<std::string>(
       message.substr(0, std::min(message.size(), kInlineBodyBytes)));
-  absl::Span<const uint8_t> body(reinterpret_cast<const uint8_t*>(text->data()),
-                                 text->size());
-  SendFrame(caller.peer, header, body, std::move(text));
+  const Segment body(reinterpret_cast<const uint8_t*>(text->data()),
+                     text->size());
+  SendFrame(caller.peer, header, {&body, 1}, std::move(text));
 }
 
 void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
-                                absl::Span<const uint8_t> body,
+                                absl::Span<const Segment> body,
                                 std::shared_ptr<const void> owner) {
-  FrameHeader header = frame_header;
-  header.body_bytes = body.size();
   auto send = std::make_unique<PendingSend>();
   PendingSend* p = send.get();
-  p->header_op.purpose = p->body_op.purpose = kSend;
-  p->header_op.user = p->body_op.user = p;
-  const bool body_follows = body.size() > kInlineBodyBytes;
-  p->message.resize(kFrameHeaderBytes + (body_follows ? 0 : body.size()));
+  p->body = OutgoingBody(body, endpoint_->iov_limit());
+  FrameHeader header = frame_header;
+  header.body_bytes = p->body.bytes();
+  p->header_op.purpose = kSend;
+  p->header_op.user = p;
+  const bool body_follows = header.body_bytes > kInlineBodyBytes;
+  p->message.resize(kFrameHeaderBytes);
   EncodeFrameHeader(header, p->message.data());
-  if (!body_follows && !body.empty()) {
-    std::memcpy(p->message.data() + kFrameHeaderBytes, body.data(),
-                body.size());
+  if (body_follows) {
+    AppendBodySends(p->body.send_bytes(), &p->message);
+  } else {
+    p->message.resize(kFrameHeaderBytes + header.body_bytes);
+    p->body.CopyTo(p->message.data() + kFrameHeaderBytes);
+  }
+  const size_t sends = body_follows ? p->body.sends().size() : 0;
+  p->body_ops.resize(sends);
+  for (Op& op : p->body_ops) {
+    op.purpose = kSend;
+    op.user = p;
   }
   p->owner = std::move(owner);
   absl::Status s;
@@ -491,18 +547,24 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
   } else {
     s = r.status();
   }
-  if (s.ok() && body_follows) {
-    absl::StatusOr<MemoryRegion> r =
-        endpoint_->Register(const_cast<uint8_t*>(body.data()), body.size());
-    if (r.ok()) {
-      p->body_region = *std::move(r);
-    } else {
-      s = r.status();
+  std::vector<std::array<void*, 4>> descs(sends);
+  for (size_t i = 0; s.ok() && i < sends; ++i) {
+    const OutgoingBody::Send& piece = p->body.sends()[i];
+    for (size_t j = 0; s.ok() && j < piece.count; ++j) {
+      absl::StatusOr<MemoryRegion> r =
+          endpoint_->Register(piece.iov[j].iov_base, piece.iov[j].iov_len);
+      if (r.ok()) {
+        descs[i][j] = r->desc();
+        p->body_regions.push_back(*std::move(r));
+      } else {
+        s = r.status();
+      }
     }
   }
+  const int total = 1 + static_cast<int>(sends);
   {
     absl::MutexLock lock(&mu_);
-    p->outstanding = body_follows ? 2 : 1;
+    p->outstanding = total;
     sends_[p] = std::move(send);
   }
   const uint32_t id = header.connection_id, seq = header.sequence;
@@ -515,11 +577,12 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
     });
     if (s.ok()) ++posted;
   }
-  if (s.ok() && body_follows) {
+  for (size_t i = 0; s.ok() && i < sends; ++i) {
     s = Post([&] {
-      return endpoint_->PostSend(peer, BodyTag(id, seq), body.data(),
-                                 body.size(), p->body_region.desc(),
-                                 &p->body_op);
+      const OutgoingBody::Send& piece = p->body.sends()[i];
+      return endpoint_->PostSendv(peer, BodyTag(id, seq), piece.iov,
+                                  descs[i].data(), piece.count,
+                                  &p->body_ops[i]);
     });
     if (s.ok()) ++posted;
   }
@@ -527,7 +590,7 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
     LOG_EVERY_N(WARNING, 100) << "data plane: could not answer connection "
                               << id << " call " << seq << ": " << s;
     absl::MutexLock lock(&mu_);
-    p->outstanding -= (body_follows ? 2 : 1) - posted;
+    p->outstanding -= total - posted;
     if (p->outstanding == 0) sends_.erase(p);
   }
 }

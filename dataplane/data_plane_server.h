@@ -33,15 +33,22 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "dataplane/body_buffer_pool.h"
+#include "dataplane/body_pieces.h"
 #include "dataplane/connection_gate.h"
 #include "dataplane/fabric_endpoint.h"
 #include "dataplane/frame.h"
 
 namespace psrt::dataplane {
 
-// A call's answer: bytes that `owner` keeps alive until they are sent.
+// A call's answer: the pieces of one body (body_pieces.h), sent from
+// where they are; `owner` keeps them alive until they are sent.
 struct Reply {
-  absl::Span<const uint8_t> bytes;
+  Reply() = default;
+  Reply(absl::Span<const uint8_t> bytes, std::shared_ptr<const void> owner)
+      : segments{bytes}, owner(std::move(owner)) {}
+  Reply(std::vector<Segment> segments, std::shared_ptr<const void> owner)
+      : segments(std::move(segments)), owner(std::move(owner)) {}
+  std::vector<Segment> segments;
   std::shared_ptr<const void> owner;
 };
 
@@ -138,11 +145,12 @@ class DataPlaneServer {
   void OnHello(const FrameMessage& frame);
   void OnRequest(const FrameMessage& frame, fi_addr_t source);
   void OnBody(BodyReceive* body, const Completion& c);
-  void DrainBody(uint32_t connection_id, uint32_t sequence);
+  // Receives (and drops) the `sends` messages of a refused body.
+  void DrainBody(uint32_t connection_id, uint32_t sequence, size_t sends);
   void Dispatch(const Caller& caller, std::shared_ptr<BodyBuffer> request,
                 uint64_t charged_bytes);
   void SendFrame(fi_addr_t peer, const FrameHeader& header,
-                 absl::Span<const uint8_t> body,
+                 absl::Span<const Segment> body,
                  std::shared_ptr<const void> owner);
   void SendError(const Caller& caller, const absl::Status& status);
   absl::Status Post(const std::function<absl::Status()>& post);

@@ -26,16 +26,36 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
   return v;
 }
 
+// `bytes` cut into pieces of `sizes` (cycled), as a body made of
+// prefixes, headers and tensors is.
+std::vector<Segment> Cut(absl::Span<const uint8_t> bytes,
+                         const std::vector<size_t>& sizes) {
+  std::vector<Segment> pieces;
+  for (size_t at = 0, i = 0; at < bytes.size(); ++i) {
+    const size_t n = std::min(sizes[i % sizes.size()], bytes.size() - at);
+    pieces.push_back(bytes.subspan(at, n));
+    at += n;
+  }
+  return pieces;
+}
+
+// Requests cut so that large pieces alternate with staged ones (a body
+// of several sends); the in-process server's replies cut finer than 64
+// sends allow at 8 MiB (the copied fallback).
+const std::vector<size_t> kRequestCuts = {3, 5000, 7, 70000, 1, 300000};
+const std::vector<size_t> kReplyCuts = {4097, 1};
+
 // Calls with bodies inline (0, 1 and 4096 bytes), just apart, and of
-// 8 MiB come back reversed (the handlers' answer), exactly, into the
-// caller's own buffer and not a byte past it.
+// 8 MiB, sent in pieces, come back reversed (the handlers' answer),
+// exactly, into the caller's own buffer and not a byte past it.
 void ExpectExactRoundTrips(DataPlaneClient* client) {
   for (size_t n : {size_t{0}, size_t{1}, kInlineBodyBytes, kInlineBodyBytes + 1,
                    size_t{8} << 20}) {
     const std::vector<uint8_t> request = Pattern(n, static_cast<uint8_t>(n));
     std::vector<uint8_t> mine(n + 1, 0xee);  // the caller's buffer
+    const std::vector<Segment> pieces = Cut(request, kRequestCuts);
     absl::Status s = client->Call(
-        request,
+        pieces,
         [&](uint64_t bytes) -> absl::StatusOr<absl::Span<uint8_t>> {
           if (bytes != n) return absl::InternalError("unexpected size");
           return absl::MakeSpan(mine.data(), bytes);
@@ -72,7 +92,7 @@ class DataPlaneTest : public ::testing::TestWithParam<std::string> {
               }
               auto reversed = std::make_shared<std::vector<uint8_t>>(
                   request.rbegin(), request.rend());
-              return Reply{absl::MakeConstSpan(*reversed), reversed};
+              return Reply(Cut(*reversed, kReplyCuts), reversed);
             });
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -176,6 +196,10 @@ class RawPeer {
     std::vector<uint8_t> m(kFrameHeaderBytes);
     EncodeFrameHeader(header, m.data());
     m.insert(m.end(), inline_body.begin(), inline_body.end());
+    // A separate body: announced as one message.
+    if (header.body_bytes > kInlineBodyBytes) {
+      AppendBodySends({static_cast<uint32_t>(header.body_bytes)}, &m);
+    }
     return m;
   }
   // The answer to `sequence` on `connection`, or nullopt within 1 s.
@@ -382,7 +406,9 @@ class ForkedDataPlaneTest : public ::testing::TestWithParam<std::string> {
           ++*calls;
           auto reversed = std::make_shared<std::vector<uint8_t>>(
               request.rbegin(), request.rend());
-          return Reply{absl::MakeConstSpan(*reversed), reversed};
+          // Sent in several gathered messages (the in-process server's
+          // replies take the copied fallback).
+          return Reply(Cut(*reversed, kRequestCuts), reversed);
         },
         3);
     ASSERT_TRUE(server.ok()) << server.status();

@@ -8,6 +8,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -75,6 +76,8 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
   hints->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   hints->domain_attr->threading = FI_THREAD_SAFE;
+  hints->tx_attr->msg_order = FI_ORDER_SAS;
+  hints->rx_attr->msg_order = FI_ORDER_SAS;
   hints->fabric_attr->prov_name = strdup(options.provider.c_str());
   fi_info* info = nullptr;
   const bool bind_node = options.provider != "shm" && !options.node.empty();
@@ -127,6 +130,8 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
   }
   if (rc != 0) return e->Fail("fi_domain", rc);
   e->needs_registration_ = (info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+  e->iov_limit_ = std::clamp<size_t>(
+      info->tx_attr != nullptr ? info->tx_attr->iov_limit : 1, 1, 4);
   fi_cq_attr cq_attr = {};
   cq_attr.format = FI_CQ_FORMAT_TAGGED;
   cq_attr.size = 4096;
@@ -229,6 +234,15 @@ absl::Status FabricEndpoint::PostSend(fi_addr_t peer, uint64_t tag,
   if (rc == 0) return absl::OkStatus();
   if (rc == -FI_EAGAIN) return absl::ResourceExhaustedError("send queue full");
   return Fail("fi_tsend", static_cast<int>(rc));
+}
+
+absl::Status FabricEndpoint::PostSendv(fi_addr_t peer, uint64_t tag,
+                                       const struct iovec* iov, void** descs,
+                                       size_t count, Op* op) {
+  const ssize_t rc = fi_tsendv(ep_, iov, descs, count, peer, tag, op);
+  if (rc == 0) return absl::OkStatus();
+  if (rc == -FI_EAGAIN) return absl::ResourceExhaustedError("send queue full");
+  return Fail("fi_tsendv", static_cast<int>(rc));
 }
 
 absl::Status FabricEndpoint::PostRecv(fi_addr_t source, uint64_t tag,

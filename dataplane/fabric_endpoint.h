@@ -6,6 +6,10 @@
 // it (FI_MR_LOCAL); elsewhere the fabric reads and writes the caller's
 // memory where it is.
 //
+// Sends from one endpoint to a peer are received in the order they were
+// sent (FI_ORDER_SAS, asked of the provider): a body sent as several
+// messages under one tag lands in receives posted in that order.
+//
 // Every posted operation's context is an Op; its completion (or error) is
 // handed back by Poll with that Op. Thread-safe (FI_THREAD_SAFE): any
 // thread may post, and Poll may run beside posts.
@@ -13,6 +17,7 @@
 #define PSRT_DATAPLANE_FABRIC_ENDPOINT_H_
 
 #include <rdma/fabric.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <memory>
@@ -109,6 +114,12 @@ class FabricEndpoint {
                         size_t bytes, void* desc, Op* op);
   absl::Status PostRecv(fi_addr_t source, uint64_t tag, uint64_t ignore,
                         void* data, size_t bytes, void* desc, Op* op);
+  // One tagged send gathered from up to iov_limit() pieces of memory, in
+  // order (`descs[i]` for `iov[i]`, as Register gave them).
+  absl::Status PostSendv(fi_addr_t peer, uint64_t tag, const struct iovec* iov,
+                         void** descs, size_t count, Op* op);
+  // Pieces one PostSendv takes (the provider's, at most 4).
+  size_t iov_limit() const { return iov_limit_; }
   // Asks for a posted receive to complete as cancelled.
   void Cancel(Op* op);
 
@@ -125,6 +136,7 @@ class FabricEndpoint {
   size_t address_bytes_ = 0;  // for fixed-size address formats; 0: string
   bool needs_registration_ = false;
   bool can_wait_ = false;
+  size_t iov_limit_ = 1;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
   fid_av* av_ = nullptr;

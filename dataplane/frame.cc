@@ -117,6 +117,16 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
   return header;
 }
 
+void AppendBodySends(absl::Span<const uint32_t> sizes,
+                     std::vector<uint8_t>* message) {
+  size_t at = message->size();
+  message->resize(at + 4 * sizes.size());
+  for (uint32_t bytes : sizes) {
+    Put32(message->data() + at, bytes);
+    at += 4;
+  }
+}
+
 absl::Status CheckFrameBody(const FrameHeader& header, uint64_t received) {
   if (received != header.body_bytes) {
     return Malformed(absl::StrCat(FrameKindName(header.kind), " body of ",
@@ -138,12 +148,35 @@ absl::StatusOr<FrameMessage> ParseFrameMessage(
   FrameMessage frame;
   frame.header = *header;
   frame.body_follows = header->body_bytes > kInlineBodyBytes;
-  const uint64_t inline_bytes = frame.body_follows ? 0 : header->body_bytes;
+  if (frame.body_follows) {
+    const size_t table = message.size() - kFrameHeaderBytes;
+    if (table == 0 || table % 4 != 0 || table / 4 > kMaxBodySends) {
+      return Malformed(absl::StrCat(
+          FrameKindName(header->kind), " message lists ", table,
+          " bytes of body sizes; expected 1 to ", kMaxBodySends, " u32s"));
+    }
+    uint64_t sum = 0;
+    for (size_t at = kFrameHeaderBytes; at < message.size(); at += 4) {
+      const uint32_t bytes = Get32(message.data() + at);
+      if (bytes == 0) {
+        return Malformed(absl::StrCat(FrameKindName(header->kind),
+                                      " body lists a message of 0 bytes"));
+      }
+      frame.body_sends.push_back(bytes);
+      sum += bytes;
+    }
+    if (sum != header->body_bytes) {
+      return Malformed(absl::StrCat(
+          FrameKindName(header->kind), " body's messages add up to ", sum,
+          " bytes, its header said ", header->body_bytes));
+    }
+    return frame;
+  }
+  const uint64_t inline_bytes = header->body_bytes;
   if (message.size() - kFrameHeaderBytes != inline_bytes) {
     return Malformed(absl::StrCat(
         FrameKindName(header->kind), " message of ", message.size(),
-        " bytes for a body of ", header->body_bytes,
-        frame.body_follows ? " (sent apart)" : " (inline)"));
+        " bytes for an inline body of ", header->body_bytes));
   }
   frame.inline_body = message.subspan(kFrameHeaderBytes, inline_bytes);
   return frame;

@@ -24,17 +24,21 @@
 //
 // A frame travels as tagged messages (fabric_endpoint.h). A body of up to
 // kInlineBodyBytes rides in the header's message, right after it; a longer
-// one follows as its own message, received into a buffer of exactly
-// `body_bytes` where its reader wants it: a body longer than its header
-// said is truncated by the fabric and refused, a shorter one is refused by
-// size. The header's message is tagged HeaderTag(connection, sequence),
-// a separate body BodyTag(...). Nothing is applied from a frame whose
+// one follows as 1 to kMaxBodySends messages sent in order (body_pieces.h),
+// whose sizes the header's message lists after the header (u32 each, in
+// place of an inline body). They are received back to back into a buffer
+// of exactly `body_bytes` where its reader wants it: a message longer
+// than its listed size is truncated by the fabric and refused, a shorter
+// one is refused by size. The header's message is tagged
+// HeaderTag(connection, sequence), a separate body's messages
+// BodyTag(...). Nothing is applied from a frame whose
 // header or body fails a check.
 #ifndef PSRT_DATAPLANE_FRAME_H_
 #define PSRT_DATAPLANE_FRAME_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,9 +47,11 @@
 namespace psrt::dataplane {
 
 inline constexpr uint32_t kFrameMagic = 0x50445350;  // "PSDP"
-inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr uint16_t kFrameVersion = 2;
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr size_t kInlineBodyBytes = 4096;
+// Messages a separate body travels in, at most.
+inline constexpr size_t kMaxBodySends = 64;
 // The largest message a header's receive buffer takes.
 inline constexpr size_t kHeaderMessageBytes =
     kFrameHeaderBytes + kInlineBodyBytes;
@@ -98,17 +104,25 @@ void EncodeFrameHeader(const FrameHeader& header,
 absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
                                              const FrameLimits& limits);
 
+// Appends a separate body's message sizes to its header's message.
+void AppendBodySends(absl::Span<const uint32_t> sizes,
+                     std::vector<uint8_t>* message);
+
 // OK if a body of `received` bytes is what `header` announced.
 absl::Status CheckFrameBody(const FrameHeader& header, uint64_t received);
 
 // A frame read off one header message of `message_bytes` bytes: the header
 // and, when the body is inline, the body. INVALID_ARGUMENT when the
-// message is not a header followed by exactly its inline body, or exactly
-// a header when the body is separate.
+// message is not a header followed by exactly its inline body, or by a
+// list of 1 to kMaxBodySends non-zero sizes adding up to its body when
+// that is separate.
 struct FrameMessage {
   FrameHeader header;
   absl::Span<const uint8_t> inline_body;  // empty when the body follows
   bool body_follows = false;
+  // When it follows: the size of each message it comes in, in order (each
+  // at least 1, adding up to the header's body_bytes).
+  std::vector<uint32_t> body_sends;
 };
 absl::StatusOr<FrameMessage> ParseFrameMessage(
     absl::Span<const uint8_t> message, const FrameLimits& limits);

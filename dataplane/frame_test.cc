@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dataplane/connection_gate.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace psrt::dataplane {
@@ -106,17 +107,40 @@ TEST(FrameTest, AMessageIsAHeaderAndExactlyItsInlineBody) {
     wrong.resize(size, 7);
     EXPECT_FALSE(ParseFrameMessage(wrong, FrameLimits()).ok()) << size;
   }
-  // A body over the inline size travels apart: the message is the header.
+  // A body over the inline size travels apart: the message is the header
+  // and the sizes of the messages the body comes in.
   header.body_bytes = kInlineBodyBytes + 1;
   std::vector<uint8_t> apart = Encode(header);
+  EXPECT_FALSE(ParseFrameMessage(apart, FrameLimits()).ok());  // no sizes
+  AppendBodySends({1000, kInlineBodyBytes + 1 - 1000}, &apart);
   frame = ParseFrameMessage(apart, FrameLimits());
   ASSERT_TRUE(frame.ok()) << frame.status();
   EXPECT_TRUE(frame->body_follows);
-  apart.push_back(0);
+  EXPECT_EQ(frame->body_sends,
+            (std::vector<uint32_t>{1000, kInlineBodyBytes + 1 - 1000}));
+  EXPECT_TRUE(frame->inline_body.empty());
+  apart.push_back(0);  // not a whole size
   EXPECT_FALSE(ParseFrameMessage(apart, FrameLimits()).ok());
   EXPECT_FALSE(
       ParseFrameMessage(absl::MakeConstSpan(apart.data(), 3), FrameLimits())
           .ok());
+  // Sizes that do not add up to the body, a message of nothing, too many
+  // messages: each refused by name.
+  auto with_sends = [&](const std::vector<uint32_t>& sizes) {
+    std::vector<uint8_t> m = Encode(header);
+    AppendBodySends(sizes, &m);
+    return ParseFrameMessage(m, FrameLimits()).status();
+  };
+  EXPECT_THAT(with_sends({1000, 1000}).message(),
+              testing::HasSubstr("add up to 2000 bytes"));
+  EXPECT_THAT(with_sends({0, kInlineBodyBytes + 1}).message(),
+              testing::HasSubstr("message of 0 bytes"));
+  std::vector<uint32_t> many(kMaxBodySends + 1, 1);
+  many.back() = kInlineBodyBytes + 1 - kMaxBodySends;
+  EXPECT_THAT(with_sends(many).message(), testing::HasSubstr("expected 1 to"));
+  many.erase(many.begin());
+  many.back() += 1;
+  EXPECT_TRUE(with_sends(many).ok());
   EXPECT_TRUE(CheckFrameBody(header, kInlineBodyBytes + 1).ok());
   EXPECT_FALSE(CheckFrameBody(header, kInlineBodyBytes).ok());
 }

@@ -47,6 +47,43 @@ void EncodeDataPlaneCall(DataPlaneMethod method,
   }
 }
 
+std::vector<absl::Span<const uint8_t>> DataPlaneCallSegments(
+    DataPlaneMethod method, absl::Span<const grpc::ByteBuffer> messages,
+    std::vector<uint8_t>* framing, std::vector<grpc::Slice>* slices) {
+  // Sized once: the segments point into it.
+  framing->resize(kPreambleBytes + 4 * messages.size());
+  uint8_t* out = framing->data();
+  out[0] = static_cast<uint8_t>(method);
+  out[1] = out[2] = out[3] = 0;
+  PutU32(static_cast<uint32_t>(messages.size()), out + 4);
+  // Every slice first, then the segments: a small slice keeps its bytes
+  // inside itself, so its address is final only once `slices` is.
+  const size_t first = slices->size();
+  std::vector<size_t> parts(messages.size());
+  std::vector<grpc::Slice> dumped;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    dumped.clear();
+    (void)messages[i].Dump(&dumped);
+    parts[i] = dumped.size();
+    for (grpc::Slice& part : dumped) slices->push_back(std::move(part));
+  }
+  std::vector<absl::Span<const uint8_t>> segments;
+  segments.reserve(1 + messages.size() + slices->size() - first);
+  segments.emplace_back(out, kPreambleBytes);
+  out += kPreambleBytes;
+  size_t slice = first;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    PutU32(static_cast<uint32_t>(messages[i].Length()), out);
+    segments.emplace_back(out, 4);
+    out += 4;
+    for (size_t j = 0; j < parts[i]; ++j, ++slice) {
+      const grpc::Slice& part = (*slices)[slice];
+      segments.emplace_back(part.begin(), part.size());
+    }
+  }
+  return segments;
+}
+
 absl::StatusOr<DataPlaneCall> DecodeDataPlaneCall(
     absl::Span<const uint8_t> body, size_t max_messages,
     std::shared_ptr<const void> owner) {

@@ -29,6 +29,15 @@ void EncodeDataPlaneCall(DataPlaneMethod method,
                          absl::Span<const grpc::ByteBuffer> messages,
                          uint8_t* out);
 
+// The same body as the pieces it is made of, for a gathered send: the
+// preamble and size prefixes are written into `framing`, the messages'
+// bytes are referenced where they are (their slices added to `slices`,
+// which keeps them alive). Valid while `framing` and `slices` are, and
+// `slices` is not added to (a small slice holds its bytes itself).
+std::vector<absl::Span<const uint8_t>> DataPlaneCallSegments(
+    DataPlaneMethod method, absl::Span<const grpc::ByteBuffer> messages,
+    std::vector<uint8_t>* framing, std::vector<grpc::Slice>* slices);
+
 struct DataPlaneCall {
   DataPlaneMethod method;
   // Over `body`'s memory.

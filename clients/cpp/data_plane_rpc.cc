@@ -29,11 +29,15 @@ void DataPlanePushCall::Start(std::function<void()> on_done) {
   const absl::Time deadline = absl::Now() + timeout_;
   link_->Run([this, deadline, on_done = std::move(on_done)](
                  absl::StatusOr<DataPlaneLink::Lane> lane) {
-    absl::StatusOr<std::string> answer =
-        lane.ok() ? lane->client->Call(Encode(DataPlaneMethod::kPush,
-                                              *messages_, lane->scratch),
-                                       deadline)
-                  : absl::StatusOr<std::string>(lane.status());
+    auto call = [&]() -> absl::StatusOr<std::string> {
+      if (!lane.ok()) return lane.status();
+      // The gradients leave from the messages' own memory.
+      std::vector<grpc::Slice> slices;
+      const std::vector<dataplane::Segment> body = DataPlaneCallSegments(
+          DataPlaneMethod::kPush, *messages_, lane->scratch, &slices);
+      return lane->client->Call(body, deadline);
+    };
+    const absl::StatusOr<std::string> answer = call();
     status_ = ToGrpcStatus(answer.status());
     if (answer.ok() && !response_.ParseFromString(*answer)) {
       status_ = grpc::Status(grpc::StatusCode::INTERNAL,

@@ -23,17 +23,21 @@ namespace {
 // A push's messages at most: each carries one item at least.
 constexpr size_t kMaxPushMessages = size_t{1} << 20;
 
-// A pull's response messages as one reply body (data_plane_call.h), in
-// a pooled buffer kept alive until sent.
+// A pull's response messages as one reply body (data_plane_call.h),
+// sent from the messages' own memory: only the framing is written.
 absl::StatusOr<dataplane::Reply> PullReply(
-    const std::vector<grpc::ByteBuffer>& messages,
-    dataplane::BodyBufferPool* pool) {
+    std::vector<grpc::ByteBuffer> messages) {
   return AnswerOutOfMemory("Pull", [&]() -> absl::StatusOr<dataplane::Reply> {
-    std::shared_ptr<dataplane::BodyBuffer> body =
-        pool->Take(DataPlaneCallBytes(messages));
-    EncodeDataPlaneCall(DataPlaneMethod::kPull, messages, body->data());
-    return dataplane::Reply{absl::MakeConstSpan(body->data(), body->size()),
-                            body};
+    struct Body {
+      std::vector<grpc::ByteBuffer> messages;
+      std::vector<uint8_t> framing;
+      std::vector<grpc::Slice> slices;
+    };
+    auto body = std::make_shared<Body>();
+    body->messages = std::move(messages);
+    std::vector<dataplane::Segment> segments = DataPlaneCallSegments(
+        DataPlaneMethod::kPull, body->messages, &body->framing, &body->slices);
+    return dataplane::Reply(std::move(segments), std::move(body));
   });
 }
 
@@ -119,7 +123,7 @@ void ParameterServerService::ServeDataPlanePull(grpc::ByteBuffer request,
       if ((*responder)->done()) break;
     }
     absl::StatusOr<dataplane::Reply> reply =
-        s.ok() ? PullReply(messages, reply_buffers_.get())
+        s.ok() ? PullReply(std::move(messages))
                : absl::StatusOr<dataplane::Reply>(s);
     pull_.latency->Observe(absl::ToDoubleSeconds(absl::Now() - pull->start));
     if (!reply.ok()) {

@@ -302,9 +302,6 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   LeaseHolder* lease_ = nullptr;
   ShardTransfer* transfer_ = nullptr;
   DataPlanes* data_planes_ = nullptr;
-  // Pull replies on the data plane are written into these.
-  std::shared_ptr<dataplane::BodyBufferPool> reply_buffers_ =
-      std::make_shared<dataplane::BodyBufferPool>();
   // This PS's own shards' step barrier (SYNC, SSP) and those it took over.
   StepBarriers step_barriers_;
   WorkersSeen workers_seen_;

@@ -81,15 +81,25 @@ def example_cache(key, chunks):
     return out + b"PSRTEND1" + struct.pack("<2Q", examples, len(chunks))
 
 
-def data_plane_message(kind, connection, sequence, body, status=0, key=0, body_bytes=None):
-    """A data-plane header message (dataplane/frame.h) with `body` inline,
-    or announcing `body_bytes` sent apart."""
-    size = len(body) if body_bytes is None else body_bytes
-    head = struct.pack("<IHHIIQIII", 0x50445350, 1, kind, connection, sequence, size, status, 0, 0)
+def data_plane_message(kind, connection, sequence, body, status=0, key=0, sends=None):
+    """A data-plane header message (dataplane/frame.h, version 2) with
+    `body` inline, or announcing a body sent apart in messages of `sends`
+    bytes each."""
+    size = len(body) if sends is None else sum(sends)
+    head = struct.pack("<IHHIIQIII", 0x50445350, 2, kind, connection, sequence, size, status, 0, 0)
     head += struct.pack("<Q", key)
     crc = crc32c(head)
     masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-    return head + struct.pack("<I", masked) + body
+    table = b"".join(struct.pack("<I", n) for n in sends or [])
+    return head + struct.pack("<I", masked) + body + table
+
+
+def data_plane_call(method, messages):
+    """A push's or pull's body (proto/data_plane_call.h)."""
+    out = struct.pack("<B3xI", method, len(messages))
+    for m in messages:
+        out += struct.pack("<I", len(m)) + m
+    return out
 
 
 def main():
@@ -307,7 +317,12 @@ def main():
     write(
         "data_plane_frame_fuzzer",
         "request_apart",
-        data_plane_message(3, 7, 2, b"", key=99, body_bytes=10000),
+        data_plane_message(3, 7, 2, b"", key=99, sends=[4200, 5800]),
+    )
+    write(
+        "data_plane_frame_fuzzer",
+        "push_inline",
+        data_plane_message(3, 7, 3, data_plane_call(2, [b"\x0a\x02\x08\x01", b"xyz"]), key=99),
     )
     write(
         "data_plane_frame_fuzzer",

@@ -48,7 +48,7 @@ done
 sources=(
   "$out/gen/proto/ps.pb.cc" "$out/gen/proto/tf_example.pb.cc"
   proto/buffer_pool.cc proto/frame_reader.cc proto/frame_writer.cc
-  proto/slice_lease.cc
+  proto/slice_lease.cc proto/data_plane_call.cc
   partitioner/cluster_spec.cc partitioner/shard_map.cc partitioner/variable_spec.cc
   partitioner/replica_placement.cc
   util/clock.cc util/crc32c.cc util/wire_dtype.cc
