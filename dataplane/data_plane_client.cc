@@ -41,7 +41,7 @@ void RecordCompletions(FabricEndpoint* endpoint, absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(
     const FabricOptions& fabric, absl::string_view server_address,
     const Challenge& challenge, absl::string_view token, absl::Time deadline,
-    FrameLimits limits) {
+    FrameLimits limits, PeerCheck peer_check) {
   absl::StatusOr<std::unique_ptr<FabricEndpoint>> endpoint =
       FabricEndpoint::Open(fabric);
   if (!endpoint.ok()) return endpoint.status();
@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(
                   HelloProof(token, challenge, (*endpoint)->address()));
   std::unique_ptr<DataPlaneClient> client(new DataPlaneClient(
       *std::move(endpoint), *server, challenge.connection_id, limits));
+  client->peer_check_ = std::move(peer_check);
   absl::MutexLock lock(&client->mu_);
   absl::StatusOr<MemoryRegion> region =
       client->endpoint_->Register(client->answer_, sizeof(client->answer_));
@@ -130,19 +131,44 @@ absl::Status DataPlaneClient::Break(absl::Status why) {
 constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(50);
 
 absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
+  // Checked once per interval of waiting, not per completion (a body's
+  // messages complete one by one).
+  absl::Time next_check = absl::Now() + kPeerCheckInterval;
   while (*pending > 0) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Time now = absl::Now();
+    const absl::Duration left = deadline - now;
     if (left <= absl::ZeroDuration()) {
       return Break(absl::DeadlineExceededError(
           absl::StrCat("data-plane call on connection ", connection_id_,
                        " passed its deadline")));
     }
-    RecordCompletions(endpoint_.get(), std::min(left, kPeerCheckInterval));
-    if (*pending > 0 && peer_check_) {
-      if (absl::Status s = peer_check_(); !s.ok()) return Break(s);
+    if (now >= next_check) {
+      if (absl::Status s = CheckPeer(); !s.ok()) return Break(s);
+      next_check = absl::Now() + kPeerCheckInterval;
+      continue;
     }
+    RecordCompletions(endpoint_.get(), std::min(left, next_check - now));
   }
   return absl::OkStatus();
+}
+
+absl::Status DataPlaneClient::Post(const std::function<absl::Status()>& post,
+                                   int* pending, absl::Time deadline) {
+  absl::Time next_check = absl::Now() + kPeerCheckInterval;
+  while (true) {
+    absl::Status s = post();
+    if (s.ok()) {
+      ++*pending;
+      return s;
+    }
+    if (!absl::IsResourceExhausted(s) || absl::Now() > deadline) return s;
+    RecordCompletions(endpoint_.get(), absl::Milliseconds(1));
+    // A queue that stays full may be a PS that is gone.
+    if (absl::Now() >= next_check) {
+      if (absl::Status peer = CheckPeer(); !peer.ok()) return peer;
+      next_check = absl::Now() + kPeerCheckInterval;
+    }
+  }
 }
 
 absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
@@ -183,20 +209,10 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
     }
   }
   const uint32_t id = header.connection_id, seq = header.sequence;
-  // Posts one operation, making progress while the provider's queue is
-  // full (the operations completing meanwhile are this call's own).
   auto post = [&](const std::function<absl::Status()>& fn)
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
-    while (true) {
-      absl::Status s = fn();
-      if (s.ok()) {
-        ++pending;
-        return s;
-      }
-      if (!absl::IsResourceExhausted(s) || absl::Now() > deadline) return s;
-      RecordCompletions(endpoint_.get(), absl::Milliseconds(1));
-    }
-  };
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                    return Post(fn, &pending, deadline);
+                  };
   absl::Status s = post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return endpoint_->PostRecv(server_, HeaderTag(id, seq), 0, answer_,
                                sizeof(answer_), answer_region_.desc(),

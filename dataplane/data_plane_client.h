@@ -30,14 +30,19 @@ namespace psrt::dataplane {
 
 class DataPlaneClient {
  public:
+  // Asked every 50 ms while a call (the hello included) waits: an error
+  // (the PS's process is gone, which the fabric may never report) breaks
+  // the call with it at once instead of at its deadline.
+  using PeerCheck = std::function<absl::Status()>;
+
   // Sends the hello for `challenge` to the PS at `server_address` and
   // waits for its welcome until `deadline`. PERMISSION_DENIED as the PS
   // answered (a wrong token); UNAVAILABLE when the provider cannot be
-  // opened or no answer came.
+  // opened or no answer came; `peer_check`'s error when it gave one.
   static absl::StatusOr<std::unique_ptr<DataPlaneClient>> Connect(
       const FabricOptions& fabric, absl::string_view server_address,
       const Challenge& challenge, absl::string_view token, absl::Time deadline,
-      FrameLimits limits = FrameLimits());
+      FrameLimits limits = FrameLimits(), PeerCheck peer_check = nullptr);
   ~DataPlaneClient();
 
   // Where a response's body of `bytes` goes: memory of exactly that size,
@@ -61,12 +66,6 @@ class DataPlaneClient {
                                    absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Asked every 50 ms while a call waits: an error (the PS's process is
-  // gone, which shm never reports) breaks the call with it at once
-  // instead of at its deadline. Set before the first call.
-  void set_peer_check(std::function<absl::Status()> check) {
-    peer_check_ = std::move(check);
-  }
   // The peer check's answer now (OK without one).
   absl::Status CheckPeer() const {
     return peer_check_ ? peer_check_() : absl::OkStatus();
@@ -88,6 +87,11 @@ class DataPlaneClient {
   // Waits until `*pending` of this call's operations completed.
   absl::Status Await(int* pending, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Posts with `post` until the provider takes it, making progress while
+  // its queue is full (the operations completing meanwhile are this
+  // call's own); counts it in `*pending`.
+  absl::Status Post(const std::function<absl::Status()>& post, int* pending,
+                    absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Break(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string provider_;
@@ -95,7 +99,7 @@ class DataPlaneClient {
   const uint32_t connection_id_;
   const FrameLimits limits_;
   uint64_t key_ = 0;  // the welcome's connection key (frame.h)
-  std::function<absl::Status()> peer_check_;
+  PeerCheck peer_check_;
   mutable absl::Mutex mu_;
   std::unique_ptr<FabricEndpoint> endpoint_ ABSL_GUARDED_BY(mu_);
   uint32_t sequence_ ABSL_GUARDED_BY(mu_) = 0;

@@ -102,11 +102,29 @@ DataPlaneLink::Open() {
   dataplane::Challenge challenge;
   challenge.connection_id = response.connection_id();
   challenge.nonce = response.nonce();
+  PsConnection* connection = connection_;
+  // OpenDataPlane just went over channel 0: READY now.
+  const uint64_t epoch = connection->ChannelEpoch();
+  auto peer_check = [connection, epoch]() -> absl::Status {
+    if (connection->ChannelEpoch() != epoch) {
+      return absl::UnavailableError(absl::StrCat(
+          connection->Describe(),
+          " lost a gRPC connection since this data-plane connection opened "
+          "(PS restarted or gone?)"));
+    }
+    if (!connection->Down()) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat(connection->Describe(),
+                     " dropped its gRPC connection during a "
+                     "data-plane call (PS gone?)"));
+  };
   absl::StatusOr<std::unique_ptr<dataplane::DataPlaneClient>> client =
-      dataplane::DataPlaneClient::Connect(fabric, response.address(), challenge,
-                                          options_.security.auth_token,
-                                          deadline);
+      dataplane::DataPlaneClient::Connect(
+          fabric, response.address(), challenge, options_.security.auth_token,
+          deadline, dataplane::FrameLimits(), peer_check);
   if (!client.ok()) {
+    // The PS went away meanwhile: not the data plane's fault.
+    if (absl::Status gone = peer_check(); !gone.ok()) return gone;
     // The PS offered it, but this host cannot open the provider or reach
     // the PS over it (a firewall): gRPC still can.
     absl::Status s = absl::FailedPreconditionError(absl::StrCat(
@@ -115,22 +133,6 @@ DataPlaneLink::Open() {
     Decide(s);
     return s;
   }
-  PsConnection* connection = connection_;
-  // OpenDataPlane just went over channel 0: READY now.
-  const uint64_t epoch = connection->ChannelEpoch();
-  (*client)->set_peer_check([connection, epoch]() -> absl::Status {
-    if (connection->ChannelEpoch() != epoch) {
-      return absl::UnavailableError(absl::StrCat(
-          connection->Describe(),
-          " lost a gRPC connection since this data-plane connection opened "
-          "(PS restarted?)"));
-    }
-    if (!connection->Down()) return absl::OkStatus();
-    return absl::UnavailableError(
-        absl::StrCat(connection->Describe(),
-                     " dropped its gRPC connection during a "
-                     "data-plane call (PS gone?)"));
-  });
   {
     absl::MutexLock lock(&mu_);
     provider_ = fabric.provider;

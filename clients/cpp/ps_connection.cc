@@ -1,5 +1,6 @@
 #include "clients/cpp/ps_connection.h"
 
+#include <chrono>
 #include <climits>
 #include <thread>
 
@@ -104,7 +105,20 @@ bool PsConnection::Down() const {
 }
 
 uint64_t PsConnection::ChannelEpoch() const {
+  // An idle channel's socket is read only when something polls it (gRPC
+  // 1.51's backup poller: every 5 s), so a PS killed -9 stays READY here
+  // for seconds. Watching the state with a deadline already past polls it
+  // once without waiting: a closed connection is seen at once. At most
+  // every 50 ms (a data-plane call checks before it starts).
+  const int64_t now = absl::GetCurrentTimeNanos();
+  int64_t last = last_poll_nanos_.load();
+  const bool poll = now - last >= 50'000'000 &&
+                    last_poll_nanos_.compare_exchange_strong(last, now);
   for (const Channel& c : channels_) {
+    if (poll && c.was_ready->load()) {
+      c.channel->WaitForStateChange(GRPC_CHANNEL_READY,
+                                    std::chrono::system_clock::now());
+    }
     const bool ready =
         c.channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
     if (c.was_ready->exchange(ready) && !ready) ++channel_epoch_;

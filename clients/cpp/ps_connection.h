@@ -60,9 +60,11 @@ class PsConnection {
   // channels are asked to connect, so a PS that restarted is not taken
   // for down once they have.
   bool Down() const;
-  // Counts the times a channel was seen to leave READY (polled here):
-  // a data-plane connection opened at one count is to a PS process that
-  // may be gone at a later one (a PS restarted on its address).
+  // Counts the times a channel was seen to leave READY (its socket polled
+  // here at most every 50 ms, without waiting, so a closed connection
+  // shows): a data-plane
+  // connection opened at one count is to a PS process that may be gone at a
+  // later one (killed, or restarted on its address).
   uint64_t ChannelEpoch() const;
 
   // Polls the standard health service until SERVING or the deadline.
@@ -81,6 +83,7 @@ class PsConnection {
   std::vector<Channel> channels_;
   std::unique_ptr<ParameterServer::Stub> stub_;
   std::atomic<uint32_t> next_{0};
+  mutable std::atomic<int64_t> last_poll_nanos_{0};  // ChannelEpoch
   mutable std::atomic<uint64_t> channel_epoch_{0};
   std::unique_ptr<DataPlaneLink> data_plane_;  // after what it uses
 };
