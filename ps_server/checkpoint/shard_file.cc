@@ -173,7 +173,8 @@ absl::Status CheckHeader(const ShardFileHeader& h, size_t body_bytes,
   const uint64_t stride_bytes =
       static_cast<uint64_t>(h.row_width()) * (1 + h.num_slots()) * 4;
   const uint64_t row_bytes = stride_bytes + (h.explicit_ids() ? 8 : 0);
-  if (static_cast<uint64_t>(h.row_width()) > body_bytes ||
+  // (A shard with no rows yet, of a hash table, has an empty body.)
+  if ((body_bytes > 0 && static_cast<uint64_t>(h.row_width()) > body_bytes) ||
       static_cast<uint64_t>(h.num_rows()) > body_bytes / row_bytes ||
       static_cast<uint64_t>(h.num_rows()) * row_bytes != body_bytes) {
     return Corrupt(
