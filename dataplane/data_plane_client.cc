@@ -341,7 +341,13 @@ absl::Status DataPlaneClient::Call(absl::Span<const Segment> request,
   }
   uint64_t received = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if (!pieces[i].status.ok()) return Break(pieces[i].status);
+    // A message the fabric failed (rxm cancels receives on a connection
+    // the PS's end closed): the PS is gone or cut off, retryable.
+    if (!pieces[i].status.ok()) {
+      return Break(absl::UnavailableError(
+          absl::StrCat("data-plane reply on connection ", connection_id_, ": ",
+                       pieces[i].status.message())));
+    }
     if (pieces[i].bytes != answer->body_sends[i]) {
       return Break(absl::InvalidArgumentError(absl::StrCat(
           "data-plane reply's message ", i, " of ", pieces[i].bytes,

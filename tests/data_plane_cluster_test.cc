@@ -209,6 +209,31 @@ TEST(DataPlaneClusterTest, HostileCallsAreRefusedAndApplyNothing) {
   PushAndPullExactly(client->get());
 }
 
+// A PS killed and restarted on its address between data-plane calls,
+// while the client's gRPC channels reconnect to it (CreateVariables):
+// the next pushes and pulls reach the new process over a new data-plane
+// connection, exactly, instead of waiting out the call deadline on the
+// old one (what hash_rows_test's restore case hit with the data plane on).
+TEST(DataPlaneClusterTest, APsRestartedBetweenCallsIsReachedAgain) {
+  std::unique_ptr<LocalCluster> cluster = StartSecured();
+  ASSERT_NE(cluster, nullptr);
+  auto client = Client::Connect(FabricClient(*cluster));
+  ASSERT_TRUE(client.ok()) << client.status();
+  const VariableSpec spec =
+      TestVariableSpec("d", DENSE, {kFloats}, 2, OptimizerSpec::SGD, 1.0f);
+  ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+  PushAndPullExactly(client->get());
+  cluster->Kill(0, SIGKILL);
+  ASSERT_EQ(cluster->Restart(0), absl::OkStatus());
+  ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+  PushAndPullExactly(client->get());
+  // The new process served them over the data plane.
+  EXPECT_EQ(Metric(*cluster, 0, "psrt_data_plane_calls_total{method=\"Push\"}"),
+            3);
+  EXPECT_EQ(Metric(*cluster, 0, "psrt_data_plane_calls_total{method=\"Pull\"}"),
+            4);
+}
+
 // Two clients push 256 KiB over the data plane while the primary of a third
 // of the variable is killed -9 mid-push: the failover (--replicas=2) loses
 // no acknowledged push and applies none twice, as over gRPC.

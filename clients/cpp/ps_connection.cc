@@ -79,10 +79,51 @@ PsConnection::PsConnection(int ps_task, std::string address,
   // The data plane carries no encryption: with TLS, all stays on gRPC.
   if (options.data_plane == "fabric" && !options.security.tls()) {
     data_plane_ = std::make_unique<DataPlaneLink>(this, options);
+    watcher_ = std::thread([this] { WatchChannels(); });
   }
 }
 
-PsConnection::~PsConnection() = default;
+PsConnection::~PsConnection() {
+  stopping_ = true;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void PsConnection::WatchChannels() {
+  // Watches of 100 ms, renewed until stopping_: the watching thread is
+  // what polls the channels' sockets, and it ends within 100 ms of being
+  // asked to.
+  std::vector<grpc_connectivity_state> seen(channels_.size());
+  auto watch = [&](size_t i) {
+    channels_[i].channel->NotifyOnStateChange(
+        seen[i],
+        std::chrono::system_clock::now() + std::chrono::milliseconds(100),
+        &watch_queue_, reinterpret_cast<void*>(i));
+  };
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    seen[i] = channels_[i].channel->GetState(/*try_to_connect=*/false);
+    watch(i);
+  }
+  size_t watching = channels_.size();
+  void* tag = nullptr;
+  bool changed = false;
+  while (watching > 0 && watch_queue_.Next(&tag, &changed)) {
+    --watching;
+    const size_t i = reinterpret_cast<size_t>(tag);
+    const grpc_connectivity_state now =
+        channels_[i].channel->GetState(/*try_to_connect=*/false);
+    if (seen[i] == GRPC_CHANNEL_READY && now != GRPC_CHANNEL_READY) {
+      ++channel_epoch_;
+    }
+    seen[i] = now;
+    if (!stopping_) {
+      watch(i);
+      ++watching;
+    }
+  }
+  watch_queue_.Shutdown();
+  while (watch_queue_.Next(&tag, &changed)) {
+  }
+}
 
 bool PsConnection::Unreachable() const {
   for (const Channel& c : channels_) {
@@ -102,28 +143,6 @@ bool PsConnection::Down() const {
     failed |= state == GRPC_CHANNEL_TRANSIENT_FAILURE;
   }
   return failed;
-}
-
-uint64_t PsConnection::ChannelEpoch() const {
-  // An idle channel's socket is read only when something polls it (gRPC
-  // 1.51's backup poller: every 5 s), so a PS killed -9 stays READY here
-  // for seconds. Watching the state with a deadline already past polls it
-  // once without waiting: a closed connection is seen at once. At most
-  // every 50 ms (a data-plane call checks before it starts).
-  const int64_t now = absl::GetCurrentTimeNanos();
-  int64_t last = last_poll_nanos_.load();
-  const bool poll = now - last >= 50'000'000 &&
-                    last_poll_nanos_.compare_exchange_strong(last, now);
-  for (const Channel& c : channels_) {
-    if (poll && c.was_ready->load()) {
-      c.channel->WaitForStateChange(GRPC_CHANNEL_READY,
-                                    std::chrono::system_clock::now());
-    }
-    const bool ready =
-        c.channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
-    if (c.was_ready->exchange(ready) && !ready) ++channel_epoch_;
-  }
-  return channel_epoch_.load();
 }
 
 absl::Status PsConnection::StatusOf(const grpc::Status& s,

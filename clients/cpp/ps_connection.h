@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,6 +15,7 @@
 #include "absl/time/time.h"
 #include "clients/cpp/client_options.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/completion_queue.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/ps.grpc.pb.h"
@@ -60,12 +62,13 @@ class PsConnection {
   // channels are asked to connect, so a PS that restarted is not taken
   // for down once they have.
   bool Down() const;
-  // Counts the times a channel was seen to leave READY (its socket polled
-  // here at most every 50 ms, without waiting, so a closed connection
-  // shows): a data-plane
-  // connection opened at one count is to a PS process that may be gone at a
-  // later one (killed, or restarted on its address).
-  uint64_t ChannelEpoch() const;
+  // With the data plane: the times a channel left READY (watched on a
+  // thread of this connection's own, which also keeps the idle channels'
+  // sockets read: gRPC 1.51 reads an idle channel's socket only every
+  // 5 s). A data-plane connection opened at one count is to a PS process
+  // that may be gone at a later one (killed, or restarted on its address
+  // meanwhile). 0 without the data plane.
+  uint64_t ChannelEpoch() const { return channel_epoch_.load(); }
 
   // Polls the standard health service until SERVING or the deadline.
   absl::Status WaitHealthy(absl::Time deadline) const;
@@ -74,17 +77,19 @@ class PsConnection {
   struct Channel {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<grpc::internal::RpcMethod> pull, push;
-    // Last seen READY (ChannelEpoch).
-    std::unique_ptr<std::atomic<bool>> was_ready =
-        std::make_unique<std::atomic<bool>>(false);
   };
+  // Counts the channels' departures from READY until stopping_.
+  void WatchChannels();
+
   const int ps_task_;
   const std::string address_;
   std::vector<Channel> channels_;
   std::unique_ptr<ParameterServer::Stub> stub_;
   std::atomic<uint32_t> next_{0};
-  mutable std::atomic<int64_t> last_poll_nanos_{0};  // ChannelEpoch
-  mutable std::atomic<uint64_t> channel_epoch_{0};
+  std::atomic<uint64_t> channel_epoch_{0};
+  std::atomic<bool> stopping_{false};
+  grpc::CompletionQueue watch_queue_;
+  std::thread watcher_;
   std::unique_ptr<DataPlaneLink> data_plane_;  // after what it uses
 };
 
