@@ -74,6 +74,20 @@ std::vector<uint32_t> OutgoingBody::send_bytes() const {
   return sizes;
 }
 
+bool OutgoingBody::EncodeHeaderMessage(FrameHeader header,
+                                       std::vector<uint8_t>* message) const {
+  header.body_bytes = bytes_;
+  const bool follows = bytes_ > kInlineBodyBytes;
+  message->resize(kFrameHeaderBytes + (follows ? 0 : bytes_));
+  EncodeFrameHeader(header, message->data());
+  if (follows) {
+    AppendBodySends(send_bytes(), message);
+  } else {
+    CopyTo(message->data() + kFrameHeaderBytes);
+  }
+  return follows;
+}
+
 void OutgoingBody::CopyTo(uint8_t* out) const {
   for (const Send& s : sends_) {
     for (size_t i = 0; i < s.count; ++i) {

@@ -51,6 +51,11 @@ class OutgoingBody {
   // The whole body into `out` (bytes() long): for a body small enough to
   // ride in its header's message.
   void CopyTo(uint8_t* out) const;
+  // The frame's header message for this body (frame.h): `header` with its
+  // body_bytes set, then the body inline, or its sends' sizes when it
+  // follows. True when it follows (then every send is to be posted).
+  bool EncodeHeaderMessage(FrameHeader header,
+                           std::vector<uint8_t>* message) const;
   // Bytes this body copied to send (framing, or all of it when its
   // pieces were too many).
   size_t staged_bytes() const { return staged_.size(); }

@@ -175,21 +175,11 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
     const FrameHeader& frame_header, absl::Span<const Segment> segments,
     absl::Time deadline) {
   const OutgoingBody body(segments, endpoint_->iov_limit());
-  FrameHeader header = frame_header;
-  header.body_bytes = body.bytes();
-  const bool body_follows = body.bytes() > kInlineBodyBytes;
   int pending = 0;
   CallOp answer, header_send;
   Prepare(&answer, &pending);
   Prepare(&header_send, &pending);
-  message_.resize(kFrameHeaderBytes);
-  EncodeFrameHeader(header, message_.data());
-  if (body_follows) {
-    AppendBodySends(body.send_bytes(), &message_);
-  } else {
-    message_.resize(kFrameHeaderBytes + body.bytes());
-    body.CopyTo(message_.data() + kFrameHeaderBytes);
-  }
+  const bool body_follows = body.EncodeHeaderMessage(frame_header, &message_);
   absl::StatusOr<MemoryRegion> message_region =
       endpoint_->Register(message_.data(), message_.size());
   if (!message_region.ok()) return Break(message_region.status());
@@ -200,15 +190,13 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
   for (size_t i = 0; i < sends; ++i) {
     Prepare(&body_sends[i], &pending);
     const OutgoingBody::Send& send = body.sends()[i];
-    for (size_t j = 0; j < send.count; ++j) {
-      absl::StatusOr<MemoryRegion> r =
-          endpoint_->Register(send.iov[j].iov_base, send.iov[j].iov_len);
-      if (!r.ok()) return Break(r.status());
-      descs[i][j] = r->desc();
-      regions.push_back(*std::move(r));
+    if (absl::Status s = endpoint_->RegisterIov(send.iov, send.count,
+                                                descs[i].data(), &regions);
+        !s.ok()) {
+      return Break(s);
     }
   }
-  const uint32_t id = header.connection_id, seq = header.sequence;
+  const uint32_t id = frame_header.connection_id, seq = frame_header.sequence;
   auto post = [&](const std::function<absl::Status()>& fn)
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                     return Post(fn, &pending, deadline);

@@ -519,19 +519,10 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
   auto send = std::make_unique<PendingSend>();
   PendingSend* p = send.get();
   p->body = OutgoingBody(body, endpoint_->iov_limit());
-  FrameHeader header = frame_header;
-  header.body_bytes = p->body.bytes();
   p->header_op.purpose = kSend;
   p->header_op.user = p;
-  const bool body_follows = header.body_bytes > kInlineBodyBytes;
-  p->message.resize(kFrameHeaderBytes);
-  EncodeFrameHeader(header, p->message.data());
-  if (body_follows) {
-    AppendBodySends(p->body.send_bytes(), &p->message);
-  } else {
-    p->message.resize(kFrameHeaderBytes + header.body_bytes);
-    p->body.CopyTo(p->message.data() + kFrameHeaderBytes);
-  }
+  const bool body_follows =
+      p->body.EncodeHeaderMessage(frame_header, &p->message);
   const size_t sends = body_follows ? p->body.sends().size() : 0;
   p->body_ops.resize(sends);
   for (Op& op : p->body_ops) {
@@ -550,16 +541,8 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
   std::vector<std::array<void*, 4>> descs(sends);
   for (size_t i = 0; s.ok() && i < sends; ++i) {
     const OutgoingBody::Send& piece = p->body.sends()[i];
-    for (size_t j = 0; s.ok() && j < piece.count; ++j) {
-      absl::StatusOr<MemoryRegion> r =
-          endpoint_->Register(piece.iov[j].iov_base, piece.iov[j].iov_len);
-      if (r.ok()) {
-        descs[i][j] = r->desc();
-        p->body_regions.push_back(*std::move(r));
-      } else {
-        s = r.status();
-      }
-    }
+    s = endpoint_->RegisterIov(piece.iov, piece.count, descs[i].data(),
+                               &p->body_regions);
   }
   const int total = 1 + static_cast<int>(sends);
   {
@@ -567,7 +550,7 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
     p->outstanding = total;
     sends_[p] = std::move(send);
   }
-  const uint32_t id = header.connection_id, seq = header.sequence;
+  const uint32_t id = frame_header.connection_id, seq = frame_header.sequence;
   int posted = 0;
   if (s.ok()) {
     s = Post([&] {

@@ -227,6 +227,18 @@ absl::StatusOr<MemoryRegion> FabricEndpoint::Register(void* data,
   return region;
 }
 
+absl::Status FabricEndpoint::RegisterIov(const struct iovec* iov, size_t count,
+                                         void** descs,
+                                         std::vector<MemoryRegion>* keep) {
+  for (size_t i = 0; i < count; ++i) {
+    absl::StatusOr<MemoryRegion> r = Register(iov[i].iov_base, iov[i].iov_len);
+    if (!r.ok()) return r.status();
+    descs[i] = r->desc();
+    keep->push_back(*std::move(r));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FabricEndpoint::PostSend(fi_addr_t peer, uint64_t tag,
                                       const void* data, size_t bytes,
                                       void* desc, Op* op) {

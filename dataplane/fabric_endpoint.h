@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -105,6 +106,10 @@ class FabricEndpoint {
   void RemovePeer(fi_addr_t peer);
 
   absl::StatusOr<MemoryRegion> Register(void* data, size_t bytes);
+  // Registers the `count` pieces of one PostSendv, filling `descs` (one
+  // each); the regions are added to `keep`, which must outlive the send.
+  absl::Status RegisterIov(const struct iovec* iov, size_t count, void** descs,
+                           std::vector<MemoryRegion>* keep);
 
   // Post one tagged send / receive; `op` comes back from Poll. A receive
   // from `source` (FI_ADDR_UNSPEC: anyone) matches tags equal to `tag` on

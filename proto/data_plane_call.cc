@@ -30,20 +30,13 @@ size_t DataPlaneCallBytes(absl::Span<const grpc::ByteBuffer> messages) {
 void EncodeDataPlaneCall(DataPlaneMethod method,
                          absl::Span<const grpc::ByteBuffer> messages,
                          uint8_t* out) {
-  out[0] = static_cast<uint8_t>(method);
-  out[1] = out[2] = out[3] = 0;
-  PutU32(static_cast<uint32_t>(messages.size()), out + 4);
-  out += kPreambleBytes;
+  std::vector<uint8_t> framing;
   std::vector<grpc::Slice> slices;
-  for (const grpc::ByteBuffer& m : messages) {
-    PutU32(static_cast<uint32_t>(m.Length()), out);
-    out += 4;
-    slices.clear();
-    (void)m.Dump(&slices);
-    for (const grpc::Slice& s : slices) {
-      std::memcpy(out, s.begin(), s.size());
-      out += s.size();
-    }
+  for (absl::Span<const uint8_t> segment :
+       DataPlaneCallSegments(method, messages, &framing, &slices)) {
+    if (segment.empty()) continue;
+    std::memcpy(out, segment.data(), segment.size());
+    out += segment.size();
   }
 }
 
