@@ -88,7 +88,8 @@ absl::StatusOr<DataPlaneCall> DecodeDataPlaneCall(
   DataPlaneCall call;
   const uint8_t method = body[0];
   if (method != static_cast<uint8_t>(DataPlaneMethod::kPull) &&
-      method != static_cast<uint8_t>(DataPlaneMethod::kPush)) {
+      method != static_cast<uint8_t>(DataPlaneMethod::kPush) &&
+      method != static_cast<uint8_t>(DataPlaneMethod::kReplicate)) {
     return absl::InvalidArgumentError(
         absl::StrCat("data-plane call names unknown method ", method));
   }

@@ -1,5 +1,5 @@
-// A push's or pull's body on the data plane (dataplane/): which method,
-// then the messages its gRPC call would stream, in one contiguous body.
+// A push's, pull's or forward's body on the data plane (dataplane/): which
+// method, then the messages its gRPC call would stream, in one contiguous body.
 //
 //   [u8 method][3 zero bytes][u32 count] then per message [u32 bytes][bytes]
 //
@@ -20,7 +20,9 @@
 
 namespace psrt {
 
-enum class DataPlaneMethod : uint8_t { kPull = 1, kPush = 2 };
+// kReplicate: a primary's forward to a backup (PS to PS only, on a
+// connection a PS opened: ps_server/rpc/data_planes.h).
+enum class DataPlaneMethod : uint8_t { kPull = 1, kPush = 2, kReplicate = 3 };
 
 // Bytes EncodeDataPlaneCall writes for `messages`.
 size_t DataPlaneCallBytes(absl::Span<const grpc::ByteBuffer> messages);

@@ -3,7 +3,9 @@
 // values and per-method metrics as over gRPC, a PS without the provider
 // (and a client without it) falling back to gRPC in one cluster, and
 // hostile calls on an authenticated connection refused with nothing
-// applied; a PS killed mid-transfer at --replicas=2 losing no push.
+// applied (a worker's forged PS-to-PS forward among them); a PS killed
+// mid-transfer at --replicas=2 losing no push, the forwards to the
+// backups over the data plane too.
 #include <atomic>
 #include <csignal>
 #include <fstream>
@@ -193,6 +195,24 @@ TEST(DataPlaneClusterTest, HostileCallsAreRefusedAndApplyNothing) {
   refused(call(DataPlaneMethod::kPush, {}), "carries no message");
   refused(call(DataPlaneMethod::kPull, {garbage, garbage}), "a pull's request");
   refused(call(DataPlaneMethod::kPull, {garbage}), "");
+  // A PS-to-PS forward on a worker's connection (it holds the token, not
+  // the peer secret): refused before its messages are read, as Replicate
+  // over gRPC without a PS's proof is.
+  const absl::Status forged = call(DataPlaneMethod::kReplicate, {garbage});
+  EXPECT_EQ(forged.code(), absl::StatusCode::kPermissionDenied) << forged;
+  EXPECT_NE(forged.message().find("PS-to-PS calls only"), std::string::npos)
+      << forged;
+  // Nor does a connection for PS-to-PS calls open without that proof.
+  {
+    grpc::ClientContext context;
+    OpenDataPlaneRequest request;
+    request.add_providers("tcp");
+    request.set_from_peer(true);
+    OpenDataPlaneResponse response;
+    const grpc::Status s = stub->OpenDataPlane(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << s.error_message();
+  }
   // Each refused and counted as an error; nothing applied, and the PS
   // still serves this connection and others.
   EXPECT_EQ(
@@ -203,6 +223,10 @@ TEST(DataPlaneClusterTest, HostileCallsAreRefusedAndApplyNothing) {
       Metric(*cluster, 0,
              "psrt_errors_total{code=\"INVALID_ARGUMENT\",method=\"Pull\"}"),
       2);
+  EXPECT_EQ(Metric(*cluster, 0,
+                   "psrt_errors_total{code=\"PERMISSION_DENIED\","
+                   "method=\"Replicate\"}"),
+            1);
   EXPECT_EQ(Metric(*cluster, 0, "psrt_rows_total{method=\"Push\"}"), 0);
   ASSERT_EQ((*client)->PullDense("d", after.data()), absl::OkStatus());
   EXPECT_EQ(after, before);
@@ -283,6 +307,16 @@ TEST(DataPlaneClusterTest, APsKilledMidPushLosesNothingAtTwoReplicas) {
   for (std::thread& t : threads) t.join();
   ASSERT_EQ(pushed.load(), kClients * kSteps);
   EXPECT_GT(Metric(cluster, 0, "psrt_data_plane_calls_total{method=\"Push\"}"),
+            0);
+  // The forwards went over the data plane too: PS 2's to PS 0 (its
+  // backup), none over gRPC.
+  EXPECT_GT(
+      Metric(cluster, 0, "psrt_data_plane_calls_total{method=\"Replicate\"}"),
+      0);
+  EXPECT_EQ(Metric(cluster, 0,
+                   "grpc_server_started_total{grpc_method=\"Replicate\","
+                   "grpc_service=\"psrt.ParameterServer\","
+                   "grpc_type=\"client_stream\"}"),
             0);
   auto fresh = Client::Connect(FabricClient(cluster));
   ASSERT_TRUE(fresh.ok()) << fresh.status();

@@ -1,52 +1,17 @@
 #include "clients/cpp/data_plane_link.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "clients/cpp/ps_connection.h"
 #include "dataplane/host_key.h"
+#include "dataplane/local_address.h"
 #include "glog/logging.h"
 #include "grpcpp/client_context.h"
 #include "partitioner/cluster_spec.h"
 
 namespace psrt {
-namespace {
-
-// The local address this host reaches `host` from (tcp binds it, so the
-// PS sees the address its hello names): a UDP socket's, connected there.
-// "" when it cannot be told (then the provider picks).
-std::string LocalAddressToward(const std::string& host_port) {
-  std::string host;
-  int port;
-  if (!SplitHostPort(host_port, &host, &port).ok()) return "";
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0) return "";
-  std::string local;
-  const int fd = socket(found->ai_family, SOCK_DGRAM, 0);
-  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    char text[INET6_ADDRSTRLEN] = {};
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
-        getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, text, sizeof(text),
-                    nullptr, 0, NI_NUMERICHOST) == 0) {
-      local = text;
-    }
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(found);
-  return local;
-}
-
-}  // namespace
 
 struct DataPlaneLink::LaneState {
   std::thread thread;
@@ -96,9 +61,13 @@ DataPlaneLink::Open() {
   }
   dataplane::FabricOptions fabric;
   fabric.provider = response.provider();
-  fabric.node = fabric.provider == "shm"
-                    ? ""
-                    : LocalAddressToward(connection_->address());
+  std::string host;
+  int port;
+  fabric.node =
+      fabric.provider == "shm" ||
+              !SplitHostPort(connection_->address(), &host, &port).ok()
+          ? ""
+          : dataplane::LocalAddressToward(host);
   dataplane::Challenge challenge;
   challenge.connection_id = response.connection_id();
   challenge.nonce = response.nonce();

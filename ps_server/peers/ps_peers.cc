@@ -4,7 +4,9 @@
 #include "absl/time/clock.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
+#include "partitioner/cluster_spec.h"
 #include "proto/byte_buffer_bytes.h"
+#include "proto/data_plane_call.h"
 #include "ps_server/peers/grpc_peer_transport.h"
 #include "util/grpc_status.h"
 
@@ -147,11 +149,56 @@ absl::StatusOr<std::string> PsPeers::ClientStream(
   return bytes;
 }
 
+void PsPeers::UseDataPlane(PeerDataPlane::Options options) {
+  std::vector<std::string> hosts;
+  for (const std::string& address : addresses_) {
+    std::string host;
+    int port;
+    hosts.push_back(SplitHostPort(address, &host, &port).ok() ? host : "");
+  }
+  auto open =
+      [this](int task, const OpenDataPlaneRequest& request,
+             absl::Time deadline) -> absl::StatusOr<OpenDataPlaneResponse> {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    identity_.Sign(&context, self_, "/psrt.ParameterServer/OpenDataPlane");
+    OpenDataPlaneResponse response;
+    const grpc::Status s =
+        StubTo(task)->OpenDataPlane(&context, request, &response);
+    if (!s.ok()) return FromGrpcStatus(s);
+    return response;
+  };
+  // The fabric may never report a peer killed mid-call; its gRPC channel
+  // does.
+  auto check = [this](int task) -> absl::Status {
+    const grpc_connectivity_state state =
+        transport_->ChannelTo(task)->GetState(/*try_to_connect=*/false);
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+        state == GRPC_CHANNEL_SHUTDOWN) {
+      return absl::UnavailableError(
+          absl::StrCat(Describe(task),
+                       " dropped its gRPC connection during a data-plane "
+                       "call (PS gone?)"));
+    }
+    return absl::OkStatus();
+  };
+  data_plane_ = std::make_unique<PeerDataPlane>(
+      std::move(hosts), std::move(options), std::move(open), std::move(check));
+}
+
 absl::StatusOr<ReplicateResponse> PsPeers::Replicate(
     int task, const std::vector<grpc::ByteBuffer>& messages,
     absl::Duration timeout) const {
-  auto bytes =
-      ClientStream(task, "/psrt.ParameterServer/Replicate", messages, timeout);
+  std::optional<absl::StatusOr<std::string>> over_data_plane;
+  if (data_plane_ != nullptr) {
+    over_data_plane = data_plane_->Call(task, DataPlaneMethod::kReplicate,
+                                        messages, absl::Now() + timeout);
+  }
+  absl::StatusOr<std::string> bytes =
+      over_data_plane.has_value()
+          ? *std::move(over_data_plane)
+          : ClientStream(task, "/psrt.ParameterServer/Replicate", messages,
+                         timeout);
   if (!bytes.ok()) return bytes.status();
   ReplicateResponse parsed;
   if (!parsed.ParseFromString(*bytes)) {

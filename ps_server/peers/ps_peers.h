@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
+#include "ps_server/peers/peer_data_plane.h"
 #include "ps_server/peers/peer_transport.h"
 #include "security/peer_identity.h"
 #include "security/security.h"
@@ -73,8 +74,18 @@ class PsPeers {
   absl::StatusOr<HandbackResponse> Handback(int task,
                                             const HandbackRequest& request,
                                             absl::Duration timeout) const;
+  // From now on, Replicate goes over the data plane to every peer that
+  // serves one this PS can open (peer_data_plane.h); call before any
+  // Replicate.
+  void UseDataPlane(PeerDataPlane::Options options);
+  // Closes those connections (after the calls on them); later calls go
+  // over gRPC. For shutdown.
+  void StopDataPlane() {
+    if (data_plane_ != nullptr) data_plane_->Stop();
+  }
+
   // Streams `messages` (raw Frames, sent as they are: no copy) as one
-  // Replicate call.
+  // Replicate call: over the data plane (UseDataPlane) or gRPC.
   absl::StatusOr<ReplicateResponse> Replicate(
       int task, const std::vector<grpc::ByteBuffer>& messages,
       absl::Duration timeout) const;
@@ -110,6 +121,7 @@ class PsPeers {
   const int self_;
   const std::unique_ptr<PeerTransport> transport_;
   const PeerIdentity identity_;
+  std::unique_ptr<PeerDataPlane> data_plane_;  // null: gRPC only
 };
 
 }  // namespace psrt

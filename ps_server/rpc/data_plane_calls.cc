@@ -1,5 +1,6 @@
-// ParameterServerService's pushes and pulls that arrive over the data
-// plane (dataplane/, data_planes.h). A call's body holds the messages its
+// ParameterServerService's pushes, pulls and forwards (Replicate, from a
+// connection a PS opened) that arrive over the data plane (dataplane/,
+// data_planes.h). A call's body holds the messages its
 // gRPC call would stream (proto/data_plane_call.h), read without a copy;
 // from there it is the gRPC call's path: ReadPullRequest and
 // MakePullResponder, NewPushHandler and FinishPush, the same checks,
@@ -41,6 +42,18 @@ absl::StatusOr<dataplane::Reply> PullReply(
   });
 }
 
+const char* MethodName(DataPlaneMethod method) {
+  switch (method) {
+    case DataPlaneMethod::kPull:
+      return "Pull";
+    case DataPlaneMethod::kReplicate:
+      return "Replicate";
+    case DataPlaneMethod::kPush:
+      break;
+  }
+  return "Push";
+}
+
 }  // namespace
 
 void ParameterServerService::FailDataPlane(const char* method,
@@ -56,24 +69,38 @@ void ParameterServerService::FailDataPlane(const char* method,
 }
 
 void ParameterServerService::ServeDataPlane(dataplane::Request request,
+                                            DataPlaneCaller caller,
                                             dataplane::Respond respond) {
   // The messages keep the body (and its pooled buffer) for as long as
   // they live: a push forwarded to backups outlives this call.
   absl::StatusOr<DataPlaneCall> call = DecodeDataPlaneCall(
       request.bytes, kMaxPushMessages, std::move(request.owner));
   absl::Status s = call.status();
-  const char* method =
-      s.ok() && call->method == DataPlaneMethod::kPull ? "Pull" : "Push";
+  const char* method = s.ok() ? MethodName(call->method) : "Push";
   metrics_
       ->GetCounter("psrt_data_plane_calls_total",
-                   "Pushes and pulls that came over the data plane, by "
-                   "method (psrt_requests_total counts them too)",
+                   "Pushes, pulls and forwards from primaries (Replicate) "
+                   "that came over the data plane, by method "
+                   "(psrt_requests_total counts the pushes and pulls too)",
                    {{"method", method}})
       ->Increment();
-  if (s.ok()) s = CheckNotReplaced();
+  // A forward is served while this PS waits for its own backups, as over
+  // gRPC; pushes and pulls are not.
+  if (s.ok() && call->method != DataPlaneMethod::kReplicate) {
+    s = CheckNotReplaced();
+  }
   if (s.ok() && call->messages.empty()) {
     s = absl::InvalidArgumentError(
         absl::StrCat("data-plane ", method, " carries no message"));
+  }
+  if (s.ok() && call->method == DataPlaneMethod::kReplicate &&
+      !caller.has_value()) {
+    // A worker's connection, even with the token: PS-to-PS calls need a
+    // connection a proven PS opened, as Replicate over gRPC needs the
+    // PS's proof.
+    s = absl::PermissionDeniedError(
+        "data-plane Replicate on a connection no PS opened (OpenDataPlane "
+        "from_peer): PS-to-PS calls only");
   }
   if (s.ok() && call->method == DataPlaneMethod::kPull &&
       call->messages.size() != 1) {
@@ -85,10 +112,17 @@ void ParameterServerService::ServeDataPlane(dataplane::Request request,
     FailDataPlane(method, s, std::move(respond));
     return;
   }
-  if (call->method == DataPlaneMethod::kPull) {
-    ServeDataPlanePull(std::move(call->messages[0]), std::move(respond));
-  } else {
-    ServeDataPlanePush(std::move(call->messages), std::move(respond));
+  switch (call->method) {
+    case DataPlaneMethod::kPull:
+      ServeDataPlanePull(std::move(call->messages[0]), std::move(respond));
+      return;
+    case DataPlaneMethod::kReplicate:
+      ServeDataPlaneReplicate(std::move(call->messages), *caller,
+                              std::move(respond));
+      return;
+    case DataPlaneMethod::kPush:
+      ServeDataPlanePush(std::move(call->messages), std::move(respond));
+      return;
   }
 }
 

@@ -1,9 +1,13 @@
 #include "ps_server/rpc/data_planes.h"
 
 #include <algorithm>
+#include <deque>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "dataplane/host_key.h"
 #include "glog/logging.h"
 
@@ -16,10 +20,50 @@ bool Lists(const google::protobuf::RepeatedPtrField<std::string>& providers,
          providers.end();
 }
 
+// Which server a connection id belongs to (each issues its own ids).
+enum ServerIndex : uint64_t { kShm = 0, kTcp = 1 };
+
+uint64_t ConnectionKey(ServerIndex server, uint32_t connection_id) {
+  return (static_cast<uint64_t>(server) << 32) | connection_id;
+}
+
 }  // namespace
 
-std::unique_ptr<DataPlanes> DataPlanes::Start(
-    const DataPlanesOptions& options, dataplane::AsyncCallHandler handler) {
+class DataPlanes::PeerConnections {
+ public:
+  void Add(ServerIndex server, uint32_t connection_id, int task)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    const uint64_t key = ConnectionKey(server, connection_id);
+    if (!tasks_.emplace(key, task).second) return;
+    order_.push_back(key);
+    if (order_.size() > kMaxRemembered) {
+      tasks_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  DataPlaneCaller Find(ServerIndex server, uint32_t connection_id) const
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(ConnectionKey(server, connection_id));
+    if (it == tasks_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  // Far above what a cluster's PS open (one per peer, again after a
+  // break).
+  static constexpr size_t kMaxRemembered = 4096;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, int> tasks_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> order_ ABSL_GUARDED_BY(mu_);
+};
+
+DataPlanes::DataPlanes()
+    : peer_connections_(std::make_shared<PeerConnections>()) {}
+
+std::unique_ptr<DataPlanes> DataPlanes::Start(const DataPlanesOptions& options,
+                                              CallHandler handler) {
   std::unique_ptr<DataPlanes> planes(new DataPlanes());
   planes->host_key_ = dataplane::SharedMemoryHostKey();
   planes->tcp_node_ = options.tcp_node;
@@ -29,8 +73,18 @@ std::unique_ptr<DataPlanes> DataPlanes::Start(
     server_options.fabric.node = options.tcp_node;
     server_options.token = options.token;
     server_options.limits.max_body_bytes = options.max_body_bytes;
+    const ServerIndex index =
+        provider == "shm" ? ServerIndex::kShm : ServerIndex::kTcp;
+    std::shared_ptr<PeerConnections> peers = planes->peer_connections_;
     absl::StatusOr<std::unique_ptr<dataplane::DataPlaneServer>> server =
-        dataplane::DataPlaneServer::Start(server_options, handler);
+        dataplane::DataPlaneServer::Start(
+            server_options,
+            [handler, peers, index](dataplane::Request request,
+                                    dataplane::Respond respond) {
+              const DataPlaneCaller caller =
+                  peers->Find(index, request.connection_id);
+              handler(std::move(request), caller, std::move(respond));
+            });
     if (!server.ok()) {
       LOG(WARNING) << "data plane: provider " << provider
                    << " not served, its clients push and pull over gRPC: "
@@ -55,13 +109,15 @@ std::unique_ptr<DataPlanes> DataPlanes::Start(
 }
 
 absl::StatusOr<OpenDataPlaneResponse> DataPlanes::Open(
-    const OpenDataPlaneRequest& request) {
+    const OpenDataPlaneRequest& request, DataPlaneCaller caller) {
   dataplane::DataPlaneServer* server = nullptr;
   std::string provider;
+  ServerIndex index = ServerIndex::kTcp;
   if (shm_ != nullptr && !host_key_.empty() &&
       request.host_key() == host_key_ && Lists(request.providers(), "shm")) {
     server = shm_.get();
     provider = "shm";
+    index = ServerIndex::kShm;
   } else if (tcp_ != nullptr && Lists(request.providers(), tcp_provider_)) {
     server = tcp_.get();
     provider = tcp_provider_;
@@ -74,6 +130,9 @@ absl::StatusOr<OpenDataPlaneResponse> DataPlanes::Open(
                      absl::StrJoin(request.providers(), ", "), "]: use gRPC"));
   }
   dataplane::Challenge challenge = server->IssueChallenge();
+  if (caller.has_value()) {
+    peer_connections_->Add(index, challenge.connection_id, *caller);
+  }
   OpenDataPlaneResponse response;
   response.set_provider(provider);
   response.set_address(server->address());

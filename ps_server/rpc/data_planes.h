@@ -8,10 +8,17 @@
 // serves gRPC only and says so once; clients then push and pull over
 // gRPC (the fallback). Not started with TLS: the data plane carries no
 // encryption, so a cluster that requires TLS keeps every byte on gRPC.
+//
+// A connection opened by another PS (OpenDataPlane from_peer, which the
+// service lets only a proven PS ask) is remembered as that PS's: its
+// calls reach the handler with the PS's task, so that PS-to-PS calls
+// (the R=2 forward) are served on it and on no worker's connection.
 #ifndef PSRT_PS_SERVER_RPC_DATA_PLANES_H_
 #define PSRT_PS_SERVER_RPC_DATA_PLANES_H_
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,24 +39,41 @@ struct DataPlanesOptions {
   uint64_t max_body_bytes = uint64_t{1} << 30;
 };
 
+// Who opened a call's connection: std::nullopt for a worker (any
+// client), else the PS's task (-1: a PS whose task the cluster does not
+// prove, without --peer_secret).
+using DataPlaneCaller = std::optional<int>;
+
 class DataPlanes {
  public:
+  // A call as DataPlaneServer's AsyncCallHandler has it, with its caller.
+  using CallHandler =
+      std::function<void(dataplane::Request request, DataPlaneCaller caller,
+                         dataplane::Respond respond)>;
+
   // Starts what opens here (logged; a provider that does not open is
   // named with why). Null when none does.
   static std::unique_ptr<DataPlanes> Start(const DataPlanesOptions& options,
-                                           dataplane::AsyncCallHandler handler);
+                                           CallHandler handler);
 
   // A challenge on the server the client should use: shm when it runs
   // on this host and can open shm, else tcp. FAILED_PRECONDITION when no
-  // provider served here is one the client can open.
+  // provider served here is one the client can open. `caller`: who the
+  // gRPC call proved to be (the connection's calls carry it).
   absl::StatusOr<OpenDataPlaneResponse> Open(
-      const OpenDataPlaneRequest& request);
+      const OpenDataPlaneRequest& request,
+      DataPlaneCaller caller = std::nullopt);
 
   // "shm, tcp at 10.0.0.2": for logs and the status page.
   std::string Describe() const;
 
  private:
-  DataPlanes() = default;
+  // The connections PS opened, by (server, connection id); the oldest
+  // are forgotten beyond a bound (a challenge never redeemed stays here).
+  class PeerConnections;
+
+  DataPlanes();
+  std::shared_ptr<PeerConnections> peer_connections_;
   std::string host_key_;
   std::unique_ptr<dataplane::DataPlaneServer> shm_;
   // Across hosts: the first provider listed other than shm (tcp).

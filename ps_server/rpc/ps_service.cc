@@ -1082,16 +1082,26 @@ grpc::ServerUnaryReactor* ParameterServerService::OpenDataPlane(
     grpc::ByteBuffer* response) {
   return ServeUnary<OpenDataPlaneRequest>(
       context, "OpenDataPlane", request, response, /*detached=*/false,
-      [this](const OpenDataPlaneRequest& r)
+      [this, context](const OpenDataPlaneRequest& r)
           -> absl::StatusOr<OpenDataPlaneResponse> {
-        if (absl::Status s = CheckNotReplaced(); !s.ok()) return s;
+        DataPlaneCaller caller;
+        if (r.from_peer()) {
+          // As a PS-to-PS call over gRPC would be checked; and served
+          // while this PS waits for its own backups, as Replicate is (its
+          // primary's stream may be what they wait on).
+          absl::StatusOr<int> task = CheckPeerCaller(context, "OpenDataPlane");
+          if (!task.ok()) return task.status();
+          caller = *task;
+        } else if (absl::Status s = CheckNotReplaced(); !s.ok()) {
+          return s;
+        }
         if (data_planes_ == nullptr) {
           return absl::FailedPreconditionError(
               "this PS serves pushes and pulls over gRPC only "
               "(--data_plane=grpc, TLS required, or no libfabric provider "
               "opened here)");
         }
-        return data_planes_->Open(r);
+        return data_planes_->Open(r, caller);
       });
 }
 
@@ -1104,6 +1114,32 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ParameterServerService::Replicate(
   if (!s.ok()) return new RejectReadReactor(this, "Replicate", s);
   return new ReadAllReactor<ReplicateCall>(this, "Replicate", response,
                                            ReplicateCall(this, *caller));
+}
+
+// The data plane's Replicate (data_plane_calls.cc), here beside
+// ReplicateCall: the gRPC call's path on a body that arrived whole.
+void ParameterServerService::ServeDataPlaneReplicate(
+    std::vector<grpc::ByteBuffer> messages, int proven_from,
+    dataplane::Respond respond) {
+  ReplicateCall call(this, proven_from);
+  for (const grpc::ByteBuffer& message : messages) {
+    absl::Status s = AnswerOutOfMemory(
+        "Replicate", [&] { return call.AddMessage(message); });
+    if (!s.ok()) {
+      FailDataPlane("Replicate", s, std::move(respond));
+      return;
+    }
+  }
+  absl::StatusOr<ReplicateResponse> result = call.Finish();
+  if (!result.ok()) {
+    FailDataPlane("Replicate", result.status(), std::move(respond));
+    return;
+  }
+  auto bytes = std::make_shared<std::string>(result->SerializeAsString());
+  respond(dataplane::Reply{
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes->data()),
+                          bytes->size()),
+      bytes});
 }
 
 absl::Status ParameterServerService::CheckNotReplaced() const {

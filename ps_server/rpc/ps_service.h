@@ -26,6 +26,7 @@
 #include "ps_server/replication/replica_applier.h"
 #include "ps_server/replication/replication_log.h"
 #include "ps_server/replication/shard_transfer.h"
+#include "ps_server/rpc/data_planes.h"
 #include "ps_server/rpc/pull_handler.h"
 #include "ps_server/rpc/push_dedup.h"
 #include "ps_server/rpc/push_handler.h"
@@ -39,8 +40,6 @@
 #include "util/clock.h"
 
 namespace psrt {
-
-class DataPlanes;
 
 struct ServiceLimits {
   size_t max_message_bytes = 16 << 20;      // one Pull response message at most
@@ -154,16 +153,20 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   grpc::ServerReadReactor<grpc::ByteBuffer>* InstallSnapshot(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
-  // Worker to PS: a challenge for a data-plane connection (data_planes.h).
+  // Worker (or PS, from_peer) to PS: a challenge for a data-plane
+  // connection (data_planes.h). from_peer is granted only to a call
+  // proven to come from a PS, as Replicate over gRPC is.
   grpc::ServerUnaryReactor* OpenDataPlane(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override;
   // This PS's data-plane servers (null: none; OpenDataPlane then answers
   // FAILED_PRECONDITION). Set before serving; they must outlive the calls.
   void set_data_planes(DataPlanes* planes) { data_planes_ = planes; }
-  // A push or pull that came over the data plane: the same checks, waits,
-  // metrics and answers as the gRPC call (data_plane_calls.cc).
-  void ServeDataPlane(dataplane::Request request, dataplane::Respond respond);
+  // A push, pull or (from a PS's connection) forward that came over the
+  // data plane: the same checks, waits, metrics and answers as the gRPC
+  // call (data_plane_calls.cc).
+  void ServeDataPlane(dataplane::Request request, DataPlaneCaller caller,
+                      dataplane::Respond respond);
   ReplicaApplier* replica_applier() { return &replica_applier_; }
   // The step barriers of the shards this PS serves.
   StepBarriers* step_barriers() { return &step_barriers_; }
@@ -272,6 +275,8 @@ class ParameterServerService final : public ParameterServerCallbackBase {
   void ServeDataPlanePull(grpc::ByteBuffer request, dataplane::Respond respond);
   void ServeDataPlanePush(std::vector<grpc::ByteBuffer> messages,
                           dataplane::Respond respond);
+  void ServeDataPlaneReplicate(std::vector<grpc::ByteBuffer> messages,
+                               int proven_from, dataplane::Respond respond);
   template <typename Call>
   class ReadAllReactor;
   class ReplicateCall;

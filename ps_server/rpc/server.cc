@@ -17,7 +17,15 @@
 #include "ps_server/metrics/grpc_server_metrics.h"
 
 namespace psrt {
+
 namespace {
+
+// The request bodies a PS's data plane takes: a whole push, or a pull's
+// request, with room for their framing.
+uint64_t DataPlaneMaxBodyBytes(const ServiceLimits& limits) {
+  return std::max<uint64_t>(limits.max_push_bytes + (16 << 20),
+                            limits.max_message_bytes + (16 << 20));
+}
 
 // The name libgrpc++_reflection's ServerBuilderPlugin reports.
 constexpr char kReflectionPlugin[] = "proto_server_reflection";
@@ -136,6 +144,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         PsPeers::Create(options.cluster.ps, options.ps_task, options.security);
     if (!peers.ok()) return peers.status();
     server->peers_ = std::move(*peers);
+  }
+  // The R=2 forward over the data plane where this PS serves one (the
+  // same conditions as StartDataPlanes'; a peer without one gets gRPC).
+  // Not over a test's links (peer_transport): their faults must reach
+  // every PS-to-PS call.
+  if (options.data_plane == "fabric" && !options.security.tls() &&
+      !options.listen_address.empty() && !options.peer_transport) {
+    // A peer's data plane takes the bodies this PS's would (every PS of
+    // a cluster has the same limits); a larger forward goes over gRPC.
+    server->peers_->UseDataPlane(PeerDataPlane::Options{
+        options.data_plane_providers, options.security.auth_token,
+        DataPlaneMaxBodyBytes(options.limits)});
   }
   server->replication_ = Replication::Create(
       Replication::Options{options.replicas,
@@ -282,14 +302,12 @@ absl::Status Server::StartDataPlanes(const ServerOptions& options) {
     return s;
   }
   planes.token = options.security.auth_token;
-  planes.max_body_bytes =
-      std::max<uint64_t>(options.limits.max_push_bytes + (16 << 20),
-                         options.limits.max_message_bytes + (16 << 20));
+  planes.max_body_bytes = DataPlaneMaxBodyBytes(options.limits);
   ParameterServerService* service = service_.get();
   data_planes_ = DataPlanes::Start(
-      planes,
-      [service](dataplane::Request request, dataplane::Respond respond) {
-        service->ServeDataPlane(std::move(request), std::move(respond));
+      planes, [service](dataplane::Request request, DataPlaneCaller caller,
+                        dataplane::Respond respond) {
+        service->ServeDataPlane(std::move(request), caller, std::move(respond));
       });
   service->set_data_planes(data_planes_.get());
   return absl::OkStatus();
@@ -337,6 +355,10 @@ void Server::Shutdown(absl::Time deadline) {
     grpc_server_->Shutdown(absl::ToChronoTime(deadline));
     shut_down.Notify();
     // No new data-plane connections (gRPC stopped), and none served now.
+    // This PS's own connections to its peers close first (a forward still
+    // to go takes gRPC): no endpoint of this process is in use while the
+    // servers' close.
+    peers_->StopDataPlane();
     service_->set_data_planes(nullptr);
     data_planes_.reset();
     if (stop_replicator.joinable()) stop_replicator.join();

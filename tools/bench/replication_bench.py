@@ -3,7 +3,8 @@
 
     bazel build //ps_server //tools/ps_bench //tests:replication_test
     /usr/bin/python3 tools/bench/replication_bench.py [--rounds=3] \\
-        [--seconds=3] [--inflight=4] [--kills=5] [--rejoins=3]
+        [--seconds=3] [--inflight=4] [--kills=5] [--rejoins=3] \\
+        [--data_planes=grpc,fabric]
 
 Each round starts 3 ps_server (--num_ps=2: 2) on 127.0.0.1, 127.0.0.2 and
 127.0.0.3 (a host each, as --replicas needs) twice, with --replicas=1 and with
@@ -13,6 +14,9 @@ flight), reporting push ops/s and p50 / p99 latency. The baseline is the
 same cluster without replicas in the same round: R=2 adds a forward of
 every push to the next PS and its apply there before the acknowledgement.
 Medians over rounds; targets (issue 15): throughput >= 0.6x, p99 <= 2x.
+With --data_planes=grpc,fabric both run in each round, in alternating
+order: with fabric the pushes and the forwards to the backups ride the
+data plane.
 
 Failover: runs tests/replication_test's kill -9 case --kills times and
 reports the median of "first push started after kill -9 acknowledged N ms
@@ -43,7 +47,7 @@ import time
 from run_benchmarks import BIN, free_port, run
 
 
-def start_cluster(replicas, log, num_ps=3):
+def start_cluster(replicas, log, num_ps=3, data_plane="grpc"):
     ports = [free_port() for _ in range(num_ps)]
     hosts = [f"127.0.0.{i + 1}" for i in range(num_ps)]
     spec = {"cluster": {"ps": [f"{h}:{p}" for h, p in zip(hosts, ports)]}}
@@ -63,6 +67,7 @@ def start_cluster(replicas, log, num_ps=3):
                     f"--bind_address={hosts[i]}",
                     "--metrics_port=0",
                     f"--replicas={replicas}",
+                    f"--data_plane={data_plane}",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -83,7 +88,7 @@ def stop_cluster(procs):
             p.wait()
 
 
-def bench(spec, args, log):
+def bench(spec, args, log, data_plane="grpc"):
     cmd = [
         os.path.join(BIN, "tools", "ps_bench", "ps_bench"),
         "--cluster=" + json.dumps(spec),
@@ -94,6 +99,7 @@ def bench(spec, args, log):
         "--repeat=1",
         f"--seconds={args.seconds}",
         f"--inflight={args.inflight}",
+        f"--data_plane={data_plane}",
     ]
     return {r["case"]: r for r in run(cmd, log)}
 
@@ -133,38 +139,49 @@ def main():
     parser.add_argument("--inflight", type=int, default=4)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--rejoins", type=int, default=3)
+    parser.add_argument(
+        "--data_planes",
+        default="grpc",
+        help="comma-separated: grpc, fabric (PS and ps_bench; with fabric "
+        "the R=2 forward rides the backups' data plane too), interleaved",
+    )
     parser.add_argument("--log", default="/tmp/replication_bench.log")
     args = parser.parse_args()
-    results = {1: [], 2: []}
+    planes = args.data_planes.split(",")
+    results = {(p, r): [] for p in planes for r in (1, 2)}
     with open(args.log, "w") as log:
         for r in range(args.rounds):
             order = (1, 2) if r % 2 == 0 else (2, 1)
-            for replicas in order:
-                spec, procs = start_cluster(replicas, log, args.num_ps)
-                try:
-                    results[replicas].append(bench(spec, args, log))
-                finally:
-                    stop_cluster(procs)
-                for case, m in sorted(results[replicas][-1].items()):
-                    print(
-                        f"round {r + 1} R={replicas} {case:16s} {m['ops_per_s']:8.1f} push/s "
-                        f"p50 {m['p50_ms']:7.2f} ms p99 {m['p99_ms']:7.2f} ms",
-                        flush=True,
-                    )
+            for plane in planes if r % 2 == 0 else planes[::-1]:
+                for replicas in order:
+                    spec, procs = start_cluster(replicas, log, args.num_ps, plane)
+                    try:
+                        results[plane, replicas].append(bench(spec, args, log, plane))
+                    finally:
+                        stop_cluster(procs)
+                    for case, m in sorted(results[plane, replicas][-1].items()):
+                        print(
+                            f"round {r + 1} {plane:6s} R={replicas} {case:16s} "
+                            f"{m['ops_per_s']:8.1f} push/s "
+                            f"p50 {m['p50_ms']:7.2f} ms p99 {m['p99_ms']:7.2f} ms",
+                            flush=True,
+                        )
         if args.rounds > 0:
             print(f"\nmedians over {args.rounds} rounds, {args.inflight} pushes in flight:")
-            for case in sorted(results[1][0]):
+            for plane in planes:
+                for case in sorted(results[plane, 1][0]):
 
-                def med(replicas, key):
-                    return statistics.median(m[case][key] for m in results[replicas])
+                    def med(replicas, key):
+                        return statistics.median(m[case][key] for m in results[plane, replicas])
 
-                r1, r2 = med(1, "ops_per_s"), med(2, "ops_per_s")
-                print(
-                    f"{case:16s} R=1 {r1:8.1f} push/s p99 {med(1, 'p99_ms'):7.2f} ms | "
-                    f"R=2 {r2:8.1f} push/s p99 {med(2, 'p99_ms'):7.2f} ms | "
-                    f"throughput {r2 / r1:.2f}x (target >= 0.6), "
-                    f"p99 {med(2, 'p99_ms') / med(1, 'p99_ms'):.2f}x (target <= 2)"
-                )
+                    r1, r2 = med(1, "ops_per_s"), med(2, "ops_per_s")
+                    print(
+                        f"{plane:6s} {case:16s} R=1 {r1:8.1f} push/s "
+                        f"p99 {med(1, 'p99_ms'):7.2f} ms | "
+                        f"R=2 {r2:8.1f} push/s p99 {med(2, 'p99_ms'):7.2f} ms | "
+                        f"throughput {r2 / r1:.2f}x (target >= 0.6), "
+                        f"p99 {med(2, 'p99_ms') / med(1, 'p99_ms'):.2f}x (target <= 2)"
+                    )
         if args.kills > 0:
             times = [
                 int(g[0])
