@@ -29,7 +29,7 @@ int64_t HashShardRows(const VariableLayout& v, const ShardLayout& s,
 
 absl::StatusOr<std::vector<PsMemoryEstimate>> EstimatePsMemory(
     std::vector<VariableSpec> specs, int num_ps, int64_t unbounded_hash_rows,
-    int replicas) {
+    int replicas, bool data_plane) {
   if (num_ps < 1 || num_ps > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat("PS count ", num_ps, " is not in [1, 4096]"));
@@ -64,7 +64,7 @@ absl::StatusOr<std::vector<PsMemoryEstimate>> EstimatePsMemory(
     }
   }
   for (PsMemoryEstimate& e : out) {
-    e.total_bytes = kProcessBaseBytes +
+    e.total_bytes = kProcessBaseBytes + (data_plane ? kDataPlaneBaseBytes : 0) +
                     replicas * (e.parameter_bytes + e.row_overhead_bytes);
     e.limit_bytes = static_cast<int64_t>(
         std::ceil(static_cast<double>(e.total_bytes) * (1 + kLimitHeadroom)));

@@ -2,7 +2,7 @@
 // what each ps_server holds for a catalog of variables on N PS, placed as
 // the servers place them (partitioner/shard_map.h):
 //
-//   bytes(PS) = kProcessBaseBytes
+//   bytes(PS) = kProcessBaseBytes (+ kDataPlaneBaseBytes with the data plane)
 //             + sum over its shards of rows x row width x 4 x (1 + slots)
 //             + rows of its HASH_EMBEDDING shards x kHashRowOverheadBytes
 //
@@ -29,9 +29,11 @@
 namespace psrt {
 
 // An idle ps_server's resident memory (Debian 12, x86-64, optimized
-// build; 23 MiB measured). --data_plane=fabric adds about 17 MiB
-// (libfabric's rxm buffers).
+// build; 23 MiB measured).
 inline constexpr int64_t kProcessBaseBytes = int64_t{24} << 20;
+// What --data_plane=fabric adds to it (libfabric's rxm receive buffers,
+// 8.5 MiB of them, its other pools and libraries; 15.2 MiB measured).
+inline constexpr int64_t kDataPlaneBaseBytes = int64_t{16} << 20;
 // Per row of a hash embedding: its index entry (16-byte slot and a control
 // byte, at a load between 7/16 and 7/8), its id and its last step (8 each).
 inline constexpr int64_t kHashRowOverheadBytes = 64;
@@ -50,9 +52,10 @@ struct PsMemoryEstimate {
 // here); `unbounded_hash_rows`: rows each HASH_EMBEDDING without a capacity
 // (and without eviction's max_rows) is expected to reach, over all its
 // shards. Errors name the spec that does not normalize.
+// `data_plane`: the PS serves --data_plane=fabric.
 absl::StatusOr<std::vector<PsMemoryEstimate>> EstimatePsMemory(
     std::vector<VariableSpec> specs, int num_ps, int64_t unbounded_hash_rows,
-    int replicas = 1);
+    int replicas = 1, bool data_plane = false);
 
 }  // namespace psrt
 

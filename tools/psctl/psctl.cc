@@ -72,6 +72,9 @@ DEFINE_bool(json, false,
             "variables: print the catalog as a CreateVariablesRequest in "
             "JSON instead (what psctl size --variables reads).");
 DEFINE_int32(replicas, 1, "size: ps_server --replicas (copies of a shard).");
+DEFINE_string(data_plane, "grpc",
+              "size: ps_server --data_plane (grpc or fabric: the data plane "
+              "adds to each PS's base).");
 DEFINE_int64(hash_rows, int64_t{1} << 20,
              "size: rows a hash embedding without a capacity (or "
              "eviction.max_rows) is expected to reach, over all its shards.");
@@ -225,9 +228,15 @@ int SizeCommand() {
               << "\n";
     return 2;
   }
-  auto estimates =
-      EstimatePsMemory({request.specs().begin(), request.specs().end()},
-                       FLAGS_num_ps, FLAGS_hash_rows, FLAGS_replicas);
+  if (FLAGS_data_plane != "grpc" && FLAGS_data_plane != "fabric") {
+    std::cerr << "psctl size: --data_plane=" << FLAGS_data_plane
+              << ": expected grpc or fabric\n";
+    return 2;
+  }
+  const bool data_plane = FLAGS_data_plane == "fabric";
+  auto estimates = EstimatePsMemory(
+      {request.specs().begin(), request.specs().end()}, FLAGS_num_ps,
+      FLAGS_hash_rows, FLAGS_replicas, data_plane);
   if (!estimates.ok()) {
     std::cerr << "psctl size: " << estimates.status() << "\n";
     return 2;
@@ -237,7 +246,8 @@ int SizeCommand() {
       "PS: %s base + parameters and slots + %d B per hash row, times the "
       "replicas; limit +%.0f%%)\n",
       request.specs_size(), FLAGS_num_ps, FLAGS_replicas,
-      Bytes(kProcessBaseBytes), kHashRowOverheadBytes, 100 * kLimitHeadroom);
+      Bytes(kProcessBaseBytes + (data_plane ? kDataPlaneBaseBytes : 0)),
+      kHashRowOverheadBytes, 100 * kLimitHeadroom);
   std::cout << absl::StrFormat("%-4s %16s %12s %14s %12s %12s\n", "PS",
                                "params+slots", "hash rows", "row overhead",
                                "estimate", "limit");
