@@ -120,6 +120,16 @@ std::optional<absl::StatusOr<std::string>> PeerDataPlane::Call(
       DataPlaneCallSegments(method, messages, &framing, &slices);
   absl::StatusOr<std::string> reply = peer->client->Call(segments, deadline);
   if (!reply.ok() && peer->client->broken()) peer->client.reset();
+  if (absl::IsPermissionDenied(reply.status())) {
+    // The peer no longer knows this connection as a PS's (it remembers a
+    // bounded number): a new one is, so the caller's retry takes one.
+    peer->client.reset();
+    return absl::StatusOr<std::string>(absl::UnavailableError(
+        absl::StrCat("PS ", task,
+                     " refused a PS-to-PS call on this "
+                     "connection (",
+                     reply.status().message(), "); opening another")));
+  }
   return reply;
 }
 

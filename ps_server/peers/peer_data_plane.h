@@ -61,7 +61,9 @@ class PeerDataPlane {
 
   // One call of `method` carrying `messages` (sent from their memory) to
   // PS `task`; the reply's bytes, or the error the peer answered or the
-  // fabric gave (the connection is then opened anew by the next call).
+  // fabric gave (the connection is then opened anew by the next call). A
+  // peer refusing the connection as no PS's (PERMISSION_DENIED: it
+  // forgot it) is UNAVAILABLE here, and the next call opens another.
   // std::nullopt: the peer is not reachable over the data plane from here
   // (see above), or the body is over max_body_bytes; the caller makes the
   // call over gRPC.

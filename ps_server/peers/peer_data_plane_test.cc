@@ -49,6 +49,11 @@ class PeerDataPlaneTest : public ::testing::Test {
         options,
         [this](uint32_t, absl::Span<const uint8_t> request)
             -> absl::StatusOr<dataplane::Reply> {
+          if (forget_connections_) {
+            forget_connections_ = false;
+            return absl::PermissionDeniedError(
+                "data-plane Replicate on a connection no PS opened");
+          }
           absl::StatusOr<DataPlaneCall> call =
               DecodeDataPlaneCall(request, 1 << 20);
           if (!call.ok()) return call.status();
@@ -106,6 +111,8 @@ class PeerDataPlaneTest : public ::testing::Test {
   std::atomic<int> calls_{0};
   std::atomic<int> opens_{0};
   std::atomic<bool> gone_{false};
+  // The next call is refused as on a connection the peer forgot.
+  std::atomic<bool> forget_connections_{false};
   absl::Mutex mu_;
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
 };
@@ -185,6 +192,29 @@ TEST_F(PeerDataPlaneTest, AnUnreachablePeerFailsTheCallRetryably) {
                       In(absl::Seconds(10)));
   ASSERT_TRUE(reply.has_value());
   EXPECT_TRUE(reply->ok()) << reply->status();
+  EXPECT_EQ(opens_.load(), 2);
+}
+
+// A peer remembers which connections PS opened up to a bound: one it
+// forgot refuses the call; that is a retryable failure here, and the
+// retry goes over a new connection.
+TEST_F(PeerDataPlaneTest, AConnectionThePeerForgotIsReplaced) {
+  std::unique_ptr<PeerDataPlane> peers = Make();
+  const std::vector<grpc::ByteBuffer> messages = {Message("m")};
+  ASSERT_TRUE(peers
+                  ->Call(1, DataPlaneMethod::kReplicate, messages,
+                         In(absl::Seconds(10)))
+                  ->ok());
+  forget_connections_ = true;
+  auto refused = peers->Call(1, DataPlaneMethod::kReplicate, messages,
+                             In(absl::Seconds(10)));
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status().code(), absl::StatusCode::kUnavailable)
+      << refused->status();
+  auto again = peers->Call(1, DataPlaneMethod::kReplicate, messages,
+                           In(absl::Seconds(10)));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->ok()) << again->status();
   EXPECT_EQ(opens_.load(), 2);
 }
 
