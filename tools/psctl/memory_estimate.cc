@@ -64,7 +64,11 @@ absl::StatusOr<std::vector<PsMemoryEstimate>> EstimatePsMemory(
     }
   }
   for (PsMemoryEstimate& e : out) {
-    e.total_bytes = kProcessBaseBytes + (data_plane ? kDataPlaneBaseBytes : 0) +
+    const int64_t data_plane_bytes =
+        data_plane
+            ? kDataPlaneBaseBytes + (replicas - 1) * kDataPlanePerBackupBytes
+            : 0;
+    e.total_bytes = kProcessBaseBytes + data_plane_bytes +
                     replicas * (e.parameter_bytes + e.row_overhead_bytes);
     e.limit_bytes = static_cast<int64_t>(
         std::ceil(static_cast<double>(e.total_bytes) * (1 + kLimitHeadroom)));

@@ -2,7 +2,9 @@
 // what each ps_server holds for a catalog of variables on N PS, placed as
 // the servers place them (partitioner/shard_map.h):
 //
-//   bytes(PS) = kProcessBaseBytes (+ kDataPlaneBaseBytes with the data plane)
+//   bytes(PS) = kProcessBaseBytes
+//             (+ kDataPlaneBaseBytes + (R - 1) x kDataPlanePerBackupBytes
+//                with the data plane)
 //             + sum over its shards of rows x row width x 4 x (1 + slots)
 //             + rows of its HASH_EMBEDDING shards x kHashRowOverheadBytes
 //
@@ -34,6 +36,10 @@ inline constexpr int64_t kProcessBaseBytes = int64_t{24} << 20;
 // What --data_plane=fabric adds to it (libfabric's rxm receive buffers,
 // 8.5 MiB of them, its other pools and libraries; 15.2 MiB measured).
 inline constexpr int64_t kDataPlaneBaseBytes = int64_t{16} << 20;
+// And per backup with --replicas > 1: the endpoint its forwards leave
+// from and the backup's connection to it (libfabric's pools; 26-31 MiB
+// measured at R=2 and R=3).
+inline constexpr int64_t kDataPlanePerBackupBytes = int64_t{32} << 20;
 // Per row of a hash embedding: its index entry (16-byte slot and a control
 // byte, at a load between 7/16 and 7/8), its id and its last step (8 each).
 inline constexpr int64_t kHashRowOverheadBytes = 64;

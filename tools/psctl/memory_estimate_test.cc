@@ -55,13 +55,18 @@ TEST(MemoryEstimateTest, HashRowsFromCapacityMaxRowsOrTheExpectedCount) {
     EXPECT_EQ((*replicated)[t].total_bytes - kProcessBaseBytes,
               2 * ((*single)[t].total_bytes - kProcessBaseBytes));
   }
-  // The data plane: its base once per PS, whatever the tables.
+  // The data plane: its base once per PS, and its forwards' endpoint per
+  // backup, whatever the tables.
   auto fabric = EstimatePsMemory({bounded}, 3, 0, 2, /*data_plane=*/true);
   ASSERT_TRUE(fabric.ok());
   for (int t = 0; t < 3; ++t) {
     EXPECT_EQ((*fabric)[t].total_bytes - (*replicated)[t].total_bytes,
-              kDataPlaneBaseBytes);
+              kDataPlaneBaseBytes + kDataPlanePerBackupBytes);
   }
+  auto unreplicated = EstimatePsMemory({bounded}, 3, 0, 1, true);
+  ASSERT_TRUE(unreplicated.ok());
+  EXPECT_EQ((*unreplicated)[0].total_bytes - (*single)[0].total_bytes,
+            kDataPlaneBaseBytes);
 }
 
 TEST(MemoryEstimateTest, BadInputIsNamed) {
