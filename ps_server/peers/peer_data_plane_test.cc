@@ -8,6 +8,7 @@
 #include "ps_server/peers/peer_data_plane.h"
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,14 +120,21 @@ class PeerDataPlaneTest : public ::testing::Test {
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
+// One forward of `messages` to PS 1.
+std::optional<absl::StatusOr<std::string>> Forward(
+    PeerDataPlane* peers,
+    const std::vector<grpc::ByteBuffer>& messages = {Message("m")},
+    absl::Duration timeout = absl::Seconds(10)) {
+  return peers->Call(1, DataPlaneMethod::kReplicate, messages, In(timeout));
+}
+
 TEST_F(PeerDataPlaneTest, AForwardArrivesExactlyOverOneConnection) {
   std::unique_ptr<PeerDataPlane> peers = Make();
   const std::string large(3 << 20, 'x');  // sent from its slice, no copy
   const std::vector<grpc::ByteBuffer> messages = {Message("header"),
                                                   Message(large), Message("")};
   for (int i = 0; i < 3; ++i) {
-    auto reply = peers->Call(1, DataPlaneMethod::kReplicate, messages,
-                             In(absl::Seconds(10)));
+    auto reply = Forward(peers.get(), messages);
     ASSERT_TRUE(reply.has_value());
     ASSERT_TRUE(reply->ok()) << reply->status();
     EXPECT_EQ(**reply, "3|header|" + large + "|");
@@ -135,10 +143,7 @@ TEST_F(PeerDataPlaneTest, AForwardArrivesExactlyOverOneConnection) {
   EXPECT_EQ(opens_.load(), 1);  // one connection for all three
   // Stopped (a PS shutting down): later calls go over gRPC.
   peers->Stop();
-  EXPECT_FALSE(peers
-                   ->Call(1, DataPlaneMethod::kReplicate, messages,
-                          In(absl::Seconds(10)))
-                   .has_value());
+  EXPECT_FALSE(Forward(peers.get(), messages).has_value());
   EXPECT_EQ(calls_.load(), 3);
 }
 
@@ -147,33 +152,23 @@ TEST_F(PeerDataPlaneTest, APeerWithoutADataPlaneIsLeftToGrpcForAWhile) {
   Refuse(absl::FailedPreconditionError("this PS serves gRPC only"));
   const std::vector<grpc::ByteBuffer> messages = {Message("m")};
   for (int i = 0; i < 3; ++i) {
-    EXPECT_FALSE(peers
-                     ->Call(1, DataPlaneMethod::kReplicate, messages,
-                            In(absl::Seconds(10)))
-                     .has_value());
+    EXPECT_FALSE(Forward(peers.get(), messages).has_value());
   }
   EXPECT_EQ(opens_.load(), 1);  // not asked again within kRetryAfter
   EXPECT_EQ(calls_.load(), 0);
   // A PS older than the data plane, the same.
   std::unique_ptr<PeerDataPlane> old = Make();
   Refuse(absl::UnimplementedError("unknown method OpenDataPlane"));
-  EXPECT_FALSE(
-      old->Call(1, DataPlaneMethod::kReplicate, messages, In(absl::Seconds(10)))
-          .has_value());
+  EXPECT_FALSE(Forward(old.get(), messages).has_value());
 }
 
 TEST_F(PeerDataPlaneTest, ABodyOverTheLimitGoesOverGrpc) {
   std::unique_ptr<PeerDataPlane> peers = Make(/*max_body_bytes=*/1000);
-  EXPECT_FALSE(peers
-                   ->Call(1, DataPlaneMethod::kReplicate,
-                          {Message(std::string(1000, 'y'))},
-                          In(absl::Seconds(10)))
-                   .has_value());
+  EXPECT_FALSE(
+      Forward(peers.get(), {Message(std::string(1000, 'y'))}).has_value());
   EXPECT_EQ(opens_.load(), 0);
   // Just under (the body is the messages plus 8 + 4 bytes of framing).
-  auto reply =
-      peers->Call(1, DataPlaneMethod::kReplicate,
-                  {Message(std::string(988, 'y'))}, In(absl::Seconds(10)));
+  auto reply = Forward(peers.get(), {Message(std::string(988, 'y'))});
   ASSERT_TRUE(reply.has_value());
   EXPECT_TRUE(reply->ok()) << reply->status();
 }
@@ -182,14 +177,12 @@ TEST_F(PeerDataPlaneTest, AnUnreachablePeerFailsTheCallRetryably) {
   std::unique_ptr<PeerDataPlane> peers = Make();
   Refuse(absl::UnavailableError("connection refused"));
   const std::vector<grpc::ByteBuffer> messages = {Message("m")};
-  auto reply = peers->Call(1, DataPlaneMethod::kReplicate, messages,
-                           In(absl::Seconds(10)));
+  auto reply = Forward(peers.get(), messages);
   ASSERT_TRUE(reply.has_value());  // not sent to gRPC for good
   EXPECT_EQ(reply->status().code(), absl::StatusCode::kUnavailable);
   // Back: the next call opens a connection and goes through.
   Refuse(absl::OkStatus());
-  reply = peers->Call(1, DataPlaneMethod::kReplicate, messages,
-                      In(absl::Seconds(10)));
+  reply = Forward(peers.get(), messages);
   ASSERT_TRUE(reply.has_value());
   EXPECT_TRUE(reply->ok()) << reply->status();
   EXPECT_EQ(opens_.load(), 2);
@@ -201,18 +194,13 @@ TEST_F(PeerDataPlaneTest, AnUnreachablePeerFailsTheCallRetryably) {
 TEST_F(PeerDataPlaneTest, AConnectionThePeerForgotIsReplaced) {
   std::unique_ptr<PeerDataPlane> peers = Make();
   const std::vector<grpc::ByteBuffer> messages = {Message("m")};
-  ASSERT_TRUE(peers
-                  ->Call(1, DataPlaneMethod::kReplicate, messages,
-                         In(absl::Seconds(10)))
-                  ->ok());
+  ASSERT_TRUE(Forward(peers.get(), messages)->ok());
   forget_connections_ = true;
-  auto refused = peers->Call(1, DataPlaneMethod::kReplicate, messages,
-                             In(absl::Seconds(10)));
+  auto refused = Forward(peers.get(), messages);
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->status().code(), absl::StatusCode::kUnavailable)
       << refused->status();
-  auto again = peers->Call(1, DataPlaneMethod::kReplicate, messages,
-                           In(absl::Seconds(10)));
+  auto again = Forward(peers.get(), messages);
   ASSERT_TRUE(again.has_value());
   EXPECT_TRUE(again->ok()) << again->status();
   EXPECT_EQ(opens_.load(), 2);
@@ -221,10 +209,7 @@ TEST_F(PeerDataPlaneTest, AConnectionThePeerForgotIsReplaced) {
 TEST_F(PeerDataPlaneTest, APeerGoneBreaksTheConnectionAtTheCheck) {
   std::unique_ptr<PeerDataPlane> peers = Make();
   const std::vector<grpc::ByteBuffer> messages = {Message("m")};
-  ASSERT_TRUE(peers
-                  ->Call(1, DataPlaneMethod::kReplicate, messages,
-                         In(absl::Seconds(10)))
-                  ->ok());
+  ASSERT_TRUE(Forward(peers.get(), messages)->ok());
   // The peer's process is gone (its gRPC channel says so): the server
   // stops answering, and the call fails at the check, long before its
   // deadline.
@@ -232,8 +217,7 @@ TEST_F(PeerDataPlaneTest, APeerGoneBreaksTheConnectionAtTheCheck) {
   gone_ = true;
   Refuse(absl::UnavailableError("connection refused"));
   const absl::Time start = absl::Now();
-  auto reply = peers->Call(1, DataPlaneMethod::kReplicate, messages,
-                           In(absl::Seconds(30)));
+  auto reply = Forward(peers.get(), messages, absl::Seconds(30));
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(reply->status().code(), absl::StatusCode::kUnavailable)
       << reply->status();
