@@ -50,8 +50,7 @@ void ExpectWithinRule(const std::vector<VariableSpec>& specs, int64_t hash_rows,
   const int64_t rss = RssBytes((*cluster)->pid(0));
   auto estimate = EstimatePsMemory(specs, 1, hash_rows, 1, data_plane);
   ASSERT_TRUE(estimate.ok()) << estimate.status();
-  const double base =
-      kProcessBaseBytes + (data_plane ? kDataPlaneBaseBytes : 0);
+  const double base = PsBaseBytes(1, data_plane);
   const double predicted = static_cast<double>((*estimate)[0].total_bytes);
   const double error = (rss - predicted) / predicted;
   std::printf(

@@ -72,6 +72,12 @@ void WarnIfExposed(const ServerOptions& options) {
                   "(docs/operations.md, Security model).";
 }
 
+// Whether StartDataPlanes starts any (a provider may still not open).
+bool ServesDataPlane(const ServerOptions& options) {
+  return options.data_plane == "fabric" && !options.listen_address.empty() &&
+         !options.security.tls();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
@@ -149,8 +155,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   // same conditions as StartDataPlanes'; a peer without one gets gRPC).
   // Not over a test's links (peer_transport): their faults must reach
   // every PS-to-PS call.
-  if (options.data_plane == "fabric" && !options.security.tls() &&
-      !options.listen_address.empty() && !options.peer_transport) {
+  if (ServesDataPlane(options) && !options.peer_transport) {
     // A peer's data plane takes the bodies this PS's would (every PS of
     // a cluster has the same limits); a larger forward goes over gRPC.
     server->peers_->UseDataPlane(PeerDataPlane::Options{

@@ -27,6 +27,12 @@ int64_t HashShardRows(const VariableLayout& v, const ShardLayout& s,
 
 }  // namespace
 
+int64_t PsBaseBytes(int replicas, bool data_plane) {
+  if (!data_plane) return kProcessBaseBytes;
+  return kProcessBaseBytes + kDataPlaneBaseBytes +
+         (replicas - 1) * kDataPlanePerBackupBytes;
+}
+
 absl::StatusOr<std::vector<PsMemoryEstimate>> EstimatePsMemory(
     std::vector<VariableSpec> specs, int num_ps, int64_t unbounded_hash_rows,
     int replicas, bool data_plane) {
@@ -64,11 +70,7 @@ absl::StatusOr<std::vector<PsMemoryEstimate>> EstimatePsMemory(
     }
   }
   for (PsMemoryEstimate& e : out) {
-    const int64_t data_plane_bytes =
-        data_plane
-            ? kDataPlaneBaseBytes + (replicas - 1) * kDataPlanePerBackupBytes
-            : 0;
-    e.total_bytes = kProcessBaseBytes + data_plane_bytes +
+    e.total_bytes = PsBaseBytes(replicas, data_plane) +
                     replicas * (e.parameter_bytes + e.row_overhead_bytes);
     e.limit_bytes = static_cast<int64_t>(
         std::ceil(static_cast<double>(e.total_bytes) * (1 + kLimitHeadroom)));

@@ -58,6 +58,11 @@ struct PsMemoryEstimate {
 // here); `unbounded_hash_rows`: rows each HASH_EMBEDDING without a capacity
 // (and without eviction's max_rows) is expected to reach, over all its
 // shards. Errors name the spec that does not normalize.
+// What a PS holds before its tables: kProcessBaseBytes, plus with the
+// data plane (`data_plane`: --data_plane=fabric) its base and an endpoint
+// per backup (`replicas` - 1).
+int64_t PsBaseBytes(int replicas, bool data_plane);
+
 // `data_plane`: the PS serves --data_plane=fabric.
 absl::StatusOr<std::vector<PsMemoryEstimate>> EstimatePsMemory(
     std::vector<VariableSpec> specs, int num_ps, int64_t unbounded_hash_rows,

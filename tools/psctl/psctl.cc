@@ -246,11 +246,8 @@ int SizeCommand() {
       "PS: %s base + parameters and slots + %d B per hash row, times the "
       "replicas; limit +%.0f%%)\n",
       request.specs_size(), FLAGS_num_ps, FLAGS_replicas,
-      Bytes(kProcessBaseBytes +
-            (data_plane ? kDataPlaneBaseBytes +
-                              (FLAGS_replicas - 1) * kDataPlanePerBackupBytes
-                        : 0)),
-      kHashRowOverheadBytes, 100 * kLimitHeadroom);
+      Bytes(PsBaseBytes(FLAGS_replicas, data_plane)), kHashRowOverheadBytes,
+      100 * kLimitHeadroom);
   std::cout << absl::StrFormat("%-4s %16s %12s %14s %12s %12s\n", "PS",
                                "params+slots", "hash rows", "row overhead",
                                "estimate", "limit");
