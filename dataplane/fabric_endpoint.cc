@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "dataplane/libfabric.h"
 
 namespace psrt::dataplane {
 namespace {
@@ -50,11 +51,14 @@ MemoryRegion& MemoryRegion::operator=(MemoryRegion&& other) noexcept {
 
 absl::Status FabricEndpoint::Fail(absl::string_view call, int rc) const {
   return absl::UnavailableError(absl::StrCat(
-      "libfabric ", call, " (", provider_, "): ", fi_strerror(-rc)));
+      "libfabric ", call, " (", provider_, "): ", Fabric().strerror(-rc)));
 }
 
 absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
     const FabricOptions& options) {
+  if (absl::StatusOr<const LibFabric*> lib = LoadLibFabric(); !lib.ok()) {
+    return lib.status();
+  }
   std::unique_ptr<FabricEndpoint> endpoint(new FabricEndpoint());
   endpoint->provider_ = options.provider;
   // rxm (tcp) keeps 16 KiB buffers, 128 per connection queue: 86 MiB
@@ -68,8 +72,8 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
     setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
     setenv("FI_OFI_RXM_MSG_TX_SIZE", "16", 0);
   });
-  fi_info* hints = fi_allocinfo();
-  if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo");
+  fi_info* hints = Fabric().dupinfo(nullptr);
+  if (hints == nullptr) return absl::ResourceExhaustedError("fi_dupinfo");
   hints->caps = FI_TAGGED | FI_SOURCE | FI_DIRECTED_RECV;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->ep_attr->type = FI_EP_RDM;
@@ -81,19 +85,19 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
   hints->fabric_attr->prov_name = strdup(options.provider.c_str());
   fi_info* info = nullptr;
   const bool bind_node = options.provider != "shm" && !options.node.empty();
-  int rc = fi_getinfo(
+  int rc = Fabric().getinfo(
       FI_VERSION(1, 17), bind_node ? options.node.c_str() : nullptr,
       bind_node ? "0" : nullptr, bind_node ? FI_SOURCE : 0, hints, &info);
-  fi_freeinfo(hints);
+  Fabric().freeinfo(hints);
   if (rc != 0 || info == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("libfabric has no provider \"", options.provider,
                      "\" for tagged reliable messages",
                      bind_node ? absl::StrCat(" on ", options.node) : "", ": ",
-                     fi_strerror(-rc)));
+                     Fabric().strerror(-rc)));
   }
-  std::unique_ptr<fi_info, decltype(&fi_freeinfo)> info_owner(info,
-                                                              &fi_freeinfo);
+  std::unique_ptr<fi_info, decltype(&fi_freeinfo)> info_owner(
+      info, Fabric().freeinfo);
   endpoint->provider_ = info->fabric_attr->prov_name;
   // Providers offer more than was asked (RMA, atomics); asking for those
   // too makes some (shm) want memory-registration modes this endpoint
@@ -115,7 +119,7 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
       endpoint->address_bytes_ = 0;
   }
   FabricEndpoint* e = endpoint.get();
-  if ((rc = fi_fabric(info->fabric_attr, &e->fabric_, nullptr)) != 0) {
+  if ((rc = Fabric().fabric(info->fabric_attr, &e->fabric_, nullptr)) != 0) {
     return e->Fail("fi_fabric", rc);
   }
   rc = fi_domain(e->fabric_, info, &e->domain_, nullptr);
@@ -207,7 +211,7 @@ absl::StatusOr<fi_addr_t> FabricEndpoint::InsertPeer(
   if (inserted != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         provider_, " refused a peer address (fi_av_insert: ",
-        inserted < 0 ? fi_strerror(-inserted) : "not inserted", ")"));
+        inserted < 0 ? Fabric().strerror(-inserted) : "not inserted", ")"));
   }
   return peer;
 }
@@ -317,7 +321,7 @@ size_t FabricEndpoint::Poll(Completion* out, size_t max,
       c.status = absl::CancelledError("operation cancelled");
     } else {
       c.status = absl::UnavailableError(absl::StrCat(
-          "libfabric (", provider_, "): ", fi_strerror(error.err)));
+          "libfabric (", provider_, "): ", Fabric().strerror(error.err)));
     }
     return 1;
   }

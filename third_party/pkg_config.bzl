@@ -18,7 +18,7 @@ def _pkg_config_repository_impl(ctx):
     if not pkg_config:
         fail("pkg-config is not installed; run tools/install_deps.sh")
     cflags = _flags(ctx, pkg_config, "--cflags", ctx.attr.modules)
-    linkopts = _flags(ctx, pkg_config, "--libs", ctx.attr.modules)
+    linkopts = _flags(ctx, pkg_config, "--libs", ctx.attr.modules) if ctx.attr.link else []
 
     # cc_library copts do not reach dependents: non-system include dirs are
     # linked into the repository and exported with `includes`, -D flags with
@@ -51,6 +51,8 @@ pkg_config_repository = repository_rule(
     attrs = {
         "modules": attr.string_list(mandatory = True),
         "extra_linkopts": attr.string_list(),
+        # False: headers only (a library the code loads itself, dlopen).
+        "link": attr.bool(default = True),
     },
     local = True,
 )

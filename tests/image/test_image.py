@@ -132,6 +132,11 @@ def test_every_binary_finds_every_library_in_the_image(image):
             "deploy/image/runtime-packages.txt"
         )
         assert run(["chroot", rootfs, f"/usr/local/bin/{binary}", "--help"]).returncode in (0, 1)
+    # The data plane loads libfabric on first use (dataplane/libfabric.h):
+    # ldd does not list it, so its package is checked by name.
+    assert os.path.exists(
+        os.path.join(rootfs, "usr/lib/x86_64-linux-gnu/libfabric.so.1")
+    ), "the image lacks libfabric1: --data_plane=fabric would fall back to gRPC"
 
 
 def test_ps_server_and_ps_worker_train_and_checkpoint_inside_the_image(image, data):
