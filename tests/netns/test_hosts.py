@@ -373,8 +373,18 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
     mid-training: every worker reports lost_pushes=0, the restarted PS
     rejoins and takes its shards back, `psctl replicas` (run by the
     launcher's --then before the servers stop) finds both copies of every
-    shard equal, rows went to disk on both runs, and the held-out AUC is
-    within 0.005 of the control's."""
+    shard equal, rows went to disk on both runs, and both held-out AUCs are
+    at least 0.812.
+
+    Why a floor and not a distance from the control: each arm is one async
+    run, and the control alone spreads 0.8146-0.8193 (23 runs); a distance
+    of 0.005 failed 2 of 27 runs (stop 51's CI: 0.8187 vs 0.8136).
+    Measured on the 2-vCPU VM, 2026-11-30: R=2 with the kill 0.8136-0.8192
+    in 26 of 27 runs (R=2 without it 0.8160-0.8190, 6 runs); losing PS 1's
+    shards instead (R=1, the killed PS restarted empty) 0.8075-0.8098 (3
+    runs), which the floor fails. One R=2 run of 27 scored 0.8053 with
+    lost_pushes=0 and equal copies; the floor fails that too (not
+    explained yet: docs/operations.md, Replicas)."""
     runs = {}
     for replicas, budget_mb, prefix, subnet, port in (
         (1, 24, "psrtt18", "10.97.0", 27200),
@@ -428,7 +438,7 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
             # psctl replicas exits 0 only if every shard has 2 equal copies
             # (the launch fails otherwise); its table is in the output.
             assert "copies (PS role version digest)" in out, out[-4000:]
-    assert abs(runs[2] - runs[1]) <= 0.005, runs
+    assert min(runs.values()) >= 0.812, runs
 
 
 def log_time(log, text):
