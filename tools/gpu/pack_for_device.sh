@@ -13,12 +13,20 @@ bazel build //ps_server //ps_worker //tools/ctr_datagen //ps_worker/gpu:gpu_pari
 out=.devbin
 rm -rf "$out"
 mkdir -p "$out/lib"
+libraries_of() {
+  ldd "$1" | awk '/=> \// {print $3}' |
+    grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux-x86-64)\.so' |
+    while read -r lib; do cp -L -n "$lib" "$out/lib/"; done
+}
 for t in "${targets[@]}"; do
   mkdir -p "$out/$(dirname "$t")"
   cp -L "bazel-bin/$t" "$out/$t"
-  ldd "bazel-bin/$t" | awk '/=> \// {print $3}' |
-    grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux-x86-64)\.so' |
-    while read -r lib; do cp -L -n "$lib" "$out/lib/"; done
+  libraries_of "bazel-bin/$t"
 done
+# The data plane dlopens libfabric on first use (dataplane/libfabric.h):
+# ldd does not list it, so it and its own libraries go in by name.
+fabric=/usr/lib/x86_64-linux-gnu/libfabric.so.1
+cp -L -n "$fabric" "$out/lib/"
+libraries_of "$fabric"
 chmod u+w "$out"/lib/* && strip --strip-unneeded "$out"/lib/* "${targets[@]/#/$out/}"
 echo "packed into $out: $(du -sh "$out" | cut -f1), $(ls "$out/lib" | wc -l) libraries"
