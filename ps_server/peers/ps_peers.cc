@@ -168,22 +168,34 @@ void PsPeers::UseDataPlane(PeerDataPlane::Options options) {
     if (!s.ok()) return FromGrpcStatus(s);
     return response;
   };
-  // The fabric may never report a peer killed mid-call; its gRPC channel
-  // does.
-  auto check = [this](int task) -> absl::Status {
-    const grpc_connectivity_state state =
-        transport_->ChannelTo(task)->GetState(/*try_to_connect=*/false);
-    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
-        state == GRPC_CHANNEL_SHUTDOWN) {
-      return absl::UnavailableError(
-          absl::StrCat(Describe(task),
-                       " dropped its gRPC connection during a data-plane "
-                       "call (PS gone?)"));
-    }
-    return absl::OkStatus();
-  };
+  auto check = [this](int task) { return CheckAlive(task); };
   data_plane_ = std::make_unique<PeerDataPlane>(
       std::move(hosts), std::move(options), std::move(open), std::move(check));
+}
+
+absl::Status PsPeers::CheckAlive(int task) const {
+  const grpc_connectivity_state state =
+      transport_->ChannelTo(task)->GetState(/*try_to_connect=*/false);
+  if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+      state == GRPC_CHANNEL_SHUTDOWN) {
+    return absl::UnavailableError(absl::StrCat(
+        Describe(task), " dropped its gRPC connection (PS gone?)"));
+  }
+  {
+    absl::MutexLock lock(&probe_mu_);
+    const absl::Time now = absl::Now();
+    if (now - last_probe_[task] < absl::Seconds(1)) {
+      return absl::OkStatus();
+    }
+    last_probe_[task] = now;
+  }
+  const absl::Status ping = Ping(task, absl::Seconds(1));
+  if (absl::IsUnavailable(ping)) {
+    return absl::UnavailableError(
+        absl::StrCat(Describe(task),
+                     " does not answer a ping (PS gone?): ", ping.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ReplicateResponse> PsPeers::Replicate(

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/ps.grpc.pb.h"
@@ -74,6 +75,16 @@ class PsPeers {
   absl::StatusOr<HandbackResponse> Handback(int task,
                                             const HandbackRequest& request,
                                             absl::Duration timeout) const;
+  // OK unless PS `task`'s process is gone: UNAVAILABLE when its channel
+  // failed, or when a Ping (GetStats, 1 s; at most one a second per peer)
+  // is refused. The channel's state alone does not tell: a
+  // channel whose socket no call reads (gRPC polls it every 5 s then)
+  // stays READY after the peer died, and one that saw it go turns IDLE,
+  // not TRANSIENT_FAILURE, until something connects. A peer too slow to
+  // answer is not gone. For the data plane's waits (the fabric may never
+  // report a peer killed mid-call).
+  absl::Status CheckAlive(int task) const;
+
   // From now on, Replicate goes over the data plane to every peer that
   // serves one this PS can open (peer_data_plane.h); call before any
   // Replicate.
@@ -113,7 +124,8 @@ class PsPeers {
       : addresses_(std::move(addresses)),
         self_(self),
         transport_(std::move(transport)),
-        identity_(std::move(peer_secret)) {}
+        identity_(std::move(peer_secret)),
+        last_probe_(addresses_.size(), absl::InfinitePast()) {}
   // A stub on the transport's channel to `task` now.
   std::unique_ptr<ParameterServer::Stub> StubTo(int task) const;
 
@@ -122,6 +134,9 @@ class PsPeers {
   const std::unique_ptr<PeerTransport> transport_;
   const PeerIdentity identity_;
   std::unique_ptr<PeerDataPlane> data_plane_;  // null: gRPC only
+  mutable absl::Mutex probe_mu_;
+  // CheckAlive's last Ping to each task.
+  mutable std::vector<absl::Time> last_probe_ ABSL_GUARDED_BY(probe_mu_);
 };
 
 }  // namespace psrt
