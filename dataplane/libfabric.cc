@@ -4,7 +4,6 @@
 #include <signal.h>
 
 #include <array>
-#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -31,10 +30,7 @@ constexpr Symbol kDupinfo = {"fi_dupinfo", "FABRIC_1.3"};
 constexpr Symbol kFabric = {"fi_fabric", "FABRIC_1.1"};
 constexpr Symbol kStrerror = {"fi_strerror", "FABRIC_1.0"};
 
-LibFabric loaded;
-absl::Status load_status;
-
-absl::Status Load() {
+absl::StatusOr<LibFabric> Load() {
   std::array<struct sigaction, kKeptSignals.size()> before;
   for (size_t i = 0; i < kKeptSignals.size(); ++i) {
     sigaction(kKeptSignals[i], nullptr, &before[i]);
@@ -49,6 +45,7 @@ absl::Status Load() {
                      "); install Debian's libfabric1, or use "
                      "--data_plane=grpc"));
   }
+  LibFabric loaded;
   std::string missing;
   auto bind = [&](const Symbol& symbol, auto* slot) {
     void* address = dlvsym(handle, symbol.name, symbol.version);
@@ -70,18 +67,24 @@ absl::Status Load() {
         absl::StrCat("libfabric.so.1 lacks ", missing,
                      " (older than 1.17?); use --data_plane=grpc"));
   }
-  return absl::OkStatus();
+  return loaded;
+}
+
+// Loaded once, on first use (a thread-safe static).
+const absl::StatusOr<LibFabric>& Library() {
+  static const absl::StatusOr<LibFabric>* const library =
+      new absl::StatusOr<LibFabric>(Load());
+  return *library;
 }
 
 }  // namespace
 
 absl::StatusOr<const LibFabric*> LoadLibFabric() {
-  static std::once_flag once;
-  std::call_once(once, [] { load_status = Load(); });
-  if (!load_status.ok()) return load_status;
-  return &loaded;
+  const absl::StatusOr<LibFabric>& library = Library();
+  if (!library.ok()) return library.status();
+  return &*library;
 }
 
-const LibFabric& Fabric() { return loaded; }
+const LibFabric& Fabric() { return *Library(); }
 
 }  // namespace psrt::dataplane
