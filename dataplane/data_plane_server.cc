@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
@@ -18,6 +19,11 @@ enum Purpose : int { kHeaderSlot = 1, kBody, kDrain, kSend };
 // connection and gets nothing handed on either way).
 constexpr size_t kMaxDrainsInFlight = 64;
 
+// What the provider reported in error stays allocated this long: rxm
+// (1.17) reports a receive cancelled by a dead sender's connection once
+// per segment of its message, all at once.
+constexpr absl::Duration kRetiredFor = absl::Seconds(60);
+
 }  // namespace
 
 struct DataPlaneServer::HeaderSlot {
@@ -29,8 +35,12 @@ struct DataPlaneServer::HeaderSlot {
 // A request's body being received: one receive per message it comes in
 // (a drain: one receive of nothing).
 struct DataPlaneServer::BodyReceive {
-  explicit BodyReceive(size_t sends) : ops(sends) {}
+  explicit BodyReceive(size_t sends) : ops(sends), completed(sends, false) {}
   std::vector<Op> ops;
+  std::vector<bool> completed;   // each op's first completion came
+  bool provider_failed = false;  // one came in error: the provider's
+  absl::Time posted;
+  bool cancelled = false;  // past options_.body_receive_timeout
   std::vector<uint32_t> sizes;
   size_t outstanding = 0;
   absl::Status failure;  // the first message that did not check
@@ -49,6 +59,8 @@ struct DataPlaneServer::PendingSend {
   MemoryRegion message_region;
   std::vector<MemoryRegion> body_regions;
   int outstanding = 0;
+  std::vector<bool> completed;  // header op, then body ops
+  bool provider_failed = false;
 };
 
 absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
@@ -67,15 +79,9 @@ absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
   std::unique_ptr<DataPlaneServer> server(new DataPlaneServer(
       std::move(options), std::move(handler), *std::move(endpoint)));
   for (int i = 0; i < std::max(1, server->options_.header_slots); ++i) {
-    auto slot = std::make_unique<HeaderSlot>();
-    slot->op.purpose = kHeaderSlot;
-    slot->op.user = slot.get();
-    absl::StatusOr<MemoryRegion> region =
-        server->endpoint_->Register(slot->bytes, sizeof(slot->bytes));
-    if (!region.ok()) return region.status();
-    slot->region = *std::move(region);
-    if (absl::Status s = server->PostHeaderSlot(slot.get()); !s.ok()) return s;
-    server->slots_.push_back(std::move(slot));
+    absl::StatusOr<std::unique_ptr<HeaderSlot>> slot = server->NewHeaderSlot();
+    if (!slot.ok()) return slot.status();
+    server->slots_.push_back(*std::move(slot));
   }
   server->progress_ = std::thread([s = server.get()] { s->ProgressLoop(); });
   for (int i = 0; i < std::max(1, server->options_.handler_threads); ++i) {
@@ -111,6 +117,7 @@ DataPlaneServer::~DataPlaneServer() {
   endpoint_->Close();
   slots_.clear();
   bodies_.clear();
+  retired_.clear();
   {
     absl::MutexLock lock(&mu_);
     sends_.clear();
@@ -127,6 +134,10 @@ DataPlaneServerStats DataPlaneServer::stats() const {
   s.refused_bodies = refused_bodies_;
   s.bytes_in = bytes_in_;
   s.bytes_out = bytes_out_;
+  s.late_completions = late_completions_;
+  s.bodies_posted = bodies_posted_;
+  absl::MutexLock lock(&mu_);
+  s.inflight_body_bytes = static_cast<int64_t>(inflight_body_bytes_);
   return s;
 }
 
@@ -135,9 +146,10 @@ size_t DataPlaneServer::connections() const {
   return connections_.size();
 }
 
-absl::Status DataPlaneServer::Post(const std::function<absl::Status()>& post) {
+absl::Status DataPlaneServer::Post(const std::function<absl::Status()>& post,
+                                   absl::Duration give_up_after) {
   // The provider's queues fill under load; the progress thread drains them.
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  const absl::Time give_up = absl::Now() + give_up_after;
   while (true) {
     absl::Status s = post();
     if (!absl::IsResourceExhausted(s) || stopping_ || absl::Now() > give_up) {
@@ -155,18 +167,86 @@ absl::Status DataPlaneServer::PostHeaderSlot(HeaderSlot* slot) {
   });
 }
 
+absl::StatusOr<std::unique_ptr<DataPlaneServer::HeaderSlot>>
+DataPlaneServer::NewHeaderSlot() {
+  auto slot = std::make_unique<HeaderSlot>();
+  slot->op.purpose = kHeaderSlot;
+  slot->op.user = slot.get();
+  absl::StatusOr<MemoryRegion> region =
+      endpoint_->Register(slot->bytes, sizeof(slot->bytes));
+  if (!region.ok()) return region.status();
+  slot->region = *std::move(region);
+  if (absl::Status s = PostHeaderSlot(slot.get()); !s.ok()) return s;
+  return slot;
+}
+
+void DataPlaneServer::ReplaceHeaderSlot(HeaderSlot* slot) {
+  for (std::unique_ptr<HeaderSlot>& held : slots_) {
+    if (held.get() != slot) continue;
+    Retired retired;
+    retired.slot = std::move(held);
+    Retire(std::move(retired));
+    absl::StatusOr<std::unique_ptr<HeaderSlot>> fresh = NewHeaderSlot();
+    if (fresh.ok()) {
+      held = *std::move(fresh);
+    } else if (!stopping_) {
+      LOG(ERROR) << "data plane: could not post a header receive: "
+                 << fresh.status();
+    }
+    break;
+  }
+  slots_.erase(std::remove(slots_.begin(), slots_.end(), nullptr),
+               slots_.end());
+}
+
+void DataPlaneServer::Retire(Retired retired) {
+  retired.until = absl::Now() + kRetiredFor;
+  const void* user = retired.slot ? static_cast<const void*>(retired.slot.get())
+                     : retired.body
+                         ? static_cast<const void*>(retired.body.get())
+                         : static_cast<const void*>(retired.send.get());
+  retired_users_.insert(user);
+  retired_.push_back(std::move(retired));
+}
+
+void DataPlaneServer::PruneRetired() {
+  const absl::Time now = absl::Now();
+  while (!retired_.empty() && retired_.front().until <= now) {
+    Retired& oldest = retired_.front();
+    retired_users_.erase(
+        oldest.slot   ? static_cast<const void*>(oldest.slot.get())
+        : oldest.body ? static_cast<const void*>(oldest.body.get())
+                      : static_cast<const void*>(oldest.send.get()));
+    retired_.pop_front();
+  }
+}
+
 void DataPlaneServer::ProgressLoop() {
   Completion completions[32];
   while (!stopping_) {
     const size_t n = endpoint_->Poll(completions, 32, absl::Milliseconds(100));
+    PruneRetired();
+    CancelOverdueBodies();
     for (size_t i = 0; i < n; ++i) {
       const Completion& c = completions[i];
       if (c.op == nullptr) continue;
+      // A second report of an operation already ended in error: what it
+      // belongs to is retired (still allocated), and done with.
+      if (retired_users_.contains(c.op->user)) {
+        ++late_completions_;
+        continue;
+      }
       switch (c.op->purpose) {
         case kHeaderSlot: {
           auto* slot = static_cast<HeaderSlot*>(c.op->user);
           OnHeader(slot, c);
-          if (absl::Status s = PostHeaderSlot(slot); !s.ok() && !stopping_) {
+          if (!c.status.ok() && !absl::IsInvalidArgument(c.status)) {
+            // Cancelled or failed (not a stranger's message, truncated):
+            // the provider may report it again, so it is not posted
+            // again; a fresh slot takes its place.
+            ReplaceHeaderSlot(slot);
+          } else if (absl::Status s = PostHeaderSlot(slot);
+                     !s.ok() && !stopping_) {
             LOG(ERROR) << "data plane: could not post a header receive: " << s;
           }
           break;
@@ -174,27 +254,85 @@ void DataPlaneServer::ProgressLoop() {
         case kBody:
           OnBody(static_cast<BodyReceive*>(c.op->user), c);
           break;
-        case kDrain: {
-          --drains_in_flight_;
-          auto* drain = static_cast<BodyReceive*>(c.op->user);
-          if (--drain->outstanding == 0) bodies_.erase(drain);
+        case kDrain:
+          OnDrained(static_cast<BodyReceive*>(c.op->user), c);
           break;
-        }
-        case kSend: {
-          auto* send = static_cast<PendingSend*>(c.op->user);
-          if (!c.status.ok()) {
-            LOG_EVERY_N(WARNING, 100)
-                << "data plane: a response could not be sent: " << c.status;
-          }
-          absl::MutexLock lock(&mu_);
-          if (--send->outstanding == 0) sends_.erase(send);
+        case kSend:
+          OnSent(static_cast<PendingSend*>(c.op->user), c);
           break;
-        }
         default:
           break;
       }
     }
   }
+}
+
+bool DataPlaneServer::FirstReport(std::vector<bool>* completed, size_t index) {
+  if ((*completed)[index]) {
+    ++late_completions_;
+    return false;
+  }
+  (*completed)[index] = true;
+  return true;
+}
+
+void DataPlaneServer::CancelOverdueBodies() {
+  const absl::Time now = absl::Now();
+  if (now < next_overdue_check_) return;
+  next_overdue_check_ = now + absl::Milliseconds(250);
+  for (auto& [key, body] : bodies_) {
+    if (body->cancelled || now - body->posted < options_.body_receive_timeout) {
+      continue;
+    }
+    // Its sender stopped sending (died mid-body): the provider keeps a
+    // receive posted for it for good. Cancelled, each completes
+    // CANCELLED, which refuses the body and gives its budget back.
+    body->cancelled = true;
+    LOG(WARNING) << "data plane: a request body on connection "
+                 << body->header.connection_id << " not whole after "
+                 << absl::FormatDuration(options_.body_receive_timeout)
+                 << "; its receives are cancelled";
+    for (size_t i = 0; i < body->ops.size(); ++i) {
+      if (!body->completed[i]) endpoint_->Cancel(&body->ops[i]);
+    }
+  }
+}
+
+void DataPlaneServer::OnDrained(BodyReceive* drain, const Completion& c) {
+  const size_t index = static_cast<size_t>(c.op - drain->ops.data());
+  if (!FirstReport(&drain->completed, index)) return;
+  --drains_in_flight_;
+  // Each drained message completes truncated (INVALID_ARGUMENT); anything
+  // else is the provider's failure.
+  if (!c.status.ok() && !absl::IsInvalidArgument(c.status)) {
+    drain->provider_failed = true;
+  }
+  if (--drain->outstanding > 0) return;
+  auto it = bodies_.find(drain);
+  Retired retired;
+  retired.body = std::move(it->second);
+  bodies_.erase(it);
+  if (retired.body->provider_failed) Retire(std::move(retired));
+}
+
+void DataPlaneServer::OnSent(PendingSend* send, const Completion& c) {
+  if (!c.status.ok()) {
+    LOG_EVERY_N(WARNING, 100)
+        << "data plane: a response could not be sent: " << c.status;
+  }
+  const size_t index =
+      c.op == &send->header_op
+          ? 0
+          : 1 + static_cast<size_t>(c.op - send->body_ops.data());
+  absl::MutexLock lock(&mu_);
+  if (!FirstReport(&send->completed, index)) return;
+  if (!c.status.ok()) send->provider_failed = true;
+  if (--send->outstanding > 0) return;
+  auto it = sends_.find(send);
+  Retired retired;
+  retired.send = std::move(it->second);
+  sends_.erase(it);
+  if (retired.send->provider_failed) Retire(std::move(retired));
 }
 
 void DataPlaneServer::OnHeader(HeaderSlot* slot, const Completion& c) {
@@ -275,6 +413,7 @@ void DataPlaneServer::OnHello(const FrameMessage& frame) {
       connections_.erase(oldest);
     }
     connections_[id] = Connection{*peer, key, ++use_counter_};
+    stuck_peers_.erase(*peer);
   }
   FrameHeader welcome;
   welcome.kind = FrameKind::kWelcome;
@@ -394,12 +533,18 @@ void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
     DrainBody(header.connection_id, header.sequence, body->ops.size() - posted);
   }
   body->outstanding = posted;
+  body->posted = absl::Now();
+  ++bodies_posted_;
   BodyReceive* key = body.get();
   bodies_[key] = std::move(body);
 }
 
 void DataPlaneServer::OnBody(BodyReceive* body, const Completion& c) {
   const size_t index = static_cast<size_t>(c.op - body->ops.data());
+  if (!FirstReport(&body->completed, index)) return;
+  if (!c.status.ok() && !absl::IsInvalidArgument(c.status)) {
+    body->provider_failed = true;
+  }
   if (body->failure.ok() && !c.status.ok()) body->failure = c.status;
   if (body->failure.ok() && c.bytes != body->sizes[index]) {
     body->failure = absl::InvalidArgumentError(
@@ -407,8 +552,13 @@ void DataPlaneServer::OnBody(BodyReceive* body, const Completion& c) {
                      " bytes, its frame said ", body->sizes[index]));
   }
   if (--body->outstanding > 0) return;
-  std::unique_ptr<BodyReceive> owned = std::move(bodies_[body]);
-  bodies_.erase(body);
+  auto it = bodies_.find(body);
+  Retired done;
+  done.body = std::move(it->second);
+  bodies_.erase(it);
+  absl::Cleanup retire = [this, &done] {
+    if (done.body->provider_failed) Retire(std::move(done));
+  };
   const FrameHeader& header = body->header;
   const absl::Status s = body->failure;
   if (!s.ok()) {
@@ -545,34 +695,55 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
                                &p->body_regions);
   }
   const int total = 1 + static_cast<int>(sends);
+  p->completed.assign(total, false);
   {
     absl::MutexLock lock(&mu_);
+    if (stuck_peers_.contains(peer)) {
+      // Dropped: it took nothing for options_.stuck_send_timeout.
+      return;
+    }
     p->outstanding = total;
     sends_[p] = std::move(send);
   }
   const uint32_t id = frame_header.connection_id, seq = frame_header.sequence;
   int posted = 0;
   if (s.ok()) {
-    s = Post([&] {
-      return endpoint_->PostSend(peer, HeaderTag(id, seq), p->message.data(),
-                                 p->message.size(), p->message_region.desc(),
-                                 &p->header_op);
-    });
+    s = Post(
+        [&] {
+          return endpoint_->PostSend(peer, HeaderTag(id, seq),
+                                     p->message.data(), p->message.size(),
+                                     p->message_region.desc(), &p->header_op);
+        },
+        options_.stuck_send_timeout);
     if (s.ok()) ++posted;
   }
   for (size_t i = 0; s.ok() && i < sends; ++i) {
-    s = Post([&] {
-      const OutgoingBody::Send& piece = p->body.sends()[i];
-      return endpoint_->PostSendv(peer, BodyTag(id, seq), piece.iov,
-                                  descs[i].data(), piece.count,
-                                  &p->body_ops[i]);
-    });
+    s = Post(
+        [&] {
+          const OutgoingBody::Send& piece = p->body.sends()[i];
+          return endpoint_->PostSendv(peer, BodyTag(id, seq), piece.iov,
+                                      descs[i].data(), piece.count,
+                                      &p->body_ops[i]);
+        },
+        options_.stuck_send_timeout);
     if (s.ok()) ++posted;
   }
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 100) << "data plane: could not answer connection "
                               << id << " call " << seq << ": " << s;
     absl::MutexLock lock(&mu_);
+    if (absl::IsResourceExhausted(s)) {
+      // The peer takes nothing: its connection goes, and nothing more is
+      // sent to it (a hello from it starts afresh).
+      stuck_peers_.insert(peer);
+      auto it = connections_.find(id);
+      if (it != connections_.end() && it->second.peer == peer) {
+        connections_.erase(it);
+      }
+      LOG(WARNING) << "data plane: connection " << id << " took no message for "
+                   << absl::FormatDuration(options_.stuck_send_timeout)
+                   << "; closed (its peer is gone or hung)";
+    }
     p->outstanding -= total - posted;
     if (p->outstanding == 0) sends_.erase(p);
   }

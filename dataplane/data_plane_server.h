@@ -80,6 +80,15 @@ struct DataPlaneServerOptions {
   // Request bodies being received or handled at once, in bytes; a request
   // beyond it is answered RESOURCE_EXHAUSTED.
   uint64_t max_inflight_body_bytes = uint64_t{2} << 30;
+  // A reply that cannot be posted for this long goes to a peer that takes
+  // nothing (dead, or hung): its connection is closed. rxm (libfabric
+  // 1.17) keeps a send to a dead peer queued for good (giving up is left
+  // to the application); a live peer drains its queue in milliseconds.
+  absl::Duration stuck_send_timeout = absl::Seconds(5);
+  // A request body not whole this long after its header came is from a
+  // sender that stopped (died mid-body): its receives are cancelled and
+  // it is refused. A live sender sends it right after the header.
+  absl::Duration body_receive_timeout = absl::Seconds(30);
 };
 
 struct DataPlaneServerStats {
@@ -89,6 +98,13 @@ struct DataPlaneServerStats {
   int64_t refused_bodies = 0;  // not the size their header announced
   int64_t bytes_in = 0;        // request bodies handed on
   int64_t bytes_out = 0;       // reply bodies sent
+  // Request bodies being received or handled now, in bytes.
+  int64_t inflight_body_bytes = 0;
+  // Completions of operations the server had already finished with (a
+  // provider's second report of a receive from a peer that died).
+  int64_t late_completions = 0;
+  // Request bodies whose receives were posted, in all.
+  int64_t bodies_posted = 0;
 };
 
 class DataPlaneServer {
@@ -139,12 +155,33 @@ class DataPlaneServer {
                   std::unique_ptr<FabricEndpoint> endpoint);
   void Answer(const Caller& caller, absl::StatusOr<Reply> reply,
               uint64_t charged_bytes);
+  // An operation's owner that the provider reported in error; kept
+  // allocated (and its later reports dropped) for a while.
+  struct Retired {
+    absl::Time until;
+    std::unique_ptr<HeaderSlot> slot;
+    std::unique_ptr<BodyReceive> body;
+    std::unique_ptr<PendingSend> send;
+  };
+
+  absl::StatusOr<std::unique_ptr<HeaderSlot>> NewHeaderSlot();
   absl::Status PostHeaderSlot(HeaderSlot* slot);
+  // Retires `slot` and posts a fresh one in its place.
+  void ReplaceHeaderSlot(HeaderSlot* slot);
+  void Retire(Retired retired);
+  void PruneRetired();
+  // Cancels the receives of bodies past options_.body_receive_timeout.
+  void CancelOverdueBodies();
   void ProgressLoop();
   void OnHeader(HeaderSlot* slot, const Completion& c);
   void OnHello(const FrameMessage& frame);
   void OnRequest(const FrameMessage& frame, fi_addr_t source);
   void OnBody(BodyReceive* body, const Completion& c);
+  void OnDrained(BodyReceive* drain, const Completion& c);
+  void OnSent(PendingSend* send, const Completion& c);
+  // Marks operation `index` reported; false (and counted late) if it was
+  // before.
+  bool FirstReport(std::vector<bool>* completed, size_t index);
   // Receives (and drops) the `sends` messages of a refused body.
   void DrainBody(uint32_t connection_id, uint32_t sequence, size_t sends);
   void Dispatch(const Caller& caller, std::shared_ptr<BodyBuffer> request,
@@ -153,7 +190,10 @@ class DataPlaneServer {
                  absl::Span<const Segment> body,
                  std::shared_ptr<const void> owner);
   void SendError(const Caller& caller, const absl::Status& status);
-  absl::Status Post(const std::function<absl::Status()>& post);
+  // Retries `post` while the provider's queue is full, up to
+  // `give_up_after`.
+  absl::Status Post(const std::function<absl::Status()>& post,
+                    absl::Duration give_up_after = absl::Seconds(30));
   void HandlerLoop();
 
   const DataPlaneServerOptions options_;
@@ -169,9 +209,14 @@ class DataPlaneServer {
   absl::flat_hash_map<BodyReceive*, std::unique_ptr<BodyReceive>> bodies_;
   uint64_t use_counter_ = 0;
   size_t drains_in_flight_ = 0;
+  std::deque<Retired> retired_;  // oldest first
+  absl::flat_hash_set<const void*> retired_users_;
+  absl::Time next_overdue_check_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, Connection> connections_ ABSL_GUARDED_BY(mu_);
+  // Peers a reply could not be posted to for kStuckSendTimeout.
+  absl::flat_hash_set<fi_addr_t> stuck_peers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<PendingSend*, std::unique_ptr<PendingSend>> sends_
       ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> work_ ABSL_GUARDED_BY(mu_);
@@ -179,7 +224,8 @@ class DataPlaneServer {
   uint64_t inflight_body_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<int64_t> calls_{0}, refused_hellos_{0}, refused_frames_{0},
-      refused_bodies_{0}, bytes_in_{0}, bytes_out_{0};
+      refused_bodies_{0}, bytes_in_{0}, bytes_out_{0}, late_completions_{0},
+      bodies_posted_{0};
 
   std::thread progress_;
   std::vector<std::thread> handlers_;
