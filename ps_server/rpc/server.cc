@@ -323,8 +323,16 @@ Server::~Server() {
   Wait();
   // Threads that call into the service (failovers, leases, a rejoin, held
   // refusals) stop before it goes; a rejoin started late by the replicator
-  // does nothing.
-  if (replication_) replication_->Stop();
+  // does nothing. Pushes still waiting for a backup (a data-plane push is
+  // no gRPC call, so gRPC's shutdown did not wait for it) are answered
+  // now, while the service whose dedup table they finish in exists: the
+  // replicator's destructor settled them after it (a heap-use-after-free
+  // under ASan at exit, PS 0 of data_plane_cluster_test with its backup
+  // killed and no majority left).
+  if (replication_) {
+    replication_->StopReplicator();
+    replication_->Stop();
+  }
   evictor_.reset();
   // A restore still running in the background uses the restorer, which is
   // destroyed before the store.
