@@ -69,6 +69,13 @@ void OnEveryWorker(int n, Body body) {
   for (std::thread& t : threads) t.join();
 }
 
+// Destroys every worker's ring at once, as separate worker processes end:
+// a member leaving waits (kLeaveWait at most) until its peers leave too.
+void LeaveTogether(std::vector<std::unique_ptr<DenseAllreduce>>* workers) {
+  OnEveryWorker(static_cast<int>(workers->size()),
+                [workers](int w) { (*workers)[w].reset(); });
+}
+
 TEST(DenseAllreduceTest, EveryWorkerHoldsTheSameBitsAndTheReferenceMath) {
   constexpr int kSteps = 50;
   RendezvousStore store(kWorkers);
@@ -136,6 +143,7 @@ TEST(DenseAllreduceTest, EveryWorkerHoldsTheSameBitsAndTheReferenceMath) {
     EXPECT_LT(worst, 1e-4) << specs[v].name();
     EXPECT_NE(workers[0]->values()[v][3], StartValues()[v][3]);
   }
+  LeaveTogether(&workers);
 }
 
 TEST(DenseAllreduceTest, ANonFiniteMeanIsRefusedOnEveryWorkerNamingIt) {
@@ -204,6 +212,7 @@ TEST(DenseAllreduceTest, ARestartedWorkerTakesTheSurvivorsStateAndGoesOn) {
     EXPECT_EQ(workers[w]->values(), workers[0]->values()) << "worker " << w;
   }
   EXPECT_NE(workers[2]->values()[0][0], 42.0f);
+  LeaveTogether(&workers);
 }
 
 }  // namespace

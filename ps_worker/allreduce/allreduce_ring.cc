@@ -20,6 +20,7 @@ namespace {
 
 std::string MemberKey(int worker) { return absl::StrCat("member/", worker); }
 std::string AliveKey(int worker) { return absl::StrCat("alive/", worker); }
+std::string LeftKey(int worker) { return absl::StrCat("left/", worker); }
 
 std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(
@@ -63,7 +64,43 @@ AllreduceRing::AllreduceRing(const Options& options, int64_t generation,
     : options_(options),
       store_(options.worker, generation, options.rendezvous, join_timeout) {}
 
-AllreduceRing::~AllreduceRing() = default;
+AllreduceRing::~AllreduceRing() { Leave(); }
+
+void AllreduceRing::Leave() {
+  // Gloo closes its connections abortively (SO_LINGER 0), and a
+  // collective's last message to a peer is sent without waiting for it
+  // (the chunked ring's final notification): a member that closed as soon
+  // as its own call returned could fail a peer still finishing the same
+  // call ("Connection closed by peer"). So a leaving member says how many
+  // collectives it completed and waits, up to kLeaveWait, until every
+  // peer has completed as many: then none is still inside one of them.
+  // A peer that goes on training never says so; the wait then ends at
+  // kLeaveWait, and its next call fails, as it would have.
+  if (context_ == nullptr || options_.num_workers == 1 || collectives_ == 0) {
+    return;
+  }
+  if (!store_.Set(LeftKey(options_.worker), absl::StrCat(collectives_)).ok()) {
+    return;
+  }
+  std::vector<std::string> others;
+  for (int w = 0; w < options_.num_workers; ++w) {
+    if (w != options_.worker) others.push_back(LeftKey(w));
+  }
+  const absl::Time give_up = absl::Now() + kLeaveWait;
+  while (absl::Now() < give_up) {
+    auto left = store_.Read(others);
+    if (!left.ok()) return;
+    int done = 0;
+    for (const auto& [key, value] : *left) {
+      int64_t completed = 0;
+      if (absl::SimpleAtoi(value, &completed) && completed >= collectives_) {
+        ++done;
+      }
+    }
+    if (done == static_cast<int>(others.size())) return;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+}
 
 std::string AllreduceRing::Name(int worker) const {
   if (worker >= 0 &&

@@ -16,8 +16,11 @@
 // says in the store that it is alive, and the error names the workers that
 // did not within the timeout (and kAliveMargin) of the first failure: the
 // dead ones. A survivor thus fails naming them at most that long after
-// the ring broke. Join makes the process ignore SIGPIPE (unless it has a
-// handler): Gloo's writes to a dead peer would otherwise end it.
+// the ring broke. A member destroyed after its calls returned waits until
+// its peers' calls returned too (or kLeaveWait), so that closing its
+// connections breaks none of theirs. Join makes the process ignore
+// SIGPIPE (unless it has a handler): Gloo's writes to a dead peer would
+// otherwise end it.
 #ifndef PSRT_PS_WORKER_ALLREDUCE_ALLREDUCE_RING_H_
 #define PSRT_PS_WORKER_ALLREDUCE_ALLREDUCE_RING_H_
 
@@ -67,6 +70,10 @@ class AllreduceRing {
   // ring broke reaches its next call within a step).
   static constexpr absl::Duration kAliveMargin = absl::Seconds(2);
 
+  // A member leaving (destroyed) waits up to this long for every peer to
+  // have finished the collectives it finished (Leave).
+  static constexpr absl::Duration kLeaveWait = absl::Seconds(2);
+
   // Joins ring generation `generation` and waits up to `join_timeout`
   // (0: options.timeout) until every worker has: DEADLINE_EXCEEDED names
   // those that did not. `holds_state`: this worker holds trained state
@@ -97,6 +104,10 @@ class AllreduceRing {
   // worker is alive, and returns UNAVAILABLE naming the workers that did
   // not say so within the grace period.
   absl::Status Broke(const std::string& what, const std::string& cause);
+  // Before the destructor closes the connections: waits (up to
+  // kLeaveWait) until every peer has completed the collectives this
+  // member completed, each saying so in the store as it leaves.
+  void Leave();
   std::string Name(int worker) const;
 
   const Options options_;
