@@ -66,12 +66,22 @@ class CheckpointTest : public ::testing::Test {
     ASSERT_EQ(client->CreateVariables(CheckpointTestSpecs(2)),
               absl::OkStatus());
     std::atomic<bool> stop{false};
-    std::thread training(
-        [&] { TrainUntil(cluster->MakeClientOptions(), 2, stop, 40); });
-    absl::SleepFor(absl::Milliseconds(300));
+    std::atomic<int64_t> pushed{0};
+    std::thread training([&] {
+      TrainUntil(cluster->MakeClientOptions(), 2, stop, 40, &pushed);
+    });
+    // By pushes made, not time: a transport slower to open its
+    // connections (the data plane) pushes less in the first 300 ms.
+    const auto wait_for_pushes = [&pushed](int64_t n) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(60);
+      while (pushed.load() < n && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    };
+    wait_for_pushes(10);
     auto first = client->Checkpoint();  // while the workers push
     ASSERT_TRUE(first.ok()) << first.status();
-    absl::SleepFor(absl::Milliseconds(200));
+    wait_for_pushes(pushed.load() + 10);
     auto second = client->Checkpoint();  // the one tests restore
     stop = true;
     training.join();

@@ -44,8 +44,11 @@ std::vector<VariableSpec> CheckpointTestSpecs(int shards) {
 }
 
 int64_t TrainUntil(const ClientOptions& options, int workers,
-                   const std::atomic<bool>& stop, int min_pushes_per_worker) {
-  std::atomic<int64_t> pushes{0};
+                   const std::atomic<bool>& stop, int min_pushes_per_worker,
+                   std::atomic<int64_t>* pushed) {
+  std::atomic<int64_t> own{0};
+  std::atomic<int64_t>& pushes = pushed != nullptr ? *pushed : own;
+  const int64_t before = pushes.load();
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
@@ -86,7 +89,7 @@ int64_t TrainUntil(const ClientOptions& options, int workers,
     });
   }
   for (auto& t : threads) t.join();
-  return pushes.load();
+  return pushes.load() - before;
 }
 
 absl::StatusOr<CheckpointContents> ReadCheckpoint(const std::string& uri,

@@ -22,9 +22,10 @@ std::vector<VariableSpec> CheckpointTestSpecs(int shards);
 
 // Pushes random gradients to every variable from `workers` threads (the
 // step numbers advance the servers' global step) until `stop` is set.
-// Returns the pushes made.
+// Returns the pushes made; `pushed`, if given, counts them as they go.
 int64_t TrainUntil(const ClientOptions& options, int workers,
-                   const std::atomic<bool>& stop, int min_pushes_per_worker);
+                   const std::atomic<bool>& stop, int min_pushes_per_worker,
+                   std::atomic<int64_t>* pushed = nullptr);
 
 struct CheckpointContents {
   CheckpointManifest manifest;

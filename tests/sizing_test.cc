@@ -38,11 +38,13 @@ void ExpectWithinRule(const std::vector<VariableSpec>& specs, int64_t hash_rows,
                       bool data_plane = false) {
   LocalCluster::Options options;
   options.num_ps = 1;
-  if (data_plane) options.extra_flags = {"--data_plane=fabric"};
+  // Said either way: the rule differs, whatever the default.
+  options.extra_flags = {data_plane ? "--data_plane=fabric"
+                                    : "--data_plane=grpc"};
   auto cluster = LocalCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions client_options = (*cluster)->MakeClientOptions();
-  if (data_plane) client_options.data_plane = "fabric";
+  client_options.data_plane = data_plane ? "fabric" : "grpc";
   auto client = Client::Connect(client_options);
   ASSERT_TRUE(client.ok()) << client.status();
   const int64_t idle = RssBytes((*cluster)->pid(0));
