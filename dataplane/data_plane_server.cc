@@ -20,8 +20,8 @@ enum Purpose : int { kHeaderSlot = 1, kBody, kDrain, kSend };
 constexpr size_t kMaxDrainsInFlight = 64;
 
 // What the provider reported in error stays allocated this long: rxm
-// (1.17) reports a receive cancelled by a dead sender's connection once
-// per segment of its message, all at once.
+// (1.17) reports a receive cancelled by a dead sender's connection
+// several times, all at once (4 reports each, seen).
 constexpr absl::Duration kRetiredFor = absl::Seconds(60);
 
 }  // namespace
