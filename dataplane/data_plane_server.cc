@@ -201,22 +201,17 @@ void DataPlaneServer::ReplaceHeaderSlot(HeaderSlot* slot) {
 
 void DataPlaneServer::Retire(Retired retired) {
   retired.until = absl::Now() + kRetiredFor;
-  const void* user = retired.slot ? static_cast<const void*>(retired.slot.get())
-                     : retired.body
-                         ? static_cast<const void*>(retired.body.get())
-                         : static_cast<const void*>(retired.send.get());
-  retired_users_.insert(user);
+  retired.user = retired.slot   ? static_cast<const void*>(retired.slot.get())
+                 : retired.body ? static_cast<const void*>(retired.body.get())
+                                : static_cast<const void*>(retired.send.get());
+  retired_users_.insert(retired.user);
   retired_.push_back(std::move(retired));
 }
 
 void DataPlaneServer::PruneRetired() {
   const absl::Time now = absl::Now();
   while (!retired_.empty() && retired_.front().until <= now) {
-    Retired& oldest = retired_.front();
-    retired_users_.erase(
-        oldest.slot   ? static_cast<const void*>(oldest.slot.get())
-        : oldest.body ? static_cast<const void*>(oldest.body.get())
-                      : static_cast<const void*>(oldest.send.get()));
+    retired_users_.erase(retired_.front().user);
     retired_.pop_front();
   }
 }

@@ -159,6 +159,7 @@ class DataPlaneServer {
   // allocated (and its later reports dropped) for a while.
   struct Retired {
     absl::Time until;
+    const void* user = nullptr;  // what its operations' Op::user names
     std::unique_ptr<HeaderSlot> slot;
     std::unique_ptr<BodyReceive> body;
     std::unique_ptr<PendingSend> send;
