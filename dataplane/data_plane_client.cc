@@ -58,6 +58,9 @@ absl::StatusOr<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(
       client->endpoint_->Register(client->answer_, sizeof(client->answer_));
   if (!region.ok()) return region.status();
   client->answer_region_ = *std::move(region);
+  region = client->endpoint_->Register(client->ready_, sizeof(client->ready_));
+  if (!region.ok()) return region.status();
+  client->ready_region_ = *std::move(region);
   FrameHeader hello;
   hello.kind = FrameKind::kHello;
   hello.connection_id = challenge.connection_id;
@@ -109,6 +112,7 @@ DataPlaneClient::~DataPlaneClient() {
   absl::MutexLock lock(&mu_);
   if (endpoint_ != nullptr) endpoint_->Close();
   answer_region_ = MemoryRegion();
+  ready_region_ = MemoryRegion();
   endpoint_.reset();
 }
 
@@ -123,6 +127,7 @@ absl::Status DataPlaneClient::Break(absl::Status why) {
   // caller's memory after this call returns.
   endpoint_->Close();
   answer_region_ = MemoryRegion();
+  ready_region_ = MemoryRegion();
   endpoint_.reset();
   return why;
 }
@@ -175,28 +180,56 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
     const FrameHeader& frame_header, absl::Span<const Segment> segments,
     absl::Time deadline) {
   const OutgoingBody body(segments, endpoint_->iov_limit());
-  int pending = 0;
-  CallOp answer, header_send;
-  Prepare(&answer, &pending);
-  Prepare(&header_send, &pending);
   const bool body_follows = body.EncodeHeaderMessage(frame_header, &message_);
-  absl::StatusOr<MemoryRegion> message_region =
-      endpoint_->Register(message_.data(), message_.size());
-  if (!message_region.ok()) return Break(message_region.status());
-  const size_t sends = body_follows ? body.sends().size() : 0;
-  std::vector<CallOp> body_sends(sends);
-  std::vector<std::array<void*, 4>> descs(sends);
-  std::vector<MemoryRegion> regions;
-  for (size_t i = 0; i < sends; ++i) {
-    Prepare(&body_sends[i], &pending);
-    const OutgoingBody::Send& send = body.sends()[i];
-    if (absl::Status s = endpoint_->RegisterIov(send.iov, send.count,
-                                                descs[i].data(), &regions);
-        !s.ok()) {
-      return Break(s);
-    }
-  }
   const uint32_t id = frame_header.connection_id, seq = frame_header.sequence;
+  absl::StatusOr<FrameMessage> answer =
+      SendAndAwaitAnswer(id, seq, nullptr, deadline);
+  // Without a ready the PS answered before taking the body (it refused
+  // the request), and the body was never sent.
+  if (!answer.ok() || !body_follows ||
+      answer->header.kind != FrameKind::kReady) {
+    return answer;
+  }
+  if (answer->header.connection_key != key_) {
+    return Break(absl::InternalError(
+        "data-plane ready frame without this connection's key"));
+  }
+  answer = SendAndAwaitAnswer(id, seq, &body, deadline);
+  if (answer.ok() && answer->header.kind == FrameKind::kReady) {
+    return Break(absl::InternalError(
+        absl::StrCat("the PS said it was ready twice for call ", seq,
+                     " on connection ", id)));
+  }
+  return answer;
+}
+
+absl::StatusOr<FrameMessage> DataPlaneClient::SendAndAwaitAnswer(
+    uint32_t id, uint32_t seq, const OutgoingBody* body, absl::Time deadline) {
+  int pending = 0;
+  CallOp answer;
+  Prepare(&answer, &pending);
+  // The header message, or the body's messages.
+  std::vector<CallOp> sends(body == nullptr ? 1 : body->sends().size());
+  std::vector<std::array<void*, 4>> descs(sends.size());
+  std::vector<MemoryRegion> regions;
+  for (size_t i = 0; i < sends.size(); ++i) {
+    Prepare(&sends[i], &pending);
+    absl::Status s;
+    if (body == nullptr) {
+      absl::StatusOr<MemoryRegion> region =
+          endpoint_->Register(message_.data(), message_.size());
+      s = region.status();
+      if (s.ok()) {
+        descs[i][0] = region->desc();
+        regions.push_back(*std::move(region));
+      }
+    } else {
+      const OutgoingBody::Send& send = body->sends()[i];
+      s = endpoint_->RegisterIov(send.iov, send.count, descs[i].data(),
+                                 &regions);
+    }
+    if (!s.ok()) return Break(s);
+  }
   auto post = [&](const std::function<absl::Status()>& fn)
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                     return Post(fn, &pending, deadline);
@@ -206,36 +239,30 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
                                sizeof(answer_), answer_region_.desc(),
                                &answer.op);
   });
-  if (s.ok()) {
+  for (size_t i = 0; s.ok() && i < sends.size(); ++i) {
     s = post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return endpoint_->PostSend(server_, HeaderTag(id, seq), message_.data(),
-                                 message_.size(), message_region->desc(),
-                                 &header_send.op);
-    });
-  }
-  for (size_t i = 0; s.ok() && i < sends; ++i) {
-    s = post([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      const OutgoingBody::Send& send = body.sends()[i];
+      if (body == nullptr) {
+        return endpoint_->PostSend(server_, HeaderTag(id, seq), message_.data(),
+                                   message_.size(), descs[i][0], &sends[i].op);
+      }
+      const OutgoingBody::Send& send = body->sends()[i];
       return endpoint_->PostSendv(server_, BodyTag(id, seq), send.iov,
-                                  descs[i].data(), send.count,
-                                  &body_sends[i].op);
+                                  descs[i].data(), send.count, &sends[i].op);
     });
   }
   if (!s.ok()) return Break(s);
   if (absl::Status waited = Await(&pending, deadline); !waited.ok()) {
     return waited;
   }
-  for (CallOp* op : {&header_send, &answer}) {
-    if (!op->status.ok()) {
-      return Break(absl::UnavailableError(absl::StrCat(
-          "data-plane call on connection ", id, ": ", op->status.message())));
-    }
-  }
-  for (const CallOp& op : body_sends) {
+  for (const CallOp& op : sends) {
     if (!op.status.ok()) {
       return Break(absl::UnavailableError(absl::StrCat(
           "data-plane call on connection ", id, ": ", op.status.message())));
     }
+  }
+  if (!answer.status.ok()) {
+    return Break(absl::UnavailableError(absl::StrCat(
+        "data-plane call on connection ", id, ": ", answer.status.message())));
   }
   absl::StatusOr<FrameMessage> frame =
       ParseFrameMessage(absl::MakeConstSpan(answer_, answer.bytes), limits_);
@@ -246,6 +273,18 @@ absl::StatusOr<FrameMessage> DataPlaneClient::Exchange(
         " call ", frame->header.sequence, ", expected ", id, " call ", seq)));
   }
   return frame;
+}
+
+absl::Status DataPlaneClient::SendReady(uint32_t sequence, Op* op, int* pending,
+                                        absl::Time deadline) {
+  EncodeFrameHeader(ReadyHeader(connection_id_, sequence, key_), ready_);
+  return Post(
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return endpoint_->PostSend(server_, HeaderTag(connection_id_, sequence),
+                                   ready_, sizeof(ready_), ready_region_.desc(),
+                                   op);
+      },
+      pending, deadline);
 }
 
 absl::Status DataPlaneClient::Call(absl::Span<const uint8_t> request,
@@ -298,8 +337,9 @@ absl::Status DataPlaneClient::Call(absl::Span<const Segment> request,
         "response sink gave ", target->size(), " bytes for ", bytes));
   }
   if (!target.ok()) {
-    // The body (if sent apart) is still on its way: the connection cannot
-    // be used again.
+    // A body sent apart waits at the PS for a ready that will not come
+    // (it drops it after its stuck_send_timeout); the connection is not
+    // used again.
     return answer->body_follows ? Break(target.status()) : target.status();
   }
   if (!answer->body_follows) {
@@ -324,8 +364,21 @@ absl::Status DataPlaneClient::Call(absl::Span<const Segment> request,
     ++pending;
     at += answer->body_sends[i];
   }
+  // The PS sends the body once it hears that its receives are posted.
+  CallOp ready_send;
+  Prepare(&ready_send, &pending);
+  if (absl::Status s =
+          SendReady(header.sequence, &ready_send.op, &pending, deadline);
+      !s.ok()) {
+    return Break(s);
+  }
   if (absl::Status waited = Await(&pending, deadline); !waited.ok()) {
     return waited;
+  }
+  if (!ready_send.status.ok()) {
+    return Break(absl::UnavailableError(
+        absl::StrCat("data-plane reply on connection ", connection_id_, ": ",
+                     ready_send.status.message())));
   }
   uint64_t received = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {

@@ -79,10 +79,23 @@ class DataPlaneClient {
   DataPlaneClient(std::unique_ptr<FabricEndpoint> endpoint, fi_addr_t server,
                   uint32_t connection_id, FrameLimits limits);
   // Posts a receive for the header of `sequence`'s answer, sends `header`
-  // and `body`, and waits for every send and the answer's header message.
+  // and, once the PS says it is ready for it, a separate `body`; waits for
+  // every send and the answer's header message.
   absl::StatusOr<FrameMessage> Exchange(const FrameHeader& header,
                                         absl::Span<const Segment> body,
                                         absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the header message in message_ (its body's `sends`, when they
+  // are given, once a ready frame came) with a receive for what the PS
+  // answers it; waits for all and returns the PS's frame of this call.
+  absl::StatusOr<FrameMessage> SendAndAwaitAnswer(uint32_t id,
+                                                  uint32_t sequence,
+                                                  const OutgoingBody* body,
+                                                  absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the PS that the receives of `sequence`'s reply body are posted.
+  absl::Status SendReady(uint32_t sequence, Op* op, int* pending,
+                         absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `*pending` of this call's operations completed.
   absl::Status Await(int* pending, absl::Time deadline)
@@ -107,6 +120,8 @@ class DataPlaneClient {
   uint8_t answer_[kHeaderMessageBytes] ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> message_ ABSL_GUARDED_BY(mu_);
   MemoryRegion answer_region_ ABSL_GUARDED_BY(mu_);
+  uint8_t ready_[kFrameHeaderBytes] ABSL_GUARDED_BY(mu_);
+  MemoryRegion ready_region_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace psrt::dataplane

@@ -12,12 +12,7 @@
 namespace psrt::dataplane {
 namespace {
 
-enum Purpose : int { kHeaderSlot = 1, kBody, kDrain, kSend };
-
-// Separate bodies from unknown senders drained at once; beyond it their
-// bodies are left to the provider (a sender that could do this holds no
-// connection and gets nothing handed on either way).
-constexpr size_t kMaxDrainsInFlight = 64;
+enum Purpose : int { kHeaderSlot = 1, kBody, kSend };
 
 // What the provider reported in error stays allocated this long: rxm
 // (1.17) reports a receive cancelled by a dead sender's connection
@@ -32,8 +27,7 @@ struct DataPlaneServer::HeaderSlot {
   MemoryRegion region;
 };
 
-// A request's body being received: one receive per message it comes in
-// (a drain: one receive of nothing).
+// A request's body being received: one receive per message it comes in.
 struct DataPlaneServer::BodyReceive {
   explicit BodyReceive(size_t sends) : ops(sends), completed(sends, false) {}
   std::vector<Op> ops;
@@ -58,9 +52,16 @@ struct DataPlaneServer::PendingSend {
   std::shared_ptr<const void> owner;
   MemoryRegion message_region;
   std::vector<MemoryRegion> body_regions;
-  int outstanding = 0;
+  std::vector<std::array<void*, 4>> body_descs;
+  fi_addr_t peer = FI_ADDR_NOTAVAIL;
+  uint32_t connection_id = 0;
+  uint32_t sequence = 0;
+  int outstanding = 0;          // operations posted and not yet reported
   std::vector<bool> completed;  // header op, then body ops
   bool provider_failed = false;
+  // The body waits for its client's ready frame until `ready_by`.
+  bool awaiting_ready = false;
+  absl::Time ready_by;
 };
 
 absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
@@ -120,6 +121,7 @@ DataPlaneServer::~DataPlaneServer() {
   retired_.clear();
   {
     absl::MutexLock lock(&mu_);
+    awaiting_ready_.clear();
     sends_.clear();
     work_.clear();
   }
@@ -136,6 +138,7 @@ DataPlaneServerStats DataPlaneServer::stats() const {
   s.bytes_out = bytes_out_;
   s.late_completions = late_completions_;
   s.bodies_posted = bodies_posted_;
+  s.unclaimed_replies = unclaimed_replies_;
   absl::MutexLock lock(&mu_);
   s.inflight_body_bytes = static_cast<int64_t>(inflight_body_bytes_);
   return s;
@@ -217,11 +220,16 @@ void DataPlaneServer::PruneRetired() {
 }
 
 void DataPlaneServer::ProgressLoop() {
+  progress_thread_id_ = std::this_thread::get_id();
   Completion completions[32];
   while (!stopping_) {
     const size_t n = endpoint_->Poll(completions, 32, absl::Milliseconds(100));
     PruneRetired();
-    CancelOverdueBodies();
+    if (const absl::Time now = absl::Now(); now >= next_sweep_) {
+      next_sweep_ = now + absl::Milliseconds(250);
+      CancelOverdueBodies();
+      DropUnclaimedReplies();
+    }
     for (size_t i = 0; i < n; ++i) {
       const Completion& c = completions[i];
       if (c.op == nullptr) continue;
@@ -249,9 +257,6 @@ void DataPlaneServer::ProgressLoop() {
         case kBody:
           OnBody(static_cast<BodyReceive*>(c.op->user), c);
           break;
-        case kDrain:
-          OnDrained(static_cast<BodyReceive*>(c.op->user), c);
-          break;
         case kSend:
           OnSent(static_cast<PendingSend*>(c.op->user), c);
           break;
@@ -273,8 +278,6 @@ bool DataPlaneServer::FirstReport(std::vector<bool>* completed, size_t index) {
 
 void DataPlaneServer::CancelOverdueBodies() {
   const absl::Time now = absl::Now();
-  if (now < next_overdue_check_) return;
-  next_overdue_check_ = now + absl::Milliseconds(250);
   for (auto& [key, body] : bodies_) {
     if (body->cancelled || now - body->posted < options_.body_receive_timeout) {
       continue;
@@ -293,23 +296,6 @@ void DataPlaneServer::CancelOverdueBodies() {
   }
 }
 
-void DataPlaneServer::OnDrained(BodyReceive* drain, const Completion& c) {
-  const size_t index = static_cast<size_t>(c.op - drain->ops.data());
-  if (!FirstReport(&drain->completed, index)) return;
-  --drains_in_flight_;
-  // Each drained message completes truncated (INVALID_ARGUMENT); anything
-  // else is the provider's failure.
-  if (!c.status.ok() && !absl::IsInvalidArgument(c.status)) {
-    drain->provider_failed = true;
-  }
-  if (--drain->outstanding > 0) return;
-  auto it = bodies_.find(drain);
-  Retired retired;
-  retired.body = std::move(it->second);
-  bodies_.erase(it);
-  if (retired.body->provider_failed) Retire(std::move(retired));
-}
-
 void DataPlaneServer::OnSent(PendingSend* send, const Completion& c) {
   if (!c.status.ok()) {
     LOG_EVERY_N(WARNING, 100)
@@ -322,7 +308,7 @@ void DataPlaneServer::OnSent(PendingSend* send, const Completion& c) {
   absl::MutexLock lock(&mu_);
   if (!FirstReport(&send->completed, index)) return;
   if (!c.status.ok()) send->provider_failed = true;
-  if (--send->outstanding > 0) return;
+  if (--send->outstanding > 0 || send->awaiting_ready) return;
   auto it = sends_.find(send);
   Retired retired;
   retired.send = std::move(it->second);
@@ -350,15 +336,14 @@ void DataPlaneServer::OnHeader(HeaderSlot* slot, const Completion& c) {
     case FrameKind::kRequest:
       OnRequest(*frame, c.source);
       return;
+    case FrameKind::kReady:
+      OnReady(*frame, c.source);
+      return;
     default:
       ++refused_frames_;
       LOG_EVERY_N(WARNING, 100)
           << "data plane: a client sent a " << FrameKindName(frame->header.kind)
           << " frame";
-      if (frame->body_follows) {
-        DrainBody(frame->header.connection_id, frame->header.sequence,
-                  frame->body_sends.size());
-      }
   }
 }
 
@@ -366,7 +351,6 @@ void DataPlaneServer::OnHello(const FrameMessage& frame) {
   const uint32_t id = frame.header.connection_id;
   if (frame.body_follows) {  // hellos are small (FrameLimits)
     ++refused_hellos_;
-    DrainBody(id, frame.header.sequence, frame.body_sends.size());
     return;
   }
   absl::StatusOr<Hello> hello = DecodeHello(
@@ -420,31 +404,31 @@ void DataPlaneServer::OnHello(const FrameMessage& frame) {
   SendFrame(*peer, welcome, {&body, 1}, key_bytes);
 }
 
-void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
-  const FrameHeader& header = frame.header;
-  Caller caller{FI_ADDR_NOTAVAIL, header.connection_id, header.sequence,
-                header.connection_key};
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = connections_.find(header.connection_id);
-    // The connection's key, and its address where the provider says who
-    // sent the message.
-    if (it != connections_.end() && it->second.key == header.connection_key &&
-        (source == FI_ADDR_NOTAVAIL || source == it->second.peer)) {
-      caller.peer = it->second.peer;
-      it->second.last_used = ++use_counter_;
-    }
-  }
-  if (caller.peer == FI_ADDR_NOTAVAIL) {
+fi_addr_t DataPlaneServer::ConnectionPeer(const FrameHeader& header,
+                                          fi_addr_t source) {
+  absl::MutexLock lock(&mu_);
+  auto it = connections_.find(header.connection_id);
+  // The connection's key, and its address where the provider says who
+  // sent the message.
+  if (it == connections_.end() || it->second.key != header.connection_key ||
+      (source != FI_ADDR_NOTAVAIL && source != it->second.peer)) {
     ++refused_frames_;
     LOG_EVERY_N(WARNING, 100)
-        << "data plane: a request on connection " << header.connection_id
+        << "data plane: a " << FrameKindName(header.kind) << " on connection "
+        << header.connection_id
         << " without that connection's key or from another address, dropped";
-    if (frame.body_follows) {
-      DrainBody(header.connection_id, header.sequence, frame.body_sends.size());
-    }
-    return;
+    return FI_ADDR_NOTAVAIL;
   }
+  it->second.last_used = ++use_counter_;
+  return it->second.peer;
+}
+
+void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
+  const FrameHeader& header = frame.header;
+  const Caller caller{ConnectionPeer(header, source), header.connection_id,
+                      header.sequence, header.connection_key};
+  // Its body, if separate, was not asked for: it is never sent.
+  if (caller.peer == FI_ADDR_NOTAVAIL) return;
   if (!frame.body_follows) {
     std::shared_ptr<BodyBuffer> request;
     try {
@@ -472,7 +456,6 @@ void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
     }
   }
   if (over_budget) {
-    DrainBody(header.connection_id, header.sequence, frame.body_sends.size());
     SendError(caller,
               absl::ResourceExhaustedError(absl::StrCat(
                   "this PS is receiving ", options_.max_inflight_body_bytes,
@@ -518,20 +501,86 @@ void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
       absl::MutexLock lock(&mu_);
       inflight_body_bytes_ -= header.body_bytes;
     }
-    DrainBody(header.connection_id, header.sequence, body->ops.size());
     SendError(caller, s);
     return;
   }
-  // Posted in part: what was posted completes (and is refused) first.
-  if (!s.ok()) {
-    body->failure = s;
-    DrainBody(header.connection_id, header.sequence, body->ops.size() - posted);
-  }
   body->outstanding = posted;
   body->posted = absl::Now();
-  ++bodies_posted_;
   BodyReceive* key = body.get();
   bodies_[key] = std::move(body);
+  if (!s.ok()) {
+    // Posted in part: what was posted is cancelled, completes CANCELLED,
+    // and the request is refused; its body is never asked for.
+    key->failure = s;
+    key->cancelled = true;
+    for (size_t i = 0; i < posted; ++i) endpoint_->Cancel(&key->ops[i]);
+    return;
+  }
+  ++bodies_posted_;
+  // Every receive is posted: the body can come.
+  SendFrame(
+      caller.peer,
+      ReadyHeader(header.connection_id, header.sequence, header.connection_key),
+      {}, nullptr);
+}
+
+void DataPlaneServer::OnReady(const FrameMessage& frame, fi_addr_t source) {
+  const FrameHeader& header = frame.header;
+  if (ConnectionPeer(header, source) == FI_ADDR_NOTAVAIL) return;
+  PendingSend* send = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = awaiting_ready_.find(header.connection_id);
+    if (it != awaiting_ready_.end() &&
+        it->second->sequence == header.sequence) {
+      send = it->second;
+      awaiting_ready_.erase(it);
+      send->awaiting_ready = false;
+      // Counted before they are posted, so that the send stays.
+      send->outstanding += static_cast<int>(send->body_ops.size());
+    }
+  }
+  if (send == nullptr) {
+    ++refused_frames_;
+    LOG_EVERY_N(WARNING, 100)
+        << "data plane: a ready frame for call " << header.sequence
+        << " on connection " << header.connection_id
+        << ", which has no reply waiting, dropped";
+    return;
+  }
+  // Posted from here while the provider's queue takes them (a handler
+  // thread's wake-up would cost small replies a third of their speed);
+  // what waits for room goes to a handler thread, as this thread drains
+  // the queue.
+  const size_t sends = send->body_ops.size();
+  const size_t posted = PostSends(send, 1, sends, /*may_wait=*/false);
+  if (posted == sends) return;
+  absl::MutexLock lock(&mu_);
+  work_.push_back([this, send, posted, sends] {
+    PostSends(send, 1 + posted, sends - posted, /*may_wait=*/true);
+  });
+  work_ready_.Signal();
+}
+
+void DataPlaneServer::DropUnclaimedReplies() {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  for (auto it = awaiting_ready_.begin(); it != awaiting_ready_.end();) {
+    PendingSend* send = it->second;
+    if (send->ready_by > now) {
+      ++it;
+      continue;
+    }
+    ++unclaimed_replies_;
+    LOG_EVERY_N(WARNING, 20)
+        << "data plane: no ready frame for the reply to call " << send->sequence
+        << " on connection " << send->connection_id << " within "
+        << absl::FormatDuration(options_.stuck_send_timeout)
+        << "; its body is dropped";
+    send->awaiting_ready = false;
+    awaiting_ready_.erase(it++);
+    if (send->outstanding == 0) sends_.erase(send);
+  }
 }
 
 void DataPlaneServer::OnBody(BodyReceive* body, const Completion& c) {
@@ -568,35 +617,6 @@ void DataPlaneServer::OnBody(BodyReceive* body, const Completion& c) {
     return;
   }
   Dispatch(body->caller, std::move(body->data), header.body_bytes);
-}
-
-void DataPlaneServer::DrainBody(uint32_t connection_id, uint32_t sequence,
-                                size_t sends) {
-  // shm (1.17) jams its receive queue for every sender when a large
-  // message is truncated into a smaller receive: there the body is left
-  // unmatched, which holds up only its own sender.
-  if (provider() == "shm") return;
-  sends = std::min(sends, kMaxDrainsInFlight -
-                              std::min(kMaxDrainsInFlight, drains_in_flight_));
-  if (sends == 0) return;
-  auto drain = std::make_unique<BodyReceive>(sends);
-  // Zero bytes posted: each message completes truncated, and is gone.
-  for (Op& op : drain->ops) {
-    op.purpose = kDrain;
-    op.user = drain.get();
-    if (!endpoint_
-             ->PostRecv(FI_ADDR_UNSPEC, BodyTag(connection_id, sequence), 0,
-                        nullptr, 0, nullptr, &op)
-             .ok()) {
-      break;
-    }
-    ++drain->outstanding;
-    ++drains_in_flight_;
-  }
-  if (drain->outstanding > 0) {
-    BodyReceive* key = drain.get();
-    bodies_[key] = std::move(drain);
-  }
 }
 
 void DataPlaneServer::Dispatch(const Caller& caller,
@@ -663,6 +683,9 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
                                 std::shared_ptr<const void> owner) {
   auto send = std::make_unique<PendingSend>();
   PendingSend* p = send.get();
+  p->peer = peer;
+  p->connection_id = frame_header.connection_id;
+  p->sequence = frame_header.sequence;
   p->body = OutgoingBody(body, endpoint_->iov_limit());
   p->header_op.purpose = kSend;
   p->header_op.user = p;
@@ -683,65 +706,100 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
   } else {
     s = r.status();
   }
-  std::vector<std::array<void*, 4>> descs(sends);
+  p->body_descs.resize(sends);
   for (size_t i = 0; s.ok() && i < sends; ++i) {
     const OutgoingBody::Send& piece = p->body.sends()[i];
-    s = endpoint_->RegisterIov(piece.iov, piece.count, descs[i].data(),
+    s = endpoint_->RegisterIov(piece.iov, piece.count, p->body_descs[i].data(),
                                &p->body_regions);
   }
-  const int total = 1 + static_cast<int>(sends);
-  p->completed.assign(total, false);
+  if (!s.ok()) {
+    LOG_EVERY_N(WARNING, 100)
+        << "data plane: could not answer connection " << p->connection_id
+        << " call " << p->sequence << ": " << s;
+    return;
+  }
+  p->completed.assign(1 + sends, false);
   {
     absl::MutexLock lock(&mu_);
     if (stuck_peers_.contains(peer)) {
       // Dropped: it took nothing for options_.stuck_send_timeout.
       return;
     }
-    p->outstanding = total;
+    p->outstanding = 1;
+    if (sends > 0) {
+      // The body goes once the client says its receives are posted.
+      p->awaiting_ready = true;
+      p->ready_by = absl::Now() + options_.stuck_send_timeout;
+      auto [it, fresh] = awaiting_ready_.try_emplace(p->connection_id, p);
+      if (!fresh) {
+        // Its client gave up on the call before (one at a time each).
+        PendingSend* abandoned = it->second;
+        abandoned->awaiting_ready = false;
+        if (abandoned->outstanding == 0) sends_.erase(abandoned);
+        it->second = p;
+      }
+    }
     sends_[p] = std::move(send);
   }
-  const uint32_t id = frame_header.connection_id, seq = frame_header.sequence;
-  int posted = 0;
-  if (s.ok()) {
-    s = Post(
-        [&] {
-          return endpoint_->PostSend(peer, HeaderTag(id, seq),
-                                     p->message.data(), p->message.size(),
-                                     p->message_region.desc(), &p->header_op);
-        },
-        options_.stuck_send_timeout);
-    if (s.ok()) ++posted;
-  }
-  for (size_t i = 0; s.ok() && i < sends; ++i) {
-    s = Post(
-        [&] {
-          const OutgoingBody::Send& piece = p->body.sends()[i];
-          return endpoint_->PostSendv(peer, BodyTag(id, seq), piece.iov,
-                                      descs[i].data(), piece.count,
-                                      &p->body_ops[i]);
-        },
-        options_.stuck_send_timeout);
-    if (s.ok()) ++posted;
-  }
-  if (!s.ok()) {
-    LOG_EVERY_N(WARNING, 100) << "data plane: could not answer connection "
-                              << id << " call " << seq << ": " << s;
+  // The progress thread drains the provider's queue: it does not wait
+  // for room in it, a handler thread does.
+  if (std::this_thread::get_id() != progress_thread_id_.load()) {
+    PostSends(p, 0, 1, /*may_wait=*/true);
+  } else if (PostSends(p, 0, 1, /*may_wait=*/false) == 0) {
     absl::MutexLock lock(&mu_);
-    if (absl::IsResourceExhausted(s)) {
-      // The peer takes nothing: its connection goes, and nothing more is
-      // sent to it (a hello from it starts afresh).
-      stuck_peers_.insert(peer);
-      auto it = connections_.find(id);
-      if (it != connections_.end() && it->second.peer == peer) {
-        connections_.erase(it);
-      }
-      LOG(WARNING) << "data plane: connection " << id << " took no message for "
-                   << absl::FormatDuration(options_.stuck_send_timeout)
-                   << "; closed (its peer is gone or hung)";
-    }
-    p->outstanding -= total - posted;
-    if (p->outstanding == 0) sends_.erase(p);
+    work_.push_back([this, p] { PostSends(p, 0, 1, /*may_wait=*/true); });
+    work_ready_.Signal();
   }
+}
+
+size_t DataPlaneServer::PostSends(PendingSend* p, size_t first, size_t count,
+                                  bool may_wait) {
+  const uint32_t id = p->connection_id, seq = p->sequence;
+  absl::Status s;
+  size_t posted = 0;
+  for (size_t i = first; s.ok() && i < first + count; ++i) {
+    s = Post(
+        [&] {
+          if (i == 0) {
+            return endpoint_->PostSend(p->peer, HeaderTag(id, seq),
+                                       p->message.data(), p->message.size(),
+                                       p->message_region.desc(), &p->header_op);
+          }
+          const OutgoingBody::Send& piece = p->body.sends()[i - 1];
+          return endpoint_->PostSendv(p->peer, BodyTag(id, seq), piece.iov,
+                                      p->body_descs[i - 1].data(), piece.count,
+                                      &p->body_ops[i - 1]);
+        },
+        may_wait ? options_.stuck_send_timeout : absl::ZeroDuration());
+    if (s.ok()) ++posted;
+  }
+  if (s.ok() || (!may_wait && absl::IsResourceExhausted(s))) return posted;
+  LOG_EVERY_N(WARNING, 100) << "data plane: could not answer connection " << id
+                            << " call " << seq << ": " << s;
+  absl::MutexLock lock(&mu_);
+  if (absl::IsResourceExhausted(s)) {
+    // The peer takes nothing: its connection goes, and nothing more is
+    // sent to it (a hello from it starts afresh).
+    stuck_peers_.insert(p->peer);
+    auto it = connections_.find(id);
+    if (it != connections_.end() && it->second.peer == p->peer) {
+      connections_.erase(it);
+    }
+    LOG(WARNING) << "data plane: connection " << id << " took no message for "
+                 << absl::FormatDuration(options_.stuck_send_timeout)
+                 << "; closed (its peer is gone or hung)";
+  }
+  p->outstanding -= static_cast<int>(count - posted);
+  if (first == 0 && p->awaiting_ready) {
+    // Its header never went: no ready will come for the body.
+    p->awaiting_ready = false;
+    auto parked = awaiting_ready_.find(id);
+    if (parked != awaiting_ready_.end() && parked->second == p) {
+      awaiting_ready_.erase(parked);
+    }
+  }
+  if (p->outstanding == 0 && !p->awaiting_ready) sends_.erase(p);
+  return count;  // none left to post
 }
 
 void DataPlaneServer::HandlerLoop() {

@@ -9,11 +9,16 @@
 // header and body check is handed to `handler` on one of the handler
 // threads; its Reply (or its error) goes back as one response frame.
 //
+// A separate body moves only once its receiver said it is ready
+// (frame.h): the server sends a ready frame for a request's body once its
+// receives are posted, and holds a reply's body until the client's ready
+// frame for it comes (up to stuck_send_timeout; then it is dropped).
+//
 // What arrives is hostile until proven otherwise: a frame that does not
 // parse, names a connection that was never opened, or comes from another
 // address than the one its connection was opened from is counted and
-// dropped (its separate body drained), never handed on; a body that is
-// not exactly its header's size is answered INVALID_ARGUMENT and never
+// dropped, never handed on (and no body of it is asked for); a body that
+// is not exactly its header's size is answered INVALID_ARGUMENT and never
 // handed on. The server keeps serving throughout.
 #ifndef PSRT_DATAPLANE_DATA_PLANE_SERVER_H_
 #define PSRT_DATAPLANE_DATA_PLANE_SERVER_H_
@@ -84,6 +89,8 @@ struct DataPlaneServerOptions {
   // nothing (dead, or hung): its connection is closed. rxm (libfabric
   // 1.17) keeps a send to a dead peer queued for good (giving up is left
   // to the application); a live peer drains its queue in milliseconds.
+  // A reply body whose client sent no ready frame this long after its
+  // header was sent is dropped (its client broke the call, or died).
   absl::Duration stuck_send_timeout = absl::Seconds(5);
   // A request body not whole this long after its header came is from a
   // sender that stopped (died mid-body): its receives are cancelled and
@@ -105,6 +112,8 @@ struct DataPlaneServerStats {
   int64_t late_completions = 0;
   // Request bodies whose receives were posted, in all.
   int64_t bodies_posted = 0;
+  // Reply bodies dropped because no ready frame came for them.
+  int64_t unclaimed_replies = 0;
 };
 
 class DataPlaneServer {
@@ -177,19 +186,33 @@ class DataPlaneServer {
   void OnHeader(HeaderSlot* slot, const Completion& c);
   void OnHello(const FrameMessage& frame);
   void OnRequest(const FrameMessage& frame, fi_addr_t source);
+  // A client's ready frame: its reply's body goes.
+  void OnReady(const FrameMessage& frame, fi_addr_t source);
+  // The address of the connection `header` names, if it carries that
+  // connection's key and (where the provider says) comes from its address.
+  fi_addr_t ConnectionPeer(const FrameHeader& header, fi_addr_t source)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void OnBody(BodyReceive* body, const Completion& c);
-  void OnDrained(BodyReceive* drain, const Completion& c);
   void OnSent(PendingSend* send, const Completion& c);
   // Marks operation `index` reported; false (and counted late) if it was
   // before.
   bool FirstReport(std::vector<bool>* completed, size_t index);
-  // Receives (and drops) the `sends` messages of a refused body.
-  void DrainBody(uint32_t connection_id, uint32_t sequence, size_t sends);
   void Dispatch(const Caller& caller, std::shared_ptr<BodyBuffer> request,
                 uint64_t charged_bytes);
+  // Sends `header` and, for a reply, parks a separate body until its
+  // client's ready frame comes.
   void SendFrame(fi_addr_t peer, const FrameHeader& header,
                  absl::Span<const Segment> body,
                  std::shared_ptr<const void> owner);
+  // Posts `count` of `send`'s messages from `first` (0: its header; the
+  // body's once its client said it is ready). Waits up to
+  // stuck_send_timeout for room in the provider's queue if `may_wait`,
+  // else returns at the first full queue. The messages posted; all of
+  // them when it gave up on the rest (which it settles).
+  size_t PostSends(PendingSend* send, size_t first, size_t count,
+                   bool may_wait);
+  // Drops parked reply bodies whose ready frame did not come in time.
+  void DropUnclaimedReplies() ABSL_LOCKS_EXCLUDED(mu_);
   void SendError(const Caller& caller, const absl::Status& status);
   // Retries `post` while the provider's queue is full, up to
   // `give_up_after`.
@@ -209,10 +232,9 @@ class DataPlaneServer {
   std::vector<std::unique_ptr<HeaderSlot>> slots_;
   absl::flat_hash_map<BodyReceive*, std::unique_ptr<BodyReceive>> bodies_;
   uint64_t use_counter_ = 0;
-  size_t drains_in_flight_ = 0;
   std::deque<Retired> retired_;  // oldest first
   absl::flat_hash_set<const void*> retired_users_;
-  absl::Time next_overdue_check_;
+  absl::Time next_sweep_;  // of overdue bodies and unclaimed replies
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, Connection> connections_ ABSL_GUARDED_BY(mu_);
@@ -220,15 +242,20 @@ class DataPlaneServer {
   absl::flat_hash_set<fi_addr_t> stuck_peers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<PendingSend*, std::unique_ptr<PendingSend>> sends_
       ABSL_GUARDED_BY(mu_);
+  // Reply bodies waiting for their client's ready frame, by connection
+  // (one call at a time on each).
+  absl::flat_hash_map<uint32_t, PendingSend*> awaiting_ready_
+      ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> work_ ABSL_GUARDED_BY(mu_);
   absl::CondVar work_ready_;
   uint64_t inflight_body_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<int64_t> calls_{0}, refused_hellos_{0}, refused_frames_{0},
       refused_bodies_{0}, bytes_in_{0}, bytes_out_{0}, late_completions_{0},
-      bodies_posted_{0};
+      bodies_posted_{0}, unclaimed_replies_{0};
 
   std::thread progress_;
+  std::atomic<std::thread::id> progress_thread_id_;
   std::vector<std::thread> handlers_;
 };
 

@@ -51,8 +51,20 @@ const char* FrameKindName(FrameKind kind) {
       return "request";
     case FrameKind::kResponse:
       return "response";
+    case FrameKind::kReady:
+      return "ready";
   }
   return "unknown";
+}
+
+FrameHeader ReadyHeader(uint32_t connection_id, uint32_t sequence,
+                        uint64_t connection_key) {
+  FrameHeader ready;
+  ready.kind = FrameKind::kReady;
+  ready.connection_id = connection_id;
+  ready.sequence = sequence;
+  ready.connection_key = connection_key;
+  return ready;
 }
 
 void EncodeFrameHeader(const FrameHeader& header,
@@ -84,7 +96,7 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
   }
   const uint16_t kind = Get16(p + 6);
   if (kind < static_cast<uint16_t>(FrameKind::kHello) ||
-      kind > static_cast<uint16_t>(FrameKind::kResponse)) {
+      kind > static_cast<uint16_t>(FrameKind::kReady)) {
     return Malformed(absl::StrCat("unknown kind ", kind));
   }
   if (uint32_t flags = Get32(p + 28); flags != 0) {
@@ -106,7 +118,8 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
   header.status_code = static_cast<absl::StatusCode>(code);
   header.connection_key = Get64(p + 36);
   const uint64_t limit =
-      header.kind == FrameKind::kHello || header.kind == FrameKind::kWelcome
+      header.kind == FrameKind::kReady ? 0
+      : header.kind == FrameKind::kHello || header.kind == FrameKind::kWelcome
           ? limits.max_hello_bytes
           : limits.max_body_bytes;
   if (header.body_bytes > limit) {

@@ -33,6 +33,16 @@
 // HeaderTag(connection, sequence), a separate body's messages
 // BodyTag(...). Nothing is applied from a frame whose
 // header or body fails a check.
+//
+// A separate body is sent only once its receiver said it is ready: a
+// ready frame (no body, the connection's key, the call's sequence) that
+// the receiver sends once it posted the body's receives. So a body is
+// never an unexpected message at its receiver, which costs a round trip
+// and keeps two things from happening: a sender that dies before its body
+// is received cannot leave the receiver matching a message of a closed
+// connection (rxm 1.17 crashed in fi_trecv on that: docs/architecture.md),
+// and a body nobody will receive is never handed to the provider, which
+// would keep it queued for good.
 #ifndef PSRT_DATAPLANE_FRAME_H_
 #define PSRT_DATAPLANE_FRAME_H_
 
@@ -47,7 +57,7 @@
 namespace psrt::dataplane {
 
 inline constexpr uint32_t kFrameMagic = 0x50445350;  // "PSDP"
-inline constexpr uint16_t kFrameVersion = 2;
+inline constexpr uint16_t kFrameVersion = 3;
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr size_t kInlineBodyBytes = 4096;
 // Messages a separate body travels in, at most.
@@ -71,6 +81,7 @@ enum class FrameKind : uint16_t {
   kWelcome = 2,   // server -> client: the hello was accepted
   kRequest = 3,   // client -> server: a call's bytes
   kResponse = 4,  // server -> client: the call's answer or its error
+  kReady = 5,     // either way: send the separate body of this call now
 };
 
 struct FrameHeader {
@@ -82,6 +93,10 @@ struct FrameHeader {
   absl::StatusCode status_code = absl::StatusCode::kOk;
   uint64_t connection_key = 0;
 };
+
+// The ready frame for call `sequence` of a connection (frame.h's top).
+FrameHeader ReadyHeader(uint32_t connection_id, uint32_t sequence,
+                        uint64_t connection_key);
 
 // What a reader accepts: the largest body of each direction.
 struct FrameLimits {
@@ -98,9 +113,9 @@ void EncodeFrameHeader(const FrameHeader& header,
 // INVALID_ARGUMENT naming the first thing wrong: the length, the magic, the
 // version, an unknown kind, set flags or reserved bytes, a status code out
 // of range, a header CRC mismatch, a body over `limits` (a hello's or
-// welcome's over max_hello_bytes). The body is not checksummed: TCP and
-// shared memory do not corrupt it, and a CRC would cost a fifth of the
-// bandwidth.
+// welcome's over max_hello_bytes, a ready's over 0). The body is not
+// checksummed: TCP and shared memory do not corrupt it, and a CRC would cost a
+// fifth of the bandwidth.
 absl::StatusOr<FrameHeader> ParseFrameHeader(absl::Span<const uint8_t> bytes,
                                              const FrameLimits& limits);
 

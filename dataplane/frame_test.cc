@@ -88,6 +88,16 @@ TEST(FrameTest, BodiesOverTheLimitsAreRefused) {
   EXPECT_FALSE(ParseFrameHeader(Encode(hello), limits).ok());
   request.body_bytes = ~uint64_t{0};
   EXPECT_FALSE(ParseFrameHeader(Encode(request), limits).ok());
+  // A ready frame carries nothing.
+  FrameHeader ready;
+  ready.kind = FrameKind::kReady;
+  EXPECT_TRUE(ParseFrameHeader(Encode(ready), limits).ok());
+  ready.body_bytes = 1;
+  parsed = ParseFrameHeader(Encode(ready), limits);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("ready body of 1 bytes"),
+            std::string::npos)
+      << parsed.status();
 }
 
 TEST(FrameTest, AMessageIsAHeaderAndExactlyItsInlineBody) {

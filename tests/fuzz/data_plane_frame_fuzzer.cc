@@ -23,6 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!frame.ok()) return 0;
   const FrameHeader& header = frame->header;
   if (header.body_bytes > limits.max_body_bytes) std::abort();
+  if (header.kind == FrameKind::kReady && header.body_bytes != 0) std::abort();
   if (frame->body_follows != (header.body_bytes > kInlineBodyBytes)) {
     std::abort();
   }
