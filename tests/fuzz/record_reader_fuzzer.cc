@@ -1,8 +1,6 @@
 // Training input files: the first byte picks the format (LibSVM/LibFFM,
 // TFRecord of tf.Example, plain or gzip, Criteo TSV, CSV with the Adult
 // schema) and whether bad records are skipped; the rest is the file.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -11,11 +9,11 @@
 #include "ps_worker/data/csv_reader.h"
 #include "ps_worker/data/libsvm_reader.h"
 #include "ps_worker/data/tfrecord_reader.h"
+#include "tests/fuzz/scratch_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  static const std::string path =
-      "/dev/shm/psrt_record_fuzz_" + std::to_string(getpid());
+  const std::string& path = psrt::fuzz::ScratchFilePath("record_fuzz");
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return 0;
   std::fwrite(data + 1, 1, size - 1, f);
