@@ -53,9 +53,7 @@ struct DataPlaneServer::PendingSend {
   MemoryRegion message_region;
   std::vector<MemoryRegion> body_regions;
   std::vector<std::array<void*, 4>> body_descs;
-  fi_addr_t peer = FI_ADDR_NOTAVAIL;
-  uint32_t connection_id = 0;
-  uint32_t sequence = 0;
+  Caller to = {FI_ADDR_NOTAVAIL, 0, 0, 0};  // the frame's peer and call
   int outstanding = 0;          // operations posted and not yet reported
   std::vector<bool> completed;  // header op, then body ops
   bool provider_failed = false;
@@ -532,12 +530,11 @@ void DataPlaneServer::OnReady(const FrameMessage& frame, fi_addr_t source) {
     absl::MutexLock lock(&mu_);
     auto it = awaiting_ready_.find(header.connection_id);
     if (it != awaiting_ready_.end() &&
-        it->second->sequence == header.sequence) {
+        it->second->to.sequence == header.sequence) {
       send = it->second;
-      awaiting_ready_.erase(it);
-      send->awaiting_ready = false;
       // Counted before they are posted, so that the send stays.
       send->outstanding += static_cast<int>(send->body_ops.size());
+      Unpark(send);
     }
   }
   if (send == nullptr) {
@@ -565,22 +562,28 @@ void DataPlaneServer::OnReady(const FrameMessage& frame, fi_addr_t source) {
 void DataPlaneServer::DropUnclaimedReplies() {
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
-  for (auto it = awaiting_ready_.begin(); it != awaiting_ready_.end();) {
-    PendingSend* send = it->second;
-    if (send->ready_by > now) {
-      ++it;
-      continue;
-    }
+  std::vector<PendingSend*> overdue;
+  for (const auto& [id, send] : awaiting_ready_) {
+    if (send->ready_by <= now) overdue.push_back(send);
+  }
+  for (PendingSend* send : overdue) {
     ++unclaimed_replies_;
     LOG_EVERY_N(WARNING, 20)
-        << "data plane: no ready frame for the reply to call " << send->sequence
-        << " on connection " << send->connection_id << " within "
-        << absl::FormatDuration(options_.stuck_send_timeout)
+        << "data plane: no ready frame for the reply to call "
+        << send->to.sequence << " on connection " << send->to.connection_id
+        << " within " << absl::FormatDuration(options_.stuck_send_timeout)
         << "; its body is dropped";
-    send->awaiting_ready = false;
-    awaiting_ready_.erase(it++);
-    if (send->outstanding == 0) sends_.erase(send);
+    Unpark(send);
   }
+}
+
+void DataPlaneServer::Unpark(PendingSend* send) {
+  send->awaiting_ready = false;
+  auto it = awaiting_ready_.find(send->to.connection_id);
+  if (it != awaiting_ready_.end() && it->second == send) {
+    awaiting_ready_.erase(it);
+  }
+  if (send->outstanding == 0) sends_.erase(send);
 }
 
 void DataPlaneServer::OnBody(BodyReceive* body, const Completion& c) {
@@ -683,9 +686,8 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
                                 std::shared_ptr<const void> owner) {
   auto send = std::make_unique<PendingSend>();
   PendingSend* p = send.get();
-  p->peer = peer;
-  p->connection_id = frame_header.connection_id;
-  p->sequence = frame_header.sequence;
+  p->to = Caller{peer, frame_header.connection_id, frame_header.sequence,
+                 frame_header.connection_key};
   p->body = OutgoingBody(body, endpoint_->iov_limit());
   p->header_op.purpose = kSend;
   p->header_op.user = p;
@@ -714,8 +716,8 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
   }
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 100)
-        << "data plane: could not answer connection " << p->connection_id
-        << " call " << p->sequence << ": " << s;
+        << "data plane: could not answer connection " << p->to.connection_id
+        << " call " << p->to.sequence << ": " << s;
     return;
   }
   p->completed.assign(1 + sends, false);
@@ -730,14 +732,13 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
       // The body goes once the client says its receives are posted.
       p->awaiting_ready = true;
       p->ready_by = absl::Now() + options_.stuck_send_timeout;
-      auto [it, fresh] = awaiting_ready_.try_emplace(p->connection_id, p);
-      if (!fresh) {
-        // Its client gave up on the call before (one at a time each).
-        PendingSend* abandoned = it->second;
-        abandoned->awaiting_ready = false;
-        if (abandoned->outstanding == 0) sends_.erase(abandoned);
-        it->second = p;
+      // One waits already when its client gave up on the call before
+      // (one call at a time on a connection).
+      if (auto it = awaiting_ready_.find(p->to.connection_id);
+          it != awaiting_ready_.end()) {
+        Unpark(it->second);
       }
+      awaiting_ready_[p->to.connection_id] = p;
     }
     sends_[p] = std::move(send);
   }
@@ -754,19 +755,19 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
 
 size_t DataPlaneServer::PostSends(PendingSend* p, size_t first, size_t count,
                                   bool may_wait) {
-  const uint32_t id = p->connection_id, seq = p->sequence;
+  const uint32_t id = p->to.connection_id, seq = p->to.sequence;
   absl::Status s;
   size_t posted = 0;
   for (size_t i = first; s.ok() && i < first + count; ++i) {
     s = Post(
         [&] {
           if (i == 0) {
-            return endpoint_->PostSend(p->peer, HeaderTag(id, seq),
+            return endpoint_->PostSend(p->to.peer, HeaderTag(id, seq),
                                        p->message.data(), p->message.size(),
                                        p->message_region.desc(), &p->header_op);
           }
           const OutgoingBody::Send& piece = p->body.sends()[i - 1];
-          return endpoint_->PostSendv(p->peer, BodyTag(id, seq), piece.iov,
+          return endpoint_->PostSendv(p->to.peer, BodyTag(id, seq), piece.iov,
                                       p->body_descs[i - 1].data(), piece.count,
                                       &p->body_ops[i - 1]);
         },
@@ -780,9 +781,9 @@ size_t DataPlaneServer::PostSends(PendingSend* p, size_t first, size_t count,
   if (absl::IsResourceExhausted(s)) {
     // The peer takes nothing: its connection goes, and nothing more is
     // sent to it (a hello from it starts afresh).
-    stuck_peers_.insert(p->peer);
+    stuck_peers_.insert(p->to.peer);
     auto it = connections_.find(id);
-    if (it != connections_.end() && it->second.peer == p->peer) {
+    if (it != connections_.end() && it->second.peer == p->to.peer) {
       connections_.erase(it);
     }
     LOG(WARNING) << "data plane: connection " << id << " took no message for "
@@ -790,15 +791,11 @@ size_t DataPlaneServer::PostSends(PendingSend* p, size_t first, size_t count,
                  << "; closed (its peer is gone or hung)";
   }
   p->outstanding -= static_cast<int>(count - posted);
-  if (first == 0 && p->awaiting_ready) {
-    // Its header never went: no ready will come for the body.
-    p->awaiting_ready = false;
-    auto parked = awaiting_ready_.find(id);
-    if (parked != awaiting_ready_.end() && parked->second == p) {
-      awaiting_ready_.erase(parked);
-    }
+  if (p->awaiting_ready) {
+    Unpark(p);  // its header never went: no ready will come for the body
+  } else if (p->outstanding == 0) {
+    sends_.erase(p);
   }
-  if (p->outstanding == 0 && !p->awaiting_ready) sends_.erase(p);
   return count;  // none left to post
 }
 

@@ -211,6 +211,9 @@ class DataPlaneServer {
   // them when it gave up on the rest (which it settles).
   size_t PostSends(PendingSend* send, size_t first, size_t count,
                    bool may_wait);
+  // Takes `send` out of awaiting_ready_ (its body will not be asked for
+  // again) and frees it if none of its operations is outstanding.
+  void Unpark(PendingSend* send) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops parked reply bodies whose ready frame did not come in time.
   void DropUnclaimedReplies() ABSL_LOCKS_EXCLUDED(mu_);
   void SendError(const Caller& caller, const absl::Status& status);
