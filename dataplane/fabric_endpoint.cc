@@ -61,19 +61,25 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
   }
   std::unique_ptr<FabricEndpoint> endpoint(new FabricEndpoint());
   endpoint->provider_ = options.provider;
-  // rxm (tcp) keeps 16 KiB buffers, 128 per connection queue: 86 MiB
-  // resident for an idle PS. 8 KiB (a header message with its inline
-  // body fits) and 16 per queue: 15 MiB, and the same bandwidth
-  // (docs/benchmarks.md). Messages up to 512 KiB go eager rather than by
-  // rendezvous: a body moves only once its receives are posted (frame.h),
-  // so tcp lands it in them directly, which saves the rendezvous' round
-  // trips (16-256 KiB calls 25-45% faster than by rendezvous; above about
-  // 1 MiB the rendezvous is faster: docs/benchmarks.md). The environment
-  // still decides where it says. Set once, before libfabric first reads it.
+  // rxm (tcp) allocates its send and receive buffers 1,024 at a time per
+  // endpoint, each of FI_OFI_RXM_BUFFER_SIZE bytes (16 KiB by default: 34
+  // MiB an endpoint). Only messages up to that size are copied into them;
+  // larger ones up to the eager limit leave from the caller's memory and
+  // land in the posted receive (tcp's dynamic receive buffers). 1 KiB (a
+  // ready frame fits; a header message does not, and moves as well from
+  // its own buffer) holds 3.7 MiB an endpoint against 17.6 at 8 KiB, at
+  // the same speed (docs/benchmarks.md, "rxm's buffers"); 16 per
+  // connection queue rather than 128. Messages up to 512 KiB go eager
+  // rather than by rendezvous: a body moves only once its receives are
+  // posted (frame.h), so tcp lands it in them directly, which saves the
+  // rendezvous' round trips (16-256 KiB calls 25-45% faster than by
+  // rendezvous; above about 1 MiB the rendezvous is faster:
+  // docs/benchmarks.md). The environment still decides where it says.
+  // Set once, before libfabric first reads it.
   static std::once_flag rxm_defaults;
   std::call_once(rxm_defaults, [] {
     setenv("FI_OFI_RXM_EAGER_LIMIT", "524288", /*overwrite=*/0);
-    setenv("FI_OFI_RXM_BUFFER_SIZE", "8192", /*overwrite=*/0);
+    setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", /*overwrite=*/0);
     setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
     setenv("FI_OFI_RXM_MSG_TX_SIZE", "16", 0);
   });

@@ -63,9 +63,9 @@ void ExpectWithinRule(const std::vector<VariableSpec>& specs, int64_t hash_rows,
       (*estimate)[0].row_overhead_bytes / 1048576.0, 100 * error);
   EXPECT_LT(std::abs(error), 0.15);
   // The idle process itself, where the base alone is the rule: within
-  // 30% of it (24 MiB without the data plane, 40 with: either base
-  // would fail the other process).
-  EXPECT_LT(std::abs(idle - base) / base, 0.3);
+  // 20% of it (24 MiB without the data plane, 34 with: either base
+  // would fail the other process, whose idle is 28-42% off it).
+  EXPECT_LT(std::abs(idle - base) / base, 0.2);
 }
 
 TEST(SizingTest, FixedTablesMatchTheRule) {

@@ -33,13 +33,13 @@ namespace psrt {
 // An idle ps_server's resident memory (Debian 12, x86-64, optimized
 // build; 23 MiB measured).
 inline constexpr int64_t kProcessBaseBytes = int64_t{24} << 20;
-// What --data_plane=fabric adds to it (libfabric's rxm receive buffers,
-// 8.5 MiB of them, its other pools and libraries; 15.2 MiB measured).
-inline constexpr int64_t kDataPlaneBaseBytes = int64_t{16} << 20;
+// What --data_plane=fabric adds to it (libfabric's rxm buffers, 1.7 MiB
+// of them, its other pools and libraries; 9.8-10.0 MiB measured).
+inline constexpr int64_t kDataPlaneBaseBytes = int64_t{10} << 20;
 // And per backup with --replicas > 1: the endpoint its forwards leave
-// from and the backup's connection to it (libfabric's pools; 26-31 MiB
-// measured at R=2 and R=3).
-inline constexpr int64_t kDataPlanePerBackupBytes = int64_t{32} << 20;
+// from and the backup's connection to it (libfabric's pools; 10.0 and
+// 8.4 MiB measured at R=2 and R=3).
+inline constexpr int64_t kDataPlanePerBackupBytes = int64_t{12} << 20;
 // Per row of a hash embedding: its index entry (16-byte slot and a control
 // byte, at a load between 7/16 and 7/8), its id and its last step (8 each).
 inline constexpr int64_t kHashRowOverheadBytes = 64;
