@@ -104,6 +104,40 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
                    "grpc_service=\"psrt.ParameterServer\","
                    "grpc_type=\"client_stream\"}"),
             0);
+  // The data plane's own series: what it moved (each push's and pull's
+  // request with its framing in, each pull's 8 KiB reply with its
+  // framing out), and nothing refused.
+  const double in = Metric(
+      *cluster, 0,
+      "psrt_data_plane_body_bytes_total{direction=\"in\",provider=\"tcp\"}");
+  EXPECT_GE(in, 3 * kFloats / 2 * 4);
+  EXPECT_LE(in, 3 * kFloats / 2 * 4 + 7 * 256);
+  const double out = Metric(*cluster, 0,
+                            "psrt_data_plane_body_bytes_total{direction="
+                            "\"out\",provider=\"tcp\"}");
+  EXPECT_GE(out, 4 * kFloats / 2 * 4);
+  EXPECT_LE(out, 4 * kFloats / 2 * 4 + 4 * 64);
+  EXPECT_EQ(Metric(*cluster, 0,
+                   "psrt_data_plane_refused_total{provider=\"tcp\","
+                   "what=\"frame\"}"),
+            0);
+  // Every data-plane series is served by PS 0, by provider, and none by
+  // PS 1, whose data plane did not open.
+  absl::StatusOr<std::string> served = FetchMetrics(cluster->metrics_port(0));
+  ASSERT_TRUE(served.ok()) << served.status();
+  for (const char* series :
+       {"psrt_data_plane_inflight_body_bytes{provider=\"tcp\"} 0",
+        "psrt_data_plane_late_completions_total{provider=\"tcp\"} 0",
+        "psrt_data_plane_unclaimed_replies_total{provider=\"tcp\"} 0",
+        "psrt_data_plane_refused_total{provider=\"tcp\",what=\"body\"} 0",
+        "psrt_data_plane_refused_total{provider=\"tcp\",what=\"hello\"} 0"}) {
+    EXPECT_NE(served->find(absl::StrCat("\n", series, "\n")), std::string::npos)
+        << series << " in\n"
+        << *served;
+  }
+  absl::StatusOr<std::string> unserved = FetchMetrics(cluster->metrics_port(1));
+  ASSERT_TRUE(unserved.ok()) << unserved.status();
+  EXPECT_EQ(unserved->find("psrt_data_plane_"), std::string::npos);
   // PS 1: the same calls, over gRPC.
   EXPECT_EQ(Metric(*cluster, 1, "psrt_data_plane_calls_total{method=\"Push\"}"),
             0);
@@ -228,6 +262,11 @@ TEST(DataPlaneClusterTest, HostileCallsAreRefusedAndApplyNothing) {
                    "method=\"Replicate\"}"),
             1);
   EXPECT_EQ(Metric(*cluster, 0, "psrt_rows_total{method=\"Push\"}"), 0);
+  // The hello with the wrong token, in the data plane's own series.
+  EXPECT_EQ(Metric(*cluster, 0,
+                   "psrt_data_plane_refused_total{provider=\"tcp\","
+                   "what=\"hello\"}"),
+            1);
   ASSERT_EQ((*client)->PullDense("d", after.data()), absl::OkStatus());
   EXPECT_EQ(after, before);
   PushAndPullExactly(client->get());

@@ -150,4 +150,12 @@ std::string DataPlanes::Describe() const {
   return served.empty() ? "nothing" : absl::StrJoin(served, ", ");
 }
 
+std::vector<std::pair<std::string, dataplane::DataPlaneServerStats>>
+DataPlanes::Stats() const {
+  std::vector<std::pair<std::string, dataplane::DataPlaneServerStats>> stats;
+  if (shm_ != nullptr) stats.emplace_back("shm", shm_->stats());
+  if (tcp_ != nullptr) stats.emplace_back(tcp_provider_, tcp_->stats());
+  return stats;
+}
+
 }  // namespace psrt

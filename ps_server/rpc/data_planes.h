@@ -67,6 +67,11 @@ class DataPlanes {
   // "shm, tcp at 10.0.0.2": for logs and the status page.
   std::string Describe() const;
 
+  // Each server's counters, by provider ("shm", "tcp"): what
+  // ExportMetrics publishes. Thread-safe.
+  std::vector<std::pair<std::string, dataplane::DataPlaneServerStats>> Stats()
+      const;
+
  private:
   // The connections PS opened, by (server, connection id); the oldest
   // are forgotten beyond a bound (a challenge never redeemed stays here).

@@ -15,6 +15,7 @@
 #include "grpcpp/impl/server_builder_plugin.h"
 #include "grpcpp/server_builder.h"
 #include "ps_server/metrics/grpc_server_metrics.h"
+#include "ps_server/rpc/data_plane_metrics.h"
 
 namespace psrt {
 
@@ -315,6 +316,9 @@ absl::Status Server::StartDataPlanes(const ServerOptions& options) {
         service->ServeDataPlane(std::move(request), caller, std::move(respond));
       });
   service->set_data_planes(data_planes_.get());
+  if (data_planes_ != nullptr) {
+    ExportDataPlaneMetrics(data_planes_.get(), &registry_);
+  }
   return absl::OkStatus();
 }
 
