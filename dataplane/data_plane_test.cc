@@ -296,9 +296,9 @@ TEST_P(DataPlaneTest, ForgedFramesAreDroppedAndTheServerKeepsServing) {
   request.kind = FrameKind::kRequest;
   request.connection_id = 77;
   request.sequence = 1;
-  request.body_bytes = 1 << 20;
+  request.body_bytes = 8 << 20;  // the eager limit: 4.25 MiB
   attacker.Send(HeaderTag(77, 1), RawPeer::Message(request));
-  attacker.Send(BodyTag(77, 1), std::vector<uint8_t>(1 << 20, 1), false);
+  attacker.Send(BodyTag(77, 1), std::vector<uint8_t>(8 << 20, 1), false);
   const absl::Time until = In(absl::Seconds(10));
   while (server_->stats().refused_frames < 4 && absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(10));

@@ -69,16 +69,17 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
   // ready frame fits; a header message does not, and moves as well from
   // its own buffer) holds 3.7 MiB an endpoint against 17.6 at 8 KiB, at
   // the same speed (docs/benchmarks.md, "rxm's buffers"); 16 per
-  // connection queue rather than 128. Messages up to 512 KiB go eager
-  // rather than by rendezvous: a body moves only once its receives are
-  // posted (frame.h), so tcp lands it in them directly, which saves the
-  // rendezvous' round trips (16-256 KiB calls 25-45% faster than by
-  // rendezvous; above about 1 MiB the rendezvous is faster:
-  // docs/benchmarks.md). The environment still decides where it says.
-  // Set once, before libfabric first reads it.
+  // connection queue rather than 128. Messages up to 4.25 MiB (a 4 MiB
+  // tensor with its framing) go eager rather than by rendezvous: a body
+  // moves only once its receives are posted (frame.h), so tcp lands it
+  // in them directly, which saves the rendezvous' round trips (16 KiB-4
+  // MiB calls 13-45% faster than by rendezvous; level at 8-16 MiB, and
+  // the rendezvous is faster at 64 MiB: docs/benchmarks.md, "The eager
+  // limit"). The environment still decides where it says. Set once,
+  // before libfabric first reads it.
   static std::once_flag rxm_defaults;
   std::call_once(rxm_defaults, [] {
-    setenv("FI_OFI_RXM_EAGER_LIMIT", "524288", /*overwrite=*/0);
+    setenv("FI_OFI_RXM_EAGER_LIMIT", "4456448", /*overwrite=*/0);
     setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", /*overwrite=*/0);
     setenv("FI_OFI_RXM_MSG_RX_SIZE", "16", 0);
     setenv("FI_OFI_RXM_MSG_TX_SIZE", "16", 0);
