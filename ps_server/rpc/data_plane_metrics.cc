@@ -49,8 +49,8 @@ void ExportDataPlaneMetrics(const DataPlanes* planes,
              {"frame", [](const Stats& s) { return s.refused_frames; }},
              {"body", [](const Stats& s) { return s.refused_bodies; }}});
   AddFamily(planes, registry, "psrt_data_plane_body_bytes_total",
-            "Separate bodies over the data plane: requests handed to the "
-            "PS (in), replies sent (out)",
+            "Bodies of data-plane calls, inline or separate: requests "
+            "handed to the PS (in), replies sent (out)",
             kCounter, "direction",
             {{"in", [](const Stats& s) { return s.bytes_in; }},
              {"out", [](const Stats& s) { return s.bytes_out; }}});

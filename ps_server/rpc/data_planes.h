@@ -68,7 +68,7 @@ class DataPlanes {
   std::string Describe() const;
 
   // Each server's counters, by provider ("shm", "tcp"): what
-  // ExportMetrics publishes. Thread-safe.
+  // ExportDataPlaneMetrics (data_plane_metrics.h) publishes. Thread-safe.
   std::vector<std::pair<std::string, dataplane::DataPlaneServerStats>> Stats()
       const;
 
