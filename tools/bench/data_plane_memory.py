@@ -16,15 +16,14 @@ PS's VmRSS after the bench. The baseline is the gRPC cluster in the same
 round; a variant's own comparison is the other variants in the same round.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replication_bench import start_cluster, stop_cluster  # noqa: E402
-from run_benchmarks import BIN  # noqa: E402
+from replication_bench import ps_bench_command, start_cluster, stop_cluster  # noqa: E402
+from run_benchmarks import run  # noqa: E402
 
 
 def rss_mib(pid):
@@ -35,30 +34,17 @@ def rss_mib(pid):
     return float("nan")
 
 
-def bench(spec, plane, inflight):
+def bench(spec, plane, inflight, log):
     """ps_bench's peak RSS (MiB) and its push and pull GB/s."""
-    result = subprocess.run(
-        [
-            "/usr/bin/time",
-            "-f",
-            "maxrss %M",
-            os.path.join(BIN, "tools", "ps_bench", "ps_bench"),
-            "--cluster=" + json.dumps(spec),
-            "--cases=dense_4MiB",
-            "--tcp_baseline=false",
-            "--repeat=1",
-            "--seconds=1",
-            f"--inflight={inflight}",
-            f"--data_plane={plane}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    lines = result.stdout.splitlines() + result.stderr.splitlines()
-    rates = [line.split()[4] for line in lines if "GB/s" in line]
-    peak = [int(line.split()[1]) for line in lines if line.startswith("maxrss")]
-    return peak[0] / 1024.0, rates
+    with tempfile.NamedTemporaryFile("r") as peak:
+        results = run(
+            ["/usr/bin/time", "-f", "%M", "-o", peak.name]
+            + ps_bench_command(spec, "dense_4MiB", "push,pull", 1, inflight, plane),
+            log,
+        )
+        peak_kib = int(peak.read().split()[-1])
+    rates = [f"{r['gbytes_per_s']:.3f}" for r in results]
+    return peak_kib / 1024.0, rates
 
 
 def main():
@@ -91,8 +77,8 @@ def main():
                 try:
                     time.sleep(3)
                     idle = [rss_mib(p.pid) for p in procs]
-                    one = bench(spec, plane, 1)
-                    eight = bench(spec, plane, 8)
+                    one = bench(spec, plane, 1, log)
+                    eight = bench(spec, plane, 8, log)
                     after = [rss_mib(p.pid) for p in procs]
                 finally:
                     stop_cluster(procs)

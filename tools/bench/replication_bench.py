@@ -88,19 +88,27 @@ def stop_cluster(procs):
             p.wait()
 
 
-def bench(spec, args, log, data_plane="grpc"):
-    cmd = [
+def ps_bench_command(spec, cases, ops, seconds, inflight, data_plane):
+    """ps_bench against the cluster `spec`: one measurement per case and
+    operation, JSON lines, no TCP baseline (the clusters compared are)."""
+    return [
         os.path.join(BIN, "tools", "ps_bench", "ps_bench"),
         "--cluster=" + json.dumps(spec),
-        "--cases=dense_4MiB,embedding_100k",
-        "--ops=push",
+        f"--cases={cases}",
+        f"--ops={ops}",
         "--json",
         "--tcp_baseline=false",
         "--repeat=1",
-        f"--seconds={args.seconds}",
-        f"--inflight={args.inflight}",
+        f"--seconds={seconds}",
+        f"--inflight={inflight}",
         f"--data_plane={data_plane}",
     ]
+
+
+def bench(spec, args, log, data_plane="grpc"):
+    cmd = ps_bench_command(
+        spec, "dense_4MiB,embedding_100k", "push", args.seconds, args.inflight, data_plane
+    )
     return {r["case"]: r for r in run(cmd, log)}
 
 
