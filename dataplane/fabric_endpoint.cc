@@ -28,6 +28,19 @@ constexpr size_t kMaxAddressBytes = 256;
 
 }  // namespace
 
+int AddressPort(absl::string_view address) {
+  if (address.size() == sizeof(sockaddr_in)) {
+    sockaddr_in in;
+    std::memcpy(&in, address.data(), sizeof(in));
+    if (in.sin_family == AF_INET) return ntohs(in.sin_port);
+  } else if (address.size() == sizeof(sockaddr_in6)) {
+    sockaddr_in6 in6;
+    std::memcpy(&in6, address.data(), sizeof(in6));
+    if (in6.sin6_family == AF_INET6) return ntohs(in6.sin6_port);
+  }
+  return 0;
+}
+
 MemoryRegion::~MemoryRegion() {
   if (mr_ != nullptr) fi_close(&mr_->fid);
 }
@@ -97,9 +110,16 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
   hints->fabric_attr->prov_name = strdup(options.provider.c_str());
   fi_info* info = nullptr;
   const bool bind_node = options.provider != "shm" && !options.node.empty();
-  int rc = Fabric().getinfo(
-      FI_VERSION(1, 17), bind_node ? options.node.c_str() : nullptr,
-      bind_node ? "0" : nullptr, bind_node ? FI_SOURCE : 0, hints, &info);
+  if (options.port < 0 || options.port > 65535) {
+    Fabric().freeinfo(hints);
+    return absl::InvalidArgumentError(
+        absl::StrCat("data-plane port ", options.port, " (0 to 65535)"));
+  }
+  const std::string service = absl::StrCat(options.port);
+  int rc = Fabric().getinfo(FI_VERSION(1, 17),
+                            bind_node ? options.node.c_str() : nullptr,
+                            bind_node ? service.c_str() : nullptr,
+                            bind_node ? FI_SOURCE : 0, hints, &info);
   Fabric().freeinfo(hints);
   if (rc != 0 || info == nullptr) {
     return absl::UnavailableError(

@@ -77,7 +77,13 @@ struct FabricOptions {
   std::string provider = "tcp";
   // The address to listen on (tcp): this host's address in the cluster.
   std::string node = "127.0.0.1";
+  // The port to listen on (tcp, with `node`); 0: one the kernel picks.
+  int port = 0;
 };
+
+// The port of a socket-address fabric address (tcp's: a sockaddr_in or
+// sockaddr_in6, as FabricEndpoint::address() returns); 0 for any other.
+int AddressPort(absl::string_view address);
 
 class FabricEndpoint {
  public:

@@ -46,6 +46,11 @@ DEFINE_int32(task_index, -1,
 DEFINE_int32(port, 0,
              "Port to listen on. 0: the port of this task's cluster.ps entry.");
 DEFINE_string(bind_address, "0.0.0.0", "Address to listen on.");
+DEFINE_int32(data_plane_port, 0,
+             "With --data_plane=fabric, the TCP port its tcp provider "
+             "listens on (on this task's cluster-spec host): for firewalls "
+             "that open named ports. 0: one the kernel picks. Taken: the "
+             "data plane stays off, with a warning naming it.");
 DEFINE_int32(metrics_port, -1,
              "Prometheus /metrics port. -1: the gRPC port + 1000; 0: off.");
 DEFINE_string(grpc_reflection, "auto",
@@ -234,6 +239,11 @@ absl::StatusOr<psrt::ServerOptions> ServerOptionsFromFlags() {
   if (!data_plane.ok()) return data_plane.status();
   options.data_plane = data_plane->data_plane;
   options.data_plane_providers = data_plane->providers;
+  if (FLAGS_data_plane_port < 0 || FLAGS_data_plane_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data_plane_port=", FLAGS_data_plane_port, ": expected 0 to 65535"));
+  }
+  options.data_plane_port = FLAGS_data_plane_port;
   options.ssd_tier_dir = FLAGS_ssd_tier_dir;  // empty: Run makes one
   if (!(FLAGS_eviction_interval_secs > 0)) {
     return absl::InvalidArgumentError(

@@ -75,9 +75,27 @@ void PushAndPullExactly(Client* client) {
   }
 }
 
+std::string ReadLog(const LocalCluster& cluster, int ps) {
+  std::ifstream log(cluster.log_path(ps));
+  return std::string((std::istreambuf_iterator<char>(log)),
+                     std::istreambuf_iterator<char>());
+}
+
 TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
   std::unique_ptr<LocalCluster> cluster = StartSecured();
   ASSERT_NE(cluster, nullptr);
+  // PS 0 serves its data plane on the port it was given (for firewalls
+  // that open named ports).
+  const int data_plane_port = PickUnusedPort();
+  cluster->Kill(0, SIGTERM);
+  ASSERT_EQ(cluster->Restart(
+                0, {absl::StrCat("--data_plane_port=", data_plane_port)}),
+            absl::OkStatus());
+  EXPECT_NE(ReadLog(*cluster, 0)
+                .find(absl::StrCat(
+                    "pushes and pulls over libfabric (tcp at 127.0.0.1:",
+                    data_plane_port, ")")),
+            std::string::npos);
   // PS 1 cannot open its provider: it serves gRPC only, and says so.
   cluster->Kill(1, SIGTERM);
   ASSERT_EQ(cluster->Restart(1, {"--data_plane_providers=nosuch"}),
@@ -142,11 +160,10 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
   EXPECT_EQ(Metric(*cluster, 1, "psrt_data_plane_calls_total{method=\"Push\"}"),
             0);
   EXPECT_EQ(Metric(*cluster, 1, "psrt_requests_total{method=\"Push\"}"), 3);
-  std::ifstream log(cluster->log_path(1));
-  const std::string text((std::istreambuf_iterator<char>(log)),
-                         std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("data plane: provider nosuch not served"),
-            std::string::npos);
+  EXPECT_NE(
+      ReadLog(*cluster, 1)
+          .find("data plane: provider nosuch (at 127.0.0.1:0) not served"),
+      std::string::npos);
 
   // A client that cannot open the PS's provider keeps to gRPC everywhere.
   ClientOptions grpc_only = FabricClient(*cluster);
@@ -162,6 +179,20 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
   EXPECT_EQ(Metric(*cluster, 0, "psrt_data_plane_calls_total{method=\"Push\"}"),
             3);
   EXPECT_EQ(Metric(*cluster, 0, "psrt_requests_total{method=\"Push\"}"), 4);
+
+  // PS 1 asked for PS 0's data-plane port, which is taken: its data plane
+  // stays off (no data-plane series) and the warning names the port.
+  cluster->Kill(1, SIGTERM);
+  ASSERT_EQ(cluster->Restart(
+                1, {absl::StrCat("--data_plane_port=", data_plane_port)}),
+            absl::OkStatus());
+  EXPECT_NE(ReadLog(*cluster, 1)
+                .find(absl::StrCat("data plane: provider tcp (at 127.0.0.1:",
+                                   data_plane_port, ") not served")),
+            std::string::npos);
+  absl::StatusOr<std::string> off = FetchMetrics(cluster->metrics_port(1));
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->find("psrt_data_plane_"), std::string::npos);
 }
 
 // What an attacker holding the token could send on a connection it

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "dataplane/fabric_endpoint.h"
 #include "dataplane/host_key.h"
 #include "glog/logging.h"
 
@@ -71,6 +72,7 @@ std::unique_ptr<DataPlanes> DataPlanes::Start(const DataPlanesOptions& options,
     dataplane::DataPlaneServerOptions server_options;
     server_options.fabric.provider = provider;
     server_options.fabric.node = options.tcp_node;
+    if (provider != "shm") server_options.fabric.port = options.tcp_port;
     server_options.token = options.token;
     server_options.limits.max_body_bytes = options.max_body_bytes;
     const ServerIndex index =
@@ -87,6 +89,10 @@ std::unique_ptr<DataPlanes> DataPlanes::Start(const DataPlanesOptions& options,
             });
     if (!server.ok()) {
       LOG(WARNING) << "data plane: provider " << provider
+                   << (provider == "shm"
+                           ? std::string()
+                           : absl::StrCat(" (at ", options.tcp_node, ":",
+                                          options.tcp_port, ")"))
                    << " not served, its clients push and pull over gRPC: "
                    << server.status();
       continue;
@@ -145,7 +151,9 @@ std::string DataPlanes::Describe() const {
   std::vector<std::string> served;
   if (shm_ != nullptr) served.push_back("shm");
   if (tcp_ != nullptr) {
-    served.push_back(absl::StrCat(tcp_provider_, " at ", tcp_node_));
+    const int port = dataplane::AddressPort(tcp_->address());
+    served.push_back(absl::StrCat(tcp_provider_, " at ", tcp_node_,
+                                  port > 0 ? absl::StrCat(":", port) : ""));
   }
   return served.empty() ? "nothing" : absl::StrJoin(served, ", ");
 }

@@ -35,6 +35,7 @@ struct DataPlanesOptions {
   // Where clients on other hosts reach this PS (tcp): its host in the
   // cluster spec.
   std::string tcp_node = "127.0.0.1";
+  int tcp_port = 0;   // 0: one the kernel picks
   std::string token;  // the cluster's (--auth_token); empty: none
   uint64_t max_body_bytes = uint64_t{1} << 30;
 };

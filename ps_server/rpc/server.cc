@@ -307,6 +307,7 @@ absl::Status Server::StartDataPlanes(const ServerOptions& options) {
       !s.ok()) {
     return s;
   }
+  planes.tcp_port = options.data_plane_port;
   planes.token = options.security.auth_token;
   planes.max_body_bytes = DataPlaneMaxBodyBytes(options.limits);
   ParameterServerService* service = service_.get();

@@ -81,6 +81,9 @@ struct ServerOptions {
   // The data plane's providers: one for clients on any host ("tcp"), and
   // "shm" for those on this host (opt-in: docs/architecture.md).
   std::vector<std::string> data_plane_providers = {"tcp"};
+  // The port the tcp provider listens on, on this PS's cluster-spec
+  // host; 0: one the kernel picks.
+  int data_plane_port = 0;
   // Lease and failover timing (--replicas, 3 PS or more).
   LeaseHolder::Options lease;
   FailoverMonitor::Options failover;
