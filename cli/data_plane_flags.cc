@@ -4,12 +4,12 @@
 #include "absl/strings/str_split.h"
 #include "gflags/gflags.h"
 
-DEFINE_string(data_plane, "grpc",
+DEFINE_string(data_plane, "fabric",
               "How pushes and pulls travel: grpc, or fabric (libfabric beside "
               "gRPC, over --data_plane_providers; gRPC, with a warning, under "
-              "TLS or where no provider opens). Opt-in: slower than gRPC "
-              "today (docs/benchmarks.md, \"Data plane\"); set it on the PS "
-              "and the workers.");
+              "TLS or where no provider opens, or where the PS does not "
+              "serve it). grpc keeps every byte on gRPC (a PS then listens "
+              "on one port, and holds about 10 MiB less).");
 DEFINE_string(data_plane_providers, "tcp",
               "The data plane's libfabric providers: tcp (or another by "
               "name) for every host; add shm for shared memory within one "

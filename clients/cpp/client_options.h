@@ -35,9 +35,8 @@ struct ClientOptions {
   int channels_per_ps = 2;
   // How pushes and pulls travel (clients/cpp/data_plane_link.h): "grpc",
   // or "fabric" (libfabric, where the PS serves it and a provider opens
-  // here; else gRPC, said once in the log). Opt-in: slower than gRPC
-  // today (docs/benchmarks.md, "Data plane").
-  std::string data_plane = "grpc";
+  // here; else gRPC, said once in the log).
+  std::string data_plane = "fabric";
   // The data plane's providers this client may open: "tcp"; "shm" too
   // for shared memory to a PS on this host, where the PS serves it (not
   // by default: see docs/architecture.md, dataplane/).

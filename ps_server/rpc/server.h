@@ -77,7 +77,7 @@ struct ServerOptions {
   std::function<std::unique_ptr<PeerTransport>(int self)> peer_transport;
   // How pushes and pulls travel (data_planes.h): "grpc", or "fabric"
   // (libfabric beside gRPC, where a provider opens; not with TLS).
-  std::string data_plane = "grpc";
+  std::string data_plane = "fabric";
   // The data plane's providers: one for clients on any host ("tcp"), and
   // "shm" for those on this host (opt-in: docs/architecture.md).
   std::vector<std::string> data_plane_providers = {"tcp"};

@@ -72,7 +72,7 @@ DEFINE_bool(json, false,
             "variables: print the catalog as a CreateVariablesRequest in "
             "JSON instead (what psctl size --variables reads).");
 DEFINE_int32(replicas, 1, "size: ps_server --replicas (copies of a shard).");
-DEFINE_string(data_plane, "grpc",
+DEFINE_string(data_plane, "fabric",
               "size: ps_server --data_plane (grpc or fabric: the data plane "
               "adds to each PS's base).");
 DEFINE_int64(hash_rows, int64_t{1} << 20,

@@ -134,7 +134,7 @@ class Client:
         staleness: int = 0,
         sync_timeout: float = 600.0,
         worker: Optional[WorkerInfo] = None,
-        data_plane: str = "grpc",
+        data_plane: str = "fabric",
     ) -> None:
         """TLS: tls_ca_file (PEM CA of the servers), with tls_cert_file and
         tls_key_file for mutual TLS; auth_token (default $PSRT_AUTH_TOKEN)
@@ -147,9 +147,9 @@ class Client:
         ssp push once per step (psrt.torch.Steps does). worker: rank and
         count (default psrt.worker_info()); sync_timeout: how long a pull
         waits for the other workers before failing, naming them.
-        data_plane: "grpc", or "fabric" to move pushes and pulls over
-        libfabric where the PS serves it (ps_server --data_plane=fabric),
-        else gRPC (said once in the log)."""
+        data_plane: "fabric" (the default) moves pushes and pulls over
+        libfabric where the PS serves it (ps_server's default too), else
+        over gRPC (said once in the log); "grpc" keeps them on gRPC."""
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
         if not (isinstance(staleness, int) and 0 <= staleness <= 1 << 20):
