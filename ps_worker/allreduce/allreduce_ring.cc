@@ -13,6 +13,7 @@
 #include "gloo/allreduce_ring_chunked.h"
 #include "gloo/broadcast.h"
 #include "gloo/rendezvous/context.h"
+#include "gloo/transport/pair.h"
 #include "gloo/transport/tcp/device.h"
 
 namespace psrt {
@@ -64,7 +65,37 @@ AllreduceRing::AllreduceRing(const Options& options, int64_t generation,
     : options_(options),
       store_(options.worker, generation, options.rendezvous, join_timeout) {}
 
-AllreduceRing::~AllreduceRing() { Leave(); }
+AllreduceRing::~AllreduceRing() {
+  Leave();
+  Disconnect();
+}
+
+void AllreduceRing::Disconnect() {
+  // A failed collective leaves Gloo's other connections open, still read
+  // by the device's thread, which lands a message in the buffer its slot
+  // named when the message began: freeing the algorithms while a peer
+  // goes on sending would let that thread write into freed memory.
+  // Closing every connection first takes each off the device's thread
+  // (Gloo waits for the thread's next turn), so nothing lands after
+  // this. (Read in Gloo's tcp transport; the crash the test saw came
+  // from Sum's change of buffer, below, and this alone did not stop it.)
+  if (context_ != nullptr) {
+    for (int peer = 0; peer < context_->size; ++peer) {
+      if (peer == context_->rank) continue;
+      try {
+        std::unique_ptr<gloo::transport::Pair>& pair = context_->getPair(peer);
+        if (pair != nullptr) pair->close();
+      } catch (const std::exception&) {
+        // Closing what is already broken: its destruction below does
+        // the rest.
+      }
+    }
+  }
+  sum_.reset();
+  retired_sums_.clear();
+  context_.reset();
+  device_.reset();
+}
 
 void AllreduceRing::Leave() {
   // Gloo closes its connections abortively (SO_LINGER 0), and a
@@ -173,7 +204,19 @@ absl::Status AllreduceRing::Sum(float* data, size_t n) {
     // 3.5 ms for gloo::allreduce's unbound buffers, which it re-registers
     // every call (docs/benchmarks.md).
     if (sum_ == nullptr || sum_data_ != data || sum_floats_ != n) {
-      sum_.reset();
+      // The last algorithms are kept, not freed: a peer's message for
+      // one may still be landing in its buffers (the device's thread
+      // reads a message in several turns into the buffer its slot named
+      // when it began). Freeing the previous one here wrote into freed
+      // memory in 1 run in 30-40 of allreduce_ring_test's dead-member
+      // case, whose survivors sum a new vector ("malloc(): unaligned
+      // tcache chunk detected": the chunk of that algorithm's 40-byte
+      // inbox); kept, 0 in 160. A collective's messages all land before
+      // its members finish the next: the last two are kept.
+      if (sum_ != nullptr) retired_sums_.push_back(std::move(sum_));
+      if (retired_sums_.size() > kRetiredSums) {
+        retired_sums_.erase(retired_sums_.begin());
+      }
       sum_ = std::make_unique<gloo::AllreduceRingChunked<float>>(
           context_, std::vector<float*>{data}, static_cast<int>(n));
       sum_data_ = data;
@@ -217,9 +260,7 @@ absl::Status AllreduceRing::Broke(const std::string& what,
   // wait on them; a peer waiting only on the dead one's fails at its
   // timeout.
   const absl::Time failed = absl::Now();
-  sum_.reset();
-  context_.reset();
-  device_.reset();
+  Disconnect();
   std::vector<std::string> others;
   for (int w = 0; w < options_.num_workers; ++w) {
     if (w != options_.worker) others.push_back(AliveKey(w));

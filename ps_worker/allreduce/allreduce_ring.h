@@ -108,6 +108,9 @@ class AllreduceRing {
   // kLeaveWait) until every peer has completed the collectives this
   // member completed, each saying so in the store as it leaves.
   void Leave();
+  // Closes every connection, then frees the algorithm's buffers, the
+  // context and the device, in that order (see the definition).
+  void Disconnect();
   std::string Name(int worker) const;
 
   const Options options_;
@@ -116,6 +119,10 @@ class AllreduceRing {
   std::shared_ptr<gloo::Context> context_;  // null once broken
   // Sum's algorithm, over the buffer it was last given.
   std::unique_ptr<gloo::Algorithm> sum_;
+  // Sum's last algorithms over other buffers (see Sum), freed after the
+  // connections close.
+  static constexpr size_t kRetiredSums = 2;
+  std::vector<std::unique_ptr<gloo::Algorithm>> retired_sums_;
   const float* sum_data_ = nullptr;
   size_t sum_floats_ = 0;
   int state_holder_ = -1;
