@@ -75,12 +75,6 @@ void PushAndPullExactly(Client* client) {
   }
 }
 
-std::string ReadLog(const LocalCluster& cluster, int ps) {
-  std::ifstream log(cluster.log_path(ps));
-  return std::string((std::istreambuf_iterator<char>(log)),
-                     std::istreambuf_iterator<char>());
-}
-
 TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
   std::unique_ptr<LocalCluster> cluster = StartSecured();
   ASSERT_NE(cluster, nullptr);
@@ -91,10 +85,9 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
   ASSERT_EQ(cluster->Restart(
                 0, {absl::StrCat("--data_plane_port=", data_plane_port)}),
             absl::OkStatus());
-  EXPECT_NE(ReadLog(*cluster, 0)
-                .find(absl::StrCat(
-                    "pushes and pulls over libfabric (tcp at 127.0.0.1:",
-                    data_plane_port, ")")),
+  EXPECT_NE(cluster->log(0).find(absl::StrCat(
+                "pushes and pulls over libfabric (tcp at 127.0.0.1:",
+                data_plane_port, ")")),
             std::string::npos);
   // PS 1 cannot open its provider: it serves gRPC only, and says so.
   cluster->Kill(1, SIGTERM);
@@ -160,10 +153,9 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
   EXPECT_EQ(Metric(*cluster, 1, "psrt_data_plane_calls_total{method=\"Push\"}"),
             0);
   EXPECT_EQ(Metric(*cluster, 1, "psrt_requests_total{method=\"Push\"}"), 3);
-  EXPECT_NE(
-      ReadLog(*cluster, 1)
-          .find("data plane: provider nosuch (at 127.0.0.1:0) not served"),
-      std::string::npos);
+  EXPECT_NE(cluster->log(1).find(
+                "data plane: provider nosuch (at 127.0.0.1:0) not served"),
+            std::string::npos);
 
   // A client that cannot open the PS's provider keeps to gRPC everywhere.
   ClientOptions grpc_only = FabricClient(*cluster);
@@ -186,9 +178,9 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
   ASSERT_EQ(cluster->Restart(
                 1, {absl::StrCat("--data_plane_port=", data_plane_port)}),
             absl::OkStatus());
-  EXPECT_NE(ReadLog(*cluster, 1)
-                .find(absl::StrCat("data plane: provider tcp (at 127.0.0.1:",
-                                   data_plane_port, ") not served")),
+  EXPECT_NE(cluster->log(1).find(absl::StrCat(
+                "data plane: provider tcp (at 127.0.0.1:", data_plane_port,
+                ") not served")),
             std::string::npos);
   absl::StatusOr<std::string> off = FetchMetrics(cluster->metrics_port(1));
   ASSERT_TRUE(off.ok()) << off.status();

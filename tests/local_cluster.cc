@@ -54,6 +54,10 @@ std::string FileTail(const std::string& path, size_t max_bytes) {
 
 }  // namespace
 
+std::string LocalCluster::log(int ps) const {
+  return FileTail(logs_[ps], std::string::npos);
+}
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     Options options) {
   // A port picked free can be taken by another process before the PS binds

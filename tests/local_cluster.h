@@ -52,6 +52,8 @@ class LocalCluster {
   std::vector<std::string> ps_addresses() const { return spec_.ps; }
   int metrics_port(int ps) const { return metrics_ports_[ps]; }
   const std::string& log_path(int ps) const { return logs_[ps]; }
+  // PS `ps`'s log so far, every run of it ("" if it cannot be read).
+  std::string log(int ps) const;
 
   ClientOptions MakeClientOptions() const;
 

@@ -125,9 +125,7 @@ TEST(PsFaultTest, KilledPsIsRestartedFromItsCheckpointAndTrainingCompletes) {
   EXPECT_EQ(LastMetric(out, "examples"), 16 * 8000) << out;
 
   // What the restarted PS restored, from its log.
-  std::ifstream log(cluster.log_path(1));
-  std::string text((std::istreambuf_iterator<char>(log)),
-                   std::istreambuf_iterator<char>());
+  const std::string text = cluster.log(1);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(text, m, std::regex(R"(\(step (\d+), )")))
       << "PS 1 did not restore a checkpoint:\n"
@@ -146,9 +144,7 @@ TEST(PsFaultTest, KilledPsIsRestartedFromItsCheckpointAndTrainingCompletes) {
   // bound of one --checkpoint_every_steps interval (20) plus the save.
   EXPECT_EQ(restored_step, latest_step);
   EXPECT_GE(restored_step, 20);
-  std::ifstream ps0_log(cluster.log_path(0));
-  const std::string ps0((std::istreambuf_iterator<char>(ps0_log)),
-                        std::istreambuf_iterator<char>());
+  const std::string ps0 = cluster.log(0);
   std::smatch saved;
   ASSERT_TRUE(std::regex_search(
       ps0, saved,
