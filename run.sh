@@ -58,18 +58,90 @@ print_stage_table() {
     total=$((total + stage_seconds[i]))
   done
   printf '%-20s %6d s%s\n' total "$total" "$( ((rc == 0)) || echo "  (failed: exit $rc)")"
-  tools/slowest_tests.sh 10 out/ci/tests.log out/ci/asan-tests.log || true
-  tools/failed_tests.sh 80 out/ci/tests.log out/ci/asan-tests.log || true
+  tools/slowest_tests.sh 10 out/ci/tests.log out/ci/quality-tests.log out/ci/asan-tests.log || true
+  tools/failed_tests.sh 80 out/ci/tests.log out/ci/quality-tests.log out/ci/asan-tests.log || true
 }
 
-# Test targets for the ASan pass: every test but those tagged heavy
-# (training-quality runs, the network-namespace suites, the cgroup fill)
-# or no_asan (no C++ path of their own: the Python client's): they run
-# once, in the optimized pass; ./run.sh soak runs them under ASan too.
+# Every test runs in one of two passes, never both (the fast ones ran
+# twice, and their tests were compiled twice, for nothing the ASan pass
+# does not prove; docs/benchmarks.md, "CI's stages"):
+# - optimized: the targets tagged heavy (training-quality runs, the
+#   network-namespace suites, the cgroup fill) or no_asan (no C++ path of
+#   their own: the Python client's, the image's), and the Quality* cases
+#   (held-out AUC bounds of whole training runs) of the targets tagged
+#   quality, which need the optimized build's speed;
+# - ASan and UBSan (servers too): every other test, Quality* cases aside.
+# ./run.sh soak runs everything under ASan.
+# `bazel query QUERY`, failing (not printing nothing) when the query fails.
+tests_query() {
+  local out
+  out=$(bazel query --noshow_progress "$1" 2>/tmp/psrt_query.err) || {
+    cat /tmp/psrt_query.err >&2
+    echo "bazel query failed: $1" >&2
+    return 1
+  }
+  [[ -z "$out" ]] || echo "$out"
+}
+# The labels a query gives, into the array named NAME; fails on a query
+# that fails or gives none (a pass with no targets would pass).
+targets_into() {
+  local -n into=$1
+  local out
+  out=$("$2") || return 1
+  if [[ -z "$out" ]]; then
+    echo "no targets from $2" >&2
+    return 1
+  fi
+  # shellcheck disable=SC2034  # a nameref: fills the caller's array
+  mapfile -t into <<<"$out"
+}
+optimized_test_targets() {
+  tests_query 'attr(tags, "\b(heavy|no_asan)\b", tests(//...))'
+}
+quality_test_targets() {
+  tests_query 'attr(tags, "\bquality\b", tests(//...)) except
+    attr(tags, "\b(heavy|no_asan)\b", tests(//...))'
+}
 asan_test_targets() {
-  bazel query --noshow_progress \
-    'tests(//...) except attr(tags, "\b(heavy|no_asan)\b", tests(//...))' \
-    2>/dev/null
+  tests_query 'tests(//...) except attr(tags, "\b(heavy|no_asan)\b", tests(//...))'
+}
+# What the optimized pass builds: every binary and library users run (the
+# benchmarks and tools too), and its own tests; the tests only the ASan
+# pass runs are compiled there alone.
+optimized_build_targets() {
+  tests_query '(//... except attr(testonly, 1, //...)) union
+    attr(tags, "\b(heavy|no_asan|quality)\b", tests(//...))'
+}
+# A test case named Quality* in a target tagged neither heavy nor quality
+# would run in no pass: the build refuses that.
+check_quality_tags() {
+  local files=() f labels=""
+  mapfile -t files < <(git grep -lE 'TEST(_F|_P)?\([A-Za-z0-9_]+, *Quality' -- '*.cc')
+  ((${#files[@]} == 0)) && return 0
+  for f in "${files[@]}"; do labels+=" //${f%/*}:${f##*/}"; done
+  local tagged='attr(tags, "\b(heavy|quality)\b", tests(//...))' untagged
+  untagged=$(tests_query "rdeps(tests(//...), set($labels), 1) intersect
+    tests(//...) except $tagged") || return
+  if [[ -n "$untagged" ]]; then
+    echo "Quality* cases in tests tagged neither heavy nor quality" \
+      "(no pass would run them): ${untagged//$'\n'/ }" >&2
+    return 1
+  fi
+}
+build_optimized() {
+  check_quality_tags || return
+  local targets
+  targets_into targets optimized_build_targets || return
+  bazel build -- "${targets[@]}"
+}
+run_optimized_tests() {
+  local targets quality rc=0
+  targets_into targets optimized_test_targets || return
+  targets_into quality quality_test_targets || return
+  bazel_test_logged tests "${targets[@]}" || rc=$?
+  bazel_test_logged quality-tests --test_env=GTEST_FILTER='*.Quality*' \
+    "${quality[@]}" || rc=$?
+  return "$rc"
 }
 
 # `bazel test ARGS...`, its output also saved in out/ci/NAME.log (for the
@@ -84,20 +156,15 @@ bazel_test_logged() {
 run_tests() {
   trap print_stage_table EXIT
   stage install tools/install_deps.sh test
-  # Style and lock discipline first (about a minute): clang-format, black
-  # and flake8, and clang's thread-safety analysis of the ABSL_GUARDED_BY
-  # annotations.
+  # Style and lock discipline first: clang-format, black and flake8, and
+  # clang's thread-safety analysis of the ABSL_GUARDED_BY annotations.
   stage lint bash -c 'tools/lint/check_format.sh && tools/lint/check_python.sh &&
     tools/lint/check_thread_safety.sh'
-  stage build bazel build //...
-  stage tests bazel_test_logged tests //...
+  stage build build_optimized
+  stage tests run_optimized_tests
   tools/report_skipped.sh bazel-testlogs
-  # The same tests again with AddressSanitizer and UBSan (servers too),
-  # built for just those tests. Test cases named Quality* (held-out AUC
-  # bounds of whole training runs) ran in the optimized pass: they prove
-  # nothing more here.
   local targets
-  mapfile -t targets < <(asan_test_targets)
+  targets_into targets asan_test_targets
   stage "asan build" bazel build --config=asan "${targets[@]}"
   stage "asan tests" bazel_test_logged asan-tests --config=asan \
     --test_env=GTEST_FILTER='-*.Quality*' "${targets[@]}"
