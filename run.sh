@@ -72,14 +72,19 @@ print_stage_table() {
 #   quality, which need the optimized build's speed;
 # - ASan and UBSan (servers too): every other test, Quality* cases aside.
 # ./run.sh soak runs everything under ASan.
-# `bazel query QUERY`, failing (not printing nothing) when the query fails.
+
+# `bazel query QUERY`, failing (not printing nothing) when the query fails;
+# its messages are shown only then.
 tests_query() {
-  local out
-  out=$(bazel query --noshow_progress "$1" 2>/tmp/psrt_query.err) || {
-    cat /tmp/psrt_query.err >&2
+  local out err rc=0
+  err=$(mktemp)
+  out=$(bazel query --noshow_progress "$1" 2>"$err") || rc=$?
+  if ((rc != 0)); then
+    cat "$err" >&2
     echo "bazel query failed: $1" >&2
-    return 1
-  }
+  fi
+  rm -f "$err"
+  ((rc == 0)) || return "$rc"
   [[ -z "$out" ]] || echo "$out"
 }
 # The labels a query gives, into the array named NAME; fails on a query
