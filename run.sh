@@ -100,22 +100,23 @@ targets_into() {
   # shellcheck disable=SC2034  # a nameref: fills the caller's array
   mapfile -t into <<<"$out"
 }
+# The tests that run in the optimized pass only (the query, once).
+optimized_only='attr(tags, "\b(heavy|no_asan)\b", tests(//...))'
 optimized_test_targets() {
-  tests_query 'attr(tags, "\b(heavy|no_asan)\b", tests(//...))'
+  tests_query "$optimized_only"
 }
 quality_test_targets() {
-  tests_query 'attr(tags, "\bquality\b", tests(//...)) except
-    attr(tags, "\b(heavy|no_asan)\b", tests(//...))'
+  tests_query "attr(tags, \"\\bquality\\b\", tests(//...)) except $optimized_only"
 }
 asan_test_targets() {
-  tests_query 'tests(//...) except attr(tags, "\b(heavy|no_asan)\b", tests(//...))'
+  tests_query "tests(//...) except $optimized_only"
 }
 # What the optimized pass builds: every binary and library users run (the
 # benchmarks and tools too), and its own tests; the tests only the ASan
 # pass runs are compiled there alone.
 optimized_build_targets() {
-  tests_query '(//... except attr(testonly, 1, //...)) union
-    attr(tags, "\b(heavy|no_asan|quality)\b", tests(//...))'
+  tests_query "(//... except attr(testonly, 1, //...)) union $optimized_only
+    union attr(tags, \"\\bquality\\b\", tests(//...))"
 }
 # A test case named Quality* in a target tagged neither heavy nor quality
 # would run in no pass: the build refuses that.
