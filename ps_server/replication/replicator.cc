@@ -102,6 +102,8 @@ Replicator::Stream* Replicator::RestartStreamLocked(int task,
   stream->state.in_sync = true;
   stream->state.established = false;
   stream->state.catching_up = catching_up;
+  stream->catching_up_since = clock_->Now();
+  stream->told_held = false;
   stream->state.error.clear();
   stream->state.acknowledged = next_sequence_ - 1;
   return stream;
@@ -211,6 +213,12 @@ uint64_t Replicator::Append(Update update) {
   return sequence;
 }
 
+bool Replicator::HoldsPushesLocked(const Stream& stream) const {
+  return stream.state.in_sync && stream.state.catching_up &&
+         stream.pending.size() > kMaxBatchUpdates &&
+         clock_->Now() - stream.catching_up_since >= kCatchUpGrace;
+}
+
 bool Replicator::SettledLocked(uint64_t sequence) const {
   if (!replaced_by_.empty()) return true;
   for (const auto& stream : streams_) {
@@ -218,6 +226,10 @@ bool Replicator::SettledLocked(uint64_t sequence) const {
         stream->state.acknowledged < sequence) {
       return false;
     }
+    // A backup still catching up after kCatchUpGrace: the push waits until
+    // the backup's queue is down to one call (it caught up, below), so the
+    // pushes coming in cannot outrun it.
+    if (HoldsPushesLocked(*stream)) return false;
   }
   return true;
 }
@@ -424,6 +436,14 @@ void Replicator::Settle(Stream* stream, uint64_t generation,
         LOG(INFO) << peers_->Describe(stream->state.task)
                   << " caught up at update " << stream->state.acknowledged
                   << ": pushes wait for it again";
+      } else if (!stream->told_held && HoldsPushesLocked(*stream)) {
+        stream->told_held = true;
+        LOG(WARNING) << peers_->Describe(stream->state.task)
+                     << " has not caught up "
+                     << absl::FormatDuration(kCatchUpGrace)
+                     << " after its rejoin (" << stream->pending.size()
+                     << " updates queued for it): pushes wait until it is "
+                        "one call behind";
       }
       if (updates > 0) {
         ++calls_;

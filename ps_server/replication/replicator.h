@@ -49,7 +49,9 @@ class Replicator final : public ReplicationLog {
     uint64_t acknowledged = 0;  // highest sequence the backup applied
     bool in_sync = true;
     bool established = false;  // the backup accepted this stream (hello)
-    // Added by Rejoin: pushes are not held for it until it caught up.
+    // Added by Rejoin: pushes are not held for it until it caught up, or
+    // until it has been catching up for kCatchUpGrace (then they wait
+    // while it is more than one call behind, so that it does catch up).
     bool catching_up = false;
     std::string error;  // why it was dropped
   };
@@ -143,11 +145,21 @@ class Replicator final : public ReplicationLog {
   struct Stream {
     BackupState state;
     std::vector<std::shared_ptr<const Update>> pending;  // queued, unsent
-    uint64_t first_pending = 0;  // sequence of pending[0]
-    bool needs_hello = true;     // the stream (re)starts with a hello
-    uint64_t generation = 0;     // AddBackup restarts count
+    uint64_t first_pending = 0;    // sequence of pending[0]
+    bool needs_hello = true;       // the stream (re)starts with a hello
+    uint64_t generation = 0;       // AddBackup restarts count
+    absl::Time catching_up_since;  // when a rejoin added it
+    bool told_held = false;        // logged that pushes wait for it
     std::thread sender;
   };
+  // How long a rejoined backup catches up before pushes wait for it: most
+  // catch up within a second on their own; one slower than the pushes
+  // coming in never would (its queue grows as fast as it drains), and its
+  // handback and its copy's use for a failover would wait forever.
+  static constexpr absl::Duration kCatchUpGrace = absl::Seconds(2);
+  // Whether pushes wait for `stream`'s catching-up backup now.
+  bool HoldsPushesLocked(const Stream& stream) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   void Send(Stream* stream) ABSL_LOCKS_EXCLUDED(mu_);
   // AddBackup and Reinstate: (re)starts `task`'s stream from the next
