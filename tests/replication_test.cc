@@ -538,15 +538,16 @@ TEST(ReplicationTest, KilledPrimaryFailsOverLosingNoPush) {
   EXPECT_TRUE(absl::StrContains(text.str(), "was replaced by its backup"))
       << text.str().substr(text.str().size() > 3000 ? text.str().size() - 3000
                                                     : 0);
-  // PS 2 (PS 1's backup) took over and says so.
-  ClientOptions only_ps2 = cluster.MakeClientOptions();
-  only_ps2.ps_addresses = {cluster.ps_addresses()[2]};
-  auto ps2 = Client::Connect(only_ps2);
-  ASSERT_TRUE(ps2.ok());
-  auto ps2_stats = (*ps2)->Stats();
-  ASSERT_TRUE(ps2_stats.ok()) << ps2_stats.status();
-  ASSERT_EQ((*ps2_stats)[0].failed_ps_size(), 1);
-  EXPECT_EQ((*ps2_stats)[0].failed_ps(0), 1);
+  // PS 2 (PS 1's backup) took over and says so: in its log (by now the
+  // restarted PS 1 may have rejoined and taken its shards back, which
+  // empties PS 2's list of failed PS: a loaded machine's run saw that).
+  std::ifstream ps2_log(cluster.log_path(2));
+  std::stringstream ps2_text;
+  ps2_text << ps2_log.rdbuf();
+  EXPECT_TRUE(std::regex_search(
+      ps2_text.str(), std::regex(R"(PS 2 took over \d+ shard\(s\) of PS 1)")))
+      << ps2_text.str().substr(
+             ps2_text.str().size() > 3000 ? ps2_text.str().size() - 3000 : 0);
 }
 
 // A Frame asking for (pull) or pushing `grad` to (push) floats
