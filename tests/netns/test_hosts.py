@@ -331,10 +331,22 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
         within 5 s; resumed, PS 0 learns it was replaced.
     Either way the PS rejoins as a backup and takes its shards back
     (handback), and every worker finishes its steps with no PS recovery and
-    no lost push."""
-    for victim, how, prefix, subnet, port in (
-        (1, signal.SIGKILL, "psrtt14", "10.93.0", 27100),
-        (0, signal.SIGSTOP, "psrtt15", "10.94.0", 27120),
+    no lost push.
+
+    Each run trains on after the fault for longer than the handback takes:
+    the rejoined PS asks for its shards back once its copy has caught up
+    with the stream, within 0.2-0.6 s in most runs here, and up to about
+    2 s plus its queue when pushes come in faster than it applies them
+    (the primary then holds pushes until it is one call behind). The 12 s
+    stop leaves the SIGSTOP run plenty; the killed run takes the same
+    examples in 800 steps of 96 (not 300 of 256), about 3x as long past
+    the kill (300 steps ended before the handback in 1 of 6 runs here);
+    more steps of 256 would train the small data set more epochs and
+    overfit it (900 steps: AUC 0.74-0.77).
+    """
+    for victim, how, prefix, subnet, port, steps, batch in (
+        (1, signal.SIGKILL, "psrtt14", "10.93.0", 27100, 800, 96),
+        (0, signal.SIGSTOP, "psrtt15", "10.94.0", 27120, 300, 256),
     ):
         logs = os.path.join(tmp_path, f"ps{victim}_{how.name}")
         os.makedirs(logs)
@@ -345,7 +357,7 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
             subnet,
             port,
             [f"--ps_flag=--checkpoint_uri={logs}/ckpt"],
-            ["--epochs=0", "--max_steps=300"],
+            ["--epochs=0", f"--max_steps={steps}", f"--batch_size={batch}"],
             hosts=2,
         )
         try:
@@ -376,7 +388,7 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
         rows = done_lines(logs, 2)
         print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
         for row in rows:
-            assert int(row[0]) == 300
+            assert int(row[0]) == steps
         assert_nothing_lost(logs, rows)
         auc = float(AUC.search(read(os.path.join(logs, "worker_0.log"))).group(1))
         print(f"eval AUC after the failover {auc:.4f}")
