@@ -69,32 +69,40 @@ sources=(
   ps_worker/data/criteo_tsv_reader.cc ps_worker/data/csv_reader.cc
   ps_worker/data/idx_reader.cc ps_worker/data/example_cache_file.cc
 )
-# The library objects' flags. The third-party headers they include are
-# parsed once into a precompiled header with their templates instantiated;
-# each source then parses only psrt's code (tools/pch_prelude.sh). Made
-# again every run: a Debian upgrade of a header it holds would make clang
-# refuse it. (The targets, built with -fsanitize=fuzzer, cannot use it.)
-objflags="$cflags -fsanitize=fuzzer-no-link"
-tools/pch_prelude.sh "$out/gen" "${sources[@]}" >"$out/prelude.h"
-# shellcheck disable=SC2086
-clang++ $objflags -fpch-instantiate-templates -x c++-header "$out/prelude.h" \
-  -o "$out/prelude.h.pch"
-objflags="$objflags -include-pch $out/prelude.h.pch"
+object_of() { echo "$out/obj/$(echo "$1" | tr '/' '_').o"; }
 objects=()
-pids=()
+stale=()  # sources whose object is missing or older than it or a header
 for src in "${sources[@]}"; do
-  obj="$out/obj/$(echo "$src" | tr '/' '_').o"
+  obj=$(object_of "$src")
   objects+=("$obj")
   # Rebuilt when its source or any header is newer (a header's change, a
   # virtual's return type say, must not link against stale objects).
   if [[ ! -f "$obj" || "$src" -nt "$obj" ||
     -n "$(find proto partitioner util ps_server storage ps_worker dataplane security -name '*.h' \
       -newer "$obj" -print -quit)" ]]; then
-    # shellcheck disable=SC2086
-    clang++ $objflags -c "$src" -o "$obj" &
-    pids+=($!)
-    if ((${#pids[@]} >= $(nproc))); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+    stale+=("$src")
   fi
+done
+# The library objects' flags. The third-party headers they include are
+# parsed once into a precompiled header with their templates instantiated;
+# each source then parses only psrt's code (tools/pch_prelude.sh). Made
+# again whenever objects are: a Debian upgrade of a header it holds would
+# make clang refuse an old one. (The targets, built with
+# -fsanitize=fuzzer, cannot use it.)
+objflags="$cflags -fsanitize=fuzzer-no-link"
+if ((${#stale[@]} > 0)); then
+  tools/pch_prelude.sh "$out/gen" "${sources[@]}" >"$out/prelude.h"
+  # shellcheck disable=SC2086
+  clang++ $objflags -fpch-instantiate-templates -x c++-header "$out/prelude.h" \
+    -o "$out/prelude.h.pch"
+fi
+objflags="$objflags -include-pch $out/prelude.h.pch"
+pids=()
+for src in "${stale[@]}"; do
+  # shellcheck disable=SC2086
+  clang++ $objflags -c "$src" -o "$(object_of "$src")" &
+  pids+=($!)
+  if ((${#pids[@]} >= $(nproc))); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
 

@@ -57,20 +57,23 @@ def done_lines(logs, workers):
     return rows
 
 
-def assert_nothing_lost(logs, rows):
-    """Every worker's done line counts no PS recovery and no lost push; if
-    one does, the failure quotes what each worker logged about it (the
-    status that ended its retries, the pushes it gave up), as a rare
-    failure in CI leaves nothing else to read."""
+def assert_finished_losing_nothing(logs, rows, steps):
+    """Every worker's done line (`rows`) counts `steps` steps, no PS
+    recovery and no lost push; if one counts either, the failure quotes
+    what each worker logged about it (the status that ended its retries,
+    the pushes it gave up), as a rare failure in CI leaves nothing else to
+    read."""
+    for row in rows:
+        assert int(row[0]) == steps
     if all(int(row[4]) == 0 and int(row[5]) == 0 for row in rows):
         return
     why = []
     for w in range(len(rows)):
         lines = read(os.path.join(logs, f"worker_{w}.log")).splitlines()
-        failures = [i for i, line in enumerate(lines) if "PS failure" in line]
+        first_failure = next((i for i, line in enumerate(lines) if "PS failure" in line), 0)
         # The client's last retries before the first recovery (their
         # statuses say what the PS answered), then what the trainer said.
-        retries = [line for line in lines[: failures[0] if failures else 0] if line[:1] == "W"]
+        retries = [line for line in lines[:first_failure] if line[:1] == "W"]
         said = [
             line
             for line in lines
@@ -305,9 +308,7 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     print(again.group(0))
     rows = done_lines(tmp_path, 3)
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
-    for row in rows:
-        assert int(row[0]) == 300
-    assert_nothing_lost(tmp_path, rows)
+    assert_finished_losing_nothing(tmp_path, rows, 300)
     took_over = read(os.path.join(tmp_path, "ps_2.log"))
     assert "took over" in took_over, took_over[-3000:]
     ps0 = read(os.path.join(tmp_path, "ps_0.log"))
@@ -387,9 +388,7 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
         print(again.group(0))
         rows = done_lines(logs, 2)
         print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
-        for row in rows:
-            assert int(row[0]) == steps
-        assert_nothing_lost(logs, rows)
+        assert_finished_losing_nothing(logs, rows, steps)
         auc = float(AUC.search(read(os.path.join(logs, "worker_0.log"))).group(1))
         print(f"eval AUC after the failover {auc:.4f}")
         assert auc > 0.75
@@ -463,9 +462,7 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
             f"{on_disk}, lost pushes {[int(r[5]) for r in rows]}"
         )
         assert on_disk > 10000, out[-4000:]
-        for row in rows:
-            assert int(row[0]) == 300
-        assert_nothing_lost(logs, rows)
+        assert_finished_losing_nothing(logs, rows, 300)
         if replicas == 2:
             assert "ps1 exited (status -9)" in out, out[-4000:]
             ps1 = read(os.path.join(logs, "ps_1.log"))
@@ -521,9 +518,7 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
     finish(proc)
     rows = done_lines(tmp_path, 3)
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
-    for row in rows:
-        assert int(row[0]) == 600
-    assert_nothing_lost(tmp_path, rows)
+    assert_finished_losing_nothing(tmp_path, rows, 600)
     ps1 = read(os.path.join(tmp_path, "ps_1.log"))
     assert "lost its lease" in ps1, ps1[-3000:]
     assert "learned it was replaced" in ps1, ps1[-3000:]
@@ -687,9 +682,7 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
         rows = done_lines(logs, hosts)
         recoveries, lost = [int(r[4]) for r in rows], [int(r[5]) for r in rows]
         print(f"{name}: recoveries {recoveries}, lost pushes {lost}")
-        for row in rows:
-            assert int(row[0]) == 200
-        assert_nothing_lost(logs, rows)
+        assert_finished_losing_nothing(logs, rows, 200)
         runs[name] = export_checkpoint(f"{logs}/ckpt", os.path.join(tmp_path, f"{name}_export"))
         if victim is None:
             continue
@@ -751,9 +744,7 @@ def test_replicated_ssp_training_survives_a_killed_ps(data, tmp_path):
     assert len(clocks) == 3 and min(clocks) >= 55, clocks  # killed after step 60
     rows = done_lines(tmp_path, 3)
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
-    for row in rows:
-        assert int(row[0]) == 200
-    assert_nothing_lost(tmp_path, rows)
+    assert_finished_losing_nothing(tmp_path, rows, 200)
     auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
     print(f"eval AUC after the failover {auc:.4f}")
     assert auc > 0.72
