@@ -48,12 +48,18 @@ def read(path):
 
 
 def wait_for(path, pattern, timeout=120):
+    """Waits until the file `path` (or any of the list of files `path`)
+    matches `pattern`; fails after `timeout` seconds quoting their tails."""
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if os.path.exists(path) and re.search(pattern, read(path)):
+        if any(os.path.exists(p) and re.search(pattern, read(p)) for p in paths):
             return
         time.sleep(0.1)
-    raise AssertionError(f"{path} never matched {pattern!r}:\n{read(path)[-2000:]}")
+    tails = "\n".join(
+        f"{p}:\n{read(p)[-2000:] if os.path.exists(p) else '(no file)'}" for p in paths
+    )
+    raise AssertionError(f"{', '.join(map(str, paths))} never matched {pattern!r}:\n{tails}")
 
 
 def launch(logs, data, hosts, extra, worker_flags):

@@ -116,6 +116,12 @@ def test_partition_of_one_host_recovers(data, tmp_path):
         wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=40 ")
         net.set_link(2, up=False)  # algo-3: its PS and worker cut off
         time.sleep(20)  # > keepalive 10 s + 5 s: calls fail, clients retry
+        # ... and on until a worker's retries ran out and it began to
+        # recover: how long retries last depends on how each connection
+        # learned of the cut (a call hanging until the keepalive, or a
+        # connect failing at once), so 20 s alone was sometimes absorbed
+        # by the client's retries (0 recoveries in 1 CI run).
+        wait_for([os.path.join(tmp_path, f"worker_{w}.log") for w in range(3)], "PS failure", 60)
         net.set_link(2, up=True)
     except Exception:
         proc.kill()
