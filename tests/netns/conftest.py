@@ -1,9 +1,11 @@
-"""The training data every namespace test uses (generated once)."""
+"""The training data every namespace test uses (generated once), and the
+launchers a test left running stopped after it."""
 import os
 import subprocess
 
 import pytest
 
+import netns_util
 from netns_util import ROOT
 
 
@@ -22,3 +24,12 @@ def data(tmp_path_factory):
         capture_output=True,
     )
     return out
+
+
+@pytest.fixture(autouse=True)
+def stop_leftover_launchers():
+    """A test that fails (or times out) before its launcher exits would
+    leave that cluster running into the next test: stop it."""
+    yield
+    while netns_util.LAUNCHED:
+        netns_util.stop(netns_util.LAUNCHED.pop())

@@ -62,10 +62,29 @@ def wait_for(path, pattern, timeout=120):
     raise AssertionError(f"{', '.join(map(str, paths))} never matched {pattern!r}:\n{tails}")
 
 
+# The launchers launch() started; conftest.py stops any a test left running.
+LAUNCHED = []
+
+
+def stop(proc, grace=45):
+    """Ends a launcher as an operator would: SIGTERM, on which it stops its
+    servers and workers (SIGKILL after its own 30 s grace) and removes its
+    namespaces; SIGKILL if it is still there after `grace` seconds. A
+    launcher killed outright would leave its servers running on the ports
+    and namespaces the next test uses."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
 def launch(logs, data, hosts, extra, worker_flags):
     """deploy/local/launch.py with `hosts` hosts (launcher flags `extra`),
     each running ps_worker DeepFM on the test data with `worker_flags`."""
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             sys.executable,
             os.path.join(ROOT, "deploy/local/launch.py"),
@@ -85,3 +104,5 @@ def launch(logs, data, hosts, extra, worker_flags):
         stderr=subprocess.STDOUT,
         text=True,
     )
+    LAUNCHED.append(proc)
+    return proc

@@ -16,7 +16,7 @@ import time
 import pytest
 
 import netns_util
-from netns_util import AUC, DONE, ROOT, needs_netns, netns, read, wait_for
+from netns_util import AUC, DONE, ROOT, needs_netns, netns, read, stop, wait_for
 
 
 def launch(logs, data, hosts, extra, worker_flags):
@@ -124,7 +124,7 @@ def test_partition_of_one_host_recovers(data, tmp_path):
         wait_for([os.path.join(tmp_path, f"worker_{w}.log") for w in range(3)], "PS failure", 60)
         net.set_link(2, up=True)
     except Exception:
-        proc.kill()
+        stop(proc)
         raise
     finish(proc)
     rows = done_lines(tmp_path, 3)
@@ -160,7 +160,7 @@ def test_killed_worker_is_restarted_and_rejoins(data, tmp_path):
         )
         os.kill(pid, signal.SIGKILL)
     except Exception:
-        proc.kill()
+        stop(proc)
         raise
     out = finish(proc)
     assert "launch: worker1 exited (status -9); restarting it (1 of 1)" in out
@@ -204,6 +204,7 @@ def test_sync_mode_names_a_dead_worker_under_the_launcher(data, tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
     )
+    netns_util.LAUNCHED.append(proc)  # stopped after the test if left running
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 1, out[-4000:]
     assert "worker1 failed (exit status 3); the other workers run on" in out, out[-4000:]
@@ -218,7 +219,7 @@ def kill_ps_at_step(proc, logs, port, step):
         wait_for(os.path.join(logs, "worker_0.log"), rf"step={step} ")
         os.kill(ps_pid(1, port), signal.SIGKILL)
     except Exception:
-        proc.kill()
+        stop(proc)
         raise
 
 
@@ -263,7 +264,7 @@ def test_killed_ps_is_restarted_and_restores(data, tmp_path, victim):
         wait_for(os.path.join(tmp_path, "ps_0.log"), r"checkpoint \S+: \d+ files")
         os.kill(ps_pid(victim, port), signal.SIGKILL)
     except Exception:
-        proc.kill()
+        stop(proc)
         raise
     out = finish(proc)
     assert (
@@ -376,7 +377,7 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
                 time.sleep(12)
                 os.kill(pid, signal.SIGCONT)
         except Exception:
-            proc.kill()
+            stop(proc)
             raise
         finish(proc)
         ps_logs = [read(os.path.join(logs, f"ps_{ps}.log")) for ps in range(2)]
@@ -519,7 +520,7 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
         net.set_link(1, up=True)
         back = time.time()
     except Exception:
-        proc.kill()
+        stop(proc)
         raise
     finish(proc)
     rows = done_lines(tmp_path, 3)
@@ -582,7 +583,7 @@ def test_replicated_two_of_three_ps_killed(data, tmp_path):
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
     except Exception:
-        proc.kill()
+        stop(proc)
         raise
     out = finish(proc)
     for ps in (0, 1):
@@ -682,7 +683,7 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
                 wait_for(os.path.join(logs, "worker_0.log"), r"step=60 ")
                 os.kill(ps_pid(victim, port), signal.SIGKILL)
         except Exception:
-            proc.kill()
+            stop(proc)
             raise
         finish(proc)
         rows = done_lines(logs, hosts)

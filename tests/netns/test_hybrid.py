@@ -14,7 +14,7 @@ import time
 import pytest
 
 import netns_util
-from netns_util import AUC, DONE, needs_netns, read, wait_for
+from netns_util import AUC, DONE, needs_netns, read, stop, wait_for
 
 DIGEST = re.compile(r"dense values crc32c=([0-9a-f]{8})")
 ALLREDUCE = re.compile(r"dense all-reduce: (\d+) bytes a step, ([\d.]+) ms mean")
@@ -91,7 +91,7 @@ def kill_worker_1_at_step_63(proc, logs):
         os.kill(int(pid), signal.SIGKILL)
         return time.time()
     except Exception:
-        proc.kill()
+        stop(proc)
         raise
 
 
