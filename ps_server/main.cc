@@ -4,8 +4,8 @@
 //   ps_server --cluster=cluster.json --task_index=1
 //   TF_CONFIG='{"cluster": {...}, "task": {"type": "ps", "index": 0}}'
 //   ps_server
-//   ps_server --checkpoint_uri=s3://bucket/run1 --checkpoint_every_secs=600 \
-//             --restore=auto
+//   ps_server --checkpoint_uri=s3://bucket/run1 --restore=auto
+//   ps_server --checkpoint_uri=/mnt/efs/run1 --checkpoint_every_secs=600
 #include <unistd.h>
 
 #include <csignal>

@@ -55,7 +55,9 @@ TEST(ShardRoleTest, TransitionsFromOtherStatesMoveNothing) {
     // Reinstate: any copy that does not serve becomes the primary.
     EXPECT_EQ(i.Reinstate(), from != Role::kPrimary && from != Role::kTakenOver)
         << ShardRole::Name(from);
-    if (from == Role::kTakenOver) EXPECT_EQ(i.role(), Role::kTakenOver);
+    if (from == Role::kTakenOver) {
+      EXPECT_EQ(i.role(), Role::kTakenOver);
+    }
   }
   // A repeated takeover (two failovers reported) moves once.
   ShardRole twice(Role::kBackup);

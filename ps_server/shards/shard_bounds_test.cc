@@ -237,7 +237,9 @@ void RunRandomUpdates(const Case& c, uint64_t seed) {
               static_cast<int>(proven), refused);
   EXPECT_GT(accepted, 100);
   EXPECT_GT(refused, 5);
-  if (c.optimizer != OptimizerSpec::FTRL) EXPECT_GT(proven, 30);
+  if (c.optimizer != OptimizerSpec::FTRL) {
+    EXPECT_GT(proven, 30);
+  }
 }
 
 const Case kCases[] = {
