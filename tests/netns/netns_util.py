@@ -62,7 +62,8 @@ def wait_for(path, pattern, timeout=120):
     raise AssertionError(f"{', '.join(map(str, paths))} never matched {pattern!r}:\n{tails}")
 
 
-# The launchers launch() started; conftest.py stops any a test left running.
+# The launchers launch() started: conftest.py stops any a test left running
+# (failed, or timed out, before it ended), so a test need not catch and stop.
 LAUNCHED = []
 
 

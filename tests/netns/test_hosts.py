@@ -16,7 +16,7 @@ import time
 import pytest
 
 import netns_util
-from netns_util import AUC, DONE, ROOT, needs_netns, netns, read, stop, wait_for
+from netns_util import AUC, DONE, ROOT, needs_netns, netns, read, wait_for
 
 
 def launch(logs, data, hosts, extra, worker_flags):
@@ -112,20 +112,16 @@ def test_partition_of_one_host_recovers(data, tmp_path):
         # passes, overfit to 0.75-0.80 depending on who waited when).
         ["--epochs=0", "--max_steps=200", "--ps_recovery_secs=120"],
     )
-    try:
-        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=40 ")
-        net.set_link(2, up=False)  # algo-3: its PS and worker cut off
-        time.sleep(20)  # > keepalive 10 s + 5 s: calls fail, clients retry
-        # ... and on until a worker's retries ran out and it began to
-        # recover: how long retries last depends on how each connection
-        # learned of the cut (a call hanging until the keepalive, or a
-        # connect failing at once), so 20 s alone was sometimes absorbed
-        # by the client's retries (0 recoveries in 1 CI run).
-        wait_for([os.path.join(tmp_path, f"worker_{w}.log") for w in range(3)], "PS failure", 60)
-        net.set_link(2, up=True)
-    except Exception:
-        stop(proc)
-        raise
+    wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=40 ")
+    net.set_link(2, up=False)  # algo-3: its PS and worker cut off
+    time.sleep(20)  # > keepalive 10 s + 5 s: calls fail, clients retry
+    # ... and on until a worker's retries ran out and it began to
+    # recover: how long retries last depends on how each connection
+    # learned of the cut (a call hanging until the keepalive, or a
+    # connect failing at once), so 20 s alone was sometimes absorbed
+    # by the client's retries (0 recoveries in 1 CI run).
+    wait_for([os.path.join(tmp_path, f"worker_{w}.log") for w in range(3)], "PS failure", 60)
+    net.set_link(2, up=True)
     finish(proc)
     rows = done_lines(tmp_path, 3)
     recoveries = sum(int(r[4]) for r in rows)
@@ -148,20 +144,16 @@ def test_killed_worker_is_restarted_and_rejoins(data, tmp_path):
         ["--epochs=0", "--max_steps=300", "--log_every_steps=2{index}"],
     )
     worker1 = os.path.join(tmp_path, "worker_1.log")
-    try:
-        wait_for(worker1, r"step=63 ")
-        pid = int(
-            subprocess.run(
-                ["pgrep", "-f", r"ps_worker/ps_worker .*--log_every_steps=21"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.split()[0]
-        )
-        os.kill(pid, signal.SIGKILL)
-    except Exception:
-        stop(proc)
-        raise
+    wait_for(worker1, r"step=63 ")
+    pid = int(
+        subprocess.run(
+            ["pgrep", "-f", r"ps_worker/ps_worker .*--log_every_steps=21"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[0]
+    )
+    os.kill(pid, signal.SIGKILL)
     out = finish(proc)
     assert "launch: worker1 exited (status -9); restarting it (1 of 1)" in out
     log = read(worker1)
@@ -212,15 +204,10 @@ def test_sync_mode_names_a_dead_worker_under_the_launcher(data, tmp_path):
     assert "still missing: worker 1" in log, log[-4000:]
 
 
-def kill_ps_at_step(proc, logs, port, step):
-    """SIGKILLs PS 1 of the cluster on `port` once worker 0 logged `step`
-    (the launch is stopped if that fails)."""
-    try:
-        wait_for(os.path.join(logs, "worker_0.log"), rf"step={step} ")
-        os.kill(ps_pid(1, port), signal.SIGKILL)
-    except Exception:
-        stop(proc)
-        raise
+def kill_ps_at_step(logs, port, step):
+    """SIGKILLs PS 1 of the cluster on `port` once worker 0 logged `step`."""
+    wait_for(os.path.join(logs, "worker_0.log"), rf"step={step} ")
+    os.kill(ps_pid(1, port), signal.SIGKILL)
 
 
 def ps_pid(index, port):
@@ -260,12 +247,8 @@ def test_killed_ps_is_restarted_and_restores(data, tmp_path, victim):
         ],
         ["--epochs=0", "--max_steps=400", "--log_every_steps=20"],
     )
-    try:
-        wait_for(os.path.join(tmp_path, "ps_0.log"), r"checkpoint \S+: \d+ files")
-        os.kill(ps_pid(victim, port), signal.SIGKILL)
-    except Exception:
-        stop(proc)
-        raise
+    wait_for(os.path.join(tmp_path, "ps_0.log"), r"checkpoint \S+: \d+ files")
+    os.kill(ps_pid(victim, port), signal.SIGKILL)
     out = finish(proc)
     assert (
         f"launch: ps{victim} exited (status -9); restarting it (1 of 1) " "with --restore=auto"
@@ -299,7 +282,7 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
         ],
         ["--epochs=0", "--max_steps=300"],
     )
-    kill_ps_at_step(proc, tmp_path, port, 60)
+    kill_ps_at_step(tmp_path, port, 60)
     out = finish(proc)
     assert "3 host(s) on loopback addresses 127.0.0.1..127.0.0.3" in out, out[-4000:]
     assert "ps1 exited (status -9); with replicas" in out, out[-4000:]
@@ -368,17 +351,13 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
             ["--epochs=0", f"--max_steps={steps}", f"--batch_size={batch}"],
             hosts=2,
         )
-        try:
-            wait_for(os.path.join(logs, "worker_0.log"), r"step=60 ")
-            pid = ps_pid(victim, port)
-            os.kill(pid, how)
-            hit_at = time.time()
-            if how == signal.SIGSTOP:
-                time.sleep(12)
-                os.kill(pid, signal.SIGCONT)
-        except Exception:
-            stop(proc)
-            raise
+        wait_for(os.path.join(logs, "worker_0.log"), r"step=60 ")
+        pid = ps_pid(victim, port)
+        os.kill(pid, how)
+        hit_at = time.time()
+        if how == signal.SIGSTOP:
+            time.sleep(12)
+            os.kill(pid, signal.SIGCONT)
         finish(proc)
         ps_logs = [read(os.path.join(logs, f"ps_{ps}.log")) for ps in range(2)]
         survivor = 1 - victim
@@ -452,7 +431,7 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
             BOUNDED_TABLE_FLAGS,
         )
         if replicas == 2:
-            kill_ps_at_step(proc, logs, port, 160)
+            kill_ps_at_step(logs, port, 160)
         out = finish(proc)
         rows = done_lines(logs, 2)
         auc = float(AUC.search(read(os.path.join(logs, "worker_0.log"))).group(1))
@@ -512,16 +491,12 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
         # attempts: the gRPC channels reconnect with backoff).
         ["--epochs=0", "--max_steps=600"],
     )
-    try:
-        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=40 ")
-        net.set_link(1, up=False)  # algo-2: PS 1 and worker 1 cut off
-        cut = time.time()
-        time.sleep(20)
-        net.set_link(1, up=True)
-        back = time.time()
-    except Exception:
-        stop(proc)
-        raise
+    wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=40 ")
+    net.set_link(1, up=False)  # algo-2: PS 1 and worker 1 cut off
+    cut = time.time()
+    time.sleep(20)
+    net.set_link(1, up=True)
+    back = time.time()
     finish(proc)
     rows = done_lines(tmp_path, 3)
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
@@ -576,15 +551,11 @@ def test_replicated_two_of_three_ps_killed(data, tmp_path):
         [f"--ps_flag=--checkpoint_uri={ckpt}", "--ps_flag=--checkpoint_every_steps=20"],
         ["--epochs=0", "--max_steps=300"],
     )
-    try:
-        wait_for(os.path.join(tmp_path, "ps_0.log"), r"checkpoint \S+: \d+ files")
-        wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=60 ")
-        pids = [ps_pid(0, port), ps_pid(1, port)]
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-    except Exception:
-        stop(proc)
-        raise
+    wait_for(os.path.join(tmp_path, "ps_0.log"), r"checkpoint \S+: \d+ files")
+    wait_for(os.path.join(tmp_path, "worker_0.log"), r"step=60 ")
+    pids = [ps_pid(0, port), ps_pid(1, port)]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
     out = finish(proc)
     for ps in (0, 1):
         assert f"ps{ps} exited (status -9); with replicas" in out, out[-4000:]
@@ -678,13 +649,9 @@ def test_replicated_sync_training_survives_a_killed_ps(data, tmp_path):
             worker_flags,
             hosts=hosts,
         )
-        try:
-            if victim is not None:
-                wait_for(os.path.join(logs, "worker_0.log"), r"step=60 ")
-                os.kill(ps_pid(victim, port), signal.SIGKILL)
-        except Exception:
-            stop(proc)
-            raise
+        if victim is not None:
+            wait_for(os.path.join(logs, "worker_0.log"), r"step=60 ")
+            os.kill(ps_pid(victim, port), signal.SIGKILL)
         finish(proc)
         rows = done_lines(logs, hosts)
         recoveries, lost = [int(r[4]) for r in rows], [int(r[5]) for r in rows]
@@ -740,7 +707,7 @@ def test_replicated_ssp_training_survives_a_killed_ps(data, tmp_path):
         [],
         ["--epochs=0", "--max_steps=200", "--mode=ssp", "--staleness=2"],
     )
-    kill_ps_at_step(proc, tmp_path, port, 60)
+    kill_ps_at_step(tmp_path, port, 60)
     finish(proc)
     ps2 = read(os.path.join(tmp_path, "ps_2.log"))
     assert "took over" in ps2, ps2[-3000:]
