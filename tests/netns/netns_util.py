@@ -82,9 +82,9 @@ def stop(proc, grace=45):
             proc.communicate()
 
 
-def launch(logs, data, hosts, extra, worker_flags):
+def launch_command(logs, hosts, extra, command):
     """deploy/local/launch.py with `hosts` hosts (launcher flags `extra`),
-    each running ps_worker DeepFM on the test data with `worker_flags`."""
+    each running `command`; registered for conftest.py to stop."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -94,12 +94,7 @@ def launch(logs, data, hosts, extra, worker_flags):
             f"--bin_dir={ROOT}",
             *extra,
             "--",
-            os.path.join(ROOT, "ps_worker/ps_worker"),
-            "--model=deepfm",
-            f"--train_files={data}/train-*",
-            f"--eval_files={data}/test.tfrecords",
-            "--batch_size=256",
-            *worker_flags,
+            *command,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -107,3 +102,21 @@ def launch(logs, data, hosts, extra, worker_flags):
     )
     LAUNCHED.append(proc)
     return proc
+
+
+def launch(logs, data, hosts, extra, worker_flags):
+    """launch_command running ps_worker DeepFM on the test data with
+    `worker_flags` on each host."""
+    return launch_command(
+        logs,
+        hosts,
+        extra,
+        [
+            os.path.join(ROOT, "ps_worker/ps_worker"),
+            "--model=deepfm",
+            f"--train_files={data}/train-*",
+            f"--eval_files={data}/test.tfrecords",
+            "--batch_size=256",
+            *worker_flags,
+        ],
+    )

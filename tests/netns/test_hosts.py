@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -179,24 +178,16 @@ def test_sync_mode_names_a_dead_worker_under_the_launcher(data, tmp_path):
             "--log_every_steps=50",
         ]
     )
-    proc = subprocess.Popen(
+    proc = netns_util.launch_command(
+        tmp_path,
+        2,
+        ["--base_port=26300"],
         [
-            sys.executable,
-            os.path.join(ROOT, "deploy/local/launch.py"),
-            "--hosts=2",
-            f"--logs={tmp_path}",
-            f"--bin_dir={ROOT}",
-            "--base_port=26300",
-            "--",
             "/bin/sh",
             "-c",
             f'if [ "$PSRT_WORKER_INDEX" = 1 ]; then echo dying; exit 3; fi; exec {worker}',
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
     )
-    netns_util.LAUNCHED.append(proc)  # stopped after the test if left running
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 1, out[-4000:]
     assert "worker1 failed (exit status 3); the other workers run on" in out, out[-4000:]
