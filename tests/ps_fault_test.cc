@@ -97,13 +97,6 @@ TEST(PsFaultTest, KilledPsIsRestartedFromItsCheckpointAndTrainingCompletes) {
   }
   ASSERT_GT(step_at_kill, 0) << "no checkpoint was taken";
   cluster.Kill(1, SIGKILL);
-  // The newest complete checkpoint now: PS 0 cannot finish another one
-  // while PS 1 is down, so this is what PS 1 must restore.
-  auto latest = ReadLatest(**storage);
-  ASSERT_TRUE(latest.ok()) << latest.status();
-  auto latest_manifest = ReadManifest(**storage, *latest);
-  ASSERT_TRUE(latest_manifest.ok()) << latest_manifest.status();
-  const int64_t latest_step = latest_manifest->global_step();
   // The worker notices the dead PS and says it waits.
   bool noticed = false;
   for (absl::Time end = absl::Now() + absl::Seconds(60);
@@ -114,6 +107,16 @@ TEST(PsFaultTest, KilledPsIsRestartedFromItsCheckpointAndTrainingCompletes) {
     noticed = absl::StrContains(text, "PS failure");
   }
   EXPECT_TRUE(noticed) << "the worker never reported the dead PS";
+  // The newest complete checkpoint now is what PS 1 must restore. Saves
+  // follow each other here (one takes longer than 20 steps): the one under
+  // way at the kill completes after it if PS 1 had written its files, so
+  // it is read now, seconds later. PS 0 cannot start another while PS 1
+  // is down.
+  auto latest = ReadLatest(**storage);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  auto latest_manifest = ReadManifest(**storage, *latest);
+  ASSERT_TRUE(latest_manifest.ok()) << latest_manifest.status();
+  const int64_t latest_step = latest_manifest->global_step();
   EXPECT_TRUE(cluster.Restart(1).ok());
   worker.join();
   ASSERT_EQ(runs.size(), 1u);
