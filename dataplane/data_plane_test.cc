@@ -1,7 +1,7 @@
 // The data plane end to end over real libfabric providers (tcp and shm) in
 // one process: calls, the token, hostile frames and bodies, deadlines.
+#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +18,7 @@
 #include "dataplane/data_plane_server.h"
 #include "dataplane/forked_server.h"
 #include "gtest/gtest.h"
+#include "util/spawn.h"
 
 namespace psrt::dataplane {
 namespace {
@@ -458,24 +459,18 @@ pid_t SpawnSender(DataPlaneServer* server, const std::string& provider,
       absl::StrCat("--connection_id=", challenge.connection_id),
       "--nonce_hex=" + absl::BytesToHexString(challenge.nonce),
       absl::StrCat("--token=", kToken)};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   int out[2];
-  if (pipe(out) != 0) return -1;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, out[0]);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) !=
-      0) {
-    pid = -1;
-  }
-  posix_spawn_file_actions_destroy(&actions);
+  if (pipe2(out, O_CLOEXEC) != 0) return -1;
+  SpawnOptions options;
+  options.stdout_fd = out[1];
+  auto pid = SpawnProcess(args, options);
   close(out[1]);
+  if (!pid.ok()) {
+    close(out[0]);
+    return -1;
+  }
   *progress = fdopen(out[0], "r");
-  return pid;
+  return *pid;
 }
 
 // Senders killed -9 in the middle of their 8 MiB bodies (rxm's rendezvous,

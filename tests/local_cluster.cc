@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "util/spawn.h"
 
 namespace psrt {
 
@@ -172,22 +173,11 @@ absl::Status LocalCluster::Launch(int ps,
   args.insert(args.end(), options_.extra_flags.begin(),
               options_.extra_flags.end());
   args.insert(args.end(), more_flags.begin(), more_flags.end());
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    const int log =
-        open(logs_[ps].c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (log >= 0) {
-      dup2(log, STDOUT_FILENO);
-      dup2(log, STDERR_FILENO);
-    }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  pids_[ps] = pid;
+  SpawnOptions output;
+  output.output_file = logs_[ps];  // appended: a restart keeps the first run
+  auto pid = SpawnProcess(args, output);
+  if (!pid.ok()) return pid.status();
+  pids_[ps] = *pid;
   return absl::OkStatus();
 }
 
@@ -266,43 +256,27 @@ std::vector<LocalCluster::WorkerRun> RunPrograms(
                                       getpid(), "_",
                                       absl::ToUnixMicros(absl::Now()), ".log")
                        : absl::StrCat(log_prefix, p, ".log"));
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int log =
-          open(logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(log, STDOUT_FILENO);
-      dup2(log, STDERR_FILENO);
-      if (tf_configs[p].empty()) {
-        unsetenv("TF_CONFIG");
-      } else {
-        setenv("TF_CONFIG", tf_configs[p].c_str(), 1);
-      }
-      std::vector<std::string> argv_storage = {binary};
-      argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : argv_storage) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
+    std::vector<std::string> argv = {binary};
+    argv.insert(argv.end(), args.begin(), args.end());
+    SpawnOptions options;
+    options.output_file = logs.back();
+    options.truncate_output = true;
+    options.environment = {
+        {"TF_CONFIG", tf_configs[p].empty()
+                          ? std::nullopt
+                          : std::optional<std::string>(tf_configs[p])}};
+    auto spawned = SpawnProcess(argv, options);
+    if (!spawned.ok()) {
+      // Reported as a run that exited 127 (as a shell reports it), its
+      // output the reason.
+      std::ofstream(logs.back()) << spawned.status().message() << "\n";
     }
-    pids.push_back(pid);
+    pids.push_back(spawned.ok() ? *spawned : -1);
   }
   std::vector<LocalCluster::WorkerRun> runs(pids.size());
   const absl::Time deadline = absl::Now() + timeout;
   for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    while (waitpid(pids[i], &status, WNOHANG) == 0) {
-      if (absl::Now() > deadline) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], &status, 0);
-        status = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    runs[i].exit_code = status == -1        ? -1
-                        : WIFEXITED(status) ? WEXITSTATUS(status)
-                                            : 128 + WTERMSIG(status);
+    runs[i].exit_code = pids[i] < 0 ? 127 : WaitForExit(pids[i], deadline);
     std::ifstream in(logs[i]);
     std::stringstream text;
     text << in.rdbuf();

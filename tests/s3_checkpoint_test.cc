@@ -28,26 +28,23 @@
 #include "tests/local_cluster.h"
 #include "tests/test_certificates.h"
 #include "util/crc32c.h"
+#include "util/spawn.h"
 
 namespace psrt {
 namespace {
 
+// Starts `argv` with its output in `log` (or the reason it could not
+// start); -1 if it could not.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    FILE* f = std::fopen(log.c_str(), "w");
-    if (f != nullptr) {
-      dup2(fileno(f), 1);
-      dup2(fileno(f), 2);
-    }
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
+  SpawnOptions options;
+  options.output_file = log;
+  options.truncate_output = true;
+  auto pid = SpawnProcess(argv, options);
+  if (!pid.ok()) {
+    std::ofstream(log) << pid.status().message() << "\n";
+    return -1;
   }
-  return pid;
+  return *pid;
 }
 
 // Until an HTTP server answers on `port` (https trusting `ca_file`, if

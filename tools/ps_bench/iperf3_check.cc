@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "util/spawn.h"
 
 namespace psrt {
 namespace {
@@ -34,32 +35,28 @@ int FreeLoopbackPort() {
   return port;
 }
 
-// Runs `args` with stdout captured (stderr to /dev/null); returns what it
-// printed and its exit status.
-std::pair<std::string, int> RunCapturing(std::vector<std::string> args) {
+// Runs `args` (looked up in PATH) with stdout captured and stderr
+// discarded; returns what it printed and its exit status (-1: it could
+// not start or was killed).
+std::pair<std::string, int> RunCapturing(const std::vector<std::string>& args) {
   int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return {"", -1};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    const int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, STDERR_FILENO);
-    close(pipe_fds[0]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    _exit(127);
-  }
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return {"", -1};
+  SpawnOptions options;
+  options.search_path = true;
+  options.stdout_fd = pipe_fds[1];
+  options.output_file = "/dev/null";
+  auto pid = SpawnProcess(args, options);
   close(pipe_fds[1]);
   std::string out;
   char buffer[4096];
-  for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) {
+  for (ssize_t n;
+       pid.ok() && (n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) {
     out.append(buffer, static_cast<size_t>(n));
   }
   close(pipe_fds[0]);
+  if (!pid.ok()) return {"", -1};
   int status = 0;
-  waitpid(pid, &status, 0);
+  waitpid(*pid, &status, 0);
   return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
 }
 
@@ -94,15 +91,17 @@ absl::StatusOr<double> MeasureIperf3(const std::string& iperf3_binary,
   if (port < 0) return absl::UnavailableError("iperf3: no free loopback port");
   const std::string port_text = absl::StrCat(port);
   // The server serves one test and exits (-1).
-  const pid_t server = fork();
-  if (server == 0) {
-    const int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, STDOUT_FILENO);
-    dup2(devnull, STDERR_FILENO);
-    execlp(iperf3_binary.c_str(), iperf3_binary.c_str(), "-s", "-1", "-B",
-           "127.0.0.1", "-p", port_text.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+  SpawnOptions quiet;
+  quiet.search_path = true;
+  quiet.output_file = "/dev/null";
+  auto spawned = SpawnProcess(
+      {iperf3_binary, "-s", "-1", "-B", "127.0.0.1", "-p", port_text}, quiet);
+  if (!spawned.ok()) {
+    return absl::NotFoundError(absl::StrCat(
+        spawned.status().message(),
+        " (install it: apt-get install iperf3; or --iperf3= to skip)"));
   }
+  const pid_t server = *spawned;
   const std::string seconds = absl::StrCat(
       std::max<int64_t>(1, std::llround(absl::ToDoubleSeconds(duration))));
   absl::StatusOr<double> result =
@@ -111,9 +110,9 @@ absl::StatusOr<double> MeasureIperf3(const std::string& iperf3_binary,
   for (int attempt = 0; attempt < 30; ++attempt) {
     int status = 0;
     if (waitpid(server, &status, WNOHANG) == server) {
-      return absl::NotFoundError(absl::StrCat(
-          "cannot run '", iperf3_binary,
-          "' (install it: apt-get install iperf3; or --iperf3= to skip)"));
+      return absl::UnavailableError(absl::StrCat(
+          "'", iperf3_binary, " -s -p ", port_text,
+          "' exited before its client reached it (status ", status, ")"));
     }
     auto [out, code] =
         RunCapturing({iperf3_binary, "-c", "127.0.0.1", "-p", port_text, "-t",
