@@ -1,7 +1,6 @@
 #include "tests/local_cluster.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -13,7 +12,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
@@ -215,16 +213,7 @@ LocalCluster::~LocalCluster() {
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   for (pid_t& pid : pids_) {
-    if (pid <= 0) continue;
-    int status;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      if (absl::Now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    if (pid > 0) WaitForExit(pid, deadline);  // SIGKILL after the deadline
     pid = -1;
   }
 }

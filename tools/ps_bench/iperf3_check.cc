@@ -47,17 +47,18 @@ std::pair<std::string, int> RunCapturing(const std::vector<std::string>& args) {
   options.output_file = "/dev/null";
   auto pid = SpawnProcess(args, options);
   close(pipe_fds[1]);
+  if (!pid.ok()) {
+    close(pipe_fds[0]);
+    return {"", -1};
+  }
   std::string out;
   char buffer[4096];
-  for (ssize_t n;
-       pid.ok() && (n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) {
+  for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) {
     out.append(buffer, static_cast<size_t>(n));
   }
   close(pipe_fds[0]);
-  if (!pid.ok()) return {"", -1};
-  int status = 0;
-  waitpid(*pid, &status, 0);
-  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+  const int code = WaitForExit(*pid, absl::InfiniteFuture());
+  return {out, code < 128 ? code : -1};
 }
 
 }  // namespace
@@ -112,7 +113,10 @@ absl::StatusOr<double> MeasureIperf3(const std::string& iperf3_binary,
     if (waitpid(server, &status, WNOHANG) == server) {
       return absl::UnavailableError(absl::StrCat(
           "'", iperf3_binary, " -s -p ", port_text,
-          "' exited before its client reached it (status ", status, ")"));
+          "' exited before its client reached it (",
+          WIFEXITED(status) ? absl::StrCat("code ", WEXITSTATUS(status))
+                            : absl::StrCat("signal ", WTERMSIG(status)),
+          ")"));
     }
     auto [out, code] =
         RunCapturing({iperf3_binary, "-c", "127.0.0.1", "-p", port_text, "-t",
