@@ -716,6 +716,51 @@ TEST(ReplicationTest, APausedPrimaryServesNothingStaleWhenItResumes) {
   EXPECT_TRUE(absl::StrContains(log, "learned it was replaced")) << Tail(log);
 }
 
+// A primary that stops answering without closing its connections (paused,
+// hung, cut off) leaves a call to it waiting out its deadline while its
+// backup takes its shards over. The call then goes where those shards are
+// served now: the push is applied exactly once and the pull returns, where
+// the client used to return DEADLINE_EXCEEDED (a 2-host worker counted a
+// recovery for it in CI).
+TEST(ReplicationTest, ACallThatTimedOutAtAPausedPrimaryGoesToItsBackup) {
+  auto cluster = StartReplicated(2);
+  ASSERT_NE(cluster, nullptr);
+  ClientOptions options = cluster->MakeClientOptions();
+  // Well past the 3 s after which a backup takes over.
+  constexpr absl::Duration kDeadline = absl::Seconds(8);
+  options.call_timeout = kDeadline;
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  constexpr int kFloats = 300;
+  VariableSpec spec = Spec("sgd", DENSE, {kFloats}, 3, OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.5f);
+  ASSERT_EQ((*client)->CreateVariables({spec}), absl::OkStatus());
+  std::vector<float> before(kFloats), after(kFloats);
+  ASSERT_EQ((*client)->Pull({PullOp::Dense("sgd", before.data())}),
+            absl::OkStatus());
+
+  ASSERT_EQ(::kill(cluster->pid(1), SIGSTOP), 0);
+  absl::Cleanup resume = [&] { ::kill(cluster->pid(1), SIGCONT); };
+  const absl::Time paused = absl::Now();
+  const std::vector<float> ones(kFloats, 1.0f);
+  ASSERT_EQ((*client)->Push({PushOp::Dense("sgd", ones.data())}),
+            absl::OkStatus());
+  const absl::Duration push_took = absl::Now() - paused;
+  ASSERT_EQ((*client)->Pull({PullOp::Dense("sgd", after.data())}),
+            absl::OkStatus());
+  std::printf(
+      "push with PS 1 paused acknowledged after %lld ms (deadline %lld ms)\n",
+      static_cast<long long>(absl::ToInt64Milliseconds(push_took)),
+      static_cast<long long>(absl::ToInt64Milliseconds(kDeadline)));
+  // It waited out its deadline at PS 1, then went to PS 2.
+  EXPECT_GE(push_took, kDeadline);
+  EXPECT_EQ(FailedAccordingTo(*cluster, 2), std::vector<int>{1});
+  int wrong = 0;
+  for (int i = 0; i < kFloats; ++i) wrong += after[i] != before[i] - 0.5f;
+  EXPECT_EQ(wrong, 0) << "of " << kFloats
+                      << " floats (each pushed once, lr 0.5)";
+}
+
 // A PS killed with -9 fails over; restarted, it rejoins as a backup while
 // clients keep pushing: it gets copies of its own shards from the PS that
 // took them over and of the shards it backs up from their primary, each

@@ -384,23 +384,53 @@ absl::Status BatchedCall::Wait() {
           +[](int* n) { return *n == 0; }, &outstanding_));
     }
     std::vector<Call*> retry;
+    // Calls that passed their deadline at a PS that may have a backup.
+    std::vector<Call*> timed_out;
     const Call* failed = nullptr;  // the failure the call reports
+    auto fail = [&failed](const Call* call) {
+      // The first, unless a PS that cannot be reached failed too: its
+      // failure is likely the cause of the others' (a primary waiting for
+      // its dead backup, say), so that is the PS to name.
+      if (failed == nullptr || (!failed->connection->Unreachable() &&
+                                call->connection->Unreachable())) {
+        failed = call;
+      }
+    };
     for (Call& call : calls_) {
       if (call.rpc == nullptr) continue;
       const grpc::Status& s = call.rpc->status();
       if (s.ok()) continue;
-      if (Retryable(s)) {
+      // (replicas() is 0 until the routing first asked the servers.)
+      const bool timed_out_at_replicated_ps =
+          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+          context_.routing != nullptr && context_.routing->replicas() != 1;
+      if (Retryable(s) || timed_out_at_replicated_ps) {
         first_failure = std::min(first_failure, options.clock->Now());
       }
-      if (Retryable(s) &&
-          (call.attempts < options.max_attempts || within_failover())) {
+      const bool may_retry =
+          call.attempts < options.max_attempts || within_failover();
+      if (Retryable(s) && may_retry) {
         retry.push_back(&call);
-      } else if (failed == nullptr || (!failed->connection->Unreachable() &&
-                                       call.connection->Unreachable())) {
-        // The first, unless a PS that cannot be reached failed too: its
-        // failure is likely the cause of the others' (a primary waiting
-        // for its dead backup, say), so that is the PS to name.
-        failed = &call;
+      } else if (timed_out_at_replicated_ps && may_retry) {
+        timed_out.push_back(&call);
+      } else {
+        fail(&call);
+      }
+    }
+    // A PS that stops answering without closing its connections (paused,
+    // hung, cut off) leaves calls to it waiting out their deadline while
+    // its backup takes its shards over (within seconds). Such a call is
+    // sent again where its shards are served now if the cluster failed
+    // them over meanwhile (a retried push is applied once: its backup
+    // remembers what it applied); if not, the deadline is the failure.
+    if (!timed_out.empty()) {
+      context_.routing->Refresh(*context_.connections, absl::Seconds(1));
+      for (Call* call : timed_out) {
+        if (ConnectionFor(call->ps) != call->connection) {
+          retry.push_back(call);
+        } else {
+          fail(call);
+        }
       }
     }
     if (failed != nullptr) {
