@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -23,8 +23,8 @@ namespace {
 std::vector<std::string> ChildEnvironment(
     const std::vector<std::pair<std::string, std::optional<std::string>>>&
         changes) {
-  absl::flat_hash_map<std::string, const std::optional<std::string>*> changed;
-  for (const auto& [name, value] : changes) changed[name] = &value;
+  absl::flat_hash_set<std::string> changed;
+  for (const auto& change : changes) changed.insert(change.first);
   std::vector<std::string> entries;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const char* equals = std::strchr(*entry, '=');

@@ -2,6 +2,7 @@
 import functools
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -120,3 +121,18 @@ def launch(logs, data, hosts, extra, worker_flags):
             *worker_flags,
         ],
     )
+
+
+def kill_worker_1_at_step_63(logs):
+    """SIGKILLs worker 1 once it logged step 63; returns when it did. The
+    workers run with --log_every_steps=2{index} (per-worker values), by
+    which worker 1's process is found."""
+    wait_for(os.path.join(logs, "worker_1.log"), r"step=63 ")
+    pid = subprocess.run(
+        ["pgrep", "-f", r"ps_worker/ps_worker .*--log_every_steps=21"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[0]
+    os.kill(int(pid), signal.SIGKILL)
+    return time.time()

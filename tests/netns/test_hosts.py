@@ -143,16 +143,7 @@ def test_killed_worker_is_restarted_and_rejoins(data, tmp_path):
         ["--epochs=0", "--max_steps=300", "--log_every_steps=2{index}"],
     )
     worker1 = os.path.join(tmp_path, "worker_1.log")
-    wait_for(worker1, r"step=63 ")
-    pid = int(
-        subprocess.run(
-            ["pgrep", "-f", r"ps_worker/ps_worker .*--log_every_steps=21"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()[0]
-    )
-    os.kill(pid, signal.SIGKILL)
+    netns_util.kill_worker_1_at_step_63(tmp_path)
     out = finish(proc)
     assert "launch: worker1 exited (status -9); restarting it (1 of 1)" in out
     log = read(worker1)

@@ -7,14 +7,11 @@ completes, the dense bits equal again. Namespaces need root: see
 netns_util.needs_netns."""
 import os
 import re
-import signal
-import subprocess
-import time
 
 import pytest
 
 import netns_util
-from netns_util import AUC, DONE, needs_netns, read, wait_for
+from netns_util import AUC, DONE, needs_netns, read
 
 DIGEST = re.compile(r"dense values crc32c=([0-9a-f]{8})")
 ALLREDUCE = re.compile(r"dense all-reduce: (\d+) bytes a step, ([\d.]+) ms mean")
@@ -78,19 +75,6 @@ def test_hybrid_dense_bits_equal_on_every_host(data, tmp_path, hosts, prefix, su
 KILLABLE = ["--sync_timeout_secs=5", "--log_every_steps=2{index}"]
 
 
-def kill_worker_1_at_step_63(logs):
-    """SIGKILLs worker 1 once it logged step 63; returns when it did."""
-    wait_for(os.path.join(logs, "worker_1.log"), r"step=63 ")
-    pid = subprocess.run(
-        ["pgrep", "-f", r"ps_worker/ps_worker .*--log_every_steps=21"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()[0]
-    os.kill(int(pid), signal.SIGKILL)
-    return time.time()
-
-
 def test_hybrid_killed_worker_is_named_within_the_timeout(data, tmp_path):
     """No restarts: worker 1 killed with SIGKILL mid-run; worker 0 fails
     naming it within the ring's timeout (and its margin). No namespaces
@@ -102,7 +86,7 @@ def test_hybrid_killed_worker_is_named_within_the_timeout(data, tmp_path):
         ["--base_port=26500"],
         ["--max_steps=100000", *KILLABLE],
     )
-    killed = kill_worker_1_at_step_63(tmp_path)
+    killed = netns_util.kill_worker_1_at_step_63(tmp_path)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out[-4000:]
     log = worker_log(tmp_path, 0)
@@ -131,7 +115,7 @@ def test_hybrid_killed_worker_restarts_and_the_ring_forms_again(data, tmp_path):
         ],
         ["--max_steps=400", "--ring_reform_secs=60", *KILLABLE],
     )
-    kill_worker_1_at_step_63(tmp_path)
+    netns_util.kill_worker_1_at_step_63(tmp_path)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-4000:]
     assert "launch: worker1 exited (status -9); restarting it (1 of 1)" in out
