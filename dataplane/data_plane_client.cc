@@ -166,7 +166,15 @@ absl::Status DataPlaneClient::Post(const std::function<absl::Status()>& post,
       ++*pending;
       return s;
     }
-    if (!absl::IsResourceExhausted(s) || absl::Now() > deadline) return s;
+    if (!absl::IsResourceExhausted(s)) return s;
+    // A queue full until the deadline (tcp: a connection still being set
+    // up, a PS too busy to take messages) is the call's deadline passing.
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("data-plane call on connection ", connection_id_,
+                       " passed its deadline before its message could leave (",
+                       s.message(), ")"));
+    }
     RecordCompletions(endpoint_.get(), absl::Milliseconds(1));
     // A queue that stays full may be a PS that is gone.
     if (absl::Now() >= next_check) {
