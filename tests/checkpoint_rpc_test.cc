@@ -138,7 +138,7 @@ TEST_F(CheckpointRpcTest, CommitCheckpointWritesOnlyCheckedManifestsUnderRoot) {
         << "name '" << bad << "': " << s.error_message();
   }
   // Manifests that do not parse, or do not check out.
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string("{{{"), std::string(""),
         absl::StrCat("{\"format_version\": 3, \"name\": \"", name,
                      "\", \"num_ps\": 1}"),
@@ -166,7 +166,7 @@ TEST_F(CheckpointRpcTest, CommitCheckpointWritesOnlyCheckedManifestsUnderRoot) {
 
 TEST_F(CheckpointRpcTest, SaveShardsAndCheckpointStayUnderTheConfiguredRoot) {
   StartPs({});
-  for (const std::string bad :
+  for (const std::string& bad :
        {victim_ + "/ckpt-1-1", root_ + "/../victim/ckpt-1-1",
         root_ + "/ckpt-1-1/../../../victim", root_ + "-other/ckpt-1-1",
         std::string("/"), std::string("")}) {

@@ -141,7 +141,7 @@ TEST(HybridTrainingTest, DenseLayersAllReducedMatchThePsRunBitForBitAcross) {
   ASSERT_EQ(reference.workers.size(), 2u);
   ASSERT_EQ(reference.ps_dense.size(), hybrid.ps_dense.size());
   ASSERT_GT(hybrid.ps_dense.size(), 100000u);
-  double worst = 0, moved = 0;
+  double worst = 0;
   for (size_t i = 0; i < hybrid.ps_dense.size(); ++i) {
     worst = std::max<double>(
         worst, std::abs(hybrid.ps_dense[i] - reference.ps_dense[i]));

@@ -93,7 +93,8 @@ class DelayingRelay {
       sockets_.push_back(client);
       sockets_.push_back(server);
       pumps_.emplace_back([=] { Pump(client, server, absl::ZeroDuration()); });
-      pumps_.emplace_back([=, this] { Pump(server, client, delay_); });
+      pumps_.emplace_back(
+          [this, server, client] { Pump(server, client, delay_); });
     }
   }
 

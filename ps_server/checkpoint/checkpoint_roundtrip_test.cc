@@ -289,7 +289,6 @@ TEST_F(CheckpointRoundTripTest, StreamedFilesEqualWholeReadsAndFindDamage) {
   Cluster before(2, {Dense(3), Embedding(4), Hash(2)});
   Saved saved = TrainSaveAndOpen(before);
   ASSERT_NE(saved.storage, nullptr);
-  const std::string& uri = saved.uri;
   Storage& storage = *saved.storage;
   CheckpointManifest& manifest = saved.manifest;
   int checked = 0;

@@ -349,7 +349,7 @@ TEST_F(HandlersTest, PullResponsesAreCutAtRowsWithinTheLimit) {
   std::vector<grpc::ByteBuffer> messages;
   while (!(*responder)->done()) {
     messages.emplace_back();
-    (*responder)->Next(&messages.back());
+    ASSERT_TRUE((*responder)->Next(&messages.back()).ok());
   }
   // 6400 + 16 bytes at 4096 per message, rows never split: 2 messages.
   ASSERT_EQ(messages.size(), 2u);

@@ -15,8 +15,7 @@ StepBarriers::StepBarriers(ShardStore* store, DedupScopes* dedup,
       max_workers_(max_workers),
       replicator_(replicator),
       clock_(clock),
-      own_(store->ps_task(), max_workers, dedup->For(store->ps_task()), clock) {
-}
+      own_(store->ps_task(), max_workers, clock) {}
 
 absl::StatusOr<StepCoordinator*> StepBarriers::ForPs(int for_ps) {
   const int self = store_->ps_task();
@@ -80,8 +79,8 @@ void StepBarriers::ResumeTakenOver(
       continue;
     }
     // Resumed before calls can reach it.
-    auto resumed = std::make_unique<StepCoordinator>(for_ps, max_workers_,
-                                                     dedup_->For(self), clock_);
+    auto resumed =
+        std::make_unique<StepCoordinator>(for_ps, max_workers_, clock_);
     resumed->Resume(barrier.next_step, std::move(held), barrier.clocks);
     absl::MutexLock lock(&mu_);
     auto& slot = taken_over_[for_ps];

@@ -8,12 +8,8 @@
 
 namespace psrt {
 
-StepCoordinator::StepCoordinator(int ps_task, int max_workers, PushDedup* dedup,
-                                 Clock* clock)
-    : ps_task_(ps_task),
-      max_workers_(std::max(1, max_workers)),
-      dedup_(dedup),
-      clock_(clock) {
+StepCoordinator::StepCoordinator(int ps_task, int max_workers, Clock* clock)
+    : ps_task_(ps_task), max_workers_(std::max(1, max_workers)), clock_(clock) {
   timeouts_ = std::thread([this] { TimeoutLoop(); });
 }
 
@@ -57,9 +53,9 @@ absl::Status StepCoordinator::CheckStepFields(const Consistency& c,
     return invalid(mode, " request from worker ", worker_index, " of ",
                    c.workers(), ": the worker index must be in [0, workers)");
   }
-  if (c.staleness() < 0 || c.staleness() > kMaxStep) {
-    return invalid("staleness ", c.staleness(), " is outside [0, ", kMaxStep,
-                   "]");
+  // An int32: never past kMaxStep.
+  if (c.staleness() < 0) {
+    return invalid("staleness ", c.staleness(), " is negative (steps, >= 0)");
   }
   return absl::OkStatus();
 }

@@ -29,7 +29,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
-#include "ps_server/rpc/push_dedup.h"
 #include "ps_server/rpc/push_handler.h"
 #include "util/clock.h"
 
@@ -44,8 +43,7 @@ class StepCoordinator {
   // `max_workers`: the cluster's worker count; requests declaring more are
   // refused (each declared worker costs memory and time here).
   // `clock` times the pulls' waits (it must outlive this).
-  StepCoordinator(int ps_task, int max_workers, PushDedup* dedup,
-                  Clock* clock = Clock::Real());
+  StepCoordinator(int ps_task, int max_workers, Clock* clock = Clock::Real());
 
   // Steps above this are refused: no training runs this long, and a step
   // from the wire must neither overflow the global step nor name absurd
@@ -127,7 +125,6 @@ class StepCoordinator {
 
   const int ps_task_;
   const int max_workers_;
-  PushDedup* const dedup_;
   Clock* const clock_;
   mutable absl::Mutex mu_;
   // Bumped when waiters are added or dropped, or it stops: the timeout
