@@ -20,6 +20,7 @@
 #include "tests/local_cluster.h"
 #include "tests/process_rss.h"
 #include "tests/raw_rpc.h"
+#include "util/sanitizers.h"
 
 namespace psrt {
 namespace {
@@ -221,7 +222,7 @@ TEST_F(GarbageTest, ServerSurvivesPassesOfGarbageWithinItsMemoryBound) {
   // the last 12 passes: under 8 MiB in all, where a leak of 1 MiB a pass
   // would add 12 (the creep this test was written for was ~30 MiB a pass;
   // before the step fields were bounded one pass grew a server by 1 GiB).
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(PSRT_ADDRESS_SANITIZER)
   // ASan's quarantine keeps freed memory on purpose: the bound is the
   // optimized build's; here only survival is checked.
   std::cout << "ASan build: RSS bound not checked" << std::endl;

@@ -27,6 +27,7 @@
 #include "proto/ps.pb.h"
 #include "tests/local_cluster.h"
 #include "tests/raw_rpc.h"
+#include "util/sanitizers.h"
 
 namespace psrt {
 namespace {
@@ -863,7 +864,7 @@ void KillRestartAndRejoin(bool wait_for_failover) {
   // Under ASan PS 1 may take longer than the 100 ms it is waited for: the
   // refusals are then let go at the cap ("settled late"), and the bounds
   // on that time below are checked in the optimized build only.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(PSRT_ADDRESS_SANITIZER)
   constexpr bool kTimed = false;
   const auto settled = LoggedAt(serving_log, "handback to PS 1 settled");
 #else

@@ -17,6 +17,7 @@
 #include "ps_worker/trainer.h"
 #include "tests/local_cluster.h"
 #include "tests/tfrecord_split.h"
+#include "util/sanitizers.h"
 
 namespace psrt {
 namespace {
@@ -220,7 +221,7 @@ TEST(RowPathOptionsTest, APsKilledWhileRowsAreCachedLosesOnlyWhatIsCounted) {
   // Steps of 128 examples (the records cycled), enough for the kill to
   // land mid-run: 3,000 take several seconds optimized; under ASan, 30
   // steps a second, 1,000 take half a minute (3,000 took 89 s of CI).
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(PSRT_ADDRESS_SANITIZER)
   constexpr int64_t kSteps = 1000;
 #else
   constexpr int64_t kSteps = 3000;

@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/process_rss.h"
+#include "util/sanitizers.h"
 
 namespace psrt {
 namespace {
@@ -57,7 +58,7 @@ TEST(PushDedupTest, OneHundredThousandNewClientsStayWithinTheBound) {
   // keeps what forgotten clients freed for the next ones).
   std::printf("100000 new clients: table counts %lld bytes, RSS grew %lld\n",
               static_cast<long long>(bound), static_cast<long long>(grown));
-#if !defined(__SANITIZE_ADDRESS__)
+#if !defined(PSRT_ADDRESS_SANITIZER)
   // (ASan's quarantine holds what forgotten clients freed: the optimized
   // pass checks the resident bound.)
   EXPECT_LE(grown, 2 * bound + (4 << 20));
