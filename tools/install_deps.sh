@@ -31,16 +31,16 @@ python_packages=(
 # The tests' own: GoogleTest and Benchmark; the Python client's tests
 # (PyTorch among them); the S3 CLI and s3rver's Node.js; namespaces
 # (iproute2); checksums, iperf3 and Chromium for the benchmarks and the
-# status page; qemu-user for the CPU-baseline check; clang (ASan, libFuzzer,
-# thread-safety analysis), clang-format, black and flake8 for lint, with git
-# to list the files; mmdebstrap, umoci and skopeo for the container image;
+# status page; qemu-user for the CPU-baseline check; clang and lld (the
+# ASan pass, libFuzzer, thread-safety analysis), clang-format, black and
+# flake8 for lint, with git to list the files; mmdebstrap, umoci and skopeo for the container image;
 # LevelDB, LMDB and RocksDB for tools/bench/kv_store_choice.cc.
 test_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-pytest python3-torch python3-yaml
   dataset-fashion-mnist awscli
   iproute2 procps rhash iperf3 chromium qemu-user
-  clang libclang-rt-14-dev clang-format universal-ctags black flake8 git
+  clang libclang-rt-14-dev lld clang-format universal-ctags black flake8 git
   mmdebstrap umoci skopeo
   librocksdb-dev libleveldb-dev liblmdb-dev
 )
