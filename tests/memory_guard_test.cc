@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/local_cluster.h"
+#include "util/sanitizers.h"
 
 namespace psrt {
 namespace {
@@ -161,7 +162,12 @@ TEST(MemoryGuardTest, AGrowingTableIsRefusedInsideTheCgroupLimitNotKilled) {
             << int64_t{pushes} * kIdsPerPush << " rows): " << push.message()
             << "\n";
   // It filled most of the limit first: at least half of it in rows.
+  // (Under ASan, its shadow memory and quarantine take part of the
+  // cgroup's limit: `./run.sh soak` checks the refusal, the optimized
+  // pass how much the rows filled.)
+#if !defined(PSRT_ADDRESS_SANITIZER)
   EXPECT_GT(int64_t{pushes} * kIdsPerPush * 512, kLimit / 2) << pushes;
+#endif
 
   // The PS was not killed, and what it holds is intact: the first push's
   // rows carry one Adagrad step.
