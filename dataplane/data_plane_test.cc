@@ -115,10 +115,10 @@ class DataPlaneTest : public ::testing::TestWithParam<std::string> {
   }
 
   absl::StatusOr<std::unique_ptr<DataPlaneClient>> Connect(
-      absl::string_view token = kToken) {
+      absl::string_view token = kToken,
+      absl::Time deadline = In(absl::Seconds(10))) {
     return DataPlaneClient::Connect(Fabric(), server_->address(),
-                                    server_->IssueChallenge(), token,
-                                    In(absl::Seconds(10)));
+                                    server_->IssueChallenge(), token, deadline);
   }
 
   std::atomic<int> handled_{0};
@@ -168,9 +168,7 @@ TEST_P(DataPlaneTest, AClientWithoutTheTokenIsRefusedAndNothingIsHandled) {
 // hello that got no welcome is, not a full queue; the PS serves on.
 TEST_P(DataPlaneTest, AConnectOutOfTimeBeforeItsHelloLeavesIsUnavailable) {
   ASSERT_NO_FATAL_FAILURE(StartServer());
-  auto late =
-      DataPlaneClient::Connect(Fabric(), server_->address(),
-                               server_->IssueChallenge(), kToken, absl::Now());
+  auto late = Connect(kToken, absl::Now());
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable)
       << late.status();
