@@ -10,11 +10,11 @@
 namespace psrt {
 
 PeerDataPlane::PeerDataPlane(std::vector<std::string> hosts, Options options,
-                             Opener opener, PeerCheck peer_check)
+                             Opener opener, PeerWatch peer_watch)
     : hosts_(std::move(hosts)),
       options_(std::move(options)),
       opener_(std::move(opener)),
-      peer_check_(std::move(peer_check)) {
+      peer_watch_(std::move(peer_watch)) {
   for (size_t t = 0; t < hosts_.size(); ++t) {
     peers_.push_back(std::make_unique<Peer>());
   }
@@ -61,14 +61,14 @@ absl::Status PeerDataPlane::Open(int task, Peer* peer, absl::Time deadline) {
   dataplane::Challenge challenge;
   challenge.connection_id = response->connection_id();
   challenge.nonce = response->nonce();
-  PeerCheck check = peer_check_;
+  const dataplane::DataPlaneClient::PeerCheck check = peer_watch_(task);
   absl::StatusOr<std::unique_ptr<dataplane::DataPlaneClient>> client =
-      dataplane::DataPlaneClient::Connect(
-          fabric, response->address(), challenge, options_.token, deadline,
-          dataplane::FrameLimits(), [check, task] { return check(task); });
+      dataplane::DataPlaneClient::Connect(fabric, response->address(),
+                                          challenge, options_.token, deadline,
+                                          dataplane::FrameLimits(), check);
   if (!client.ok()) {
     // The peer went away meanwhile: not the data plane's fault.
-    if (absl::Status gone = peer_check_(task); !gone.ok()) return gone;
+    if (absl::Status gone = check(); !gone.ok()) return gone;
     // It offered the data plane, but this host cannot open the provider
     // or reach the peer over it (a firewall): gRPC still can.
     absl::Status s = absl::FailedPreconditionError(

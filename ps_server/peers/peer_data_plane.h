@@ -48,13 +48,17 @@ class PeerDataPlane {
   // OpenDataPlane to PS `task` (from_peer, signed) until `deadline`.
   using Opener = std::function<absl::StatusOr<OpenDataPlaneResponse>(
       int task, const OpenDataPlaneRequest& request, absl::Time deadline)>;
-  // Whether PS `task`'s process is still there while a call waits
-  // (dataplane::DataPlaneClient::PeerCheck).
-  using PeerCheck = std::function<absl::Status(int task)>;
+  // The check a connection opened to PS `task` now makes while its calls
+  // wait (dataplane::DataPlaneClient::PeerCheck): OK while that PS's
+  // process is there and still the one the cluster serves from. Made per
+  // connection, so that it can tell what changed since the connection
+  // opened.
+  using PeerWatch =
+      std::function<dataplane::DataPlaneClient::PeerCheck(int task)>;
 
   // `hosts[t]`: PS t's host (its cluster-spec address without the port).
   PeerDataPlane(std::vector<std::string> hosts, Options options, Opener opener,
-                PeerCheck peer_check);
+                PeerWatch peer_watch);
   ~PeerDataPlane();
   PeerDataPlane(const PeerDataPlane&) = delete;
   PeerDataPlane& operator=(const PeerDataPlane&) = delete;
@@ -97,7 +101,7 @@ class PeerDataPlane {
   const std::vector<std::string> hosts_;
   const Options options_;
   const Opener opener_;
-  const PeerCheck peer_check_;
+  const PeerWatch peer_watch_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by task; fixed size
 };
 

@@ -97,10 +97,12 @@ class PeerDataPlaneTest : public ::testing::Test {
           response.set_nonce(c.nonce);
           return response;
         },
-        [this](int task) -> absl::Status {
+        [this](int task) -> dataplane::DataPlaneClient::PeerCheck {
           EXPECT_EQ(task, 1);
-          return gone_ ? absl::UnavailableError("PS 1 is gone")
-                       : absl::OkStatus();
+          return [this] {
+            return gone_ ? absl::UnavailableError("PS 1 is gone")
+                         : absl::OkStatus();
+          };
         });
   }
   void Refuse(absl::Status why) {

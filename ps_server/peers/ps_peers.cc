@@ -168,9 +168,40 @@ void PsPeers::UseDataPlane(PeerDataPlane::Options options) {
     if (!s.ok()) return FromGrpcStatus(s);
     return response;
   };
-  auto check = [this](int task) { return CheckAlive(task); };
+  auto watch = [this](int task) -> dataplane::DataPlaneClient::PeerCheck {
+    const int64_t term_seen = FailoverTerm(task);
+    return [this, task, term_seen] { return CheckServing(task, term_seen); };
+  };
   data_plane_ = std::make_unique<PeerDataPlane>(
-      std::move(hosts), std::move(options), std::move(open), std::move(check));
+      std::move(hosts), std::move(options), std::move(open), std::move(watch));
+}
+
+int64_t PsPeers::FailoverTerm(int task) const {
+  std::function<int64_t(int)> term_of;
+  {
+    absl::MutexLock lock(&probe_mu_);
+    term_of = failover_terms_;
+  }
+  return term_of ? term_of(task) : 0;
+}
+
+void PsPeers::set_failover_terms(std::function<int64_t(int task)> term_of) {
+  absl::MutexLock lock(&probe_mu_);
+  failover_terms_ = std::move(term_of);
+}
+
+absl::Status PsPeers::CheckServing(int task, int64_t term_seen) const {
+  // The term is read after the ping, which may take its full second on a
+  // peer that does not answer: what this PS learned meanwhile counts.
+  absl::Status alive = CheckAlive(task);
+  const int64_t term = FailoverTerm(task);
+  if (term != term_seen && term % 2 == 1) {
+    return absl::UnavailableError(absl::StrCat(
+        Describe(task), " ", kFailedOverMarker,
+        " waited: most of the cluster cannot reach it (paused, hung or cut "
+        "off) and its backup serves its shards"));
+  }
+  return alive;
 }
 
 absl::Status PsPeers::CheckAlive(int task) const {

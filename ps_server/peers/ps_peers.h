@@ -9,6 +9,7 @@
 #ifndef PSRT_PS_SERVER_PEERS_PS_PEERS_H_
 #define PSRT_PS_SERVER_PEERS_PS_PEERS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,11 @@
 #include "security/security.h"
 
 namespace psrt {
+
+// In the error of a call to a PS the cluster declared failed over while the
+// call waited (PsPeers::CheckServing): the wait is over, the peer is not
+// coming back as it was.
+inline constexpr char kFailedOverMarker[] = "failed over while this call";
 
 class PsPeers {
  public:
@@ -84,6 +90,23 @@ class PsPeers {
   // answer is not gone. For the data plane's waits (the fabric may never
   // report a peer killed mid-call).
   absl::Status CheckAlive(int task) const;
+  // The same, and UNAVAILABLE (with kFailedOverMarker) once PS `task` was
+  // declared failed over at a term other than `term_seen`: a majority of
+  // the cluster could not reach it and its backup serves its shards. A
+  // process paused, hung or cut off keeps its sockets open and answers
+  // no ping, which CheckAlive takes for slow (gRPC's keepalive gives up
+  // on it seconds later); a call waiting on it ends here as soon as this
+  // PS learns of the failover. `term_seen`: FailoverTerm(task) when the
+  // wait began (a peer already failed over then, e.g. one rejoining, is
+  // waited for).
+  absl::Status CheckServing(int task, int64_t term_seen) const;
+  // PS `task`'s term as this PS knows it (membership.h: odd while it is
+  // failed over); 0 until set_failover_terms.
+  int64_t FailoverTerm(int task) const;
+  // Where FailoverTerm reads the terms (the PS's Membership); null:
+  // nowhere. Thread-safe; whatever `term_of` reads must outlive the calls
+  // made before it is set to null again.
+  void set_failover_terms(std::function<int64_t(int task)> term_of);
 
   // From now on, Replicate goes over the data plane to every peer that
   // serves one this PS can open (peer_data_plane.h); call before any
@@ -137,6 +160,7 @@ class PsPeers {
   mutable absl::Mutex probe_mu_;
   // CheckAlive's last Ping to each task.
   mutable std::vector<absl::Time> last_probe_ ABSL_GUARDED_BY(probe_mu_);
+  std::function<int64_t(int task)> failover_terms_ ABSL_GUARDED_BY(probe_mu_);
 };
 
 }  // namespace psrt

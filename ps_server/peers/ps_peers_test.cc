@@ -2,6 +2,7 @@
 // check the data plane's forward waits make.
 #include "ps_server/peers/ps_peers.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -86,6 +87,45 @@ TEST(PsPeersTest, CheckAliveTakesASlowPeerForAlive) {
   std::unique_ptr<PsPeers> peers = PeersOf(peer);
   ASSERT_NE(peers, nullptr);
   EXPECT_EQ(peers->CheckAlive(1), absl::OkStatus());
+  peer.server->Shutdown();
+}
+
+// A peer the cluster declares failed over while a wait on it goes on ends
+// that wait, though its process still answers pings (a PS paused or hung
+// behind open sockets; CheckAlive alone waited for gRPC's keepalive, 8 s
+// in an ASan CI run, past a client's deadline). A wait that began after
+// the failover (a forward to it while it rejoins) is not ended by it; after
+// the peer's handback nothing is, until its next failover.
+TEST(PsPeersTest, CheckServingEndsAWaitOnAPeerDeclaredFailedOver) {
+  Peer peer = StartPeer(absl::ZeroDuration());
+  std::unique_ptr<PsPeers> peers = PeersOf(peer);
+  ASSERT_NE(peers, nullptr);
+  EXPECT_EQ(peers->FailoverTerm(1), 0);  // no terms set: never failed
+  std::atomic<int64_t> term{0};
+  peers->set_failover_terms(
+      [&term](int task) { return task == 1 ? term.load() : int64_t{0}; });
+  const int64_t before = peers->FailoverTerm(1);
+  EXPECT_EQ(peers->CheckServing(1, before), absl::OkStatus());
+
+  term = 1;  // failed over
+  const absl::Status ended = peers->CheckServing(1, before);
+  EXPECT_TRUE(absl::IsUnavailable(ended)) << ended;
+  EXPECT_NE(ended.message().find(kFailedOverMarker), std::string::npos)
+      << ended;
+  EXPECT_NE(ended.message().find("PS 1 (127.0.0.1:"), std::string::npos)
+      << ended;
+  EXPECT_EQ(peers->CheckServing(1, peers->FailoverTerm(1)), absl::OkStatus());
+
+  term = 2;  // handed back
+  EXPECT_EQ(peers->CheckServing(1, before), absl::OkStatus());
+  EXPECT_EQ(peers->CheckServing(1, 1), absl::OkStatus());
+  term = 3;  // failed over again
+  EXPECT_TRUE(absl::IsUnavailable(peers->CheckServing(1, 1)));
+  EXPECT_TRUE(absl::IsUnavailable(peers->CheckServing(1, 2)));
+
+  peers->set_failover_terms(nullptr);
+  EXPECT_EQ(peers->FailoverTerm(1), 0);
+  EXPECT_EQ(peers->CheckServing(1, 2), absl::OkStatus());
   peer.server->Shutdown();
 }
 

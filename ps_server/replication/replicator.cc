@@ -382,7 +382,12 @@ absl::Status Replicator::Deliver(int task,
       stopping = stopping_;
     }
     if (!transient || stopping) return error;
-    if (clock_->Now() + backoff > give_up) {
+    // A backup the cluster declared failed over while this call waited
+    // (ps_peers.h) gets no more patience: the vote that drops it is asked
+    // now, as it would be at give_up.
+    const bool failed_over =
+        absl::StrContains(error.message(), kFailedOverMarker);
+    if (failed_over || clock_->Now() + backoff > give_up) {
       if (may_drop_ == nullptr) return error;
       StreamView without;
       {

@@ -15,11 +15,13 @@
 // many workers a round trip carries many pushes.
 //
 // A backup that cannot be reached for `give_up_after` (kHelloPatience for
-// the first call, at start) and that a majority of the cluster cannot
-// reach either (MayDrop), or that refuses (its copy is not in sync: it
-// restarted, or this PS did), is dropped from the stream: pushes are then
-// acknowledged with fewer copies (counted in unreplicated_updates and logged),
-// as a PS without replicas would be, rather than failing training.
+// the first call, at start) -- or at once, when the cluster declares it
+// failed over while a call to it waits (PsPeers::CheckServing) -- and that
+// a majority of the cluster cannot reach either (MayDrop), or that refuses (its
+// copy is not in sync: it restarted, or this PS did), is dropped from the
+// stream: pushes are then acknowledged with fewer copies (counted in
+// unreplicated_updates and logged), as a PS without replicas would be, rather
+// than failing training.
 #ifndef PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_
 #define PSRT_PS_SERVER_REPLICATION_REPLICATOR_H_
 

@@ -169,6 +169,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                            !options.security.peer_secret.empty(), options.lease,
                            options.failover, clock},
       server->store_.get(), server->peers_.get());
+  // A forward waiting on a backup the cluster declares failed over (a
+  // process paused or hung) ends when this PS learns it (ps_peers.h).
+  {
+    Membership* membership = server->replication_->membership();
+    server->peers_->set_failover_terms(
+        [membership](int task) { return membership->term(task); });
+  }
   CheckpointOptions checkpoint_options = options.checkpoint;
   if (checkpoint_options.clock == nullptr) checkpoint_options.clock = clock;
   server->checkpoints_ = std::make_unique<CheckpointCoordinator>(
@@ -337,6 +344,7 @@ Server::~Server() {
   if (replication_) {
     replication_->StopReplicator();
     replication_->Stop();
+    peers_->set_failover_terms(nullptr);  // the membership goes first
   }
   evictor_.reset();
   // A restore still running in the background uses the restorer, which is
