@@ -4,14 +4,24 @@
 # its seed corpus (tests/fuzz/corpus/<target>). Fails on any crash, leak,
 # UB report or timeout, leaving the input under out/fuzz/crashes/.
 #
-#   tests/fuzz/run_fuzzers.sh              # every target, 30 s each (CI)
+#   tests/fuzz/run_fuzzers.sh              # every target, 30 s each
 #   tests/fuzz/run_fuzzers.sh 3600         # an hour each
 #   tests/fuzz/run_fuzzers.sh 600 request_fuzzer
+#   tests/fuzz/run_fuzzers.sh --build_only # build every target, run none
+#
+# What is built already (objects, targets) is built again only when a
+# source or header changed: a run after --build_only only runs (CI builds
+# them in the background while its other tests run; run.sh).
 #
 # The corpus grown during a run stays in out/fuzz/corpus/<target>; the
 # repo's seeds are never modified.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+build_only=0
+if [[ "${1:-}" == --build_only ]]; then
+  build_only=1
+  shift
+fi
 seconds="${1:-30}"
 shift || true
 targets=("$@")
@@ -33,7 +43,18 @@ cflags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined
 # shellcheck disable=SC2086
 libs="$(pkg-config --libs $modules) -lgflags"
 
-protoc -I. --cpp_out="$out/gen" proto/ps.proto proto/tf_example.proto
+# Generated into a scratch folder; a file replaces the kept one only when
+# it differs, so that its object is not compiled again for a new mtime.
+rm -rf "$out/gen.new"
+mkdir -p "$out/gen.new"
+protoc -I. --cpp_out="$out/gen.new" proto/ps.proto proto/tf_example.proto
+(cd "$out/gen.new" && find . -type f) | while read -r f; do
+  if ! cmp -s "$out/gen.new/$f" "$out/gen/$f"; then
+    mkdir -p "$(dirname "$out/gen/$f")"
+    cp "$out/gen.new/$f" "$out/gen/$f"
+  fi
+done
+rm -rf "$out/gen.new"
 
 # Every library source of the optimizer and shard packages (tests and
 # benchmarks aside), listed by the directory so that a file added there is
@@ -108,12 +129,27 @@ for p in "${pids[@]}"; do wait "$p"; done
 
 # Each target is linked, then run, on its own core: with nproc cores the
 # targets run nproc at a time (CI's 2 cores: 9 targets in 5 rounds).
-fuzz_one() {
-  local t=$1
+# Links target $1 unless it is newer than its source, every object and
+# every header.
+build_one() {
+  local t=$1 bin="$out/$1"
+  if [[ -x "$bin" && "$bin" -nt "tests/fuzz/$t.cc" &&
+    -z "$(find "$out/obj" -name '*.o' -newer "$bin" -print -quit)" &&
+    -z "$(find proto partitioner util ps_server storage ps_worker dataplane security \
+      -name '*.h' -newer "$bin" -print -quit)" ]]; then
+    return 0
+  fi
   # shellcheck disable=SC2086
   clang++ $cflags -fsanitize=fuzzer "tests/fuzz/$t.cc" "${objects[@]}" $libs \
-    -o "$out/$t" > "$out/$t.build.log" 2>&1 || {
+    -o "$bin" > "$out/$t.build.log" 2>&1 || {
+    rm -f "$bin"
     echo "fuzz: $t did not build"; cat "$out/$t.build.log"; return 1; }
+}
+
+fuzz_one() {
+  local t=$1
+  build_one "$t" || return 1
+  ((build_only)) && return 0
   mkdir -p "$out/corpus/$t"
   echo "fuzz: running $t for $seconds s"
   (cd "$out" && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
@@ -132,7 +168,9 @@ finish_one() {
   wait -n -p pid || status=$?
   local t=${running[$pid]}
   unset "running[$pid]"
-  if ((status == 0)); then
+  if ((status == 0 && build_only)); then
+    echo "fuzz: $t built"
+  elif ((status == 0)); then
     echo "fuzz: $t passed: $(grep -aE "stat::number_of_executed_units" \
       "$out/$t.log" | tail -n 1 | tr -s ' ')"
   else
@@ -147,5 +185,9 @@ for t in "${targets[@]}"; do
   running[$!]=$t
 done
 while ((${#running[@]} > 0)); do finish_one; done
-echo "fuzz: ${#targets[@]} targets, ${#failed[@]} failed ${failed[*]:-}"
+if ((build_only)); then
+  echo "fuzz: ${#targets[@]} targets built in ${SECONDS} s, ${#failed[@]} failed ${failed[*]:-}"
+else
+  echo "fuzz: ${#targets[@]} targets, ${#failed[@]} failed ${failed[*]:-}"
+fi
 ((${#failed[@]} == 0))
