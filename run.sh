@@ -49,7 +49,6 @@ stage() {
 }
 print_stage_table() {
   local rc=$?
-  stop_fuzz_build
   ((${#stage_names[@]} == 0)) && return
   echo
   echo "stage                 wall time"
@@ -180,36 +179,6 @@ lint_all() {
   return "$rc"
 }
 
-# The fuzz targets build in the background while the optimized tests run
-# (which leave a good part of the 2 cores idle: processes waiting on each
-# other, on timers, on the network), at the lowest priority: in a session
-# of its own whose autogroup is niced too, as Linux's autogroups would
-# otherwise share the CPU equally between this script's session and the
-# Bazel server's, where the tests run. The fuzz stage then only runs them.
-fuzz_build_pid=""
-start_fuzz_build() {
-  mkdir -p out/ci
-  setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true
-    exec nice -n 19 tests/fuzz/run_fuzzers.sh --build_only' \
-    >out/ci/fuzz-build.log 2>&1 &
-  fuzz_build_pid=$!
-}
-# Waits for the background build (a failure is reported by the run, which
-# builds again what is missing), then runs each target for 30 s.
-run_fuzz_stage() {
-  if [[ -n "$fuzz_build_pid" ]]; then
-    wait "$fuzz_build_pid" || true
-    fuzz_build_pid=""
-    tail -n 1 out/ci/fuzz-build.log
-  fi
-  tests/fuzz/run_fuzzers.sh 30
-}
-stop_fuzz_build() {
-  if [[ -n "$fuzz_build_pid" ]]; then
-    kill -- "-$fuzz_build_pid" 2>/dev/null || true
-  fi
-}
-
 run_tests() {
   trap print_stage_table EXIT
   stage install tools/install_deps.sh test
@@ -218,7 +187,6 @@ run_tests() {
   # the sources the ASan pass (which analyzes its own) does not build.
   stage lint lint_all
   stage build build_optimized
-  start_fuzz_build
   stage tests run_optimized_tests
   tools/report_skipped.sh bazel-testlogs
   local targets
@@ -230,7 +198,7 @@ run_tests() {
   # libFuzzer on what crosses the wire and the disk (requests, checkpoint
   # files, S3 answers, input files), 30 s a target, a target per core;
   # longer runs: tests/fuzz/run_fuzzers.sh SECONDS [TARGET...]
-  stage fuzz run_fuzz_stage
+  stage fuzz tests/fuzz/run_fuzzers.sh 30
 }
 
 # The long runs CI does not make (see README.md, "Soak"): each passes or

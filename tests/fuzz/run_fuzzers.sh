@@ -10,8 +10,7 @@
 #   tests/fuzz/run_fuzzers.sh --build_only # build every target, run none
 #
 # What is built already (objects, targets) is built again only when a
-# source or header changed: a run after --build_only only runs (CI builds
-# them in the background while its other tests run; run.sh).
+# source or header changed: a run after --build_only only runs.
 #
 # The corpus grown during a run stays in out/fuzz/corpus/<target>; the
 # repo's seeds are never modified.
