@@ -4,23 +4,17 @@
 # its seed corpus (tests/fuzz/corpus/<target>). Fails on any crash, leak,
 # UB report or timeout, leaving the input under out/fuzz/crashes/.
 #
-#   tests/fuzz/run_fuzzers.sh              # every target, 30 s each
+#   tests/fuzz/run_fuzzers.sh              # every target, 30 s each (CI)
 #   tests/fuzz/run_fuzzers.sh 3600         # an hour each
 #   tests/fuzz/run_fuzzers.sh 600 request_fuzzer
-#   tests/fuzz/run_fuzzers.sh --build_only # build every target, run none
 #
 # What is built already (objects, targets) is built again only when a
-# source or header changed: a run after --build_only only runs.
+# source or header changed.
 #
 # The corpus grown during a run stays in out/fuzz/corpus/<target>; the
 # repo's seeds are never modified.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build_only=0
-if [[ "${1:-}" == --build_only ]]; then
-  build_only=1
-  shift
-fi
 seconds="${1:-30}"
 shift || true
 targets=("$@")
@@ -90,6 +84,12 @@ sources=(
   ps_worker/data/idx_reader.cc ps_worker/data/example_cache_file.cc
 )
 object_of() { echo "$out/obj/$(echo "$1" | tr '/' '_').o"; }
+# A psrt header newer than file $1, if any (the generated ones too: they
+# change only when their .proto does).
+header_newer_than() {
+  find proto partitioner util ps_server storage ps_worker dataplane security \
+    tests/fuzz "$out/gen" -name '*.h' -newer "$1" -print -quit
+}
 objects=()
 stale=()  # sources whose object is missing or older than it or a header
 for src in "${sources[@]}"; do
@@ -97,9 +97,7 @@ for src in "${sources[@]}"; do
   objects+=("$obj")
   # Rebuilt when its source or any header is newer (a header's change, a
   # virtual's return type say, must not link against stale objects).
-  if [[ ! -f "$obj" || "$src" -nt "$obj" ||
-    -n "$(find proto partitioner util ps_server storage ps_worker dataplane security -name '*.h' \
-      -newer "$obj" -print -quit)" ]]; then
+  if [[ ! -f "$obj" || "$src" -nt "$obj" || -n "$(header_newer_than "$obj")" ]]; then
     stale+=("$src")
   fi
 done
@@ -126,16 +124,13 @@ for src in "${stale[@]}"; do
 done
 for p in "${pids[@]}"; do wait "$p"; done
 
-# Each target is linked, then run, on its own core: with nproc cores the
-# targets run nproc at a time (CI's 2 cores: 9 targets in 5 rounds).
 # Links target $1 unless it is newer than its source, every object and
 # every header.
 build_one() {
   local t=$1 bin="$out/$1"
   if [[ -x "$bin" && "$bin" -nt "tests/fuzz/$t.cc" &&
     -z "$(find "$out/obj" -name '*.o' -newer "$bin" -print -quit)" &&
-    -z "$(find proto partitioner util ps_server storage ps_worker dataplane security \
-      -name '*.h' -newer "$bin" -print -quit)" ]]; then
+    -z "$(header_newer_than "$bin")" ]]; then
     return 0
   fi
   # shellcheck disable=SC2086
@@ -145,10 +140,11 @@ build_one() {
     echo "fuzz: $t did not build"; cat "$out/$t.build.log"; return 1; }
 }
 
+# Each target is linked, then run, on its own core: with nproc cores the
+# targets run nproc at a time (CI's 2 cores: 9 targets in 5 rounds).
 fuzz_one() {
   local t=$1
   build_one "$t" || return 1
-  ((build_only)) && return 0
   mkdir -p "$out/corpus/$t"
   echo "fuzz: running $t for $seconds s"
   (cd "$out" && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
@@ -167,9 +163,7 @@ finish_one() {
   wait -n -p pid || status=$?
   local t=${running[$pid]}
   unset "running[$pid]"
-  if ((status == 0 && build_only)); then
-    echo "fuzz: $t built"
-  elif ((status == 0)); then
+  if ((status == 0)); then
     echo "fuzz: $t passed: $(grep -aE "stat::number_of_executed_units" \
       "$out/$t.log" | tail -n 1 | tr -s ' ')"
   else
@@ -184,9 +178,5 @@ for t in "${targets[@]}"; do
   running[$!]=$t
 done
 while ((${#running[@]} > 0)); do finish_one; done
-if ((build_only)); then
-  echo "fuzz: ${#targets[@]} targets built in ${SECONDS} s, ${#failed[@]} failed ${failed[*]:-}"
-else
-  echo "fuzz: ${#targets[@]} targets, ${#failed[@]} failed ${failed[*]:-}"
-fi
+echo "fuzz: ${#targets[@]} targets, ${#failed[@]} failed ${failed[*]:-}"
 ((${#failed[@]} == 0))
