@@ -191,16 +191,19 @@ void PsPeers::set_failover_terms(std::function<int64_t(int task)> term_of) {
 }
 
 absl::Status PsPeers::CheckServing(int task, int64_t term_seen) const {
-  // The term is read after the ping, which may take its full second on a
-  // peer that does not answer: what this PS learned meanwhile counts.
-  absl::Status alive = CheckAlive(task);
-  const int64_t term = FailoverTerm(task);
-  if (term != term_seen && term % 2 == 1) {
+  auto failed_over = [&]() -> absl::Status {
+    const int64_t term = FailoverTerm(task);
+    if (term == term_seen || term % 2 == 0) return absl::OkStatus();
     return absl::UnavailableError(absl::StrCat(
         Describe(task), " ", kFailedOverMarker,
         " waited: most of the cluster cannot reach it (paused, hung or cut "
         "off) and its backup serves its shards"));
-  }
+  };
+  // Before the ping (no second spent on a peer known to be replaced) and
+  // after it (what this PS learned while the ping waited counts).
+  if (absl::Status s = failed_over(); !s.ok()) return s;
+  absl::Status alive = CheckAlive(task);
+  if (absl::Status s = failed_over(); !s.ok()) return s;
   return alive;
 }
 
