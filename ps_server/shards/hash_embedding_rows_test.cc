@@ -316,6 +316,45 @@ TEST(HashEmbeddingEvictionTest, AnUpdatePreparedBeforeASweepLandsOnItsRows) {
   EXPECT_EQ(a.shard->num_rows(), 2);
 }
 
+// A sweep between Prepare and apply that evicts a row Prepare found gives
+// it back to the update, fresh (its old values gone with the eviction),
+// and counts it: evicted once, given back once, not admitted again. (A
+// backup that follows this primary sees the eviction before the push;
+// replicated_push_test checks its counts against given_back_rows.)
+TEST(HashEmbeddingEvictionTest, ARowEvictedFromAPreparedUpdateIsGivenBack) {
+  // Admission at the second sighting: 1 and 2 admitted, 7000 sighted.
+  AdmissionShard a(2, 0, AdmissionSpec::INITIAL_VALUE, /*ttl_steps=*/20);
+  ASSERT_TRUE(a.Push({1, 2, 7000}, 0.0f, /*step=*/0).ok());
+  ASSERT_TRUE(a.Push({1, 2}, 1.0f, /*step=*/0).ok());
+  ASSERT_TRUE(a.Push({2}, 1.0f, /*step=*/50).ok());
+  const HashRowCounts before = a.shard->row_counts();
+  ShardUpdate update;
+  update.learning_rate = 1.0f;
+  update.global_step = 60;
+  update.ids = {1, 2, 7000};
+  const std::vector<float> grads = {0.25f, 0.25f, 0.5f, 0.5f, 0.75f, 0.75f};
+  update.grads = {
+      PayloadView::Contiguous(grads.data(), grads.size() * sizeof(float))};
+  ASSERT_TRUE(a.shard->Prepare(&update, 1.0f).ok());
+  // Idle since step 0: 1 goes (2 was pushed at 50, 7000 is new).
+  EXPECT_EQ(a.shard->EvictIdleRows(60), 1);
+  {
+    absl::MutexLock lock(a.shard->mutex());
+    ASSERT_TRUE(a.shard->CheckLocked(&update).ok());
+    std::vector<float> undo(a.shard->UndoFloats(update));
+    ASSERT_TRUE(a.shard->ApplyLocked(update, undo.data()).ok());
+  }
+  EXPECT_FLOAT_EQ(a.Value(1, 1), a.init->Value(1, 1) - 0.25f);
+  EXPECT_FLOAT_EQ(a.Value(2, 1), a.init->Value(2, 1) - 2.0f - 0.5f);
+  EXPECT_FLOAT_EQ(a.Value(7000, 1), a.init->Value(7000, 1) - 0.75f);
+  EXPECT_EQ(a.shard->num_rows(), 3);
+  const HashRowCounts after = a.shard->row_counts();
+  EXPECT_EQ(after.evicted_rows - before.evicted_rows, 1);
+  EXPECT_EQ(after.given_back_rows - before.given_back_rows, 1);
+  // 7000 at Prepare; 1 is not admitted again.
+  EXPECT_EQ(after.admitted_rows - before.admitted_rows, 1);
+}
+
 TEST(HashEmbeddingEvictionTest, PinnedRowsStayAndRestoredRowsGetAFullTtl) {
   AdmissionShard a(0, 0, AdmissionSpec::INITIAL_VALUE, /*ttl_steps=*/10);
   ASSERT_TRUE(a.Push({1, 2}, 1.0f, /*step=*/0).ok());

@@ -484,6 +484,7 @@ absl::Status HashEmbeddingShard::RefreshRowsLocked(ShardUpdate* update) {
         !s.ok()) {
       return s;
     }
+    admission_.given_back_rows += static_cast<int64_t>(lost.size());
     // (Making room for them may have moved the others again.)
     for (size_t i = 0; i < rows.size(); ++i) {
       if (update->rows[i] != kNoRow) rows[i] = table_.Find(update->ids[i]);

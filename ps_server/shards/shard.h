@@ -81,6 +81,9 @@ struct HashRowCounts {
   int64_t admitted_rows = 0;
   int64_t unadmitted_gradients = 0;
   int64_t evicted_rows = 0;
+  // Rows an eviction took from a push between its Prepare and its apply,
+  // given back to it (counted as evicted, not as admitted again).
+  int64_t given_back_rows = 0;
   int64_t spilled_rows = 0;
   int64_t promoted_rows = 0;
   int64_t spilled_bytes = 0;
@@ -89,6 +92,7 @@ struct HashRowCounts {
     admitted_rows += other.admitted_rows;
     unadmitted_gradients += other.unadmitted_gradients;
     evicted_rows += other.evicted_rows;
+    given_back_rows += other.given_back_rows;
     spilled_rows += other.spilled_rows;
     promoted_rows += other.promoted_rows;
     spilled_bytes += other.spilled_bytes;
