@@ -63,8 +63,9 @@ def image(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sagemaker_image(tmp_path_factory):
-    yield from make_image(tmp_path_factory, "psrt-sagemaker", "--sagemaker")
+def sagemaker_image(tmp_path_factory, image):
+    # As a user pushing both images builds it: a layer on the psrt image.
+    yield from make_image(tmp_path_factory, "psrt-sagemaker", "--sagemaker", f"--base={image[0]}")
 
 
 @pytest.fixture(scope="module")
@@ -199,8 +200,18 @@ def opt_ml(rootfs, data, hyperparameters):
     return ml
 
 
-def test_sagemaker_image_trains_from_opt_ml_and_writes_the_model(sagemaker_image, data):
+def layers(archive):
+    inspected = run(["skopeo", "inspect", f"oci-archive:{archive}"])
+    assert inspected.returncode == 0, inspected.stdout
+    return json.loads(inspected.stdout)["Layers"]
+
+
+def test_sagemaker_image_trains_from_opt_ml_and_writes_the_model(image, sagemaker_image, data):
     archive, rootfs = sagemaker_image
+    # psrt's image layer as it is, then one layer: a registry holding both
+    # images stores the first once.
+    base_layers, sagemaker_layers = layers(image[0]), layers(archive)
+    assert sagemaker_layers[:-1] == base_layers and len(sagemaker_layers) == len(base_layers) + 1
     inspected = json.loads(run(["skopeo", "inspect", "--config", f"oci-archive:{archive}"]).stdout)
     entrypoint = inspected["config"]["Entrypoint"]
     assert entrypoint == ["python3", "/opt/psrt/entry.py"]
