@@ -8,19 +8,21 @@
 #include "absl/strings/str_cat.h"
 
 namespace psrt {
-namespace {
-constexpr size_t kBufferBytes = 1 << 20;
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<InputFile>> InputFile::Open(
-    const std::string& path) {
+    const std::string& path, size_t buffer_bytes) {
+  if (buffer_bytes < 8 || buffer_bytes > (size_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reading '", path, "': a buffer of ", buffer_bytes,
+                     " bytes (8 bytes to 1 GiB)"));
+  }
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));
   }
-  gzbuffer(f, kBufferBytes);
-  return std::unique_ptr<InputFile>(new InputFile(path, f));
+  gzbuffer(f, static_cast<unsigned>(buffer_bytes));
+  return std::unique_ptr<InputFile>(new InputFile(path, f, buffer_bytes));
 }
 
 InputFile::~InputFile() { gzclose(static_cast<gzFile>(file_)); }
@@ -29,9 +31,9 @@ absl::Status InputFile::Fill() {
   buffer_.erase(0, pos_);
   pos_ = 0;
   const size_t had = buffer_.size();
-  buffer_.resize(had + kBufferBytes);
+  buffer_.resize(had + buffer_bytes_);
   const int n = gzread(static_cast<gzFile>(file_), buffer_.data() + had,
-                       static_cast<unsigned>(kBufferBytes));
+                       static_cast<unsigned>(buffer_bytes_));
   if (n < 0) {
     int code;
     const char* message = gzerror(static_cast<gzFile>(file_), &code);

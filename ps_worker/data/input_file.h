@@ -13,8 +13,12 @@ namespace psrt {
 
 class InputFile {
  public:
+  // Bytes read from the file (decompressed) at a time, and zlib's buffer.
+  static constexpr size_t kDefaultBufferBytes = size_t{1} << 20;
+  // `buffer_bytes` (at least 8): smaller makes records and lines cross
+  // reads (the fuzzer's and the tests' way to reach those paths).
   static absl::StatusOr<std::unique_ptr<InputFile>> Open(
-      const std::string& path);
+      const std::string& path, size_t buffer_bytes = kDefaultBufferBytes);
   ~InputFile();
   InputFile(const InputFile&) = delete;
   InputFile& operator=(const InputFile&) = delete;
@@ -32,12 +36,13 @@ class InputFile {
   const std::string& path() const { return path_; }
 
  private:
-  InputFile(std::string path, void* file)
-      : path_(std::move(path)), file_(file) {}
+  InputFile(std::string path, void* file, size_t buffer_bytes)
+      : path_(std::move(path)), file_(file), buffer_bytes_(buffer_bytes) {}
   absl::Status Fill();
 
   const std::string path_;
   void* file_;  // gzFile
+  const size_t buffer_bytes_;
   std::string buffer_;
   size_t pos_ = 0;
   bool eof_ = false;

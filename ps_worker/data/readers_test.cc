@@ -2,13 +2,17 @@
 // Fashion-MNIST) and against damaged and malformed input.
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "gtest/gtest.h"
 #include "ps_worker/data/csv_reader.h"
+#include "ps_worker/data/input_file.h"
+#include "ps_worker/data/libsvm_reader.h"
 #include "ps_worker/data/record_reader.h"
+#include "ps_worker/data/tfrecord_reader.h"
 #include "ps_worker/data/tfrecord_writer.h"
 #include "tests/ci.h"
 
@@ -274,6 +278,82 @@ TEST(IdxReaderTest, ReadsFashionMnist) {
   }
   EXPECT_EQ(per_class.size(), 10u);
   EXPECT_EQ(per_class[3], 1000);
+}
+
+// Every record and line crosses the file's reads when they are 13 bytes
+// (a prime: records start at every offset of a read): the readers give
+// what they give through the default 1 MiB, which holds these files in
+// one or two reads. Real files: plain and gzip TFRecords, the Adult CSV;
+// LibSVM lines written here.
+TEST(RecordReaderTest, RecordsAcrossReadsOfASmallBufferReadTheSame) {
+  const std::string libsvm = TempPath("across.libsvm");
+  std::string lines;
+  for (int i = 0; i < 500; ++i) {
+    lines += std::to_string(i % 2) + " " + std::to_string(i) + ":0.5 " +
+             std::to_string(1000 + i * 7) + ":1\n";
+  }
+  WriteFile(libsvm, lines);
+  struct Case {
+    std::string path;
+    std::function<std::unique_ptr<RecordReader>(std::unique_ptr<InputFile>)>
+        open;
+    size_t examples;
+  };
+  ReaderOptions tfrecord;
+  tfrecord.format = "tfrecord";
+  ReaderOptions penguins = tfrecord;
+  penguins.label_field = "species";
+  penguins.ids_field = "";
+  ReaderOptions csv;
+  csv.format = "csv";
+  const std::vector<Case> cases = {
+      {kValTfRecords,
+       [&](std::unique_ptr<InputFile> f) {
+         return NewTfRecordReader(std::move(f), tfrecord);
+       },
+       10000},
+      {"testdata/penguin_tfx/Split-train/data_tfrecord-00000-of-00001.gz",
+       [&](std::unique_ptr<InputFile> f) {
+         return NewTfRecordReader(std::move(f), penguins);
+       },
+       234},
+      {"testdata/adult/adult.test",
+       [&](std::unique_ptr<InputFile> f) {
+         return NewCsvReader(std::move(f), csv);
+       },
+       16281},
+      {libsvm,
+       [&](std::unique_ptr<InputFile> f) {
+         return NewLibsvmReader(std::move(f), ReaderOptions());
+       },
+       500},
+  };
+  for (const Case& c : cases) {
+    std::vector<Example> read[2];
+    for (int small = 0; small < 2; ++small) {
+      auto file = small ? InputFile::Open(c.path, 13) : InputFile::Open(c.path);
+      ASSERT_TRUE(file.ok()) << file.status();
+      std::unique_ptr<RecordReader> reader = c.open(std::move(*file));
+      ASSERT_NE(reader, nullptr) << c.path;
+      Example e;
+      while (true) {
+        absl::StatusOr<bool> more = reader->Next(&e);
+        ASSERT_TRUE(more.ok()) << c.path << ": " << more.status();
+        if (!*more) break;
+        read[small].push_back(e);
+      }
+    }
+    ASSERT_EQ(read[0].size(), c.examples) << c.path;
+    ASSERT_EQ(read[1].size(), c.examples) << c.path;
+    for (size_t i = 0; i < c.examples; ++i) {
+      ASSERT_EQ(read[1][i].label, read[0][i].label) << c.path << " #" << i;
+      ASSERT_EQ(read[1][i].ids, read[0][i].ids) << c.path << " #" << i;
+      ASSERT_EQ(read[1][i].values, read[0][i].values) << c.path << " #" << i;
+      ASSERT_EQ(read[1][i].dense, read[0][i].dense) << c.path << " #" << i;
+    }
+  }
+  EXPECT_EQ(InputFile::Open(libsvm, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RecordReaderTest, UnknownFormatAndMissingFileAreClear) {

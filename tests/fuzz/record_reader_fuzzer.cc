@@ -1,12 +1,15 @@
 // Training input files: the first byte picks the format (LibSVM/LibFFM,
 // TFRecord of tf.Example, plain or gzip, Criteo TSV, CSV with the Adult
-// schema) and whether bad records are skipped; the rest is the file.
+// schema), whether bad records are skipped and the size of the file's
+// reads (8 to 1,024 bytes, so that records and lines cross them, or the
+// default 1 MiB); the rest is the file.
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
 #include "ps_worker/data/criteo_tsv_reader.h"
 #include "ps_worker/data/csv_reader.h"
+#include "ps_worker/data/input_file.h"
 #include "ps_worker/data/libsvm_reader.h"
 #include "ps_worker/data/tfrecord_reader.h"
 #include "tests/fuzz/scratch_file.h"
@@ -18,7 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (f == nullptr) return 0;
   std::fwrite(data + 1, 1, size - 1, f);
   std::fclose(f);
-  auto file = psrt::InputFile::Open(path);
+  const size_t buffer_bytes = (data[0] & 0x80)
+                                  ? psrt::InputFile::kDefaultBufferBytes
+                                  : size_t{8} << ((data[0] >> 4) & 7);
+  auto file = psrt::InputFile::Open(path, buffer_bytes);
   if (!file.ok()) return 0;
   psrt::ReaderOptions options;
   options.skip_bad_records = (data[0] & 4) != 0;
