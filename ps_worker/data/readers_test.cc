@@ -2,7 +2,6 @@
 // Fashion-MNIST) and against damaged and malformed input.
 #include <cstdio>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -10,9 +9,7 @@
 #include "gtest/gtest.h"
 #include "ps_worker/data/csv_reader.h"
 #include "ps_worker/data/input_file.h"
-#include "ps_worker/data/libsvm_reader.h"
 #include "ps_worker/data/record_reader.h"
-#include "ps_worker/data/tfrecord_reader.h"
 #include "ps_worker/data/tfrecord_writer.h"
 #include "tests/ci.h"
 
@@ -293,12 +290,6 @@ TEST(RecordReaderTest, RecordsAcrossReadsOfASmallBufferReadTheSame) {
              std::to_string(1000 + i * 7) + ":1\n";
   }
   WriteFile(libsvm, lines);
-  struct Case {
-    std::string path;
-    std::function<std::unique_ptr<RecordReader>(std::unique_ptr<InputFile>)>
-        open;
-    size_t examples;
-  };
   ReaderOptions tfrecord;
   tfrecord.format = "tfrecord";
   ReaderOptions penguins = tfrecord;
@@ -306,43 +297,23 @@ TEST(RecordReaderTest, RecordsAcrossReadsOfASmallBufferReadTheSame) {
   penguins.ids_field = "";
   ReaderOptions csv;
   csv.format = "csv";
-  const std::vector<Case> cases = {
-      {kValTfRecords,
-       [&](std::unique_ptr<InputFile> f) {
-         return NewTfRecordReader(std::move(f), tfrecord);
-       },
-       10000},
+  const struct {
+    std::string path;
+    ReaderOptions options;
+    size_t examples;
+  } cases[] = {
+      {kValTfRecords, tfrecord, 10000},
       {"testdata/penguin_tfx/Split-train/data_tfrecord-00000-of-00001.gz",
-       [&](std::unique_ptr<InputFile> f) {
-         return NewTfRecordReader(std::move(f), penguins);
-       },
-       234},
-      {"testdata/adult/adult.test",
-       [&](std::unique_ptr<InputFile> f) {
-         return NewCsvReader(std::move(f), csv);
-       },
-       16281},
-      {libsvm,
-       [&](std::unique_ptr<InputFile> f) {
-         return NewLibsvmReader(std::move(f), ReaderOptions());
-       },
-       500},
+       penguins, 234},
+      {"testdata/adult/adult.test", csv, 16281},
+      {libsvm, ReaderOptions(), 500},
   };
-  for (const Case& c : cases) {
+  for (const auto& c : cases) {
     std::vector<Example> read[2];
-    for (int small = 0; small < 2; ++small) {
-      auto file = small ? InputFile::Open(c.path, 13) : InputFile::Open(c.path);
-      ASSERT_TRUE(file.ok()) << file.status();
-      std::unique_ptr<RecordReader> reader = c.open(std::move(*file));
-      ASSERT_NE(reader, nullptr) << c.path;
-      Example e;
-      while (true) {
-        absl::StatusOr<bool> more = reader->Next(&e);
-        ASSERT_TRUE(more.ok()) << c.path << ": " << more.status();
-        if (!*more) break;
-        read[small].push_back(e);
-      }
-    }
+    ReaderOptions options = c.options;
+    ASSERT_TRUE(ReadAll(c.path, options, &read[0]).ok()) << c.path;
+    options.read_buffer_bytes = 13;
+    ASSERT_TRUE(ReadAll(c.path, options, &read[1]).ok()) << c.path;
     ASSERT_EQ(read[0].size(), c.examples) << c.path;
     ASSERT_EQ(read[1].size(), c.examples) << c.path;
     for (size_t i = 0; i < c.examples; ++i) {

@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<RecordReader>> OpenRecordReader(
         absl::StrCat("unknown data format '", options.format,
                      "' (libsvm, tfrecord, criteo_tsv, csv, idx)"));
   }
-  auto file = InputFile::Open(path);
+  auto file = InputFile::Open(path, options.read_buffer_bytes);
   if (!file.ok()) return file.status();
   if (options.format == "libsvm")
     return NewLibsvmReader(std::move(*file), options);

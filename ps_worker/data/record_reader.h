@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "ps_worker/data/example.h"
+#include "ps_worker/data/input_file.h"
 #include "ps_worker/data/tfrecord_features.h"
 
 namespace psrt {
@@ -40,6 +41,8 @@ struct ReaderOptions {
   // categorical ids into [14, 14 + N) (for an EMBEDDING of vocab N + 14).
   int64_t criteo_buckets = 0;
   bool skip_bad_records = false;
+  // Bytes read from the file at a time (InputFile::Open).
+  size_t read_buffer_bytes = InputFile::kDefaultBufferBytes;
 };
 
 // Reading is two phases so that parsing can run on other threads while one
