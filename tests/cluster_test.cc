@@ -185,31 +185,36 @@ TEST_F(ClusterTest, StatefulOptimizersMatchTheReference) {
   auto setup = NewClient();
   ASSERT_EQ(setup->CreateVariables(specs), absl::OkStatus());
 
-  // The gradient client c pushes at `step`: ids drawn from its own shard
-  // (with repeats) and normal gradients.
-  auto make_step = [&](int c, int step, std::vector<int64_t>* ids,
-                       std::vector<float>* grads) {
-    std::mt19937 rng(c * 100003 + step);
-    std::uniform_int_distribution<int> pick(0, 249);
-    std::normal_distribution<float> normal(0, 1);
-    ids->resize(40);
-    for (auto& id : *ids) id = c * 250 + pick(rng);
-    grads->resize(40 * kDim);
-    for (auto& g : *grads) g = normal(rng);
+  // What gradient client c pushes at each step: ids drawn from its own
+  // shard (with repeats) and normal gradients. Drawn once: the reference
+  // below replays them for every row.
+  struct Step {
+    std::vector<int64_t> ids;
+    std::vector<float> grads;
   };
+  std::vector<std::vector<Step>> steps(kClients, std::vector<Step>(kSteps));
+  for (int c = 0; c < kClients; ++c) {
+    for (int step = 0; step < kSteps; ++step) {
+      std::mt19937 rng(c * 100003 + step);
+      std::uniform_int_distribution<int> pick(0, 249);
+      std::normal_distribution<float> normal(0, 1);
+      Step& s = steps[c][step];
+      s.ids.resize(40);
+      for (auto& id : s.ids) id = c * 250 + pick(rng);
+      s.grads.resize(40 * kDim);
+      for (auto& g : s.grads) g = normal(rng);
+    }
+  }
 
   std::vector<std::thread> threads;
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
       auto client = NewClient();
       ASSERT_TRUE(client->RefreshCatalog().ok());
-      std::vector<int64_t> ids;
-      std::vector<float> grads;
-      for (int step = 0; step < kSteps; ++step) {
-        make_step(c, step, &ids, &grads);
+      for (const Step& s : steps[c]) {
         std::vector<PushOp> ops;
         for (const Case& k : cases)
-          ops.push_back(PushOp::Rows(k.name, ids, grads.data()));
+          ops.push_back(PushOp::Rows(k.name, s.ids, s.grads.data()));
         ASSERT_TRUE(client->Push(ops).ok());
       }
     });
@@ -229,16 +234,14 @@ TEST_F(ClusterTest, StatefulOptimizersMatchTheReference) {
       std::vector<float> initial(kDim);
       init.FillRow(row, kDim, initial.data());
       ReferenceState ref = ReferenceState::Start(opt, initial);
-      std::vector<int64_t> ids;
-      std::vector<float> grads;
       for (int step = 0; step < kSteps; ++step) {
-        make_step(c, step, &ids, &grads);
+        const Step& s = steps[c][step];
         std::vector<float> sum(kDim, 0);
         bool touched = false;
-        for (size_t i = 0; i < ids.size(); ++i) {
-          if (ids[i] != row) continue;
+        for (size_t i = 0; i < s.ids.size(); ++i) {
+          if (s.ids[i] != row) continue;
           touched = true;
-          for (int d = 0; d < kDim; ++d) sum[d] += grads[i * kDim + d];
+          for (int d = 0; d < kDim; ++d) sum[d] += s.grads[i * kDim + d];
         }
         // The shard's update count is the client's step count.
         if (touched) ReferenceUpdate(opt, step + 1, sum.data(), &ref);
