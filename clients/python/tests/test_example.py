@@ -33,6 +33,13 @@ def run(*args):
     return out.stdout
 
 
+@pytest.fixture(scope="module")
+def local():
+    """The held-out accuracy of the example trained locally: its runs are
+    seeded, so one run serves the three comparisons."""
+    return accuracy(run("--local"))
+
+
 def launch_example(launcher_flags, script_flags):
     """The example as the worker command of deploy/local/launch.py with 2
     hosts; its stdout (every worker's lines, prefixed "[workerN]")."""
@@ -58,8 +65,7 @@ def launch_example(launcher_flags, script_flags):
     return out.stdout
 
 
-def test_two_workers_through_psrt_match_local_training(make_cluster):
-    local = accuracy(run("--local"))
+def test_two_workers_through_psrt_match_local_training(make_cluster, local):
     cluster = make_cluster(2)
     spec = json.dumps(cluster.spec)
     workers = [
@@ -87,12 +93,11 @@ def test_two_workers_through_psrt_match_local_training(make_cluster):
     assert abs(distributed - local) <= 0.005, (local, distributed)
 
 
-def test_python_workers_under_the_launcher_train_in_sync_mode():
+def test_python_workers_under_the_launcher_train_in_sync_mode(local):
     """deploy/local/launch.py --hosts=2 with the example as its worker
     command: cluster and worker index come from the launcher's TF_CONFIG;
     in sync mode both workers end on the same parameters, so both print the
     same held-out accuracy."""
-    local = accuracy(run("--local"))
     out = launch_example([], ["--mode=sync"])
     found = re.findall(r"\[worker(\d)\] test_accuracy=([0-9.]+)", out)
     assert sorted(w for w, _ in found) == ["0", "1"], out[-4000:]
@@ -102,14 +107,13 @@ def test_python_workers_under_the_launcher_train_in_sync_mode():
     assert abs(first - local) <= 0.005, (local, first)
 
 
-def test_pytorch_ddp_dense_layers_with_psrt_embeddings():
+def test_pytorch_ddp_dense_layers_with_psrt_embeddings(local):
     """--ddp: the MLP by torch DistributedDataParallel over Gloo (the group
     met at TF_CONFIG's worker 0), the embeddings on psrt in sync mode, two
     workers under deploy/local/launch.py -- on hosts in network namespaces
     where this runs as root (CI), else on loopback addresses. Both workers
     end with the same MLP bits, and the held-out accuracy is the local
     run's within 0.5%."""
-    local = accuracy(run("--local"))
     hosts = ["--netns=psrtpy", "--netns_subnet=10.99.0"] if os.geteuid() == 0 else []
     out = launch_example([*hosts, "--base_port=25900"], ["--mode=sync", "--ddp"])
     found = dict(re.findall(r"\[worker(\d)\] test_accuracy=([0-9.]+)", out))
