@@ -8,7 +8,7 @@
 # CI fails there rather than passing as skipped. A pytest skip is named
 # "//target pytest:FILE" (pytest's -rs lines name no test).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 logs="${1:-bazel-testlogs}"
 allowed=tests/allowed_skips.txt
 found=0
@@ -16,6 +16,10 @@ unlisted=()
 while IFS= read -r -d '' log; do
   target="${log#"$logs"/}"
   target="//${target%/test.log}"
+  # A sharded target's logs are in shard_I_of_N/, repeated runs' in
+  # run_I_of_N/ (--runs_per_test).
+  [[ "$target" =~ /(shard|run)_[0-9]+_of_[0-9]+$ ]] && target="${target%/*}"
+  [[ "$target" =~ /(shard|run)_[0-9]+_of_[0-9]+$ ]] && target="${target%/*}"
   target="${target%/*}:${target##*/}"
   # gtest: the reason is printed just before the "[  SKIPPED ] Test" line.
   reasons=$(grep -B1 -E '^\[  SKIPPED \] [A-Za-z0-9_]+\.[A-Za-z0-9_/]+ \(' "$log" |
