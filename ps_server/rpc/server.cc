@@ -1,11 +1,16 @@
 #include "ps_server/rpc/server.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "glog/logging.h"
@@ -72,6 +77,59 @@ void WarnIfExposed(const ServerOptions& options) {
                   "fully trust, or --bind_address=127.0.0.1 on one machine "
                   "(docs/operations.md, Security model).";
 }
+
+// Holds the TCP port of `listen_address` ("host:port") bound, on every
+// address, until destroyed: the data planes, which start before gRPC
+// listens, bind ports the kernel picks, and without this one could pick
+// the port this PS is configured to serve gRPC on (seen in a test:
+// "cannot listen on 0.0.0.0:45565", the data plane at 127.0.0.1:45565).
+// No-op for port 0 or an address it cannot parse; gRPC's own bind
+// reports those.
+class PortReservation {
+ public:
+  explicit PortReservation(const std::string& listen_address) {
+    const size_t colon = listen_address.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos ||
+        !absl::SimpleAtoi(listen_address.substr(colon + 1), &port) ||
+        port <= 0 || port > 65535) {
+      return;
+    }
+    fd_ = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd_ >= 0) {
+      int v6only = 0;  // IPv4 too
+      setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+      sockaddr_in6 address{};
+      address.sin6_family = AF_INET6;
+      address.sin6_addr = in6addr_any;
+      address.sin6_port = htons(static_cast<uint16_t>(port));
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
+          0) {
+        return;
+      }
+      close(fd_);
+    }
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);  // no IPv6 on this host
+    if (fd_ < 0) return;
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_ANY);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+        0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~PortReservation() {
+    if (fd_ >= 0) close(fd_);
+  }
+  PortReservation(const PortReservation&) = delete;
+  PortReservation& operator=(const PortReservation&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 // Whether StartDataPlanes starts any (a provider may still not open).
 bool ServesDataPlane(const ServerOptions& options) {
@@ -220,7 +278,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         [membership](int task) { return membership->IsFailed(task); });
   }
 
-  if (absl::Status s = server->StartDataPlanes(options); !s.ok()) return s;
+  {
+    const PortReservation grpc_port(options.listen_address);
+    if (absl::Status s = server->StartDataPlanes(options); !s.ok()) return s;
+  }
 
   auto credentials = MakeServerCredentials(options.security);
   if (!credentials.ok()) return credentials.status();
