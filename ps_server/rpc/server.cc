@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "glog/logging.h"
@@ -83,42 +82,26 @@ void WarnIfExposed(const ServerOptions& options) {
 // listens, bind ports the kernel picks, and without this one could pick
 // the port this PS is configured to serve gRPC on (seen in a test:
 // "cannot listen on 0.0.0.0:45565", the data plane at 127.0.0.1:45565).
-// No-op for port 0 or an address it cannot parse; gRPC's own bind
-// reports those.
+// No-op for an address SplitHostPort refuses (port 0 among them); gRPC's
+// own bind reports those.
 class PortReservation {
  public:
   explicit PortReservation(const std::string& listen_address) {
-    const size_t colon = listen_address.rfind(':');
+    std::string host;
     int port = 0;
-    if (colon == std::string::npos ||
-        !absl::SimpleAtoi(listen_address.substr(colon + 1), &port) ||
-        port <= 0 || port > 65535) {
-      return;
-    }
-    fd_ = socket(AF_INET6, SOCK_STREAM, 0);
-    if (fd_ >= 0) {
-      int v6only = 0;  // IPv4 too
-      setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
-      sockaddr_in6 address{};
-      address.sin6_family = AF_INET6;
-      address.sin6_addr = in6addr_any;
-      address.sin6_port = htons(static_cast<uint16_t>(port));
-      if (bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
-          0) {
-        return;
-      }
-      close(fd_);
-    }
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);  // no IPv6 on this host
-    if (fd_ < 0) return;
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-        0) {
-      close(fd_);
-      fd_ = -1;
+    if (!SplitHostPort(listen_address, &host, &port).ok()) return;
+    // Every address: IPv6's wildcard with IPv4 too, else (no IPv6 on this
+    // host) IPv4's.
+    sockaddr_in6 v6{};
+    v6.sin6_family = AF_INET6;
+    v6.sin6_addr = in6addr_any;
+    v6.sin6_port = htons(static_cast<uint16_t>(port));
+    sockaddr_in v4{};
+    v4.sin_family = AF_INET;
+    v4.sin_addr.s_addr = htonl(INADDR_ANY);
+    v4.sin_port = htons(static_cast<uint16_t>(port));
+    if (!Bind(AF_INET6, reinterpret_cast<sockaddr*>(&v6), sizeof(v6))) {
+      Bind(AF_INET, reinterpret_cast<sockaddr*>(&v4), sizeof(v4));
     }
   }
   ~PortReservation() {
@@ -128,6 +111,19 @@ class PortReservation {
   PortReservation& operator=(const PortReservation&) = delete;
 
  private:
+  bool Bind(int family, const sockaddr* address, socklen_t size) {
+    fd_ = socket(family, SOCK_STREAM, 0);
+    if (fd_ < 0) return false;
+    const int v6only = 0;  // IPv4 too
+    if (family == AF_INET6) {
+      setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+    }
+    if (bind(fd_, address, size) == 0) return true;
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+
   int fd_ = -1;
 };
 

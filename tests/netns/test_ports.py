@@ -6,6 +6,7 @@ the gRPC port makes that pick certain."""
 import os
 import subprocess
 
+import netns
 from netns_util import ROOT, needs_netns
 
 PORT = 45565
@@ -13,30 +14,17 @@ PORT = 45565
 
 @needs_netns
 def test_the_data_plane_leaves_the_grpc_port_to_grpc():
-    ns = "psrtport"
-    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    subprocess.run(["ip", "netns", "add", ns], check=True)
+    hosts = netns.HostNetwork("psrtport", 1, "10.97.9")
+    hosts.create()
     try:
-        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        run_here = hosts.exec_prefix(0)
         subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "sysctl",
-                "-q",
-                "-w",
-                f"net.ipv4.ip_local_port_range={PORT} {PORT}",
-            ],
+            [*run_here, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={PORT} {PORT}"],
             check=True,
         )
         server = subprocess.Popen(
             [
-                "ip",
-                "netns",
-                "exec",
-                ns,
+                *run_here,
                 os.path.join(ROOT, "ps_server/ps_server"),
                 f'--cluster={{"cluster":{{"ps":["127.0.0.1:{PORT}"]}}}}',
                 "--task_index=0",
@@ -58,4 +46,4 @@ def test_the_data_plane_leaves_the_grpc_port_to_grpc():
         # No other port to pick: the data plane stays off and says why.
         assert "pushes and pulls travel over gRPC" in out, out
     finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        hosts.destroy()
