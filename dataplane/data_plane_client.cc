@@ -25,9 +25,10 @@ void Prepare(CallOp* call_op, int* pending) {
 
 // Waits up to `timeout` for completions, which drives the provider's
 // progress, and records each in its CallOp.
-void RecordCompletions(FabricEndpoint* endpoint, absl::Duration timeout) {
+void RecordCompletions(FabricEndpoint* endpoint, absl::Duration timeout,
+                       bool idle = false) {
   Completion completions[8];
-  const size_t n = endpoint->Poll(completions, 8, timeout);
+  const size_t n = endpoint->Poll(completions, 8, timeout, idle);
   for (size_t i = 0; i < n; ++i) {
     auto* call_op = static_cast<CallOp*>(completions[i].op->user);
     call_op->status = completions[i].status;
@@ -42,8 +43,10 @@ absl::StatusOr<std::unique_ptr<DataPlaneClient>> DataPlaneClient::Connect(
     const FabricOptions& fabric, absl::string_view server_address,
     const Challenge& challenge, absl::string_view token, absl::Time deadline,
     FrameLimits limits, PeerCheck peer_check) {
+  FabricOptions with_doorbell = fabric;
+  with_doorbell.doorbell = true;  // shm: the PS rings it with each answer
   absl::StatusOr<std::unique_ptr<FabricEndpoint>> endpoint =
-      FabricEndpoint::Open(fabric);
+      FabricEndpoint::Open(with_doorbell);
   if (!endpoint.ok()) return endpoint.status();
   absl::StatusOr<fi_addr_t> server = (*endpoint)->InsertPeer(server_address);
   if (!server.ok()) return server.status();
@@ -135,7 +138,8 @@ absl::Status DataPlaneClient::Break(absl::Status why) {
 // How often a waiting call asks peer_check_ whether the PS is gone.
 constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(50);
 
-absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
+absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline,
+                                    bool idle) {
   // Checked once per interval of waiting, not per completion (a body's
   // messages complete one by one).
   absl::Time next_check = absl::Now() + kPeerCheckInterval;
@@ -152,7 +156,7 @@ absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline) {
       next_check = absl::Now() + kPeerCheckInterval;
       continue;
     }
-    RecordCompletions(endpoint_.get(), std::min(left, next_check - now));
+    RecordCompletions(endpoint_.get(), std::min(left, next_check - now), idle);
   }
   return absl::OkStatus();
 }
@@ -259,7 +263,9 @@ absl::StatusOr<FrameMessage> DataPlaneClient::SendAndAwaitAnswer(
     });
   }
   if (!s.ok()) return Break(s);
-  if (absl::Status waited = Await(&pending, deadline); !waited.ok()) {
+  // Awaited: the answer's header message, which its sender rings for.
+  if (absl::Status waited = Await(&pending, deadline, /*idle=*/true);
+      !waited.ok()) {
     return waited;
   }
   for (const CallOp& op : sends) {

@@ -97,8 +97,9 @@ class DataPlaneClient {
   absl::Status SendReady(uint32_t sequence, Op* op, int* pending,
                          absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until `*pending` of this call's operations completed.
-  absl::Status Await(int* pending, absl::Time deadline)
+  // Waits until `*pending` of this call's operations completed. `idle`:
+  // the receive awaited is a new message, not a body (FabricEndpoint::Poll).
+  absl::Status Await(int* pending, absl::Time deadline, bool idle = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Posts with `post` until the provider takes it, making progress while
   // its queue is full (the operations completing meanwhile are this

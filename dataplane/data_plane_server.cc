@@ -221,7 +221,11 @@ void DataPlaneServer::ProgressLoop() {
   progress_thread_id_ = std::this_thread::get_id();
   Completion completions[32];
   while (!stopping_) {
-    const size_t n = endpoint_->Poll(completions, 32, absl::Milliseconds(100));
+    // Idle with no body being received: only a new message (whose sender
+    // rings) or this server's own sends (counted by the endpoint) need
+    // the provider driven.
+    const size_t n = endpoint_->Poll(completions, 32, absl::Milliseconds(100),
+                                     /*idle=*/bodies_.empty());
     PruneRetired();
     if (const absl::Time now = absl::Now(); now >= next_sweep_) {
       next_sweep_ = now + absl::Milliseconds(250);

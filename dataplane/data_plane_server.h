@@ -76,6 +76,9 @@ using Respond = std::function<void(absl::StatusOr<Reply>)>;
 using AsyncCallHandler = std::function<void(Request request, Respond respond)>;
 
 struct DataPlaneServerOptions {
+  // With a doorbell (shm: clients ring it, and an idle server sleeps;
+  // fabric_endpoint.h).
+  DataPlaneServerOptions() { fabric.doorbell = true; }
   FabricOptions fabric;
   std::string token;  // the cluster's; empty: hellos carry no proof
   FrameLimits limits;

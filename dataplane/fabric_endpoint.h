@@ -19,15 +19,19 @@
 #include <rdma/fabric.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "dataplane/doorbell.h"
 
 struct fid_fabric;
 struct fid_domain;
@@ -79,6 +83,11 @@ struct FabricOptions {
   std::string node = "127.0.0.1";
   // The port to listen on (tcp, with `node`); 0: one the kernel picks.
   int port = 0;
+  // Where the provider has nothing to wake a waiter (shm): bind a
+  // doorbell (doorbell.h) that peers ring when they send here, so that
+  // Poll(idle) sleeps rather than polls. DataPlaneServer and
+  // DataPlaneClient set it.
+  bool doorbell = false;
 };
 
 // The port of a socket-address fabric address (tcp's: a sockaddr_in or
@@ -135,12 +144,31 @@ class FabricEndpoint {
   void Cancel(Op* op);
 
   // Up to `max` completions, waiting up to `timeout` for the first (and
-  // driving the provider's progress meanwhile).
-  size_t Poll(Completion* out, size_t max, absl::Duration timeout);
+  // driving the provider's progress meanwhile). `idle`: the caller awaits
+  // no receive but its standing ones (a new message), so that an endpoint
+  // with a doorbell and no send in flight may sleep on it instead of
+  // polling the provider.
+  size_t Poll(Completion* out, size_t max, absl::Duration timeout,
+              bool idle = false);
 
  private:
   FabricEndpoint() = default;
   absl::Status Fail(absl::string_view call, int rc) const;
+  // Counts a send about to be posted (undone by SendNotPosted) and wakes
+  // this endpoint's own sleeping Poll, which must drive it.
+  void SendPosting();
+  void SendNotPosted();
+  // A send's completion (or error) came back.
+  void SendEnded();
+  // After a send to `peer` is posted (which began at `posting_at`, on the
+  // monotonic clock): rings its doorbell, if it has one, unless an
+  // earlier send made that needless.
+  void RingPeer(fi_addr_t peer, int64_t posting_at);
+  // Sleeps on the doorbell until rung or `timeout`, unless a send is in
+  // flight. Poll calls it only when its last completion is
+  // kSleepAfterNanos older than its last (empty) read of the queue, so
+  // that a sender that skipped ringing (RingPeer) posted before that read.
+  void Sleep(absl::Duration timeout);
 
   std::string provider_;
   std::string address_;
@@ -153,6 +181,20 @@ class FabricEndpoint {
   fid_av* av_ = nullptr;
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
+  // Polled providers only (shm): doorbells, this endpoint's and its peers'.
+  std::unique_ptr<Doorbell> doorbell_;
+  std::unique_ptr<DoorbellRinger> ringer_;
+  absl::Mutex bells_mu_;
+  struct PeerBell {
+    DoorbellAddress address;
+    int64_t last_posting_at = INT64_MIN / 2;  // the last send's
+  };
+  absl::flat_hash_map<fi_addr_t, PeerBell> bells_ ABSL_GUARDED_BY(bells_mu_);
+  std::atomic<int64_t> last_completion_ns_{0};
+  std::atomic<int64_t> sends_in_flight_{0};
+  std::atomic<bool> sleeping_{false};
+  // shm: the shared lock on this endpoint's region (shm_regions.h).
+  int region_hold_ = -1;
 };
 
 }  // namespace psrt::dataplane

@@ -1,14 +1,13 @@
 #include "dataplane/forked_server.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "dataplane/shm_regions.h"
 
 namespace psrt::dataplane {
 namespace {
@@ -96,32 +95,13 @@ absl::StatusOr<std::unique_ptr<ForkedServer>> ForkedServer::Start(
   return forked;
 }
 
-namespace {
-
-// libfabric's shm names an endpoint's region /dev/shm/<pid>:<uid>:<index>
-// and unlinks it when the process ends cleanly; a child killed with
-// SIGKILL leaves it (16 MiB of tmpfs, sparse), and a later process that
-// gets the same pid cannot open shm at all (fi_enable: EBUSY; seen in CI
-// with 222 such regions left on the machine by earlier runs).
-void RemoveShmRegionsOf(pid_t pid) {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return;
-  const std::string prefix = absl::StrCat(pid, ":");
-  while (dirent* entry = readdir(dir)) {
-    if (absl::StartsWith(entry->d_name, prefix)) {
-      unlinkat(dirfd(dir), entry->d_name, 0);
-    }
-  }
-  closedir(dir);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 ForkedServer::~ForkedServer() {
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
-    RemoveShmRegionsOf(pid_);
+    RemoveStaleShmRegions(pid_);
   }
 }
 

@@ -28,6 +28,7 @@ class ForkedServer {
   const std::string& address() const { return address_; }
   // The challenges handed out, in order; each opens one connection.
   const std::vector<Challenge>& challenges() const { return challenges_; }
+  pid_t pid() const { return pid_; }
 
  private:
   ForkedServer() = default;

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "dataplane/shm_regions.h"
 #include "util/spawn.h"
 
 namespace psrt {
@@ -49,6 +50,13 @@ std::string FileTail(const std::string& path, size_t max_bytes) {
   text << in.rdbuf();
   const std::string all = text.str();
   return all.size() <= max_bytes ? all : all.substr(all.size() - max_bytes);
+}
+
+// WaitForExit, then what a process killed with SIGKILL left in /dev/shm.
+int ReapProcess(pid_t pid, absl::Time deadline) {
+  const int exit_code = WaitForExit(pid, deadline);
+  dataplane::RemoveStaleShmRegions(pid);
+  return exit_code;
 }
 
 }  // namespace
@@ -197,6 +205,7 @@ int LocalCluster::Kill(int ps, int signal) {
   kill(pids_[ps], signal);
   int status = 0;
   waitpid(pids_[ps], &status, 0);
+  dataplane::RemoveStaleShmRegions(pids_[ps]);
   pids_[ps] = -1;
   return status;
 }
@@ -213,7 +222,7 @@ LocalCluster::~LocalCluster() {
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   for (pid_t& pid : pids_) {
-    if (pid > 0) WaitForExit(pid, deadline);  // SIGKILL after the deadline
+    if (pid > 0) ReapProcess(pid, deadline);  // SIGKILL after the deadline
     pid = -1;
   }
 }
@@ -265,7 +274,7 @@ std::vector<LocalCluster::WorkerRun> RunPrograms(
   std::vector<LocalCluster::WorkerRun> runs(pids.size());
   const absl::Time deadline = absl::Now() + timeout;
   for (size_t i = 0; i < pids.size(); ++i) {
-    runs[i].exit_code = pids[i] < 0 ? 127 : WaitForExit(pids[i], deadline);
+    runs[i].exit_code = pids[i] < 0 ? 127 : ReapProcess(pids[i], deadline);
     std::ifstream in(logs[i]);
     std::stringstream text;
     text << in.rdbuf();
