@@ -12,9 +12,10 @@ DEFINE_string(data_plane, "fabric",
               "on one port, and holds about 10 MiB less).");
 DEFINE_string(data_plane_providers, "tcp",
               "The data plane's libfabric providers: tcp (or another by "
-              "name) for every host; add shm for shared memory within one "
-              "host (opt-in: libfabric 1.17's shm can crash a process that "
-              "holds several shm endpoints, docs/architecture.md).");
+              "name) for every host; add shm for shared memory between a "
+              "worker and a PS on one host (in one network namespace; "
+              "opt-in: on a host without spare cores its polling costs "
+              "training more than it saves, docs/benchmarks.md).");
 
 namespace psrt {
 

@@ -13,7 +13,7 @@ std::string SharedMemoryHostKey() {
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string key;
   if (!std::getline(boot, key) || key.empty()) return "";
-  for (const char* ns : {"ipc", "pid", "mnt"}) {
+  for (const char* ns : {"ipc", "pid", "mnt", "net"}) {
     char link[256];
     const ssize_t n = readlink(absl::StrCat("/proc/self/ns/", ns).c_str(), link,
                                sizeof(link));

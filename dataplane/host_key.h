@@ -1,7 +1,9 @@
 // What says two processes can share memory: the same kernel boot and the
 // same IPC, PID and mount namespaces (shm's cross-memory attach and
-// /dev/shm need all of them). Two pods on one node differ; two network
-// namespaces of one host (tests' "hosts") do not.
+// /dev/shm need all of them), and the same network namespace. Two pods
+// on one node differ; so do two network namespaces of one host (tests'
+// "hosts", which a partition of their network must cut apart: shared
+// memory would not notice it).
 #ifndef PSRT_DATAPLANE_HOST_KEY_H_
 #define PSRT_DATAPLANE_HOST_KEY_H_
 
@@ -9,8 +11,8 @@
 
 namespace psrt::dataplane {
 
-// "boot id|ipc:[...]|pid:[...]|mnt:[...]"; empty where /proc cannot tell
-// (then no client is taken to share this host).
+// "boot id|ipc:[...]|pid:[...]|mnt:[...]|net:[...]"; empty where /proc cannot
+// tell (then no client is taken to share this host).
 std::string SharedMemoryHostKey();
 
 }  // namespace psrt::dataplane

@@ -40,7 +40,8 @@ std::unique_ptr<LocalCluster> StartSecured() {
   o.extra_flags = {"--auth_token_file=" + WriteFile("token", kToken),
                    "--peer_secret_file=" +
                        WriteFile("peer", "peer-secret-of-the-data-plane-test"),
-                   "--metrics_bind_address=127.0.0.1", "--data_plane=fabric"};
+                   "--metrics_bind_address=127.0.0.1", "--data_plane=fabric",
+                   "--data_plane_providers=shm,tcp"};
   o.client_security.auth_token = kToken;
   auto cluster = LocalCluster::Start(o);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
@@ -50,6 +51,7 @@ std::unique_ptr<LocalCluster> StartSecured() {
 ClientOptions FabricClient(const LocalCluster& cluster) {
   ClientOptions options = cluster.MakeClientOptions();
   options.data_plane = "fabric";
+  options.data_plane_providers = {"shm", "tcp"};
   return options;
 }
 
@@ -86,7 +88,7 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
                 0, {absl::StrCat("--data_plane_port=", data_plane_port)}),
             absl::OkStatus());
   EXPECT_NE(cluster->log(0).find(absl::StrCat(
-                "pushes and pulls over libfabric (tcp at 127.0.0.1:",
+                "pushes and pulls over libfabric (shm, tcp at 127.0.0.1:",
                 data_plane_port, ")")),
             std::string::npos);
   // PS 1 cannot open its provider: it serves gRPC only, and says so.
@@ -117,19 +119,20 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
             0);
   // The data plane's own series: what it moved (each push's and pull's
   // request with its framing in, each pull's 8 KiB reply with its
-  // framing out), and nothing refused.
+  // framing out), over shared memory (this client runs on PS 0's host,
+  // in another process), and nothing refused.
   const double in = Metric(
       *cluster, 0,
-      "psrt_data_plane_body_bytes_total{direction=\"in\",provider=\"tcp\"}");
+      "psrt_data_plane_body_bytes_total{direction=\"in\",provider=\"shm\"}");
   EXPECT_GE(in, 3 * kFloats / 2 * 4);
   EXPECT_LE(in, 3 * kFloats / 2 * 4 + 7 * 256);
   const double out = Metric(*cluster, 0,
                             "psrt_data_plane_body_bytes_total{direction="
-                            "\"out\",provider=\"tcp\"}");
+                            "\"out\",provider=\"shm\"}");
   EXPECT_GE(out, 4 * kFloats / 2 * 4);
   EXPECT_LE(out, 4 * kFloats / 2 * 4 + 4 * 64);
   EXPECT_EQ(Metric(*cluster, 0,
-                   "psrt_data_plane_refused_total{provider=\"tcp\","
+                   "psrt_data_plane_refused_total{provider=\"shm\","
                    "what=\"frame\"}"),
             0);
   // Every data-plane series is served by PS 0, by provider, and none by
@@ -137,7 +140,9 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
   absl::StatusOr<std::string> served = FetchMetrics(cluster->metrics_port(0));
   ASSERT_TRUE(served.ok()) << served.status();
   for (const char* series :
-       {"psrt_data_plane_inflight_body_bytes{provider=\"tcp\"} 0",
+       {"psrt_data_plane_inflight_body_bytes{provider=\"shm\"} 0",
+        "psrt_data_plane_refused_total{provider=\"shm\",what=\"hello\"} 0",
+        "psrt_data_plane_inflight_body_bytes{provider=\"tcp\"} 0",
         "psrt_data_plane_late_completions_total{provider=\"tcp\"} 0",
         "psrt_data_plane_unclaimed_replies_total{provider=\"tcp\"} 0",
         "psrt_data_plane_refused_total{provider=\"tcp\",what=\"body\"} 0",
@@ -172,12 +177,26 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
             3);
   EXPECT_EQ(Metric(*cluster, 0, "psrt_requests_total{method=\"Push\"}"), 4);
 
-  // PS 1 asked for PS 0's data-plane port, which is taken: its data plane
-  // stays off (no data-plane series) and the warning names the port.
+  // A client on PS 0's host that offers tcp only is served over tcp.
+  ClientOptions tcp_only = FabricClient(*cluster);
+  tcp_only.data_plane_providers = {"tcp"};
+  auto over_tcp = Client::Connect(tcp_only);
+  ASSERT_TRUE(over_tcp.ok()) << over_tcp.status();
+  ASSERT_EQ((*over_tcp)->RefreshCatalog(), absl::OkStatus());
+  ASSERT_EQ((*over_tcp)->PushDense("d", grad.data()), absl::OkStatus());
+  EXPECT_GE(Metric(*cluster, 0,
+                   "psrt_data_plane_body_bytes_total{direction=\"in\","
+                   "provider=\"tcp\"}"),
+            kFloats / 2 * 4);
+
+  // PS 1 asked for PS 0's data-plane port, which is taken, and tcp only:
+  // its data plane stays off (no data-plane series) and the warning
+  // names the port.
   cluster->Kill(1, SIGTERM);
-  ASSERT_EQ(cluster->Restart(
-                1, {absl::StrCat("--data_plane_port=", data_plane_port)}),
-            absl::OkStatus());
+  ASSERT_EQ(
+      cluster->Restart(1, {absl::StrCat("--data_plane_port=", data_plane_port),
+                           "--data_plane_providers=tcp"}),
+      absl::OkStatus());
   EXPECT_NE(cluster->log(1).find(absl::StrCat(
                 "data plane: provider tcp (at 127.0.0.1:", data_plane_port,
                 ") not served")),

@@ -38,8 +38,8 @@ struct ClientOptions {
   // here; else gRPC, said once in the log).
   std::string data_plane = "fabric";
   // The data plane's providers this client may open: "tcp"; "shm" too
-  // for shared memory to a PS on this host, where the PS serves it (not
-  // by default: see docs/architecture.md, dataplane/).
+  // for shared memory to a PS on this host (in another process), where
+  // the PS serves it (not by default: docs/architecture.md, dataplane/).
   std::vector<std::string> data_plane_providers = {"tcp"};
   // Identifies this worker in push headers (sync modes); -1 if none.
   int worker_index = -1;

@@ -1,5 +1,7 @@
 #include "clients/cpp/data_plane_link.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +52,7 @@ DataPlaneLink::Open() {
     request.add_providers(p);
   }
   request.set_host_key(host_key_);
+  request.set_process_id(static_cast<uint32_t>(getpid()));
   OpenDataPlaneResponse response;
   grpc::Status opened =
       connection_->stub()->OpenDataPlane(&context, request, &response);

@@ -13,8 +13,8 @@
 // again after kRetryAfter (a restarted peer may serve one).
 //
 // Only providers across hosts are used (tcp): replicas live on other
-// hosts, and a second shm endpoint in one process is not safe with
-// libfabric 1.17's shm.
+// hosts in every layout psrt deploys (one PS per host); on one host
+// their forwards ride loopback TCP.
 #ifndef PSRT_PS_SERVER_PEERS_PEER_DATA_PLANE_H_
 #define PSRT_PS_SERVER_PEERS_PEER_DATA_PLANE_H_
 

@@ -1,5 +1,7 @@
 #include "ps_server/rpc/data_planes.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <deque>
 #include <utility>
@@ -120,7 +122,9 @@ absl::StatusOr<OpenDataPlaneResponse> DataPlanes::Open(
   std::string provider;
   ServerIndex index = ServerIndex::kTcp;
   if (shm_ != nullptr && !host_key_.empty() &&
-      request.host_key() == host_key_ && Lists(request.providers(), "shm")) {
+      request.host_key() == host_key_ && request.process_id() != 0 &&
+      request.process_id() != static_cast<uint32_t>(getpid()) &&
+      Lists(request.providers(), "shm") && TakeShmOffer()) {
     server = shm_.get();
     provider = "shm";
     index = ServerIndex::kShm;
@@ -145,6 +149,17 @@ absl::StatusOr<OpenDataPlaneResponse> DataPlanes::Open(
   response.set_connection_id(challenge.connection_id);
   response.set_nonce(challenge.nonce);
   return response;
+}
+
+bool DataPlanes::TakeShmOffer() {
+  const int offered = shm_offers_.fetch_add(1);
+  if (offered == kShmOffers) {
+    LOG(WARNING) << "data plane: " << kShmOffers
+                 << " shared-memory connections offered, as many as "
+                    "libfabric's shm endpoint takes in its life; clients "
+                    "on this host get tcp from now on";
+  }
+  return offered < kShmOffers;
 }
 
 std::string DataPlanes::Describe() const {

@@ -3,7 +3,8 @@
 // that open a connection to them.
 //
 // Two servers, each started when its provider opens here: `shm` for
-// clients on this host (dataplane/host_key.h) and `tcp` for the others,
+// clients on this host (dataplane/host_key.h) in other processes, and
+// `tcp` for the others,
 // listening on this PS's host in the cluster spec. A PS with neither
 // serves gRPC only and says so once; clients then push and pull over
 // gRPC (the fallback). Not started with TLS: the data plane carries no
@@ -16,6 +17,7 @@
 #ifndef PSRT_PS_SERVER_RPC_DATA_PLANES_H_
 #define PSRT_PS_SERVER_RPC_DATA_PLANES_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -58,9 +60,13 @@ class DataPlanes {
                                            CallHandler handler);
 
   // A challenge on the server the client should use: shm when it runs
-  // on this host and can open shm, else tcp. FAILED_PRECONDITION when no
-  // provider served here is one the client can open. `caller`: who the
-  // gRPC call proved to be (the connection's calls carry it).
+  // on this host, in another process (whose id it says: older clients,
+  // which do not ring the shm server's doorbell, say none), and can open
+  // shm (and fewer than
+  // kShmOffers shm challenges were handed out before), else tcp.
+  // FAILED_PRECONDITION when no provider served here is one the client can
+  // open. `caller`: who the gRPC call proved to be (the connection's calls
+  // carry it).
   absl::StatusOr<OpenDataPlaneResponse> Open(
       const OpenDataPlaneRequest& request,
       DataPlaneCaller caller = std::nullopt);
@@ -73,15 +79,23 @@ class DataPlanes {
   std::vector<std::pair<std::string, dataplane::DataPlaneServerStats>> Stats()
       const;
 
+  // libfabric 1.17's shm endpoint takes 256 peers in its life (each
+  // hello's insert counts; nothing here removes one): past this many
+  // offers, clients on this host get tcp.
+  static constexpr int kShmOffers = 240;
+
  private:
   // The connections PS opened, by (server, connection id); the oldest
   // are forgotten beyond a bound (a challenge never redeemed stays here).
   class PeerConnections;
 
   DataPlanes();
+  // Counts an shm challenge; false once kShmOffers were handed out.
+  bool TakeShmOffer();
   std::shared_ptr<PeerConnections> peer_connections_;
   std::string host_key_;
   std::unique_ptr<dataplane::DataPlaneServer> shm_;
+  std::atomic<int> shm_offers_{0};
   // Across hosts: the first provider listed other than shm (tcp).
   std::unique_ptr<dataplane::DataPlaneServer> tcp_;
   std::string tcp_provider_, tcp_node_;

@@ -79,7 +79,8 @@ struct ServerOptions {
   // (libfabric beside gRPC, where a provider opens; not with TLS).
   std::string data_plane = "fabric";
   // The data plane's providers: one for clients on any host ("tcp"), and
-  // "shm" for those on this host (opt-in: docs/architecture.md).
+  // "shm" for those on this host in other processes (opt-in:
+  // docs/architecture.md).
   std::vector<std::string> data_plane_providers = {"tcp"};
   // The port the tcp provider listens on, on this PS's cluster-spec
   // host; 0: one the kernel picks.
