@@ -32,9 +32,10 @@ constexpr size_t kMaxAddressBytes = 256;
 
 // Doorbells (Sleep, RingPeer): a sender rings unless its last send to
 // that peer began less than kRingGapNanos before this one ended, and a
-// sleeper sleeps only kSleepAfterNanos after its last completion.
+// sleeper sleeps only FabricOptions::sleep_after (at least
+// kMinSleepAfterNanos) after its last completion.
 constexpr int64_t kRingGapNanos = 100'000;
-constexpr int64_t kSleepAfterNanos = 200'000;
+constexpr int64_t kMinSleepAfterNanos = 2 * kRingGapNanos;
 
 int64_t MonotonicNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -235,6 +236,8 @@ absl::StatusOr<std::unique_ptr<FabricEndpoint>> FabricEndpoint::Open(
     return e->Fail("fi_getname", rc);
   }
   e->address_.assign(name, length);
+  e->sleep_after_ns_ = std::max(kMinSleepAfterNanos,
+                                absl::ToInt64Nanoseconds(options.sleep_after));
   if (options.provider == "shm") e->region_hold_ = HoldShmRegion(e->address_);
   if (!e->can_wait_) {
     e->ringer_ = std::make_unique<DoorbellRinger>();
@@ -323,7 +326,7 @@ void FabricEndpoint::RingPeer(fi_addr_t peer, int64_t posting_at) {
   if (it == bells_.end()) return;
   PeerBell& bell = it->second;
   // A send within kRingGapNanos of this one's end began is one the peer
-  // took (or has queued) less than kSleepAfterNanos before it could
+  // took (or has queued) less than sleep_after before it could
   // decide to sleep: it reads its queue again before sleeping, after
   // this send is in it. A ring costs a system call (15% of a 4 KiB
   // call), so a stream of calls rings once.
@@ -445,7 +448,7 @@ size_t FabricEndpoint::Poll(Completion* out, size_t max, absl::Duration timeout,
       if (now - start < absl::Microseconds(50)) {
         std::this_thread::yield();
       } else if (idle && doorbell_ != nullptr &&
-                 read_at - last_completion_ns_.load() >= kSleepAfterNanos) {
+                 read_at - last_completion_ns_.load() >= sleep_after_ns_) {
         Sleep(deadline - now);
       } else {
         absl::SleepFor(std::min(absl::Microseconds(50), deadline - now));

@@ -88,6 +88,11 @@ struct FabricOptions {
   // Poll(idle) sleeps rather than polls. DataPlaneServer and
   // DataPlaneClient set it.
   bool doorbell = false;
+  // How long Poll(idle) polls after the last completion before it sleeps
+  // on the doorbell (200 us at least): a server's wait for its next call;
+  // a client's for an answer (longer, so that a call answered within it
+  // pays no wake-up).
+  absl::Duration sleep_after = absl::Microseconds(200);
 };
 
 // The port of a socket-address fabric address (tcp's: a sockaddr_in or
@@ -165,8 +170,8 @@ class FabricEndpoint {
   // earlier send made that needless.
   void RingPeer(fi_addr_t peer, int64_t posting_at);
   // Sleeps on the doorbell until rung or `timeout`, unless a send is in
-  // flight. Poll calls it only when its last completion is
-  // kSleepAfterNanos older than its last (empty) read of the queue, so
+  // flight. Poll calls it only when its last completion is sleep_after
+  // older than its last (empty) read of the queue, so
   // that a sender that skipped ringing (RingPeer) posted before that read.
   void Sleep(absl::Duration timeout);
 
@@ -191,6 +196,7 @@ class FabricEndpoint {
   };
   absl::flat_hash_map<fi_addr_t, PeerBell> bells_ ABSL_GUARDED_BY(bells_mu_);
   std::atomic<int64_t> last_completion_ns_{0};
+  int64_t sleep_after_ns_ = 0;
   std::atomic<int64_t> sends_in_flight_{0};
   std::atomic<bool> sleeping_{false};
   // shm: the shared lock on this endpoint's region (shm_regions.h).
