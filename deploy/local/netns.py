@@ -24,10 +24,13 @@ def available():
         return "network namespaces need root"
     if shutil.which("ip") is None:
         return "iproute2's ip is not installed"
-    probe = subprocess.run(["ip", "netns", "add", "psrt-probe"], capture_output=True, text=True)
+    # Named for this process: test suites run side by side probe at once
+    # (one fixed name failed a CI run here, "File exists").
+    name = f"psrt-probe-{os.getpid()}"
+    probe = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"ip netns add failed: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", "psrt-probe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return None
 
 

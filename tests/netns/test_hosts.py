@@ -95,7 +95,7 @@ def test_three_hosts_train_deepfm(data, tmp_path):
     auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
     print(f"eval AUC {auc:.4f}")
     assert auc > 0.75
-    assert not [n for n in os.listdir("/var/run/netns") if n.startswith("psrtt1")]
+    assert not [n for n in os.listdir("/var/run/netns") if n.startswith("psrtt1-")]
 
 
 @needs_netns
