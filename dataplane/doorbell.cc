@@ -41,8 +41,10 @@ bool DoorbellRinger::Ring(const DoorbellAddress& bell) const {
              bell.length) == 0) {
     return true;
   }
-  // EAGAIN: rings are waiting unread, so the sleeper wakes anyway.
-  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  // Only "nobody bound there" says no bell: a sender that took a
+  // passing failure (EAGAIN: rings wait unread, so the sleeper wakes
+  // anyway; ENOBUFS, EINTR) for that would never ring the peer again.
+  return errno != ECONNREFUSED && errno != ENOENT;
 }
 
 std::unique_ptr<Doorbell> Doorbell::Bind(absl::string_view fabric_address) {

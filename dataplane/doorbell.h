@@ -40,8 +40,8 @@ class DoorbellRinger {
   ~DoorbellRinger();
   DoorbellRinger(const DoorbellRinger&) = delete;
   DoorbellRinger& operator=(const DoorbellRinger&) = delete;
-  // Never blocks; false when no bell is bound there (then ringing it
-  // again is pointless). A full bell counts as rung.
+  // Never blocks; false only when no bell is bound there (then ringing
+  // it again is pointless). A full bell counts as rung.
   bool Ring(const DoorbellAddress& bell) const;
 
  private:
