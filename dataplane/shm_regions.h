@@ -3,8 +3,10 @@
 // process killed with SIGKILL leaves its own (about 4 MiB of tmpfs each,
 // touched), and a later process given the same pid then cannot open shm
 // at all (fi_enable: EBUSY). A psrt process holds a shared flock on each
-// of its regions while the endpoint is open, so a region nobody holds so
-// is known to be stale -- whatever pid namespace shares this /dev/shm.
+// of its regions while the endpoint is open, so a live psrt endpoint's
+// region is never taken for stale, whatever pid namespace shares this
+// /dev/shm. (Another libfabric program's, under the same pid and user in
+// another pid namespace, holds no such lock and could be.)
 #ifndef PSRT_DATAPLANE_SHM_REGIONS_H_
 #define PSRT_DATAPLANE_SHM_REGIONS_H_
 
