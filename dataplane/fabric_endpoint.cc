@@ -379,7 +379,8 @@ absl::Status FabricEndpoint::PostSend(fi_addr_t peer, uint64_t tag,
                                       const void* data, size_t bytes,
                                       void* desc, Op* op) {
   SendPosting();
-  const int64_t posting_at = MonotonicNanos();
+  // Read only where a doorbell may be rung (not on tcp's path).
+  const int64_t posting_at = ringer_ != nullptr ? MonotonicNanos() : 0;
   const ssize_t rc = fi_tsend(ep_, data, bytes, desc, peer, tag, op);
   if (rc == 0) {
     RingPeer(peer, posting_at);
@@ -394,7 +395,8 @@ absl::Status FabricEndpoint::PostSendv(fi_addr_t peer, uint64_t tag,
                                        const struct iovec* iov, void** descs,
                                        size_t count, Op* op) {
   SendPosting();
-  const int64_t posting_at = MonotonicNanos();
+  // Read only where a doorbell may be rung (not on tcp's path).
+  const int64_t posting_at = ringer_ != nullptr ? MonotonicNanos() : 0;
   const ssize_t rc = fi_tsendv(ep_, iov, descs, count, peer, tag, op);
   if (rc == 0) {
     RingPeer(peer, posting_at);
@@ -429,7 +431,7 @@ size_t FabricEndpoint::Poll(Completion* out, size_t max, absl::Duration timeout,
   ssize_t n;
   while (true) {
     // Read before the completion queue is (see Sleep).
-    const int64_t read_at = MonotonicNanos();
+    const int64_t read_at = doorbell_ != nullptr ? MonotonicNanos() : 0;
     if (can_wait_) {
       const int64_t ms = std::max<int64_t>(
           0, absl::ToInt64Milliseconds(deadline - absl::Now()));
