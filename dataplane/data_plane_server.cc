@@ -18,6 +18,8 @@ enum Purpose : int { kHeaderSlot = 1, kBody, kSend };
 // (1.17) reports a receive cancelled by a dead sender's connection
 // several times, all at once (4 reports each, seen).
 constexpr absl::Duration kRetiredFor = absl::Seconds(60);
+// The progress loop's longest wait in Poll.
+constexpr absl::Duration kProgressPoll = absl::Milliseconds(100);
 
 }  // namespace
 
@@ -150,10 +152,10 @@ size_t DataPlaneServer::connections() const {
 absl::Status DataPlaneServer::Post(const std::function<absl::Status()>& post,
                                    absl::Duration give_up_after) {
   // The provider's queues fill under load; the progress thread drains them.
-  const absl::Time give_up = absl::Now() + give_up_after;
+  const absl::Time give_up = awake_.Now() + give_up_after;
   while (true) {
     absl::Status s = post();
-    if (!absl::IsResourceExhausted(s) || stopping_ || absl::Now() > give_up) {
+    if (!absl::IsResourceExhausted(s) || stopping_ || awake_.Now() > give_up) {
       return s;
     }
     absl::SleepFor(absl::Microseconds(20));
@@ -201,7 +203,7 @@ void DataPlaneServer::ReplaceHeaderSlot(HeaderSlot* slot) {
 }
 
 void DataPlaneServer::Retire(Retired retired) {
-  retired.until = absl::Now() + kRetiredFor;
+  retired.until = awake_.Now() + kRetiredFor;
   retired.user = retired.slot   ? static_cast<const void*>(retired.slot.get())
                  : retired.body ? static_cast<const void*>(retired.body.get())
                                 : static_cast<const void*>(retired.send.get());
@@ -210,7 +212,7 @@ void DataPlaneServer::Retire(Retired retired) {
 }
 
 void DataPlaneServer::PruneRetired() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = awake_.Now();
   while (!retired_.empty() && retired_.front().until <= now) {
     retired_users_.erase(retired_.front().user);
     retired_.pop_front();
@@ -224,10 +226,13 @@ void DataPlaneServer::ProgressLoop() {
     // Idle with no body being received: only a new message (whose sender
     // rings) or this server's own sends (counted by the endpoint) need
     // the provider driven.
-    const size_t n = endpoint_->Poll(completions, 32, absl::Milliseconds(100),
+    const size_t n = endpoint_->Poll(completions, 32, kProgressPoll,
                                      /*idle=*/bodies_.empty());
+    // Before judging any peer overdue: a stop that just ended does not
+    // count (what came meanwhile is in `completions`, or still queued).
+    awake_.Tick();
     PruneRetired();
-    if (const absl::Time now = absl::Now(); now >= next_sweep_) {
+    if (const absl::Time now = awake_.Now(); now >= next_sweep_) {
       next_sweep_ = now + absl::Milliseconds(250);
       CancelOverdueBodies();
       DropUnclaimedReplies();
@@ -279,7 +284,7 @@ bool DataPlaneServer::FirstReport(std::vector<bool>* completed, size_t index) {
 }
 
 void DataPlaneServer::CancelOverdueBodies() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = awake_.Now();
   for (auto& [key, body] : bodies_) {
     if (body->cancelled || now - body->posted < options_.body_receive_timeout) {
       continue;
@@ -507,7 +512,7 @@ void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
     return;
   }
   body->outstanding = posted;
-  body->posted = absl::Now();
+  body->posted = awake_.Now();
   BodyReceive* key = body.get();
   bodies_[key] = std::move(body);
   if (!s.ok()) {
@@ -564,7 +569,7 @@ void DataPlaneServer::OnReady(const FrameMessage& frame, fi_addr_t source) {
 }
 
 void DataPlaneServer::DropUnclaimedReplies() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = awake_.Now();
   absl::MutexLock lock(&mu_);
   std::vector<PendingSend*> overdue;
   for (const auto& [id, send] : awaiting_ready_) {
@@ -735,7 +740,7 @@ void DataPlaneServer::SendFrame(fi_addr_t peer, const FrameHeader& frame_header,
     if (sends > 0) {
       // The body goes once the client says its receives are posted.
       p->awaiting_ready = true;
-      p->ready_by = absl::Now() + options_.stuck_send_timeout;
+      p->ready_by = awake_.Now() + options_.stuck_send_timeout;
       // One waits already when its client gave up on the call before
       // (one call at a time on a connection).
       if (auto it = awaiting_ready_.find(p->to.connection_id);

@@ -20,6 +20,10 @@
 // dropped, never handed on (and no body of it is asked for); a body that
 // is not exactly its header's size is answered INVALID_ARGUMENT and never
 // handed on. The server keeps serving throughout.
+//
+// Peers are timed on the time the server ran (util/awake_clock.h): one
+// stopped for longer than its timeouts (SIGSTOP, a paused VM) loses no
+// call of a live peer.
 #ifndef PSRT_DATAPLANE_DATA_PLANE_SERVER_H_
 #define PSRT_DATAPLANE_DATA_PLANE_SERVER_H_
 
@@ -42,6 +46,7 @@
 #include "dataplane/connection_gate.h"
 #include "dataplane/fabric_endpoint.h"
 #include "dataplane/frame.h"
+#include "util/awake_clock.h"
 
 namespace psrt::dataplane {
 
@@ -94,6 +99,8 @@ struct DataPlaneServerOptions {
   // to the application); a live peer drains its queue in milliseconds.
   // A reply body whose client sent no ready frame this long after its
   // header was sent is dropped (its client broke the call, or died).
+  // These timeouts count only time the server ran: a server stopped
+  // meanwhile (SIGSTOP, a paused VM) first reads what its peers sent.
   absl::Duration stuck_send_timeout = absl::Seconds(5);
   // A request body not whole this long after its header came is from a
   // sender that stopped (died mid-body): its receives are cancelled and
@@ -141,6 +148,10 @@ class DataPlaneServer {
   size_t connections() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // The progress loop's longest gap between polls when it runs: its wait
+  // (100 ms) and one batch of work. Longer is a stop (util/awake_clock.h).
+  static constexpr absl::Duration kLongestProgressGap = absl::Milliseconds(250);
+
   struct HeaderSlot;
   struct BodyReceive;
   struct PendingSend;
@@ -233,6 +244,11 @@ class DataPlaneServer {
   ConnectionGate gate_;
   std::shared_ptr<BodyBufferPool> body_pool_;
   std::atomic<bool> stopping_{false};
+  // What the peer timeouts and the retired operations' lifetime are
+  // measured on: the progress thread ticks it after each poll, so time this
+  // server was stopped (SIGSTOP, a paused VM) does not count against peers
+  // whose messages wait in its queues meanwhile.
+  AwakeClock awake_{kLongestProgressGap};
 
   // The progress thread's own.
   std::vector<std::unique_ptr<HeaderSlot>> slots_;
@@ -240,7 +256,7 @@ class DataPlaneServer {
   uint64_t use_counter_ = 0;
   std::deque<Retired> retired_;  // oldest first
   absl::flat_hash_set<const void*> retired_users_;
-  absl::Time next_sweep_;  // of overdue bodies and unclaimed replies
+  absl::Time next_sweep_;  // of overdue bodies and unclaimed replies (awake_)
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, Connection> connections_ ABSL_GUARDED_BY(mu_);

@@ -701,6 +701,97 @@ TEST_P(ForkedDataPlaneTest, ManyEndpointsOfOneProcessCallAtOnce) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// A server stopped (SIGSTOP: a paused VM, a process swapped out, a
+// debugger) longer than its peer timeouts finishes every call once it runs
+// again: its clients were alive all along, and what they sent meanwhile
+// (ready frames, bodies) waits in the provider's queue. Only the time the
+// server ran counts against them. Calls in flight from several connections
+// at each stop catch some of them in each step of a call.
+TEST_P(ForkedDataPlaneTest, AServerStoppedLongerThanItsTimeoutsLosesNoCall) {
+  DataPlaneServerOptions options;
+  options.fabric.provider = GetParam();
+  options.token = kToken;
+  options.stuck_send_timeout = absl::Milliseconds(500);
+  options.body_receive_timeout = absl::Milliseconds(500);
+  constexpr int kConnections = 6;
+  auto server = ForkedServer::Start(
+      options,
+      [](uint32_t, absl::Span<const uint8_t> request) -> absl::StatusOr<Reply> {
+        auto reversed = std::make_shared<std::vector<uint8_t>>(request.rbegin(),
+                                                               request.rend());
+        return Reply(Cut(*reversed, kRequestCuts), reversed);
+      },
+      kConnections);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::atomic<bool> stop{false};
+  std::atomic<int> calls{0};
+  std::vector<std::string> failures(kConnections);
+  std::vector<double> slowest_ms(kConnections, 0);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kConnections; ++c) {
+    threads.emplace_back([&, c] {
+      FabricOptions fabric;
+      fabric.provider = GetParam();
+      auto client = DataPlaneClient::Connect(fabric, (*server)->address(),
+                                             (*server)->challenges()[c], kToken,
+                                             In(absl::Seconds(10)));
+      if (!client.ok()) {
+        failures[c] = client.status().ToString();
+        return;
+      }
+      // Bodies apart from their headers both ways: each call has a ready
+      // frame each way.
+      const std::vector<uint8_t> request =
+          Pattern(size_t{64} << 10, static_cast<uint8_t>(c));
+      std::vector<uint8_t> reply(request.size());
+      while (!stop) {
+        const absl::Time start = absl::Now();
+        absl::Status s = (*client)->Call(
+            Cut(request, kRequestCuts),
+            [&](uint64_t bytes) -> absl::StatusOr<absl::Span<uint8_t>> {
+              if (bytes != reply.size()) {
+                return absl::InternalError("unexpected size");
+              }
+              return absl::MakeSpan(reply);
+            },
+            // Well past a stop; a call the server dropped fails here.
+            In(absl::Seconds(6)));
+        if (s.ok() &&
+            !std::equal(request.rbegin(), request.rend(), reply.begin())) {
+          s = absl::DataLossError("reply not the request reversed");
+        }
+        if (!s.ok()) {
+          failures[c] = s.ToString();
+          return;
+        }
+        slowest_ms[c] = std::max(
+            slowest_ms[c], absl::ToDoubleMilliseconds(absl::Now() - start));
+        ++calls;
+      }
+    });
+  }
+  constexpr int kStops = 3;
+  int calls_after_last_stop = 0;
+  for (int i = 0; i < kStops; ++i) {
+    absl::SleepFor(absl::Milliseconds(200));
+    ASSERT_EQ(kill((*server)->pid(), SIGSTOP), 0);
+    absl::SleepFor(absl::Seconds(1));  // twice the server's timeouts
+    const int before = calls.load();
+    ASSERT_EQ(kill((*server)->pid(), SIGCONT), 0);
+    absl::SleepFor(absl::Milliseconds(200));
+    calls_after_last_stop = calls.load() - before;
+  }
+  stop = true;
+  for (std::thread& thread : threads) thread.join();
+  std::printf("%s: %d calls over %d stops of 1 s; slowest %.0f ms\n",
+              GetParam().c_str(), calls.load(), kStops,
+              *std::max_element(slowest_ms.begin(), slowest_ms.end()));
+  for (int c = 0; c < kConnections; ++c) {
+    EXPECT_EQ(failures[c], "") << "connection " << c;
+  }
+  EXPECT_GT(calls_after_last_stop, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, ForkedDataPlaneTest,
                          ::testing::Values("tcp", "shm"));
 
