@@ -13,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -130,7 +131,8 @@ class PyClient {
            std::string tls_cert_file, std::string tls_key_file,
            std::string auth_token, int wire_dtype, int mode, int workers,
            int staleness, double sync_timeout, int worker_index,
-           int witness_index, std::string data_plane) {
+           int witness_index, std::string data_plane,
+           std::vector<std::string> data_plane_providers) {
     ClientOptions options;
     options.ps_addresses = std::move(addresses);
     options.call_timeout = absl::Seconds(timeout);
@@ -150,6 +152,13 @@ class PyClient {
           absl::StrCat("data_plane ", data_plane, ": expected fabric or grpc"));
     }
     options.data_plane = std::move(data_plane);
+    if (data_plane_providers.empty() ||
+        std::find(data_plane_providers.begin(), data_plane_providers.end(),
+                  "") != data_plane_providers.end()) {
+      throw py::value_error(
+          "data_plane_providers: name one provider or more (shm, tcp)");
+    }
+    options.data_plane_providers = std::move(data_plane_providers);
     options.worker_index = worker_index;
     options.witness_index = witness_index;
     if (!Consistency::Mode_IsValid(mode)) {
@@ -456,7 +465,8 @@ PYBIND11_MODULE(_native, m) {
   py::class_<PyClient>(m, "Client")
       .def(py::init<std::vector<std::string>, double, int, int, double,
                     std::string, std::string, std::string, std::string, int,
-                    int, int, int, double, int, int, std::string>(),
+                    int, int, int, double, int, int, std::string,
+                    std::vector<std::string>>(),
            py::arg("addresses"), py::arg("timeout"), py::arg("max_attempts"),
            py::arg("channels_per_ps"), py::arg("failover_wait"),
            py::arg("tls_ca_file"), py::arg("tls_cert_file"),
@@ -464,7 +474,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("wire_dtype"), py::arg("mode"), py::arg("workers"),
            py::arg("staleness"), py::arg("sync_timeout"),
            py::arg("worker_index"), py::arg("witness_index"),
-           py::arg("data_plane"))
+           py::arg("data_plane"), py::arg("data_plane_providers"))
       .def("close", &PyClient::Close)
       .def("wait_for_servers", &PyClient::WaitForServers)
       .def("create_variables", &PyClient::CreateVariables)

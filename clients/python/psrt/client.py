@@ -52,6 +52,24 @@ def _native_call(fn, *args):
     raise PsError(_CODES.get(code, grpc.StatusCode.UNKNOWN), message, None if ps < 0 else ps)
 
 
+def _provider_names(providers):
+    """The data plane's provider names as a list, from "shm,tcp" or a
+    sequence of names; ValueError when it names none or a name is empty."""
+    if isinstance(providers, str):
+        names = [p.strip() for p in providers.split(",")]
+    elif isinstance(providers, (list, tuple)) and all(isinstance(p, str) for p in providers):
+        names = [p.strip() for p in providers]
+    else:
+        raise ValueError(
+            f"data_plane_providers must be a string or a list of names, got {providers!r}"
+        )
+    if not names or not all(names) or any("," in p for p in names):
+        raise ValueError(
+            f"data_plane_providers {providers!r}: name one provider or more (shm, tcp)"
+        )
+    return names
+
+
 def load_cluster(cluster=None):
     """PS addresses from a TF_CONFIG-style dict/JSON string/file path, else
     $TF_CONFIG, else one PS on localhost:2223."""
@@ -135,6 +153,7 @@ class Client:
         sync_timeout: float = 600.0,
         worker: Optional[WorkerInfo] = None,
         data_plane: str = "fabric",
+        data_plane_providers: Union[str, Sequence[str]] = ("tcp",),
     ) -> None:
         """TLS: tls_ca_file (PEM CA of the servers), with tls_cert_file and
         tls_key_file for mutual TLS; auth_token (default $PSRT_AUTH_TOKEN)
@@ -149,7 +168,11 @@ class Client:
         waits for the other workers before failing, naming them.
         data_plane: "fabric" (the default) moves pushes and pulls over
         libfabric where the PS serves it (ps_server's default too), else
-        over gRPC (said once in the log); "grpc" keeps them on gRPC."""
+        over gRPC (said once in the log); "grpc" keeps them on gRPC.
+        data_plane_providers: the libfabric providers this client may open,
+        as ps_worker's --data_plane_providers ("shm,tcp" or ["shm", "tcp"]):
+        "tcp" (the default) for every host; add "shm" for shared memory to
+        a PS on this host (in another process) that serves it."""
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
         if not (isinstance(staleness, int) and 0 <= staleness <= 1 << 20):
@@ -158,6 +181,7 @@ class Client:
             raise ValueError(f"sync_timeout must be in (0, 86400] seconds, got {sync_timeout!r}")
         if data_plane not in ("fabric", "grpc"):
             raise ValueError(f"data_plane must be 'fabric' or 'grpc', got {data_plane!r}")
+        providers = _provider_names(data_plane_providers)
         if wire_dtype not in _WIRE_DTYPES:
             raise ValueError(f"wire_dtype {wire_dtype!r}: expected one of fp32, bf16, fp16")
         # The worker's rank also makes it a witness with 2 PS and replicas
@@ -182,12 +206,36 @@ class Client:
         self._layouts = {}  # name -> layout, with its spec parsed
         self.addresses = load_cluster(cluster)
         token = auth_token if auth_token is not None else os.environ.get("PSRT_AUTH_TOKEN", "")
-        calls = (float(timeout), int(max_attempts), int(channels_per_ps), float(failover_wait))
-        security = (tls_ca_file or "", tls_cert_file or "", tls_key_file or "", token.strip())
-        steps = (_MODES[mode], worker.world_size, staleness, float(sync_timeout), rank, witness)
+        calls = (
+            float(timeout),
+            int(max_attempts),
+            int(channels_per_ps),
+            float(failover_wait),
+        )
+        security = (
+            tls_ca_file or "",
+            tls_cert_file or "",
+            tls_key_file or "",
+            token.strip(),
+        )
+        steps = (
+            _MODES[mode],
+            worker.world_size,
+            staleness,
+            float(sync_timeout),
+            rank,
+            witness,
+        )
         wire = _WIRE_DTYPES[wire_dtype]
         self._client = _native_call(
-            _native.Client, self.addresses, *calls, *security, wire, *steps, data_plane
+            _native.Client,
+            self.addresses,
+            *calls,
+            *security,
+            wire,
+            *steps,
+            data_plane,
+            providers,
         )
 
     @property
