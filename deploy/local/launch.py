@@ -33,6 +33,8 @@ SIGTERM stops everything cleanly. Exit status: 0 if every process succeeded,
 1 if any failed (its log tail is printed), 2 on bad usage.
 """
 import argparse
+import fcntl
+import glob
 import json
 import os
 import signal
@@ -71,6 +73,30 @@ def tail(path, lines=20):
         return ""
 
 
+def remove_stale_shm_regions(pid):
+    """libfabric's shm keeps each endpoint's region in
+    /dev/shm/<pid>:<uid>:<n> (about 4 MiB of memory) and unlinks it when the
+    endpoint closes: a process killed with SIGKILL leaves its own until a
+    process given its pid starts. Called for a process once it was reaped:
+    removes its files that no live psrt endpoint holds (each holds a shared
+    flock on its region; dataplane/shm_regions.h). Returns how many."""
+    removed = 0
+    for path in glob.glob(f"/dev/shm/{pid}:{os.getuid()}:*"):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            pass  # held by a live endpoint, or gone meanwhile
+        finally:
+            os.close(fd)
+    return removed
+
+
 class Process:
     def __init__(self, role, index, argv, env, log_dir, echo, append=False):
         self.role, self.index = role, index
@@ -95,8 +121,10 @@ class Process:
                     sys.stdout.flush()
 
     def restarted(self, argv, log_dir):
-        """The same process started again (its log appended to)."""
+        """The same process started again (its log appended to), once this
+        one was reaped."""
         self.thread.join(timeout=5)
+        remove_stale_shm_regions(self.proc.pid)
         again = Process(self.role, self.index, argv, self.env, log_dir, self.echo, append=True)
         again.restarts = self.restarts + 1
         return again
@@ -360,6 +388,8 @@ def supervise(args, command, workers, server, cluster, ps_ports, metrics_ports, 
             p.signal(signal.SIGKILL)
             p.proc.wait()
         p.thread.join(timeout=5)
+        if p.proc.poll() is not None:
+            remove_stale_shm_regions(p.proc.pid)
     for p in servers:
         if p.proc.returncode not in (0, -signal.SIGTERM) and p not in failed:
             failed.append(p)
