@@ -150,12 +150,14 @@ size_t DataPlaneServer::connections() const {
 }
 
 absl::Status DataPlaneServer::Post(const std::function<absl::Status()>& post,
-                                   absl::Duration give_up_after) {
+                                   absl::Duration give_up_after,
+                                   bool peer_wait) {
   // The provider's queues fill under load; the progress thread drains them.
-  const absl::Time give_up = awake_.Now() + give_up_after;
+  auto now = [&] { return peer_wait ? awake_.Now() : absl::Now(); };
+  const absl::Time give_up = now() + give_up_after;
   while (true) {
     absl::Status s = post();
-    if (!absl::IsResourceExhausted(s) || stopping_ || awake_.Now() > give_up) {
+    if (!absl::IsResourceExhausted(s) || stopping_ || now() > give_up) {
       return s;
     }
     absl::SleepFor(absl::Microseconds(20));
@@ -780,7 +782,8 @@ size_t DataPlaneServer::PostSends(PendingSend* p, size_t first, size_t count,
                                       p->body_descs[i - 1].data(), piece.count,
                                       &p->body_ops[i - 1]);
         },
-        may_wait ? options_.stuck_send_timeout : absl::ZeroDuration());
+        may_wait ? options_.stuck_send_timeout : absl::ZeroDuration(),
+        /*peer_wait=*/may_wait);
     if (s.ok()) ++posted;
   }
   if (s.ok() || (!may_wait && absl::IsResourceExhausted(s))) return posted;

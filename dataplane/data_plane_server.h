@@ -232,9 +232,13 @@ class DataPlaneServer {
   void DropUnclaimedReplies() ABSL_LOCKS_EXCLUDED(mu_);
   void SendError(const Caller& caller, const absl::Status& status);
   // Retries `post` while the provider's queue is full, up to
-  // `give_up_after`.
+  // `give_up_after` of real time, or with `peer_wait` (a handler thread
+  // waiting for room in a peer's queue) of the time the server ran. The
+  // progress thread's own waits are real time: it ticks the awake clock,
+  // which does not pass its cap while that thread waits.
   absl::Status Post(const std::function<absl::Status()>& post,
-                    absl::Duration give_up_after = absl::Seconds(30));
+                    absl::Duration give_up_after = absl::Seconds(30),
+                    bool peer_wait = false);
   void HandlerLoop();
 
   const DataPlaneServerOptions options_;
