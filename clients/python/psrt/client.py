@@ -206,36 +206,12 @@ class Client:
         self._layouts = {}  # name -> layout, with its spec parsed
         self.addresses = load_cluster(cluster)
         token = auth_token if auth_token is not None else os.environ.get("PSRT_AUTH_TOKEN", "")
-        calls = (
-            float(timeout),
-            int(max_attempts),
-            int(channels_per_ps),
-            float(failover_wait),
-        )
-        security = (
-            tls_ca_file or "",
-            tls_cert_file or "",
-            tls_key_file or "",
-            token.strip(),
-        )
-        steps = (
-            _MODES[mode],
-            worker.world_size,
-            staleness,
-            float(sync_timeout),
-            rank,
-            witness,
-        )
+        calls = (float(timeout), int(max_attempts), int(channels_per_ps), float(failover_wait))
+        security = (tls_ca_file or "", tls_cert_file or "", tls_key_file or "", token.strip())
+        steps = (_MODES[mode], worker.world_size, staleness, float(sync_timeout), rank, witness)
         wire = _WIRE_DTYPES[wire_dtype]
         self._client = _native_call(
-            _native.Client,
-            self.addresses,
-            *calls,
-            *security,
-            wire,
-            *steps,
-            data_plane,
-            providers,
+            _native.Client, self.addresses, *calls, *security, wire, *steps, data_plane, providers
         )
 
     @property
