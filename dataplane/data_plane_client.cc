@@ -16,6 +16,7 @@ struct CallOp {
   int* pending = nullptr;
   absl::Status status;  // stays OK until the operation completes
   uint64_t bytes = 0;
+  bool done = false;  // it completed
 };
 
 void Prepare(CallOp* call_op, int* pending) {
@@ -33,6 +34,7 @@ void RecordCompletions(FabricEndpoint* endpoint, absl::Duration timeout,
     auto* call_op = static_cast<CallOp*>(completions[i].op->user);
     call_op->status = completions[i].status;
     call_op->bytes = completions[i].bytes;
+    call_op->done = true;
     --*call_op->pending;
   }
 }
@@ -143,11 +145,12 @@ absl::Status DataPlaneClient::Break(absl::Status why) {
 constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(50);
 
 absl::Status DataPlaneClient::Await(int* pending, absl::Time deadline,
-                                    bool idle) {
+                                    bool idle,
+                                    const std::function<bool()>& stop) {
   // Checked once per interval of waiting, not per completion (a body's
   // messages complete one by one).
   absl::Time next_check = absl::Now() + kPeerCheckInterval;
-  while (*pending > 0) {
+  while (*pending > 0 && !(stop && stop())) {
     const absl::Time now = absl::Now();
     const absl::Duration left = deadline - now;
     if (left <= absl::ZeroDuration()) {
@@ -390,8 +393,21 @@ absl::Status DataPlaneClient::Call(absl::Span<const Segment> request,
       !s.ok()) {
     return Break(s);
   }
-  if (absl::Status waited = Await(&pending, deadline); !waited.ok()) {
+  // The drop notice (frame.h) lands in the first receive.
+  auto dropped = [&pieces] {
+    return pieces[0].done && pieces[0].status.ok() && pieces[0].bytes == 0;
+  };
+  if (absl::Status waited = Await(&pending, deadline, /*idle=*/false, dropped);
+      !waited.ok()) {
     return waited;
+  }
+  if (dropped()) {
+    // The rest of the receives go with the connection.
+    return Break(absl::UnavailableError(absl::StrCat(
+        "the PS dropped its reply to call ", header.sequence,
+        " on data-plane connection ", connection_id_,
+        ": this client's ready frame came after the PS stopped waiting "
+        "for it (was this process stopped or starved of CPU?)")));
   }
   if (!ready_send.status.ok()) {
     return Break(absl::UnavailableError(

@@ -97,9 +97,11 @@ class DataPlaneClient {
   absl::Status SendReady(uint32_t sequence, Op* op, int* pending,
                          absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until `*pending` of this call's operations completed. `idle`:
-  // the receive awaited is a new message, not a body (FabricEndpoint::Poll).
-  absl::Status Await(int* pending, absl::Time deadline, bool idle = false)
+  // Waits until `*pending` of this call's operations completed, or `stop`
+  // says so. `idle`: the receive awaited is a new message, not a body
+  // (FabricEndpoint::Poll).
+  absl::Status Await(int* pending, absl::Time deadline, bool idle = false,
+                     const std::function<bool()>& stop = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Posts with `post` until the provider takes it, making progress while
   // its queue is full (the operations completing meanwhile are this

@@ -139,6 +139,7 @@ DataPlaneServerStats DataPlaneServer::stats() const {
   s.late_completions = late_completions_;
   s.bodies_posted = bodies_posted_;
   s.unclaimed_replies = unclaimed_replies_;
+  s.late_readies = late_readies_;
   absl::MutexLock lock(&mu_);
   s.inflight_body_bytes = static_cast<int64_t>(inflight_body_bytes_);
   return s;
@@ -535,8 +536,10 @@ void DataPlaneServer::OnRequest(const FrameMessage& frame, fi_addr_t source) {
 
 void DataPlaneServer::OnReady(const FrameMessage& frame, fi_addr_t source) {
   const FrameHeader& header = frame.header;
-  if (ConnectionPeer(header, source) == FI_ADDR_NOTAVAIL) return;
+  const fi_addr_t peer = ConnectionPeer(header, source);
+  if (peer == FI_ADDR_NOTAVAIL) return;
   PendingSend* send = nullptr;
+  bool late = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = awaiting_ready_.find(header.connection_id);
@@ -546,7 +549,19 @@ void DataPlaneServer::OnReady(const FrameMessage& frame, fi_addr_t source) {
       // Counted before they are posted, so that the send stays.
       send->outstanding += static_cast<int>(send->body_ops.size());
       Unpark(send);
+    } else if (auto c = connections_.find(header.connection_id);
+               c != connections_.end() && header.sequence != 0 &&
+               c->second.dropped_reply == header.sequence) {
+      // Its reply was dropped for want of this ready: its client learns
+      // so at once (once: the notice is not sent again).
+      c->second.dropped_reply = 0;
+      late = true;
     }
+  }
+  if (late) {
+    ++late_readies_;
+    SendDropNotice(peer, header.connection_id, header.sequence);
+    return;
   }
   if (send == nullptr) {
     ++refused_frames_;
@@ -579,12 +594,44 @@ void DataPlaneServer::DropUnclaimedReplies() {
   }
   for (PendingSend* send : overdue) {
     ++unclaimed_replies_;
+    if (auto c = connections_.find(send->to.connection_id);
+        c != connections_.end() && c->second.peer == send->to.peer) {
+      c->second.dropped_reply = send->to.sequence;
+    }
     LOG_EVERY_N(WARNING, 20)
         << "data plane: no ready frame for the reply to call "
         << send->to.sequence << " on connection " << send->to.connection_id
         << " within " << absl::FormatDuration(options_.stuck_send_timeout)
         << "; its body is dropped";
     Unpark(send);
+  }
+}
+
+void DataPlaneServer::SendDropNotice(fi_addr_t peer, uint32_t connection_id,
+                                     uint32_t sequence) {
+  auto send = std::make_unique<PendingSend>();
+  PendingSend* p = send.get();
+  p->to = Caller{peer, connection_id, sequence, 0};
+  p->body_ops.resize(1);
+  p->body_ops[0].purpose = kSend;
+  p->body_ops[0].user = p;
+  p->completed = {true, false};  // no header message: the body's only
+  p->outstanding = 1;
+  {
+    absl::MutexLock lock(&mu_);
+    sends_[p] = std::move(send);
+  }
+  // On the progress thread, which reports the send's completion: it
+  // cannot come before this returns.
+  absl::Status s = endpoint_->PostSend(peer, BodyTag(connection_id, sequence),
+                                       nullptr, 0, nullptr, &p->body_ops[0]);
+  if (!s.ok()) {
+    // The client waits out its deadline, as without the notice.
+    LOG_EVERY_N(WARNING, 20)
+        << "data plane: could not tell connection " << connection_id
+        << " that the reply to call " << sequence << " was dropped: " << s;
+    absl::MutexLock lock(&mu_);
+    sends_.erase(p);
   }
 }
 

@@ -124,6 +124,10 @@ struct DataPlaneServerStats {
   int64_t bodies_posted = 0;
   // Reply bodies dropped because no ready frame came for them.
   int64_t unclaimed_replies = 0;
+  // Ready frames that came for such a reply after it was dropped (their
+  // client was stopped or starved meanwhile), answered with the drop
+  // notice (frame.h) so that the client retries at once.
+  int64_t late_readies = 0;
 };
 
 class DataPlaneServer {
@@ -159,6 +163,9 @@ class DataPlaneServer {
     fi_addr_t peer = FI_ADDR_NOTAVAIL;
     uint64_t key = 0;  // frame.h's connection key
     uint64_t last_used = 0;
+    // The call whose reply body was dropped for want of a ready frame (0:
+    // none): a ready for it that comes after gets the drop notice.
+    uint32_t dropped_reply = 0;
   };
   // Where a call's answer goes.
   struct Caller {
@@ -231,6 +238,10 @@ class DataPlaneServer {
   // Drops parked reply bodies whose ready frame did not come in time.
   void DropUnclaimedReplies() ABSL_LOCKS_EXCLUDED(mu_);
   void SendError(const Caller& caller, const absl::Status& status);
+  // The drop notice (frame.h) for call `sequence`, whose reply body was
+  // dropped before its client's ready frame came. Progress thread only.
+  void SendDropNotice(fi_addr_t peer, uint32_t connection_id, uint32_t sequence)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Retries `post` while the provider's queue is full, up to
   // `give_up_after` of real time, or with `peer_wait` (a handler thread
   // waiting for room in a peer's queue) of the time the server ran. The
@@ -278,7 +289,7 @@ class DataPlaneServer {
 
   std::atomic<int64_t> calls_{0}, refused_hellos_{0}, refused_frames_{0},
       refused_bodies_{0}, bytes_in_{0}, bytes_out_{0}, late_completions_{0},
-      bodies_posted_{0}, unclaimed_replies_{0};
+      bodies_posted_{0}, unclaimed_replies_{0}, late_readies_{0};
 
   std::thread progress_;
   std::atomic<std::thread::id> progress_thread_id_;

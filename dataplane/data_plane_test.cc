@@ -270,6 +270,22 @@ class RawPeer {
     return ParseFrameMessage(absl::MakeConstSpan(answer_, c.bytes),
                              FrameLimits());
   }
+  // The size of the first body message of `sequence` on `connection`.
+  absl::StatusOr<size_t> BodyMessage(uint32_t connection, uint32_t sequence) {
+    Op op;
+    EXPECT_TRUE(endpoint_
+                    ->PostRecv(server_, BodyTag(connection, sequence), 0,
+                               answer_, sizeof(answer_), nullptr, &op)
+                    .ok());
+    Completion c;
+    if (endpoint_->Poll(&c, 1, absl::Seconds(5)) == 0) {
+      endpoint_->Cancel(&op);
+      while (endpoint_->Poll(&c, 1, absl::Seconds(1)) == 0) {
+      }
+      return absl::DeadlineExceededError("no body message");
+    }
+    return c.bytes;
+  }
   // Opens a connection as a client would; key() is then its key.
   uint64_t key() const { return key_; }
   uint32_t Open(const Challenge& challenge) {
@@ -423,9 +439,16 @@ TEST_P(DataPlaneTest, AReplyBodyMovesOnlyOnItsClientsReadyFrame) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_EQ(server_->stats().unclaimed_replies, 1);
-  // A ready frame too late, one for a call never made, and one without
-  // the connection's key: each counted and dropped.
+  // A ready frame too late is told that the reply was dropped (a body
+  // message of 0 bytes), once.
   FrameHeader ready = ReadyHeader(id, 1, peer.key());
+  peer.Send(HeaderTag(id, 1), RawPeer::Message(ready));
+  absl::StatusOr<size_t> notice = peer.BodyMessage(id, 1);
+  ASSERT_TRUE(notice.ok()) << notice.status();
+  EXPECT_EQ(*notice, 0u);
+  EXPECT_EQ(server_->stats().late_readies, 1);
+  // The same again, one for a call never made, and one without the
+  // connection's key: each counted and dropped.
   peer.Send(HeaderTag(id, 1), RawPeer::Message(ready));
   ready.sequence = 9;
   peer.Send(HeaderTag(id, 9), RawPeer::Message(ready));
@@ -436,6 +459,7 @@ TEST_P(DataPlaneTest, AReplyBodyMovesOnlyOnItsClientsReadyFrame) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_EQ(server_->stats().refused_frames, 3);
+  EXPECT_EQ(server_->stats().late_readies, 1);
   EXPECT_EQ(server_->stats().bytes_out, 10000);  // counted when answered
   // Clients that say ready get their replies, exactly.
   auto client = Connect();
@@ -699,6 +723,61 @@ TEST_P(ForkedDataPlaneTest, ManyEndpointsOfOneProcessCallAtOnce) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// A client whose ready frame comes after the server stopped waiting for
+// it (the client was stopped or starved between the reply's header and
+// its ready; here its sink takes 1 s) is told at once that the reply was
+// dropped: UNAVAILABLE, which callers retry, not its call's deadline.
+TEST_P(ForkedDataPlaneTest, AClientLateForItsReplyIsToldAtOnce) {
+  DataPlaneServerOptions options;
+  options.fabric.provider = GetParam();
+  options.token = kToken;
+  options.stuck_send_timeout = absl::Milliseconds(300);
+  auto server = ForkedServer::Start(
+      options,
+      [](uint32_t, absl::Span<const uint8_t> request) -> absl::StatusOr<Reply> {
+        auto reversed = std::make_shared<std::vector<uint8_t>>(request.rbegin(),
+                                                               request.rend());
+        return Reply(Cut(*reversed, kRequestCuts), reversed);
+      },
+      2);
+  ASSERT_TRUE(server.ok()) << server.status();
+  FabricOptions fabric;
+  fabric.provider = GetParam();
+  auto late = DataPlaneClient::Connect(fabric, (*server)->address(),
+                                       (*server)->challenges()[0], kToken,
+                                       In(absl::Seconds(10)));
+  ASSERT_TRUE(late.ok()) << late.status();
+  const std::vector<uint8_t> request = Pattern(size_t{64} << 10, 5);
+  std::vector<uint8_t> reply(request.size());
+  const absl::Time start = absl::Now();
+  absl::Status s = (*late)->Call(
+      Cut(request, kRequestCuts),
+      [&](uint64_t bytes) -> absl::StatusOr<absl::Span<uint8_t>> {
+        absl::SleepFor(absl::Seconds(1));  // past the server's 300 ms
+        return absl::MakeSpan(reply.data(), bytes);
+      },
+      In(absl::Seconds(20)));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::printf("%s: late client answered %s after %.2f s\n", GetParam().c_str(),
+              s.ToString().c_str(), seconds);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("dropped its reply"), std::string::npos) << s;
+  EXPECT_LT(seconds, 5);  // its deadline was 20 s off
+  // The server serves on: a client in time gets its reply, exactly.
+  auto on_time = DataPlaneClient::Connect(fabric, (*server)->address(),
+                                          (*server)->challenges()[1], kToken,
+                                          In(absl::Seconds(10)));
+  ASSERT_TRUE(on_time.ok()) << on_time.status();
+  s = (*on_time)->Call(
+      Cut(request, kRequestCuts),
+      [&](uint64_t bytes) -> absl::StatusOr<absl::Span<uint8_t>> {
+        return absl::MakeSpan(reply.data(), bytes);
+      },
+      In(absl::Seconds(10)));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(std::equal(request.rbegin(), request.rend(), reply.begin()));
 }
 
 // A server stopped (SIGSTOP: a paused VM, a process swapped out, a

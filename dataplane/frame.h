@@ -43,6 +43,13 @@
 // connection (rxm 1.17 crashed in fi_trecv on that: docs/architecture.md),
 // and a body nobody will receive is never handed to the provider, which
 // would keep it queued for good.
+//
+// A server drops a reply body whose ready frame does not come in time
+// (its client broke the call, died, or was stopped). A ready that comes
+// after all, on its connection and with its key, is answered with the
+// drop notice: one body message of 0 bytes (a listed one never is), on
+// which the client fails the call UNAVAILABLE, retried, rather than
+// waiting out its deadline.
 #ifndef PSRT_DATAPLANE_FRAME_H_
 #define PSRT_DATAPLANE_FRAME_H_
 

@@ -145,6 +145,7 @@ TEST(DataPlaneClusterTest, MixedClusterServesTheSameValuesAndMetrics) {
         "psrt_data_plane_inflight_body_bytes{provider=\"tcp\"} 0",
         "psrt_data_plane_late_completions_total{provider=\"tcp\"} 0",
         "psrt_data_plane_unclaimed_replies_total{provider=\"tcp\"} 0",
+        "psrt_data_plane_late_readies_total{provider=\"tcp\"} 0",
         "psrt_data_plane_refused_total{provider=\"tcp\",what=\"body\"} 0",
         "psrt_data_plane_refused_total{provider=\"tcp\",what=\"hello\"} 0"}) {
     EXPECT_NE(served->find(absl::StrCat("\n", series, "\n")), std::string::npos)

@@ -69,6 +69,12 @@ void ExportDataPlaneMetrics(const DataPlanes* planes,
             "ready for them (a client gone mid-call)",
             kCounter, "",
             {{"", [](const Stats& s) { return s.unclaimed_replies; }}});
+  AddFamily(planes, registry, "psrt_data_plane_late_readies_total",
+            "Ready frames that came for a reply body already dropped (their "
+            "client was stopped or starved meanwhile), answered so that the "
+            "client retries at once",
+            kCounter, "",
+            {{"", [](const Stats& s) { return s.late_readies; }}});
 }
 
 }  // namespace psrt
