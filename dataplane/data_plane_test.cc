@@ -253,38 +253,17 @@ class RawPeer {
     }
     return m;
   }
-  // The answer to `sequence` on `connection`, or nullopt within 1 s.
+  // The answer to `sequence` on `connection`, or an error within 1 s.
   absl::StatusOr<FrameMessage> Answer(uint32_t connection, uint32_t sequence) {
-    Op op;
-    EXPECT_TRUE(endpoint_
-                    ->PostRecv(server_, HeaderTag(connection, sequence), 0,
-                               answer_, sizeof(answer_), nullptr, &op)
-                    .ok());
-    Completion c;
-    if (endpoint_->Poll(&c, 1, absl::Seconds(1)) == 0) {
-      endpoint_->Cancel(&op);
-      while (endpoint_->Poll(&c, 1, absl::Seconds(1)) == 0) {
-      }
-      return absl::DeadlineExceededError("no answer");
-    }
-    return ParseFrameMessage(absl::MakeConstSpan(answer_, c.bytes),
+    absl::StatusOr<size_t> bytes =
+        Receive(HeaderTag(connection, sequence), absl::Seconds(1));
+    if (!bytes.ok()) return bytes.status();
+    return ParseFrameMessage(absl::MakeConstSpan(answer_, *bytes),
                              FrameLimits());
   }
   // The size of the first body message of `sequence` on `connection`.
   absl::StatusOr<size_t> BodyMessage(uint32_t connection, uint32_t sequence) {
-    Op op;
-    EXPECT_TRUE(endpoint_
-                    ->PostRecv(server_, BodyTag(connection, sequence), 0,
-                               answer_, sizeof(answer_), nullptr, &op)
-                    .ok());
-    Completion c;
-    if (endpoint_->Poll(&c, 1, absl::Seconds(5)) == 0) {
-      endpoint_->Cancel(&op);
-      while (endpoint_->Poll(&c, 1, absl::Seconds(1)) == 0) {
-      }
-      return absl::DeadlineExceededError("no body message");
-    }
-    return c.bytes;
+    return Receive(BodyTag(connection, sequence), absl::Seconds(5));
   }
   // Opens a connection as a client would; key() is then its key.
   uint64_t key() const { return key_; }
@@ -314,6 +293,24 @@ class RawPeer {
   uint64_t key_ = 0;
   std::deque<std::vector<uint8_t>> kept_;
   uint8_t answer_[kHeaderMessageBytes];
+
+  // A message tagged `tag` received into answer_ within `timeout`: its
+  // size.
+  absl::StatusOr<size_t> Receive(uint64_t tag, absl::Duration timeout) {
+    Op op;
+    EXPECT_TRUE(
+        endpoint_
+            ->PostRecv(server_, tag, 0, answer_, sizeof(answer_), nullptr, &op)
+            .ok());
+    Completion c;
+    if (endpoint_->Poll(&c, 1, timeout) == 0) {
+      endpoint_->Cancel(&op);
+      while (endpoint_->Poll(&c, 1, absl::Seconds(1)) == 0) {
+      }
+      return absl::DeadlineExceededError("no message");
+    }
+    return c.bytes;
+  }
 };
 
 TEST_P(DataPlaneTest, ForgedFramesAreDroppedAndTheServerKeepsServing) {
@@ -621,11 +618,35 @@ class ForkedDataPlaneTest : public ::testing::TestWithParam<std::string> {
 
   absl::StatusOr<std::unique_ptr<DataPlaneClient>> Connect(
       int challenge, absl::string_view token = kToken) {
+    return ConnectTo(*server_, challenge, token);
+  }
+  absl::StatusOr<std::unique_ptr<DataPlaneClient>> ConnectTo(
+      const ForkedServer& server, int challenge,
+      absl::string_view token = kToken) {
     FabricOptions fabric;
     fabric.provider = GetParam();
-    return DataPlaneClient::Connect(fabric, server_->address(),
-                                    server_->challenges()[challenge], token,
+    return DataPlaneClient::Connect(fabric, server.address(),
+                                    server.challenges()[challenge], token,
                                     In(absl::Seconds(10)));
+  }
+  // Another server in a child, answering each request reversed, whose
+  // peer timeouts (a ready frame, a body) are `timeout`.
+  absl::StatusOr<std::unique_ptr<ForkedServer>> StartReversing(
+      absl::Duration timeout, int challenges) {
+    DataPlaneServerOptions options;
+    options.fabric.provider = GetParam();
+    options.token = kToken;
+    options.stuck_send_timeout = timeout;
+    options.body_receive_timeout = timeout;
+    return ForkedServer::Start(
+        options,
+        [](uint32_t,
+           absl::Span<const uint8_t> request) -> absl::StatusOr<Reply> {
+          auto reversed = std::make_shared<std::vector<uint8_t>>(
+              request.rbegin(), request.rend());
+          return Reply(Cut(*reversed, kRequestCuts), reversed);
+        },
+        challenges);
   }
 
   // Enough for the many-endpoints case's connections.
@@ -730,24 +751,9 @@ TEST_P(ForkedDataPlaneTest, ManyEndpointsOfOneProcessCallAtOnce) {
 // its ready; here its sink takes 1 s) is told at once that the reply was
 // dropped: UNAVAILABLE, which callers retry, not its call's deadline.
 TEST_P(ForkedDataPlaneTest, AClientLateForItsReplyIsToldAtOnce) {
-  DataPlaneServerOptions options;
-  options.fabric.provider = GetParam();
-  options.token = kToken;
-  options.stuck_send_timeout = absl::Milliseconds(300);
-  auto server = ForkedServer::Start(
-      options,
-      [](uint32_t, absl::Span<const uint8_t> request) -> absl::StatusOr<Reply> {
-        auto reversed = std::make_shared<std::vector<uint8_t>>(request.rbegin(),
-                                                               request.rend());
-        return Reply(Cut(*reversed, kRequestCuts), reversed);
-      },
-      2);
+  auto server = StartReversing(absl::Milliseconds(300), 2);
   ASSERT_TRUE(server.ok()) << server.status();
-  FabricOptions fabric;
-  fabric.provider = GetParam();
-  auto late = DataPlaneClient::Connect(fabric, (*server)->address(),
-                                       (*server)->challenges()[0], kToken,
-                                       In(absl::Seconds(10)));
+  auto late = ConnectTo(**server, 0);
   ASSERT_TRUE(late.ok()) << late.status();
   const std::vector<uint8_t> request = Pattern(size_t{64} << 10, 5);
   std::vector<uint8_t> reply(request.size());
@@ -766,9 +772,7 @@ TEST_P(ForkedDataPlaneTest, AClientLateForItsReplyIsToldAtOnce) {
   EXPECT_NE(s.message().find("dropped its reply"), std::string::npos) << s;
   EXPECT_LT(seconds, 5);  // its deadline was 20 s off
   // The server serves on: a client in time gets its reply, exactly.
-  auto on_time = DataPlaneClient::Connect(fabric, (*server)->address(),
-                                          (*server)->challenges()[1], kToken,
-                                          In(absl::Seconds(10)));
+  auto on_time = ConnectTo(**server, 1);
   ASSERT_TRUE(on_time.ok()) << on_time.status();
   s = (*on_time)->Call(
       Cut(request, kRequestCuts),
@@ -787,20 +791,8 @@ TEST_P(ForkedDataPlaneTest, AClientLateForItsReplyIsToldAtOnce) {
 // server ran counts against them. Calls in flight from several connections
 // at each stop catch some of them in each step of a call.
 TEST_P(ForkedDataPlaneTest, AServerStoppedLongerThanItsTimeoutsLosesNoCall) {
-  DataPlaneServerOptions options;
-  options.fabric.provider = GetParam();
-  options.token = kToken;
-  options.stuck_send_timeout = absl::Milliseconds(500);
-  options.body_receive_timeout = absl::Milliseconds(500);
   constexpr int kConnections = 6;
-  auto server = ForkedServer::Start(
-      options,
-      [](uint32_t, absl::Span<const uint8_t> request) -> absl::StatusOr<Reply> {
-        auto reversed = std::make_shared<std::vector<uint8_t>>(request.rbegin(),
-                                                               request.rend());
-        return Reply(Cut(*reversed, kRequestCuts), reversed);
-      },
-      kConnections);
+  auto server = StartReversing(absl::Milliseconds(500), kConnections);
   ASSERT_TRUE(server.ok()) << server.status();
   std::atomic<bool> stop{false};
   std::atomic<int> calls{0};
@@ -809,11 +801,7 @@ TEST_P(ForkedDataPlaneTest, AServerStoppedLongerThanItsTimeoutsLosesNoCall) {
   std::vector<std::thread> threads;
   for (int c = 0; c < kConnections; ++c) {
     threads.emplace_back([&, c] {
-      FabricOptions fabric;
-      fabric.provider = GetParam();
-      auto client = DataPlaneClient::Connect(fabric, (*server)->address(),
-                                             (*server)->challenges()[c], kToken,
-                                             In(absl::Seconds(10)));
+      auto client = ConnectTo(**server, c);
       if (!client.ok()) {
         failures[c] = client.status().ToString();
         return;
