@@ -176,8 +176,12 @@ void InProcessCluster::Advance(absl::Duration total,
   for (absl::Duration done; done < total; done += options_.step) {
     clock_.Advance(std::min(options_.step, total - done));
     if (!Settle()) {
+      // How many were still running says where to look (a loop thread
+      // held on real time: a lock, an RPC's own deadline).
       ADD_FAILURE() << "the PS threads did not settle at "
-                    << absl::FormatTime(clock_.Now());
+                    << absl::FormatTime(clock_.Now()) << ": "
+                    << clock_.waiters() << " thread(s) wait on the clock, "
+                    << LoopThreads() << " loop thread(s) should";
       return;
     }
     if (each_step) each_step();
