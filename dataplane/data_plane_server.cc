@@ -214,8 +214,7 @@ void DataPlaneServer::Retire(Retired retired) {
   retired_.push_back(std::move(retired));
 }
 
-void DataPlaneServer::PruneRetired() {
-  const absl::Time now = awake_.Now();
+void DataPlaneServer::PruneRetired(absl::Time now) {
   while (!retired_.empty() && retired_.front().until <= now) {
     retired_users_.erase(retired_.front().user);
     retired_.pop_front();
@@ -233,12 +232,12 @@ void DataPlaneServer::ProgressLoop() {
                                      /*idle=*/bodies_.empty());
     // Before judging any peer overdue: a stop that just ended does not
     // count (what came meanwhile is in `completions`, or still queued).
-    awake_.Tick();
-    PruneRetired();
-    if (const absl::Time now = awake_.Now(); now >= next_sweep_) {
+    const absl::Time now = awake_.Tick();
+    PruneRetired(now);
+    if (now >= next_sweep_) {
       next_sweep_ = now + absl::Milliseconds(250);
-      CancelOverdueBodies();
-      DropUnclaimedReplies();
+      CancelOverdueBodies(now);
+      DropUnclaimedReplies(now);
     }
     for (size_t i = 0; i < n; ++i) {
       const Completion& c = completions[i];
@@ -286,8 +285,7 @@ bool DataPlaneServer::FirstReport(std::vector<bool>* completed, size_t index) {
   return true;
 }
 
-void DataPlaneServer::CancelOverdueBodies() {
-  const absl::Time now = awake_.Now();
+void DataPlaneServer::CancelOverdueBodies(absl::Time now) {
   for (auto& [key, body] : bodies_) {
     if (body->cancelled || now - body->posted < options_.body_receive_timeout) {
       continue;
@@ -585,8 +583,7 @@ void DataPlaneServer::OnReady(const FrameMessage& frame, fi_addr_t source) {
   work_ready_.Signal();
 }
 
-void DataPlaneServer::DropUnclaimedReplies() {
-  const absl::Time now = awake_.Now();
+void DataPlaneServer::DropUnclaimedReplies(absl::Time now) {
   absl::MutexLock lock(&mu_);
   std::vector<PendingSend*> overdue;
   for (const auto& [id, send] : awaiting_ready_) {

@@ -200,9 +200,9 @@ class DataPlaneServer {
   // Retires `slot` and posts a fresh one in its place.
   void ReplaceHeaderSlot(HeaderSlot* slot);
   void Retire(Retired retired);
-  void PruneRetired();
+  void PruneRetired(absl::Time now);
   // Cancels the receives of bodies past options_.body_receive_timeout.
-  void CancelOverdueBodies();
+  void CancelOverdueBodies(absl::Time now);
   void ProgressLoop();
   void OnHeader(HeaderSlot* slot, const Completion& c);
   void OnHello(const FrameMessage& frame);
@@ -236,7 +236,7 @@ class DataPlaneServer {
   // again) and frees it if none of its operations is outstanding.
   void Unpark(PendingSend* send) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops parked reply bodies whose ready frame did not come in time.
-  void DropUnclaimedReplies() ABSL_LOCKS_EXCLUDED(mu_);
+  void DropUnclaimedReplies(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   void SendError(const Caller& caller, const absl::Status& status);
   // The drop notice (frame.h) for call `sequence`, whose reply body was
   // dropped before its client's ready frame came. Progress thread only.

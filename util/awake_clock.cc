@@ -20,7 +20,7 @@ absl::Time AwakeClock::Now() const {
          std::clamp(now - last_tick_real_, absl::ZeroDuration(), longest_gap_);
 }
 
-void AwakeClock::Tick() {
+absl::Time AwakeClock::Tick() {
   const absl::Time now = real_->Now();
   absl::MutexLock lock(&mu_);
   const absl::Duration gap =
@@ -29,6 +29,7 @@ void AwakeClock::Tick() {
   stalled_ += gap - counted;
   last_tick_awake_ += counted;
   last_tick_real_ = now;
+  return last_tick_awake_;
 }
 
 absl::Duration AwakeClock::stalled() const {

@@ -31,8 +31,9 @@ class AwakeClock {
   // time since, less the stalls seen.
   absl::Time Now() const ABSL_LOCKS_EXCLUDED(mu_);
   // The ticking loop's beat. The real time since the last tick counts up
-  // to `longest_gap`.
-  void Tick() ABSL_LOCKS_EXCLUDED(mu_);
+  // to `longest_gap`. Returns Now() (one reading of the real clock for
+  // both).
+  absl::Time Tick() ABSL_LOCKS_EXCLUDED(mu_);
   // The time that did not count, in all.
   absl::Duration stalled() const ABSL_LOCKS_EXCLUDED(mu_);
 
