@@ -3,6 +3,13 @@
 #include <algorithm>
 
 namespace psrt {
+namespace {
+
+// AwaitForRunningTime's slice, and the most one slice counts.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(50);
+constexpr absl::Duration kLongestSliceGap = absl::Seconds(1);
+
+}  // namespace
 
 AwakeClock::AwakeClock(absl::Duration longest_gap, const Clock* real)
     : longest_gap_(longest_gap), real_(real) {
@@ -35,6 +42,16 @@ absl::Time AwakeClock::Tick() {
 absl::Duration AwakeClock::stalled() const {
   absl::MutexLock lock(&mu_);
   return stalled_;
+}
+
+bool AwaitForRunningTime(absl::Mutex* mu, const absl::Condition& condition,
+                         absl::Duration timeout, const Clock* real) {
+  AwakeClock running(kLongestSliceGap, real);
+  const absl::Time give_up = running.Now() + timeout;
+  while (!mu->AwaitWithTimeout(condition, kWaitSlice)) {
+    if (running.Tick() >= give_up) return false;
+  }
+  return true;
 }
 
 }  // namespace psrt

@@ -46,6 +46,18 @@ class AwakeClock {
   absl::Duration stalled_ ABSL_GUARDED_BY(mu_);
 };
 
+// Waits on `mu` (held by the caller) until `condition` holds, for up to
+// `timeout` of this process's running time: the wait is sliced, and a
+// slice that took far longer than asked (the process or its VM was
+// paused, or the thread starved) counts for at most 1 s. A test waiting
+// for threads it started uses this instead of a plain real-time bound,
+// which a VM snapshot taken mid-run (seen on CI machines: 13 s) would end
+// at once. True if `condition` held. `real` must outlive the call.
+bool AwaitForRunningTime(absl::Mutex* mu, const absl::Condition& condition,
+                         absl::Duration timeout,
+                         const Clock* real = Clock::Real())
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
 }  // namespace psrt
 
 #endif  // PSRT_UTIL_AWAKE_CLOCK_H_

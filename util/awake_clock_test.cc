@@ -1,5 +1,8 @@
 #include "util/awake_clock.h"
 
+#include <atomic>
+#include <thread>
+
 #include "gtest/gtest.h"
 #include "util/simulated_clock.h"
 
@@ -57,6 +60,64 @@ TEST(AwakeClockTest, NeverGoesBack) {
     last = awake.Now();
     EXPECT_GE(last, before_tick) << i;
   }
+}
+
+// A wait for a condition that never comes ends after its running time.
+TEST(AwaitForRunningTimeTest, EndsAfterItsTimeout) {
+  absl::Mutex mu;
+  bool never = false;
+  const absl::Time start = absl::Now();
+  absl::MutexLock lock(&mu);
+  EXPECT_FALSE(AwaitForRunningTime(&mu, absl::Condition(&never),
+                                   absl::Milliseconds(300)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// The clock jumps an hour while the process waits (a VM snapshot taken
+// mid-run: the kernel's clock jumps on resume): it counts 1 s of a 10 s
+// wait, which goes on and sees its condition come.
+TEST(AwaitForRunningTimeTest, OutlastsAPauseOfTheProcess) {
+  SimulatedClock real;
+  absl::Mutex mu;
+  bool ready = false;
+  std::thread other([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    real.Advance(absl::Hours(1));
+    absl::SleepFor(absl::Milliseconds(400));
+    absl::MutexLock lock(&mu);
+    ready = true;
+  });
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(AwaitForRunningTime(&mu, absl::Condition(&ready),
+                                    absl::Seconds(10), &real));
+  }
+  other.join();
+}
+
+// Running time counts in full: 100 ms of it pass in each slice, and a
+// 2 s wait ends after about 20 of them, well before the condition.
+TEST(AwaitForRunningTimeTest, CountsRunningTimeInFull) {
+  SimulatedClock real;
+  absl::Mutex mu;
+  bool ready = false;
+  std::atomic<bool> stop{false};
+  std::thread ticking([&] {
+    while (!stop.load()) {
+      real.Advance(absl::Milliseconds(2));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  const absl::Time start = real.Now();
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_FALSE(AwaitForRunningTime(&mu, absl::Condition(&ready),
+                                     absl::Seconds(2), &real));
+  }
+  stop.store(true);
+  ticking.join();
+  EXPECT_GE(real.Now() - start, absl::Seconds(2));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <iterator>
 
+#include "util/awake_clock.h"
+
 namespace psrt {
 
 SimulatedClock::SimulatedClock(absl::Time start) : now_(start) {}
@@ -64,23 +66,22 @@ int SimulatedClock::waiters() const {
   return static_cast<int>(deadlines_.size());
 }
 
-bool SimulatedClock::AwaitWaiters(int count,
-                                  absl::Duration real_timeout) const {
+bool SimulatedClock::AwaitWaiters(int count, absl::Duration timeout) const {
   auto enough = [this, count]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     const auto later = deadlines_.upper_bound(now_);
     return std::distance(later, deadlines_.end()) >= count;
   };
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithTimeout(absl::Condition(&enough), real_timeout);
+  return AwaitForRunningTime(&mu_, absl::Condition(&enough), timeout);
 }
 
 bool SimulatedClock::AwaitWaiterFor(absl::Time instant,
-                                    absl::Duration real_timeout) const {
+                                    absl::Duration timeout) const {
   auto waited_for = [this, instant]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return deadlines_.count(instant) > 0;
   };
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithTimeout(absl::Condition(&waited_for), real_timeout);
+  return AwaitForRunningTime(&mu_, absl::Condition(&waited_for), timeout);
 }
 
 }  // namespace psrt

@@ -38,16 +38,17 @@ class SimulatedClock : public Clock {
   // Threads blocked in WaitForNotification or SleepFor now (some may be
   // about to wake: their instant has come).
   int waiters() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Blocks, up to `real_timeout` of real time, until at least `count`
-  // threads wait on this clock for an instant after Now() -- after an
-  // Advance, until the threads it woke have done their step and wait
-  // again. False if they did not in time.
-  bool AwaitWaiters(int count, absl::Duration real_timeout) const
+  // Blocks, up to `timeout` of the process's running time (real time less
+  // pauses: awake_clock.h), until at least `count` threads wait on this
+  // clock for an instant after Now() -- after an Advance, until the
+  // threads it woke have done their step and wait again. False if they
+  // did not in time.
+  bool AwaitWaiters(int count, absl::Duration timeout) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Blocks, up to `real_timeout` of real time, until some thread waits for
-  // exactly `instant` (a timeout the test knows was just set). False if
-  // none did in time.
-  bool AwaitWaiterFor(absl::Time instant, absl::Duration real_timeout) const
+  // Blocks, up to `timeout` of running time as above, until some thread
+  // waits for exactly `instant` (a timeout the test knows was just set).
+  // False if none did in time.
+  bool AwaitWaiterFor(absl::Time instant, absl::Duration timeout) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

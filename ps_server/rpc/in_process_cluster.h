@@ -90,7 +90,8 @@ class InProcessCluster {
   // step, once every live PS's loop threads (lease renewals, failover
   // probes) have done their work and wait again, calls `each_step` (if
   // set): the cluster as it is at that instant. Fails (ADD_FAILURE) if the
-  // threads do not settle within 10 s of real time.
+  // threads do not settle within 10 s of the process's running time (real
+  // time less a pause of the process or its VM: util/awake_clock.h).
   void Advance(absl::Duration total,
                const std::function<void()>& each_step = nullptr);
   // Advances step by step until `condition` holds (true) or `limit` of
@@ -119,7 +120,8 @@ class InProcessCluster {
   // the next step.)
   int LoopThreads();
   bool Settle();
-  // Polls (real time) until every live PS's backups accepted its stream.
+  // Polls (up to 10 s of running time) until every live PS's backups
+  // accepted its stream.
   bool AwaitStreams();
 
   const Options options_;
