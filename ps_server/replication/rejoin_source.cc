@@ -1,11 +1,13 @@
 #include "ps_server/replication/rejoin_source.h"
 
 #include <algorithm>
+#include <memory>
 #include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "proto/frame_writer.h"
@@ -16,6 +18,9 @@ namespace {
 
 // One InstallSnapshot message carries at most this many bytes of rows.
 constexpr int64_t kChunkBytes = int64_t{4} << 20;
+// How long the answer waits for the pushes the copies hold to be
+// acknowledged (remembered as applied).
+constexpr absl::Duration kSettleTimeout = absl::Seconds(10);
 
 // A consistent copy of one shard: its rows, their ids and version, and
 // the first sequence of `log` whose update they do not hold.
@@ -102,7 +107,8 @@ std::vector<grpc::ByteBuffer> Messages(int self, const LocalVariable& v,
 
 absl::StatusOr<RejoinResponse> ServeRejoin(ShardStore* store,
                                            ReplicationLog* log,
-                                           const PsPeers* peers, int rejoiner) {
+                                           const PsPeers* peers,
+                                           DedupScopes* dedup, int rejoiner) {
   const int self = store->ps_task();
   if (rejoiner < 0 || rejoiner >= store->num_ps() || rejoiner == self) {
     return absl::InvalidArgumentError(
@@ -165,11 +171,40 @@ absl::StatusOr<RejoinResponse> ServeRejoin(ShardStore* store,
     answer.set_bytes(answer.bytes() +
                      static_cast<int64_t>(copy.rows.size() * sizeof(float)));
   }
+  // The pushes the copies hold, for the rejoiner to recognise a retry of
+  // one. Those logged before the stream's start are remembered here once
+  // acknowledged (after their backups have them): wait for that, for a
+  // while. Those logged after it reach the rejoiner in the stream, which
+  // remembers them the same way (replica_applier.cc).
+  auto settled = std::make_shared<absl::Notification>();
+  log->WhenReplicated(answer.stream_from() - 1,
+                      [settled](absl::Status) { settled->Notify(); });
+  if (!settled->WaitForNotificationWithTimeout(kSettleTimeout)) {
+    LOG(WARNING) << "Rejoin of " << peers->Describe(rejoiner)
+                 << ": updates before " << answer.stream_from()
+                 << " still wait for backups after "
+                 << absl::FormatDuration(kSettleTimeout)
+                 << "; their pushes are not passed on as applied";
+  }
+  std::set<int> scopes;
+  for (const auto& [v, s] : shards) scopes.insert(v->layout->shards[s].ps_task);
+  const size_t per_scope = PushDedup::kMostSentOnRejoin / scopes.size();
+  int64_t remembered = 0;
+  for (int scope : scopes) {
+    AppliedPushes* applied = answer.add_applied_pushes();
+    applied->set_scope(scope);
+    for (const auto& [client, request] : dedup->For(scope)->Newest(per_scope)) {
+      applied->add_client_ids(client);
+      applied->add_request_ids(request);
+    }
+    remembered += applied->client_ids_size();
+  }
   LOG(INFO) << "Rejoin: sent " << answer.shards() << " shard(s), "
             << answer.bytes() << " bytes, to " << peers->Describe(rejoiner)
             << " in " << absl::FormatDuration(absl::Now() - start)
             << "; its stream starts at update " << answer.stream_from()
-            << ", the last shard was copied at update " << last_copied_at;
+            << ", the last shard was copied at update " << last_copied_at
+            << ", with " << remembered << " applied push(es) to recognise";
   return answer;
 }
 

@@ -14,15 +14,19 @@
 #include "proto/ps.pb.h"
 #include "ps_server/peers/ps_peers.h"
 #include "ps_server/replication/replication_log.h"
+#include "ps_server/rpc/push_dedup.h"
 #include "ps_server/shards/shard_store.h"
 
 namespace psrt {
 
 // Serves `rejoiner`'s Rejoin; all pointers must outlive the call. Blocks
-// while the shards are sent (one InstallSnapshot call per shard).
+// while the shards are sent (one InstallSnapshot call per shard). The
+// answer carries the newest pushes `dedup` remembers as applied under the
+// scopes of the shards sent (RejoinResponse.applied_pushes).
 absl::StatusOr<RejoinResponse> ServeRejoin(ShardStore* store,
                                            ReplicationLog* log,
-                                           const PsPeers* peers, int rejoiner);
+                                           const PsPeers* peers,
+                                           DedupScopes* dedup, int rejoiner);
 
 }  // namespace psrt
 

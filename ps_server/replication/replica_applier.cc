@@ -1,5 +1,7 @@
 #include "ps_server/replication/replica_applier.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "proto/frame_reader.h"
 #include "ps_server/replication/replication_log.h"
@@ -308,6 +310,34 @@ absl::Status ReplicaApplier::FinishRejoin(int serving,
           "rejoin from PS ", serving, ": serves_for names PS ", task));
     }
   }
+  size_t remembered = 0;
+  for (const AppliedPushes& applied : answer.applied_pushes()) {
+    const auto& served = answer.serves_for();
+    if (std::find(served.begin(), served.end(), applied.scope()) ==
+            served.end() ||
+        applied.client_ids_size() != applied.request_ids_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rejoin from PS ", serving, ": applied pushes of scope ",
+                       applied.scope(), " (", applied.client_ids_size(),
+                       " client ids, ", applied.request_ids_size(),
+                       " request ids): not a PS it serves, or unpaired"));
+    }
+    remembered += applied.client_ids_size();
+  }
+  if (remembered > PushDedup::kMostSentOnRejoin) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rejoin from PS ", serving, ": ", remembered,
+                     " applied pushes, past the ", PushDedup::kMostSentOnRejoin,
+                     " an answer carries"));
+  }
+  // The pushes the copies hold, so that a worker's retry of one (its
+  // answer lost with the PS that died) is known here after a handback.
+  for (const AppliedPushes& applied : answer.applied_pushes()) {
+    PushDedup* dedup = dedup_->For(applied.scope());
+    for (int i = 0; i < applied.client_ids_size(); ++i) {
+      dedup->RecordApplied(applied.client_ids(i), applied.request_ids(i));
+    }
+  }
   stream->primaries = {serving};
   for (int task : answer.serves_for()) {
     if (task != serving) stream->primaries.push_back(task);
@@ -479,10 +509,8 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     // handback a retried push is found on the PS the shards went back to.
     const int scope = updates[i]->placed_primary();
     PushDedup* dedup = dedup_->For(scope >= 0 ? scope : from);
-    if (u.request_id() != 0 && dedup->Begin(u.client_id(), u.request_id()) ==
-                                   PushDedup::Outcome::kNew) {
-      dedup->Finish(u.client_id(), u.request_id(), true);
-    }
+    if (u.request_id() != 0)
+      dedup->RecordApplied(u.client_id(), u.request_id());
     stream->applied_through = u.sequence();
   }
   ReplicateResponse response;

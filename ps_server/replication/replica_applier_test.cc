@@ -537,6 +537,55 @@ TEST_F(ReplicaApplierTest, ARejoinSnapshotThenTheStreamGiveThePrimarysBits) {
   EXPECT_EQ(stores_[1]->Find("w")->shard(0).version(), primary.version());
 }
 
+// The pushes a rejoin answer says the copies hold are remembered as
+// applied under their scope, so a worker's retry of one is acknowledged,
+// not applied again. An answer naming a scope its sender does not serve,
+// unpaired ids, or more pushes than an answer carries is refused, naming
+// why, and records nothing.
+TEST_F(ReplicaApplierTest, ARejoinAnswerPassesOnTheAppliedPushesOfItsCopies) {
+  ReplicaApplier applier(stores_[1].get(), &dedup_, 1 << 20);
+  applier.BeginRejoin(0);
+  ASSERT_TRUE(Install(stores_[1].get(), &applier,
+                      Snapshot(*stores_[0], "w", 0, /*sequence=*/1))
+                  .ok());
+  RejoinResponse answer;
+  answer.set_incarnation(9);
+  answer.set_stream_from(1);
+  answer.add_serves_for(0);
+  auto refused = [&](const RejoinResponse& hostile) {
+    const absl::Status s = applier.FinishRejoin(0, hostile);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  RejoinResponse other_scope = answer;
+  AppliedPushes* applied = other_scope.add_applied_pushes();
+  applied->set_scope(2);
+  applied->add_client_ids(5);
+  applied->add_request_ids(50);
+  EXPECT_NE(refused(other_scope).find("scope 2"), std::string::npos);
+  RejoinResponse unpaired = answer;
+  unpaired.add_applied_pushes()->add_client_ids(5);
+  EXPECT_NE(refused(unpaired).find("unpaired"), std::string::npos);
+  RejoinResponse too_many = answer;
+  applied = too_many.add_applied_pushes();
+  for (size_t i = 0; i <= PushDedup::kMostSentOnRejoin; ++i) {
+    applied->add_client_ids(5);
+    applied->add_request_ids(i + 1);
+  }
+  EXPECT_NE(refused(too_many).find("past the"), std::string::npos);
+  EXPECT_EQ(dedup_.For(0)->entries(), 0u);
+  EXPECT_EQ(dedup_.For(2)->entries(), 0u);
+
+  applied = answer.add_applied_pushes();
+  applied->set_scope(0);
+  applied->add_client_ids(5);
+  applied->add_request_ids(50);
+  ASSERT_EQ(applier.FinishRejoin(0, answer), absl::OkStatus());
+  EXPECT_EQ(dedup_.For(0)->Begin(5, 50), PushDedup::Outcome::kApplied);
+  EXPECT_EQ(dedup_.For(0)->Begin(5, 51), PushDedup::Outcome::kNew);
+  EXPECT_EQ(dedup_.For(1)->entries(), 0u);
+}
+
 // A rejoin copies feature admission's sightings with the rows: ids the
 // source saw once are admitted on the copy by their next sighting, as on
 // the source. A sketch of another width is refused, naming the sizes.

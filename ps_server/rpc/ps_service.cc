@@ -1226,7 +1226,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Rejoin(
               "Rejoin: this PS runs without replicas");
         }
         if (absl::Status s = CheckNotReplaced(); !s.ok()) return s;
-        return ServeRejoin(store_, replicator_, peers_, r.from_task());
+        return ServeRejoin(store_, replicator_, peers_, &dedup_scopes_,
+                           r.from_task());
       });
 }
 

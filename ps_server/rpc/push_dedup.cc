@@ -1,5 +1,7 @@
 #include "ps_server/rpc/push_dedup.h"
 
+#include <algorithm>
+
 namespace psrt {
 
 PushDedup::~PushDedup() {
@@ -27,6 +29,23 @@ void PushDedup::Finish(uint64_t client_id, uint64_t request_id, bool applied) {
   }
   DropIfEmptyLocked(client_id);
   AccountLocked();
+}
+
+void PushDedup::RecordApplied(uint64_t client_id, uint64_t request_id) {
+  absl::MutexLock lock(&mu_);
+  if (clients_[client_id].applied.insert(request_id).second) {
+    order_.emplace_back(client_id, request_id);
+    while (order_.size() > max_entries_) ForgetOldestLocked();
+  }
+  DropIfEmptyLocked(client_id);
+  AccountLocked();
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> PushDedup::Newest(size_t max) const {
+  absl::MutexLock lock(&mu_);
+  const size_t n = std::min(max, order_.size());
+  return std::vector<std::pair<uint64_t, uint64_t>>(order_.end() - n,
+                                                    order_.end());
 }
 
 void PushDedup::ForgetOldestLocked() {

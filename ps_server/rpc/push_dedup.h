@@ -44,6 +44,9 @@ class PushDedup {
   static constexpr int64_t kBytesPerClient = 192;
   static constexpr int64_t kReserveStep = int64_t{1} << 20;
   static constexpr size_t kDefaultMaxEntries = size_t{1} << 17;
+  // The most pushes a rejoin answer carries, over all its scopes (2 MiB
+  // on the wire, within a peer channel's 4 MiB message).
+  static constexpr size_t kMostSentOnRejoin = size_t{1} << 17;
 
   explicit PushDedup(size_t max_entries = kDefaultMaxEntries,
                      Reserve reserve = nullptr)
@@ -57,6 +60,15 @@ class PushDedup {
   // Ends a kNew request: remembered as applied if `applied`, else forgotten
   // so a retry applies it.
   void Finish(uint64_t client_id, uint64_t request_id, bool applied)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Remembers a push as applied whatever its state here (one that this
+  // PS's copy of the shards holds: a rejoin snapshot's, a forwarded
+  // update's). Nothing if it is already.
+  void RecordApplied(uint64_t client_id, uint64_t request_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The newest `max` pushes remembered as applied, oldest first.
+  std::vector<std::pair<uint64_t, uint64_t>> Newest(size_t max) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Pushes remembered, clients known, and the bytes counted for them

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/process_rss.h"
@@ -31,6 +33,28 @@ TEST(PushDedupTest, ARetryIsFoundAndAFailedPushForgotten) {
   dedup.Finish(7, 2, /*applied=*/false);
   EXPECT_EQ(dedup.entries(), 1u);
   EXPECT_EQ(dedup.clients(), 1u);
+}
+
+// What a rejoin passes on: the newest applied pushes, oldest first; the
+// rejoiner records them (once) within its own bound.
+TEST(PushDedupTest, TheNewestAppliedPushesArePassedOnAndRecorded) {
+  PushDedup source;
+  for (uint64_t r = 1; r <= 5; ++r) ApplyOne(&source, 7, r);
+  ASSERT_EQ(source.Begin(8, 1), PushDedup::Outcome::kNew);  // in progress
+  const std::vector<std::pair<uint64_t, uint64_t>> expected = {
+      {7, 3}, {7, 4}, {7, 5}};
+  EXPECT_EQ(source.Newest(3), expected);
+  EXPECT_EQ(source.Newest(100).size(), 5u);
+  PushDedup rejoiner(/*max_entries=*/4);
+  for (const auto& [client, request] : source.Newest(100)) {
+    rejoiner.RecordApplied(client, request);
+    rejoiner.RecordApplied(client, request);
+  }
+  EXPECT_EQ(rejoiner.entries(), 4u);  // the oldest (7, 1) forgotten
+  EXPECT_EQ(rejoiner.Begin(7, 5), PushDedup::Outcome::kApplied);
+  EXPECT_EQ(rejoiner.Begin(7, 2), PushDedup::Outcome::kApplied);
+  EXPECT_EQ(rejoiner.Begin(7, 1), PushDedup::Outcome::kNew);
+  EXPECT_EQ(rejoiner.Begin(8, 1), PushDedup::Outcome::kNew);
 }
 
 TEST(PushDedupTest, OneHundredThousandNewClientsStayWithinTheBound) {

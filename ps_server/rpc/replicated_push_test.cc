@@ -14,6 +14,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "clients/cpp/client.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "ps_server/rpc/in_process_cluster.h"
 #include "ps_server/shards/row_evictor.h"
@@ -439,6 +440,75 @@ TEST_F(ReplicatedPushTest, ARestartedPsRejoinsAndTakesItsShardsBackWhole) {
   ASSERT_EQ(client->PullDense("d", values.data()), absl::OkStatus());
   for (int i = 0; i < kFloats; ++i) {
     EXPECT_EQ(values[i], -6.0f) << "element " << i;
+  }
+}
+
+// A worker's push to PS 0, applied there and on its backup PS 1, whose
+// answer the worker never saw (PS 0 was killed): the worker retries it
+// with the same request id. If the retry reaches PS 0 only after PS 0
+// restarted, rejoined and took its shards back (the worker's routing
+// never learned of the failover), the new process must know the push
+// from its rejoin and acknowledge it as a duplicate, not apply it again.
+TEST_F(ReplicatedPushTest, APushRetriedAfterTheHandbackIsNotAppliedTwice) {
+  auto client = NewDenseClient();
+  ASSERT_NE(client, nullptr);
+  const int s0 = ShardOf(0);
+  ASSERT_GE(s0, 0);
+  const ShardLayout layout =  // by value: PS 0 is killed below
+      cluster_->ps(0)->store()->Find("d")->layout->shards[s0];
+  const int64_t count = layout.num_rows;
+  // The push as a worker sends it: client and request id set.
+  auto push_to_ps0 = [&](uint64_t request_id, PushResponse* response) {
+    PushRequestHeader header;
+    header.set_last(true);
+    header.set_client_id(4242);
+    header.set_request_id(request_id);
+    TensorItem* item = header.add_items();
+    item->set_variable("d");
+    item->set_shard(s0);
+    item->set_count(count);
+    item->set_grad_payload(0);
+    Frame frame;
+    const std::vector<float> grad(count, 1.0f);
+    frame.add_payload(std::string(reinterpret_cast<const char*>(grad.data()),
+                                  grad.size() * sizeof(float)));
+    frame.set_header(header.SerializeAsString());
+    auto stub = ParameterServer::NewStub(grpc::CreateChannel(
+        cluster_->client_addresses()[0], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(20));
+    auto writer = stub->Push(&context, response);
+    writer->Write(frame);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  PushResponse first;
+  ASSERT_TRUE(push_to_ps0(17, &first).ok());
+  EXPECT_FALSE(first.duplicate());
+  ASSERT_EQ(VersionAt(1, s0), 1) << "the push is not on the backup";
+  cluster_->Kill(0);
+  FailOverPs0();
+  ASSERT_EQ(cluster_->Restart(0), absl::OkStatus());
+  ASSERT_TRUE(cluster_->AdvanceUntil(
+      [&] { return cluster_->Serves(0, 0) && !cluster_->Serves(1, 0); },
+      absl::Seconds(120)))
+      << "PS 0 did not take its shards back";
+  ASSERT_EQ(VersionAt(0, s0), 1);
+  PushResponse retry;
+  ASSERT_TRUE(push_to_ps0(17, &retry).ok());
+  EXPECT_TRUE(retry.duplicate());
+  EXPECT_EQ(VersionAt(0, s0), 1) << "the retried push was applied again";
+  // Another request of the same client is applied, and forwarded.
+  PushResponse next;
+  ASSERT_TRUE(push_to_ps0(18, &next).ok());
+  EXPECT_FALSE(next.duplicate());
+  EXPECT_EQ(VersionAt(0, s0), 2);
+  EXPECT_EQ(VersionAt(1, s0), 2);
+  std::vector<float> values(kFloats);
+  ASSERT_EQ(client->PullDense("d", values.data()), absl::OkStatus());
+  for (int64_t i = layout.row_begin; i < layout.row_begin + count; ++i) {
+    EXPECT_EQ(values[i], -2.0f) << "element " << i;
   }
 }
 
