@@ -364,6 +364,9 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
 
 BOUNDED_TABLE_FLAGS = ["--epochs=0", "--max_steps=300", "--admission_min_count=2", "--ssd_tier"]
 ON_DISK = re.compile(r"on disk (\d+) rows")
+# A shard copy's line in `psctl variables`: its PS and its version (the
+# pushes applied to it).
+SHARD_VERSION = re.compile(r"^\s+shard \d+\s+PS (\d+)\s.*\sversion (\d+)", re.M)
 
 
 @needs_netns
@@ -376,18 +379,21 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
     mid-training: every worker reports lost_pushes=0, the restarted PS
     rejoins and takes its shards back, `psctl replicas` (run by the
     launcher's --then before the servers stop) finds both copies of every
-    shard equal, rows went to disk on both runs, and both held-out AUCs are
-    at least 0.812.
+    shard equal, every copy of every shard applied exactly the 600 pushes
+    the workers made (2 x 300 steps: none lost, none applied twice), rows
+    went to disk on both runs, and both held-out AUCs are at least 0.79.
 
-    Why a floor and not a distance from the control: each arm is one async
-    run, and the control alone spreads 0.8146-0.8193 (23 runs); a distance
-    of 0.005 failed 2 of 27 runs (stop 51's CI: 0.8187 vs 0.8136).
-    Measured on the 2-vCPU VM, 2026-11-30: R=2 with the kill 0.8136-0.8192
-    in 26 of 27 runs (R=2 without it 0.8160-0.8190, 6 runs); losing PS 1's
-    shards instead (R=1, the killed PS restarted empty) 0.8075-0.8098 (3
-    runs), which the floor fails. One R=2 run of 27 scored 0.8053 with
-    lost_pushes=0 and equal copies; the floor fails that too (not
-    explained yet: docs/operations.md, Replicas)."""
+    The versions, not the AUC, say that nothing was lost: losing PS 1's
+    shards (R=1, the killed PS restarted empty) leaves them short of 600,
+    and a push applied twice (a worker's retry reaching the restarted PS
+    after its handback, which did not know the push: fixed, 2026-12-02,
+    seen as 601 on PS 1's three shards in 1 of 43 runs read) puts them
+    past it. The AUC cannot tell either from the noise of one short async
+    run: on the 2-vCPU VM, 2026-12-02, R=2 without the kill scored
+    0.8111-0.8192 (40 runs), with it 0.8047-0.8188 (101 runs, two at
+    0.8047 with every version 600), and losing the shards outright
+    0.8075-0.8098 (3 runs, 2026-11-30). The floor only says the model
+    trained (an untrained one scores about 0.5)."""
     runs = {}
     for replicas, budget_mb, prefix, subnet, port in (
         (1, 24, "psrtt18", "10.97.0", 27200),
@@ -431,6 +437,11 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
         )
         assert on_disk > 10000, out[-4000:]
         assert_finished_losing_nothing(logs, rows, 300)
+        # Every step of each worker pushes to every shard: each copy of
+        # each shard applied 2 x 300 pushes, none lost, none twice.
+        versions = SHARD_VERSION.findall(out)
+        assert len(versions) == 11 * replicas, out[-4000:]
+        assert {v for _, v in versions} == {"600"}, versions
         if replicas == 2:
             assert "ps1 exited (status -9)" in out, out[-4000:]
             ps1 = read(os.path.join(logs, "ps_1.log"))
@@ -439,7 +450,7 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
             # psctl replicas exits 0 only if every shard has 2 equal copies
             # (the launch fails otherwise); its table is in the output.
             assert "copies (PS role version digest)" in out, out[-4000:]
-    assert min(runs.values()) >= 0.812, runs
+    assert min(runs.values()) >= 0.79, runs
 
 
 def log_time(log, text):
