@@ -292,6 +292,11 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     assert auc > 0.75
 
 
+# A shard copy's line in `psctl variables`: its PS and its version (the
+# pushes applied to it).
+SHARD_VERSION = re.compile(r"^\s+shard \d+\s+PS (\d+)\s.*\sversion (\d+)", re.M)
+
+
 @needs_netns
 def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
     """--replicas=2 on 2 hosts, the layout most jobs run: the two workers
@@ -304,7 +309,9 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
         within 5 s; resumed, PS 0 learns it was replaced.
     Either way the PS rejoins as a backup and takes its shards back
     (handback), and every worker finishes its steps with no PS recovery and
-    no lost push.
+    no lost push, and every copy of every shard applied each push once (its
+    version, read by `psctl variables` before the servers stop, is 2 x the
+    steps).
 
     Each run trains on after the fault for longer than the handback takes:
     the rejoined PS asks for its shards back once its copy has caught up
@@ -323,13 +330,14 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
     ):
         logs = os.path.join(tmp_path, f"ps{victim}_{how.name}")
         os.makedirs(logs)
+        psctl = os.path.join(ROOT, "tools/psctl/psctl")
         proc = launch_replicated(
             logs,
             data,
             prefix,
             subnet,
             port,
-            [f"--ps_flag=--checkpoint_uri={logs}/ckpt"],
+            [f"--ps_flag=--checkpoint_uri={logs}/ckpt", f"--then={psctl} variables"],
             ["--epochs=0", f"--max_steps={steps}", f"--batch_size={batch}"],
             hosts=2,
         )
@@ -340,7 +348,7 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
         if how == signal.SIGSTOP:
             time.sleep(12)
             os.kill(pid, signal.SIGCONT)
-        finish(proc)
+        out = finish(proc)
         ps_logs = [read(os.path.join(logs, f"ps_{ps}.log")) for ps in range(2)]
         survivor = 1 - victim
         assert "2 worker(s) vote with the PS" in ps_logs[survivor], ps_logs[survivor][-3000:]
@@ -357,6 +365,10 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
         rows = done_lines(logs, 2)
         print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
         assert_finished_losing_nothing(logs, rows, steps)
+        # Each copy of each shard applied every push of both workers once.
+        versions = SHARD_VERSION.findall(out)
+        assert len(versions) == 22, out[-4000:]
+        assert {v for _, v in versions} == {str(2 * steps)}, versions
         auc = float(AUC.search(read(os.path.join(logs, "worker_0.log"))).group(1))
         print(f"eval AUC after the failover {auc:.4f}")
         assert auc > 0.75
@@ -364,9 +376,6 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
 
 BOUNDED_TABLE_FLAGS = ["--epochs=0", "--max_steps=300", "--admission_min_count=2", "--ssd_tier"]
 ON_DISK = re.compile(r"on disk (\d+) rows")
-# A shard copy's line in `psctl variables`: its PS and its version (the
-# pushes applied to it).
-SHARD_VERSION = re.compile(r"^\s+shard \d+\s+PS (\d+)\s.*\sversion (\d+)", re.M)
 
 
 @needs_netns
