@@ -215,8 +215,12 @@ run_soak() {
   stage "fuzz 1h" tests/fuzz/run_fuzzers.sh "${SOAK_FUZZ_SECONDS:-3600}"
   # DeepFM on a 50M-id drifting stream, unbounded and at a tenth of its
   # memory (RSS within budget, AUC within 0.005 of unbounded).
-  stage build bazel build //ps_server //ps_worker //tools/ctr_datagen //tools/psctl
+  stage build bazel build //ps_server //ps_worker //tools/ctr_datagen //tools/psctl \
+    //tests/netns:netns_replicated_test
   stage "50M-id stream" /usr/bin/python3 tools/bench/stream_budget_bench.py
+  # 50 rounds of a PS killed mid-training on 2 hosts (R=2, bounded
+  # tables) beside a control run: every push applied exactly once.
+  stage "failover x50" /usr/bin/python3 tools/bench/failover_soak.py --rounds=50
 }
 
 case "${1:-}" in
