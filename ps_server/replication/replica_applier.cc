@@ -509,8 +509,9 @@ absl::StatusOr<ReplicateResponse> ReplicaApplier::Apply(
     // handback a retried push is found on the PS the shards went back to.
     const int scope = updates[i]->placed_primary();
     PushDedup* dedup = dedup_->For(scope >= 0 ? scope : from);
-    if (u.request_id() != 0)
+    if (u.request_id() != 0) {
       dedup->RecordApplied(u.client_id(), u.request_id());
+    }
     stream->applied_through = u.sequence();
   }
   ReplicateResponse response;

@@ -204,7 +204,7 @@ class ReplicatedPushTest : public ::testing::Test {
     std::vector<float> after(all.size() * row_width);
     ASSERT_EQ(client->PullRows(name, all, before.data()), absl::OkStatus());
     cluster_->Kill(0);
-    FailOverPs0();
+    ASSERT_NO_FATAL_FAILURE(FailOverPs0());
     ASSERT_EQ(client->PullRows(name, all, after.data()), absl::OkStatus());
     EXPECT_EQ(before, after);
   }
@@ -234,6 +234,16 @@ class ReplicatedPushTest : public ::testing::Test {
     ASSERT_TRUE(cluster_->AdvanceUntil([&] { return cluster_->Serves(1, 0); },
                                        absl::Seconds(10)))
         << "PS 1 did not take PS 0's shards over";
+  }
+
+  // Starts PS 0 again and moves the clock until it rejoined and took its
+  // shards back from PS 1 (handback).
+  void RestartPs0UntilItTakesItsShardsBack() {
+    ASSERT_EQ(cluster_->Restart(0), absl::OkStatus());
+    ASSERT_TRUE(cluster_->AdvanceUntil(
+        [&] { return cluster_->Serves(0, 0) && !cluster_->Serves(1, 0); },
+        absl::Seconds(120)))
+        << "PS 0 did not take its shards back";
   }
 
   // A client that creates "d" (SGD, learning rate 0.5) and two SYNC
@@ -281,7 +291,7 @@ TEST_F(ReplicatedPushTest, AnAcknowledgedPushIsOnTheBackupAndSurvivesAKill) {
         << "push " << i << " was acknowledged before the backup had it";
   }
   cluster_->Kill(0);
-  FailOverPs0();
+  ASSERT_NO_FATAL_FAILURE(FailOverPs0());
   std::vector<float> values(kFloats);
   ASSERT_EQ(client->PullDense("d", values.data()), absl::OkStatus());
   for (int i = 0; i < kFloats; ++i) {
@@ -331,7 +341,7 @@ TEST_F(ReplicatedPushTest, APrimaryKilledAtEachStepOfAForwardLosesNothing) {
       EXPECT_LT(VersionAt(1, s0), 4) << "the backup had it already";
     }
     cluster_->Kill(0);
-    FailOverPs0();
+    FailOverPs0();  // (returning here would leave the pusher unjoined)
     // PS 2's part waits until PS 0, its backup, is given up on.
     ASSERT_TRUE(cluster_->AdvanceUntil([&] { return pushed.HasBeenNotified(); },
                                        absl::Seconds(60)));
@@ -387,7 +397,7 @@ TEST_F(ReplicatedPushTest, ASyncStepCompletesAcrossItsPrimarysFailover) {
   ASSERT_EQ(workers[0]->Push({PushOp::Dense("d", g0.data())}, step),
             absl::OkStatus());
   cluster_->Kill(0);
-  FailOverPs0();
+  ASSERT_NO_FATAL_FAILURE(FailOverPs0());
   // PS 2's step is forwarded to its backup, PS 0, which is gone: PS 2
   // acknowledges once it gave up on it (3 s on the clock, a majority
   // agreeing PS 0 is unreachable).
@@ -423,14 +433,10 @@ TEST_F(ReplicatedPushTest, ARestartedPsRejoinsAndTakesItsShardsBackWhole) {
   };
   for (int i = 0; i < 3; ++i) ASSERT_EQ(push(), absl::OkStatus());
   cluster_->Kill(0);
-  FailOverPs0();
+  ASSERT_NO_FATAL_FAILURE(FailOverPs0());
   for (int i = 0; i < 2; ++i) ASSERT_EQ(push(), absl::OkStatus());
 
-  ASSERT_EQ(cluster_->Restart(0), absl::OkStatus());
-  ASSERT_TRUE(cluster_->AdvanceUntil(
-      [&] { return cluster_->Serves(0, 0) && !cluster_->Serves(1, 0); },
-      absl::Seconds(120)))
-      << "PS 0 did not take its shards back";
+  ASSERT_NO_FATAL_FAILURE(RestartPs0UntilItTakesItsShardsBack());
   EXPECT_EQ(VersionAt(0, s0), 5);
   EXPECT_EQ(VersionAt(1, s0), 5);
   ASSERT_EQ(push(), absl::OkStatus());
@@ -488,12 +494,8 @@ TEST_F(ReplicatedPushTest, APushRetriedAfterTheHandbackIsNotAppliedTwice) {
   EXPECT_FALSE(first.duplicate());
   ASSERT_EQ(VersionAt(1, s0), 1) << "the push is not on the backup";
   cluster_->Kill(0);
-  FailOverPs0();
-  ASSERT_EQ(cluster_->Restart(0), absl::OkStatus());
-  ASSERT_TRUE(cluster_->AdvanceUntil(
-      [&] { return cluster_->Serves(0, 0) && !cluster_->Serves(1, 0); },
-      absl::Seconds(120)))
-      << "PS 0 did not take its shards back";
+  ASSERT_NO_FATAL_FAILURE(FailOverPs0());
+  ASSERT_NO_FATAL_FAILURE(RestartPs0UntilItTakesItsShardsBack());
   ASSERT_EQ(VersionAt(0, s0), 1);
   PushResponse retry;
   ASSERT_TRUE(push_to_ps0(17, &retry).ok());
@@ -790,13 +792,9 @@ void ReplicatedPushTest::BoundedTableThroughRejoinAndHandback(int num_ps) {
   };
   ASSERT_EQ(push_phase(), absl::OkStatus());
   cluster_->Kill(0);
-  FailOverPs0();
+  ASSERT_NO_FATAL_FAILURE(FailOverPs0());
   ASSERT_EQ(push_phase(), absl::OkStatus());
-  ASSERT_EQ(cluster_->Restart(0), absl::OkStatus());
-  ASSERT_TRUE(cluster_->AdvanceUntil(
-      [&] { return cluster_->Serves(0, 0) && !cluster_->Serves(1, 0); },
-      absl::Seconds(120)))
-      << "PS 0 did not take its shards back";
+  ASSERT_NO_FATAL_FAILURE(RestartPs0UntilItTakesItsShardsBack());
   ASSERT_EQ(push_phase(), absl::OkStatus());
   AwaitBackups();
   const HashRowCounts counts = ExpectCopiesEqual("h", Counts::kAny);
