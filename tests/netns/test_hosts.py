@@ -83,6 +83,26 @@ def assert_finished_losing_nothing(logs, rows, steps):
     raise AssertionError("recoveries or lost pushes:\n" + "\n".join(why))
 
 
+PSCTL = os.path.join(ROOT, "tools/psctl/psctl")
+# DeepFM's shard copies at --replicas=2 on 3 PS (hash embeddings in 3
+# shards, 7 dense variables in one).
+COPIES_ON_3_PS = 2 * (2 * 3 + 7)
+
+# A shard copy's line in `psctl variables`: its PS and its version (the
+# pushes applied to it).
+SHARD_VERSION = re.compile(r"^\s+shard \d+\s+PS (\d+)\s.*\sversion (\d+)", re.M)
+
+
+def assert_each_push_applied_once(out, pushes, copies):
+    """The launcher's output `out` holds `psctl variables` (its --then):
+    `copies` shard copies, each at version `pushes` (the pushes every
+    worker made to it: short, one was lost; past it, one was applied
+    twice)."""
+    versions = SHARD_VERSION.findall(out)
+    assert len(versions) == copies, out[-4000:]
+    assert {v for _, v in versions} == {str(pushes)}, versions
+
+
 @needs_netns
 def test_three_hosts_train_deepfm(data, tmp_path):
     proc = launch(tmp_path, data, 3, ["--netns=psrtt1", "--netns_subnet=10.78.0"], ["--epochs=2"])
@@ -261,6 +281,7 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
             "--restart_ps=1",
             "--ps_flag=--replicas=2",
             f"--ps_flag=--checkpoint_uri={ckpt}",
+            f"--then={PSCTL} variables",
         ],
         ["--epochs=0", "--max_steps=300"],
     )
@@ -281,6 +302,7 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     rows = done_lines(tmp_path, 3)
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
     assert_finished_losing_nothing(tmp_path, rows, 300)
+    assert_each_push_applied_once(out, 3 * 300, COPIES_ON_3_PS)
     took_over = read(os.path.join(tmp_path, "ps_2.log"))
     assert "took over" in took_over, took_over[-3000:]
     ps0 = read(os.path.join(tmp_path, "ps_0.log"))
@@ -290,11 +312,6 @@ def test_replicated_ps_killed_fails_over_losing_nothing(data, tmp_path):
     auc = float(AUC.search(read(os.path.join(tmp_path, "worker_0.log"))).group(1))
     print(f"eval AUC after the failover {auc:.4f}")
     assert auc > 0.75
-
-
-# A shard copy's line in `psctl variables`: its PS and its version (the
-# pushes applied to it).
-SHARD_VERSION = re.compile(r"^\s+shard \d+\s+PS (\d+)\s.*\sversion (\d+)", re.M)
 
 
 @needs_netns
@@ -330,14 +347,13 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
     ):
         logs = os.path.join(tmp_path, f"ps{victim}_{how.name}")
         os.makedirs(logs)
-        psctl = os.path.join(ROOT, "tools/psctl/psctl")
         proc = launch_replicated(
             logs,
             data,
             prefix,
             subnet,
             port,
-            [f"--ps_flag=--checkpoint_uri={logs}/ckpt", f"--then={psctl} variables"],
+            [f"--ps_flag=--checkpoint_uri={logs}/ckpt", f"--then={PSCTL} variables"],
             ["--epochs=0", f"--max_steps={steps}", f"--batch_size={batch}"],
             hosts=2,
         )
@@ -365,10 +381,7 @@ def test_replicated_two_hosts_fail_over_losing_nothing(data, tmp_path):
         rows = done_lines(logs, 2)
         print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
         assert_finished_losing_nothing(logs, rows, steps)
-        # Each copy of each shard applied every push of both workers once.
-        versions = SHARD_VERSION.findall(out)
-        assert len(versions) == 22, out[-4000:]
-        assert {v for _, v in versions} == {str(2 * steps)}, versions
+        assert_each_push_applied_once(out, 2 * steps, 22)
         auc = float(AUC.search(read(os.path.join(logs, "worker_0.log"))).group(1))
         print(f"eval AUC after the failover {auc:.4f}")
         assert auc > 0.75
@@ -410,8 +423,7 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
     ):
         logs = os.path.join(tmp_path, f"r{replicas}")
         os.makedirs(logs)
-        psctl = os.path.join(ROOT, "tools/psctl/psctl")
-        check = f"{psctl} variables" if replicas == 1 else f"{psctl} replicas && {psctl} variables"
+        check = f"{PSCTL} variables" if replicas == 1 else f"{PSCTL} replicas && {PSCTL} variables"
         proc = launch(
             logs,
             data,
@@ -446,11 +458,8 @@ def test_replicated_two_hosts_bounded_tables_lose_nothing(data, tmp_path):
         )
         assert on_disk > 10000, out[-4000:]
         assert_finished_losing_nothing(logs, rows, 300)
-        # Every step of each worker pushes to every shard: each copy of
-        # each shard applied 2 x 300 pushes, none lost, none twice.
-        versions = SHARD_VERSION.findall(out)
-        assert len(versions) == 11 * replicas, out[-4000:]
-        assert {v for _, v in versions} == {"600"}, versions
+        # Every step of each worker pushes to every shard.
+        assert_each_push_applied_once(out, 2 * 300, 11 * replicas)
         if replicas == 2:
             assert "ps1 exited (status -9)" in out, out[-4000:]
             ps1 = read(os.path.join(logs, "ps_1.log"))
@@ -486,7 +495,13 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
         tmp_path,
         data,
         3,
-        ["--netns=psrtt7", "--netns_subnet=10.86.0", "--base_port=26800", "--ps_flag=--replicas=2"],
+        [
+            "--netns=psrtt7",
+            "--netns_subnet=10.86.0",
+            "--base_port=26800",
+            "--ps_flag=--replicas=2",
+            f"--then={PSCTL} variables",
+        ],
         # Worker 1 stands still while cut off; its steps after the link
         # returns must outlast PS 1's rejoin (a fresh-clone run with 200
         # steps ended 1.3 s after the return, between the rejoin's first two
@@ -499,10 +514,13 @@ def test_replicated_partition_fails_over_and_the_cut_off_primary_refuses(data, t
     time.sleep(20)
     net.set_link(1, up=True)
     back = time.time()
-    finish(proc)
+    out = finish(proc)
     rows = done_lines(tmp_path, 3)
     print(f"recoveries {[int(r[4]) for r in rows]}, lost pushes {[int(r[5]) for r in rows]}")
     assert_finished_losing_nothing(tmp_path, rows, 600)
+    # Worker 1's retries after the link returned (to PS 2, or to PS 1
+    # after its handback) applied once.
+    assert_each_push_applied_once(out, 3 * 600, COPIES_ON_3_PS)
     ps1 = read(os.path.join(tmp_path, "ps_1.log"))
     assert "lost its lease" in ps1, ps1[-3000:]
     assert "learned it was replaced" in ps1, ps1[-3000:]
