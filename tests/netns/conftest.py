@@ -3,29 +3,15 @@ launchers a test left running stopped after it, and a failed test's logs
 kept where Bazel keeps a test's outputs."""
 import os
 import shutil
-import subprocess
 
 import pytest
 
 import netns_util
-from netns_util import ROOT
 
 
 @pytest.fixture(scope="session")
 def data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ctr")
-    subprocess.run(
-        [
-            os.path.join(ROOT, "tools/ctr_datagen/ctr_datagen"),
-            f"--output_dir={out}",
-            "--train_examples=60000",
-            "--test_examples=5000",
-            "--format=tfrecord",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return out
+    return netns_util.make_training_data(tmp_path_factory.mktemp("ctr"))
 
 
 @pytest.fixture(autouse=True)

@@ -43,6 +43,24 @@ DONE = re.compile(
 AUC = re.compile(r"final eval_auc=([\d.]+)")
 
 
+def make_training_data(out):
+    """The CTR data every namespace test (and tools/bench/failover_soak.py)
+    trains on, written under `out`: 60,000 training and 5,000 held-out
+    examples as TFRecords."""
+    subprocess.run(
+        [
+            os.path.join(ROOT, "tools/ctr_datagen/ctr_datagen"),
+            f"--output_dir={out}",
+            "--train_examples=60000",
+            "--test_examples=5000",
+            "--format=tfrecord",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
 def read(path):
     with open(path, errors="replace") as f:
         return f.read()

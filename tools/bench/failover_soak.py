@@ -46,7 +46,6 @@ STEPS, WORKERS, PORT = 300, 2, 27240
 
 def one_run(data, logs, kill):
     """One training; returns (auc, problems)."""
-    psctl = os.path.join(netns_util.ROOT, "tools/psctl/psctl")
     proc = test_hosts.launch(
         logs,
         data,
@@ -58,7 +57,7 @@ def one_run(data, logs, kill):
             "--restart_ps=1",
             "--ps_flag=--replicas=2",
             "--ps_flag=--memory_budget_mb=48",
-            f"--then={psctl} replicas && {psctl} variables",
+            f"--then={test_hosts.PSCTL} replicas && {test_hosts.PSCTL} variables",
         ],
         test_hosts.BOUNDED_TABLE_FLAGS,
     )
@@ -72,14 +71,19 @@ def one_run(data, logs, kill):
         return 0.0, [f"did not finish: {e!r}"]
     if proc.returncode != 0:
         problems.append(f"launcher exited {proc.returncode}")
-    versions = test_hosts.SHARD_VERSION.findall(out)
-    wrong = sorted({v for _, v in versions} - {str(STEPS * WORKERS)})
-    if len(versions) != 22 or wrong:
-        problems.append(f"{len(versions)} shard copies, versions other than 600: {wrong}")
-    for w in range(WORKERS):
-        done = netns_util.DONE.findall(netns_util.read(os.path.join(logs, f"worker_{w}.log")))
-        if not done or int(done[-1][4]) or int(done[-1][5]):
-            problems.append(f"worker {w}: {done[-1] if done else 'no done line'}")
+    # The netns test's own checks: each push applied once on every copy,
+    # and every worker done with no recovery and no lost push.
+    checks = (
+        lambda: test_hosts.assert_each_push_applied_once(out, STEPS * WORKERS, 22),
+        lambda: test_hosts.assert_finished_losing_nothing(
+            logs, test_hosts.done_lines(logs, WORKERS), STEPS
+        ),
+    )
+    for check in checks:
+        try:
+            check()
+        except AssertionError as e:
+            problems.append(str(e)[-1000:])
     found = netns_util.AUC.search(netns_util.read(os.path.join(logs, "worker_0.log")))
     return (float(found.group(1)) if found else 0.0), problems
 
@@ -92,19 +96,7 @@ def main():
     if not os.path.isdir(RUNFILES):
         sys.exit(f"{RUNFILES} is missing: bazel build //tests/netns:netns_replicated_test")
     work = tempfile.mkdtemp(prefix="failover_soak.")
-    data = os.path.join(work, "data")
-    os.makedirs(data)
-    netns_util.subprocess.run(
-        [
-            os.path.join(netns_util.ROOT, "tools/ctr_datagen/ctr_datagen"),
-            f"--output_dir={data}",
-            "--train_examples=60000",
-            "--test_examples=5000",
-            "--format=tfrecord",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    data = netns_util.make_training_data(os.path.join(work, "data"))
     aucs = {"control": [], "kill": []}
     failed = 0
     for r in range(args.rounds):
